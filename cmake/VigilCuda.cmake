@@ -1,0 +1,20 @@
+# Probes for a usable CUDA toolkit (nvcc + cuDNN + cuBLAS). Sets VIGIL_CUDA_USABLE.
+# CUDA code must compile on machines without a GPU; nothing here needs a device.
+set(VIGIL_CUDA_USABLE OFF)
+if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+endif()
+include(CheckLanguage)
+check_language(CUDA)
+if(CMAKE_CUDA_COMPILER)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    # sm_90 (H100/H200) SASS plus compute_90 PTX for forward compatibility.
+    set(CMAKE_CUDA_ARCHITECTURES "90-real;90-virtual")
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit QUIET)
+  find_library(VIGIL_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(CUDAToolkit_FOUND AND VIGIL_CUDNN_LIBRARY)
+    set(VIGIL_CUDA_USABLE ON)
+  endif()
+endif()

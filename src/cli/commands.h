@@ -1,0 +1,15 @@
+// commands.h — the `vigil` subcommands. Each Add*Command registers a CLI11 subcommand on `app`;
+// when that subcommand runs, its callback stores the process exit code in *exit_code:
+// 0 success, 1 the work ran but failed (e.g. every image unreadable), 2 bad arguments or model.
+// Errors go to stderr as one line naming the thing and the reason.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace vigil::cli {
+
+void AddDetectCommand(CLI::App& app, int* exit_code);  // detect_cmd.cc: `vigil detect`
+void AddModelCommands(CLI::App& app, int* exit_code);  // model_cmd.cc: `vigil model inspect|run`
+void AddBenchCommands(CLI::App& app, int* exit_code);  // bench_cmd.cc: `vigil bench engine`
+
+}  // namespace vigil::cli

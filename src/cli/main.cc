@@ -1,0 +1,30 @@
+// vigil — one binary, subcommands per role (docs/architecture.md).
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"vigil: real-time YOLO object detection runtime"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "vigil 0.1.0");
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+  int exit_code = 0;
+  vigil::cli::AddDetectCommand(app, &exit_code);
+  vigil::cli::AddModelCommands(app, &exit_code);
+  vigil::cli::AddBenchCommands(app, &exit_code);
+  app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const std::exception& e) {  // a library threw past a command: report, never crash
+    std::fprintf(stderr, "vigil: error: %s\n", e.what());
+    return 2;
+  }
+  return exit_code;
+}

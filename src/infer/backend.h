@@ -1,0 +1,61 @@
+// backend.h — the interface every execution backend implements (CPU now, CUDA next).
+//
+// Levels, after ggml's backend / ONNX Runtime's execution provider: a Backend says which nodes it
+// supports, then compiles a whole (shape-inferred, static) Graph into a CompiledModel that runs it.
+// Thread-safety: Backend methods are thread-safe. A CompiledModel is NOT: one Run at a time
+// (it owns one arena); use one CompiledModel per worker thread.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vigil/common/status.h"
+#include "vigil/common/tensor.h"
+#include "vigil/infer/graph.h"
+
+namespace vigil::infer {
+
+struct CompileOptions {
+  int threads = 0;          // worker threads for kernels; 0 = all cores of the process's cpuset
+  bool use_onednn = true;   // CPU: oneDNN for Conv/FusedConv/MaxPool where it supports them
+  bool profile = false;     // collect per-node timings (small overhead: one clock read per node)
+};
+
+// Per-node timing collected when CompileOptions::profile is set.
+struct NodeTiming {
+  std::string node_name;
+  std::string op_type;
+  std::string kernel;       // "onednn", "reference", ...
+  double total_ms = 0.0;    // summed over calls
+  int64_t calls = 0;
+};
+
+class CompiledModel {
+ public:
+  virtual ~CompiledModel() = default;
+  // Runs the graph. `inputs` are index-aligned with graph.inputs and must match graph.types
+  // (dtype and shape); `outputs` is resized to graph.outputs and each element receives an owned
+  // tensor. Errors: InvalidArgument for a mismatching input (naming it), Internal for a kernel failure.
+  virtual Status Run(std::span<const Tensor> inputs, std::vector<Tensor>* outputs) = 0;
+  virtual std::vector<NodeTiming> Profile() const = 0;
+  virtual void ResetProfile() = 0;
+  virtual size_t ArenaBytes() const = 0;  // bytes of the intermediate-value arena
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual bool Supports(const Node& node, int64_t opset) const = 0;
+  // REQUIRES: graph shape-inferred (graph.types complete) and valid.
+  virtual StatusOr<std::unique_ptr<CompiledModel>> Compile(const Graph& graph, const CompileOptions& options) = 0;
+};
+
+// The CPU backend: oneDNN (when built with VIGIL_WITH_ONEDNN) for Conv/FusedConv/MaxPool, the
+// reference kernels of op_registry.h for everything else.
+std::unique_ptr<Backend> CreateCpuBackend();
+
+}  // namespace vigil::infer
