@@ -14,6 +14,7 @@
 
 #include "vigil/common/status.h"
 #include "vigil/common/tensor.h"
+#include "vigil/infer/engine.h"  // NodeTiming
 #include "vigil/infer/graph.h"
 
 namespace vigil::infer {
@@ -22,15 +23,6 @@ struct CompileOptions {
   int threads = 0;          // worker threads for kernels; 0 = all cores of the process's cpuset
   bool use_onednn = true;   // CPU: oneDNN for Conv/FusedConv/MaxPool where it supports them
   bool profile = false;     // collect per-node timings (small overhead: one clock read per node)
-};
-
-// Per-node timing collected when CompileOptions::profile is set.
-struct NodeTiming {
-  std::string node_name;
-  std::string op_type;
-  std::string kernel;       // "onednn", "reference", ...
-  double total_ms = 0.0;    // summed over calls
-  int64_t calls = 0;
 };
 
 class CompiledModel {

@@ -8,12 +8,15 @@
 // Thread-safety: Status and StatusOr are values; distinct objects may be used from any thread.
 #pragma once
 
+#include <cstdint>
+#include <sstream>
+#include <type_traits>
+#include <string>
 #include <string_view>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 
 namespace vigil {
 
@@ -21,10 +24,28 @@ using Status = absl::Status;
 template <typename T>
 using StatusOr = absl::StatusOr<T>;
 
+// NOTE: Debian 12's abseil (20220623) is built with its own absl::string_view, a type distinct
+// from std::string_view: absl::StrCat, absl::StrSplit, absl::SimpleAtoi etc. do not accept a
+// std::string_view. Use vigil::StrCat below (any streamable values) and the standard library.
+
+// Concatenates the streamed forms of `args` ("node '", name, "' has ", 3, " inputs").
+// int8_t/uint8_t print as numbers.
+template <typename... Args>
+std::string StrCat(const Args&... args) {
+  std::ostringstream os;
+  auto put = [&os](const auto& a) {
+    using T = std::decay_t<decltype(a)>;
+    if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) os << static_cast<int>(a);
+    else os << a;
+  };
+  (put(args), ...);
+  return os.str();
+}
+
 // Returns `s` with "context: " prepended to its message (the code is kept). OK stays OK.
 inline Status Annotate(const Status& s, std::string_view context) {
   if (s.ok()) return s;
-  return Status(s.code(), absl::StrCat(context, ": ", s.message()));
+  return Status(s.code(), StrCat(context, ": ", std::string(s.message())));
 }
 
 }  // namespace vigil

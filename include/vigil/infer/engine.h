@@ -31,7 +31,15 @@
 namespace vigil::infer {
 
 class CompiledModel;
-struct NodeTiming;
+
+// Per-node timing, collected when EngineOptions::profile is set.
+struct NodeTiming {
+  std::string node_name;
+  std::string op_type;
+  std::string kernel;       // "onednn", "reference", ...
+  double total_ms = 0.0;    // wall time summed over calls, milliseconds
+  int64_t calls = 0;
+};
 
 struct EngineOptions {
   std::string device = "cpu";  // "cpu" now; "cuda:N" with the CUDA backend. Default: "cpu".

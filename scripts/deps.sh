@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages vigil needs. Usage: scripts/deps.sh [build|test|all]
+#   build: compilers, CMake/Ninja and the libraries vigil links (plus the sample images/video)
+#   test:  build + what the test suites need (Python, Debian's PyTorch for exporting test models)
+# Only missing packages are installed; nothing happens when all are present.
+set -euo pipefail
+what=${1:-build}
+
+build_pkgs=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  libabsl-dev libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev
+  libopencv-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  opencv-doc darknet            # sample images and video (vtest.avi, dog.jpg, ...)
+)
+test_pkgs=(
+  python3 python3-venv python3-pip python3-numpy python3-opencv
+  python3-torch python3-torchvision   # Debian's CPU PyTorch 1.13: exports test models, no CUDA wheels
+)
+
+pkgs=("${build_pkgs[@]}")
+[[ $what == test || $what == all ]] && pkgs+=("${test_pkgs[@]}")
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps.sh: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,178 @@
+// `vigil model inspect` and `vigil model run`.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "vigil/common/npy.h"
+#include "vigil/detect/model_family.h"
+#include "vigil/infer/engine.h"
+
+namespace vigil::cli {
+namespace {
+
+nlohmann::json DimsJson(const infer::ValueInfo& v) {
+  nlohmann::json dims = nlohmann::json::array();
+  for (const infer::Dim& d : v.dims) {
+    if (d.is_static()) dims.push_back(d.value);
+    else dims.push_back(d.symbol.empty() ? "?" : d.symbol);
+  }
+  return dims;
+}
+
+std::string DimsText(const infer::ValueInfo& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.dims.size(); ++i) {
+    if (i) s += ",";
+    s += v.dims[i].is_static() ? std::to_string(v.dims[i].value) : (v.dims[i].symbol.empty() ? "?" : v.dims[i].symbol);
+  }
+  return s + "]";
+}
+
+int Inspect(const std::string& path, bool json_out) {
+  StatusOr<infer::ModelSummary> summary = infer::InspectModel(path);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "vigil model inspect: %s\n", std::string(summary.status().message()).c_str());
+    return 2;
+  }
+  // Load to learn concrete shapes and the family; a load failure is reported, not fatal.
+  infer::EngineOptions options;
+  options.threads = 1;
+  StatusOr<detect::ModelInfo> info = absl::UnknownError("not loaded");
+  StatusOr<std::unique_ptr<infer::Engine>> engine = infer::Engine::Load(path, options);
+  if (engine.ok()) info = detect::DescribeModel(**engine);
+  const std::string family = info.ok() ? std::string(detect::FamilyName(info->family)) : "unknown";
+
+  nlohmann::json j;
+  j["path"] = path;
+  j["producer"] = summary->producer;
+  j["ir_version"] = summary->ir_version;
+  j["opset"] = summary->opset;
+  for (const auto& v : summary->inputs) j["inputs"].push_back({{"name", v.name}, {"dtype", DTypeName(v.dtype)}, {"shape", DimsJson(v)}});
+  for (const auto& v : summary->outputs) j["outputs"].push_back({{"name", v.name}, {"dtype", DTypeName(v.dtype)}, {"shape", DimsJson(v)}});
+  j["family"] = family;
+  j["names"] = info.ok() ? nlohmann::json(info->names) : nlohmann::json::array();
+  j["op_counts"] = summary->op_counts;
+  j["unsupported_ops"] = summary->unsupported_ops;
+  j["metadata"] = summary->metadata;
+  j["load_error"] = engine.ok() ? (info.ok() ? "" : std::string(info.status().message()))
+                                : std::string(engine.status().message());
+  if (engine.ok()) {
+    for (const auto& t : (*engine)->outputs()) j["resolved_outputs"][t.name] = t.shape;
+  }
+  if (json_out) {
+    std::cout << j.dump(2) << "\n";
+    return summary->unsupported_ops.empty() ? 0 : 1;
+  }
+  std::cout << "model     : " << path << "\n"
+            << "producer  : " << summary->producer << " (IR " << summary->ir_version << ", opset " << summary->opset << ")\n"
+            << "family    : " << family << "\n";
+  for (const auto& v : summary->inputs) std::cout << "input     : " << v.name << " " << DTypeName(v.dtype) << " " << DimsText(v) << "\n";
+  for (const auto& v : summary->outputs) std::cout << "output    : " << v.name << " " << DTypeName(v.dtype) << " " << DimsText(v) << "\n";
+  if (info.ok()) {
+    std::cout << "classes   : " << info->names.size();
+    for (size_t i = 0; i < info->names.size() && i < 8; ++i) std::cout << (i ? ", " : " (") << info->names[i];
+    std::cout << (info->names.size() > 8 ? ", ...)" : info->names.empty() ? "" : ")") << "\n";
+  }
+  std::cout << "ops       :";
+  for (const auto& [op, n] : summary->op_counts) std::cout << " " << op << "=" << n;
+  std::cout << "\n";
+  if (!summary->unsupported_ops.empty()) {
+    for (const auto& u : summary->unsupported_ops) std::cout << "UNSUPPORTED: " << u << "\n";
+    return 1;
+  }
+  if (!j["load_error"].get<std::string>().empty()) std::cout << "load error: " << j["load_error"].get<std::string>() << "\n";
+  return 0;
+}
+
+int RunModel(const std::string& path, const std::vector<std::string>& input_args, const std::string& out_dir, int threads,
+             bool reference_only) {
+  infer::EngineOptions options;
+  options.threads = threads;
+  options.use_onednn = !reference_only;
+  std::map<std::string, Tensor> feeds;
+  for (const std::string& arg : input_args) {
+    const size_t eq = arg.find('=');
+    const std::vector<std::string> kv = {arg.substr(0, eq), eq == std::string::npos ? "" : arg.substr(eq + 1)};
+    if (eq == std::string::npos || kv[0].empty() || kv[1].empty()) {
+      std::fprintf(stderr, "vigil model run: --input '%s' is not NAME=FILE.npy\n", arg.c_str());
+      return 2;
+    }
+    StatusOr<Tensor> t = ReadNpy(kv[1]);
+    if (!t.ok()) {
+      std::fprintf(stderr, "vigil model run: input '%s': %s\n", kv[0].c_str(), std::string(t.status().message()).c_str());
+      return 2;
+    }
+    options.input_shapes[kv[0]] = t->shape();
+    feeds[kv[0]] = *std::move(t);
+  }
+  StatusOr<std::unique_ptr<infer::Engine>> engine = infer::Engine::Load(path, options);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "vigil model run: %s\n", std::string(engine.status().message()).c_str());
+    return 2;
+  }
+  std::vector<Tensor> inputs;
+  for (const auto& info : (*engine)->inputs()) {
+    auto it = feeds.find(info.name);
+    if (it == feeds.end()) {
+      std::fprintf(stderr, "vigil model run: no --input for model input '%s' %s\n", info.name.c_str(),
+                   ShapeToString(info.shape).c_str());
+      return 2;
+    }
+    inputs.push_back(it->second);
+  }
+  std::vector<Tensor> outputs;
+  if (Status st = (*engine)->Run(inputs, &outputs); !st.ok()) {
+    std::fprintf(stderr, "vigil model run: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  std::filesystem::create_directories(out_dir);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::string name = (*engine)->outputs()[i].name;
+    for (char& c : name) {
+      if (c == '/' || c == ':') c = '_';
+    }
+    const std::string file = (std::filesystem::path(out_dir) / (name + ".npy")).string();
+    const Tensor& t = outputs[i];
+    const bool is_float = t.dtype() == DType::kFloat16 || t.dtype() == DType::kFloat64;
+    if (Status st = WriteNpy(file, is_float ? t.ToFloat32() : t); !st.ok()) {
+      std::fprintf(stderr, "vigil model run: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    std::printf("%s %s %s\n", file.c_str(), std::string(DTypeName(t.dtype())).c_str(), ShapeToString(t.shape()).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddModelCommands(CLI::App& app, int* exit_code) {
+  CLI::App* model = app.add_subcommand("model", "Inspect or run an ONNX model");
+  model->require_subcommand(1);
+
+  CLI::App* inspect = model->add_subcommand("inspect", "Print inputs, outputs, family, classes, op counts, unsupported ops");
+  static std::string inspect_path;
+  static bool inspect_json = false;
+  inspect->add_option("model", inspect_path, "ONNX model file")->required();
+  inspect->add_flag("--json", inspect_json, "Print JSON");
+  inspect->callback([exit_code] { *exit_code = Inspect(inspect_path, inspect_json); });
+
+  CLI::App* run = model->add_subcommand("run", "Run a model on .npy inputs and write its raw outputs as .npy");
+  static std::string run_model, run_out = "out";
+  static std::vector<std::string> run_inputs;
+  static int run_threads = 0;
+  static bool run_reference = false;
+  run->add_option("--model", run_model, "ONNX model file")->required();
+  run->add_option("--input", run_inputs, "NAME=FILE.npy (repeatable); the file's shape fixes the input's dims")->required();
+  run->add_option("--output-dir", run_out, "Where <output>.npy files go")->capture_default_str();
+  run->add_option("--threads", run_threads, "Kernel threads (0 = all cores)")->capture_default_str();
+  run->add_flag("--reference-only", run_reference, "Use the reference kernels only (no oneDNN)");
+  run->callback([exit_code] { *exit_code = RunModel(run_model, run_inputs, run_out, run_threads, run_reference); });
+}
+
+}  // namespace vigil::cli

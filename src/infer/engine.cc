@@ -1,0 +1,159 @@
+#include "vigil/infer/engine.h"
+
+#include <utility>
+
+#include "infer/backend.h"
+#include "infer/onnx_import.h"
+#include "infer/op_registry.h"
+#include "infer/passes/passes.h"
+
+namespace vigil::infer {
+namespace {
+
+std::string QualifiedOpType(const Node& node) {
+  if (node.domain.empty() || node.domain == "ai.onnx") return node.op_type;
+  return node.domain + "." + node.op_type;
+}
+
+ModelSummary Summarize(const Graph& graph, const std::string& path) {
+  ModelSummary s;
+  s.path = path;
+  s.ir_version = graph.ir_version;
+  s.opset = graph.opset;
+  s.producer = graph.producer_name + (graph.producer_version.empty() ? "" : " " + graph.producer_version);
+  s.inputs = graph.inputs;
+  s.outputs = graph.outputs;
+  s.metadata = graph.metadata;
+  for (const Node& node : graph.nodes) {
+    ++s.op_counts[QualifiedOpType(node)];
+    if (FindOp(node.domain, node.op_type) == nullptr) {
+      s.unsupported_ops.push_back(StrCat("unsupported op '", QualifiedOpType(node), "' (node '", node.name,
+                                               "', opset ", graph.opset, ")"));
+    }
+  }
+  return s;
+}
+
+StatusOr<std::unique_ptr<Backend>> BackendFor(const std::string& device) {
+  if (device == "cpu") return CreateCpuBackend();
+  if (device.rfind("cuda", 0) == 0) {
+    return absl::UnimplementedError(StrCat(
+        "device '", device, "': the CUDA backend is not available in this build (CPU only); use --device cpu"));
+  }
+  return absl::InvalidArgumentError(StrCat("device '", device, "' is not one of: cpu, cuda:N"));
+}
+
+Status RunPasses(Graph& graph, const EngineOptions& options) {
+  ShapeOverrides overrides;
+  overrides.batch = options.batch;
+  overrides.height = options.height;
+  overrides.width = options.width;
+  overrides.input_shapes = options.input_shapes;
+  VIGIL_RETURN_IF_ERROR(FixInputShapes(graph, overrides));
+  VIGIL_RETURN_IF_ERROR(DequantizeWeights(graph));
+  VIGIL_RETURN_IF_ERROR(InferShapesAndFold(graph));
+  if (options.optimize) {
+    VIGIL_RETURN_IF_ERROR(RemoveNoOps(graph));
+    VIGIL_RETURN_IF_ERROR(FuseConvActivation(graph));
+  }
+  VIGIL_RETURN_IF_ERROR(EliminateDeadNodes(graph));
+  VIGIL_RETURN_IF_ERROR(InferShapesAndFold(graph));
+  return ValidateGraph(graph);
+}
+
+// Converts `t` to `dtype` when it is a float32<->float16 mismatch; otherwise returns it unchanged.
+Tensor ConvertFloat(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  if (t.dtype() == DType::kFloat16 && dtype == DType::kFloat32) return t.ToFloat32();
+  if (t.dtype() == DType::kFloat32 && dtype == DType::kFloat16) {
+    Tensor out(DType::kFloat16, t.shape());
+    const float* src = t.data<float>();
+    uint16_t* dst = out.data<uint16_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) dst[i] = FloatToHalf(src[i]);
+    return out;
+  }
+  return t;
+}
+
+}  // namespace
+
+StatusOr<ModelSummary> InspectModel(const std::string& path) {
+  VIGIL_ASSIGN_OR_RETURN(Graph graph, ImportOnnxFile(path));
+  return Summarize(graph, path);
+}
+
+Engine::Engine() = default;
+Engine::~Engine() = default;
+
+StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& path, const EngineOptions& options) {
+  StatusOr<Graph> graph = ImportOnnxFile(path);
+  if (!graph.ok()) return graph.status();
+  return FromGraph(*std::move(graph), options, path);
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::FromGraph(Graph graph, const EngineOptions& options, const std::string& name) {
+  std::unique_ptr<Engine> engine(new Engine());
+  engine->summary_ = Summarize(graph, name);
+  const std::string context = StrCat("model '", name, "'");
+  if (!engine->summary_.unsupported_ops.empty()) {
+    return absl::UnimplementedError(StrCat(context, ": ", engine->summary_.unsupported_ops.front(),
+                                                 engine->summary_.unsupported_ops.size() > 1
+                                                     ? StrCat(" and ", engine->summary_.unsupported_ops.size() - 1, " more")
+                                                     : ""));
+  }
+  VIGIL_RETURN_IF_ERROR(Annotate(RunPasses(graph, options), context));
+  VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, BackendFor(options.device));
+  CompileOptions compile;
+  compile.threads = options.threads;
+  compile.use_onednn = options.use_onednn;
+  compile.profile = options.profile;
+  StatusOr<std::unique_ptr<CompiledModel>> compiled = backend->Compile(graph, compile);
+  if (!compiled.ok()) return Annotate(compiled.status(), context);
+  engine->compiled_ = *std::move(compiled);
+  for (const ValueInfo& v : graph.inputs) {
+    const TensorType& t = graph.types.at(v.name);
+    engine->inputs_.push_back({v.name, t.dtype, t.shape});
+  }
+  for (const ValueInfo& v : graph.outputs) {
+    auto it = graph.types.find(v.name);
+    if (it == graph.types.end()) {
+      return absl::InternalError(StrCat(context, ": output '", v.name, "' has no inferred type"));
+    }
+    engine->outputs_.push_back({v.name, it->second.dtype, it->second.shape});
+  }
+  engine->graph_ = std::move(graph);
+  return engine;
+}
+
+Status Engine::Run(std::span<const Tensor> inputs, std::vector<Tensor>* outputs) {
+  if (inputs.size() != inputs_.size()) {
+    return absl::InvalidArgumentError(
+        StrCat("model takes ", inputs_.size(), " input(s), got ", inputs.size()));
+  }
+  std::vector<Tensor> converted;
+  converted.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorInfo& want = inputs_[i];
+    if (inputs[i].shape() != want.shape) {
+      return absl::InvalidArgumentError(StrCat("input '", want.name, "': expected shape ",
+                                                     ShapeToString(want.shape), ", got ",
+                                                     ShapeToString(inputs[i].shape())));
+    }
+    converted.push_back(ConvertFloat(inputs[i], want.dtype));
+    if (converted.back().dtype() != want.dtype) {
+      return absl::InvalidArgumentError(StrCat("input '", want.name, "': expected ", DTypeName(want.dtype),
+                                                     ", got ", DTypeName(inputs[i].dtype())));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return compiled_->Run(converted, outputs);
+}
+
+std::vector<NodeTiming> Engine::Profile() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return compiled_->Profile();
+}
+
+size_t Engine::ArenaBytes() const { return compiled_->ArenaBytes(); }
+
+}  // namespace vigil::infer
