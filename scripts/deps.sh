@@ -11,6 +11,7 @@ build_pkgs=(
   libabsl-dev libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev
   libopencv-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libhwloc-dev libnuma-dev
   opencv-doc darknet            # sample images and video (vtest.avi, dog.jpg, ...)
 )
 test_pkgs=(

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   vigil::cli::AddDetectCommand(app, &exit_code);
   vigil::cli::AddModelCommands(app, &exit_code);
   vigil::cli::AddBenchCommands(app, &exit_code);
+  vigil::cli::AddTopoCommand(app, &exit_code);
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   try {
     app.parse(argc, argv);
