@@ -50,6 +50,8 @@ Status RemoveNoOps(Graph& graph);
 // Conv → Sigmoid → Mul(conv, sigmoid) (SiLU) and Conv → Relu become one node of domain "vigil",
 // op "FusedConv": Conv's inputs and attributes plus string attribute "activation" ("SiLU",
 // "Relu"). Only fuses when the Conv output has no other consumer and is not a graph output.
+// First, a Conv followed by Add of a per-channel constant ([C] or [1,C,1,1]) folds that constant
+// into the Conv's bias: dequantized models keep their bias as such an Add between Conv and SiLU.
 Status FuseConvActivation(Graph& graph);
 
 // Drops nodes whose outputs reach no graph output, and unused initializers.
