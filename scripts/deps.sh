@@ -11,11 +11,13 @@ build_pkgs=(
   libabsl-dev libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev ocl-icd-opencl-dev
   libopencv-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libhwloc-dev libnuma-dev
+  libhwloc-dev libnuma-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
+  libsqlite3-dev libyaml-cpp-dev libcpp-httplib-dev
   opencv-doc darknet            # sample images and video (vtest.avi, dog.jpg, ...)
 )
 test_pkgs=(
   python3 python3-venv python3-pip python3-numpy python3-opencv
+  ffmpeg sqlite3                     # test media generation, RTSP server on loopback, DB inspection
   python3-torch python3-torchvision   # Debian's CPU PyTorch 1.13: exports test models, no CUDA wheels
 )
 
