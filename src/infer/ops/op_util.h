@@ -16,10 +16,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "infer/op_registry.h"
 #include "vigil/common/status.h"
 #include "vigil/common/tensor.h"
@@ -29,15 +29,15 @@ namespace vigil::infer {
 
 // ---- Errors ------------------------------------------------------------------------------------
 
-// InvalidArgument "node 'n' (Op): <args...>".
+// InvalidArgument "node 'n' (Op): <args...>", the arguments concatenated by vigil::StrCat.
 template <typename... Args>
 Status NodeError(const Node& node, const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": ", args...));
+  return absl::InvalidArgumentError(vigil::StrCat(node.Describe(), ": ", args...));
 }
 // Unimplemented "node 'n' (Op): <args...>" — for valid ONNX that vigil does not support.
 template <typename... Args>
 Status NodeUnimplemented(const Node& node, const Args&... args) {
-  return absl::UnimplementedError(absl::StrCat(node.Describe(), ": ", args...));
+  return absl::UnimplementedError(vigil::StrCat(node.Describe(), ": ", args...));
 }
 
 // ---- Validation (for InferFn) ------------------------------------------------------------------
@@ -59,7 +59,8 @@ std::string DTypeList(std::initializer_list<DType> dtypes);
 // "axis 4 is out of range for rank 4".
 StatusOr<int64_t> NormalizeAxis(const Node& node, int64_t axis, int64_t rank);
 // Normalises each axis and returns them sorted; a repeated axis is an error.
-StatusOr<std::vector<int64_t>> NormalizeAxes(const Node& node, const std::vector<int64_t>& axes, int64_t rank);
+StatusOr<std::vector<int64_t>> NormalizeAxes(const Node& node, const std::vector<int64_t>& axes,
+                                             int64_t rank);
 
 // The value of input `i` as int64 values (integer dtypes) when it is known at load
 // (ctx.input_values[i] non-null). `what` names the input in errors ("axes"); a missing value is
@@ -93,7 +94,7 @@ class BroadcastPlan {
   int64_t offset(size_t k, int64_t row) const;
 
  private:
-  std::vector<int64_t> outer_dims_;                // collapsed output dims except the innermost
+  std::vector<int64_t> outer_dims_;                  // collapsed output dims except the innermost
   std::vector<std::vector<int64_t>> outer_strides_;  // per input, aligned with outer_dims_
   std::vector<int64_t> inner_stride_;
   int64_t rows_ = 1, row_length_ = 1;
