@@ -11,6 +11,8 @@ if(CMAKE_CUDA_COMPILER)
     # sm_90 (H100/H200) SASS plus compute_90 PTX for forward compatibility.
     set(CMAKE_CUDA_ARCHITECTURES "90-real;90-virtual")
   endif()
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   enable_language(CUDA)
   find_package(CUDAToolkit QUIET)
   find_library(VIGIL_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
