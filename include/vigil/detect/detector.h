@@ -1,0 +1,73 @@
+// vigil/detect/detector.h — a YOLO detector: letterbox → Engine → decode → NMS → source pixels.
+//
+//   vigil::detect::DetectorOptions options;
+//   options.conf = 0.3f;
+//   auto detector = vigil::detect::Detector::Load("yolov8n.onnx", options);
+//   if (!detector.ok()) { /* names the file and the reason */ }
+//   auto results = (*detector)->Detect(images);  // results->at(i): detections of images[i]
+//
+// The family (model_family.h) decides the letterbox style and the decoding; boxes come back in
+// source-image pixels, sorted by score, at most max_det per image.
+// Batching: the engine's batch size B is fixed at load: options.engine.batch for a model with a
+// symbolic batch (else 1); a model with a fixed batch keeps it (a different request is logged as a
+// warning, not an error). Detect splits the images into chunks of B, runs one inference per chunk
+// and pads the last chunk with blank (zero) slots whose outputs are ignored.
+// Thread-safety: Load is thread-safe. A Detector is immutable after Load: Detect may be called from
+// several threads at once; their inferences run one at a time (Engine::Run is serialised), so use
+// one Detector per worker for parallel inference.
+// Errors: Load reports the model file's errors (Engine::Load), family errors (DescribeModel) and
+// invalid options as InvalidArgument naming the option; Detect reports bad images (empty, wrong
+// buffer size) naming their index, and engine errors.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vigil/common/status.h"
+#include "vigil/detect/detection.h"
+#include "vigil/detect/image.h"
+#include "vigil/detect/model_family.h"
+#include "vigil/infer/engine.h"
+
+namespace vigil::detect {
+
+struct DetectorOptions {
+  infer::EngineOptions engine;   // device, threads, batch (0 = the model's batch, 1 when symbolic)
+  float conf = 0.25f;            // confidence threshold in [0, 1]: keep score > conf. Default: 0.25
+  float iou = -1.0f;             // NMS IoU threshold in [0, 1]; negative = the family's default
+                                 // (0.7 Ultralytics, 0.45 YOLOv5 and YOLOX; end-to-end: no NMS)
+  int max_det = 300;             // detections per image, >= 1. Default: 300
+  bool agnostic = false;         // class-agnostic NMS. Default: false
+  std::vector<int> classes;      // keep only these class ids; empty = all. Default: empty
+  int64_t imgsz_height = 0;      // model input size for models with symbolic H/W, pixels; rounded
+  int64_t imgsz_width = 0;       // up to a multiple of 32. 0 = metadata imgsz. A fixed-size model
+                                 // accepts only its own size (else InvalidArgument).
+};
+
+class Detector {
+ public:
+  static StatusOr<std::unique_ptr<Detector>> Load(const std::string& model_path, const DetectorOptions& options);
+  // Wraps an already loaded engine (tests, tools). Same checks as Load.
+  static StatusOr<std::unique_ptr<Detector>> Create(std::unique_ptr<infer::Engine> engine,
+                                                    const DetectorOptions& options);
+
+  // Detections of each image, aligned with `images`.
+  StatusOr<std::vector<std::vector<Detection>>> Detect(std::span<const Image> images) const;
+
+  const ModelInfo& model() const { return model_; }
+  const DetectorOptions& options() const { return options_; }
+  float iou() const { return iou_; }  // the NMS threshold in effect
+  // The class's name ("class<N>" when the model has no name for it).
+  std::string ClassName(int class_id) const;
+
+ private:
+  Detector() = default;
+  std::unique_ptr<infer::Engine> engine_;
+  DetectorOptions options_;
+  ModelInfo model_;
+  float iou_ = 0.7f;
+};
+
+}  // namespace vigil::detect

@@ -1,0 +1,104 @@
+#include "vigil/detect/detector.h"
+
+#include <algorithm>
+
+#include "spdlog/spdlog.h"
+#include "vigil/detect/decode.h"
+#include "vigil/detect/letterbox.h"
+#include "vigil/detect/nms.h"
+
+namespace vigil::detect {
+namespace {
+
+Status ValidateOptions(const DetectorOptions& o) {
+  if (!(o.conf >= 0 && o.conf <= 1)) return absl::InvalidArgumentError(StrCat("conf ", o.conf, " is not in [0, 1]"));
+  if (!(o.iou <= 1)) return absl::InvalidArgumentError(StrCat("iou ", o.iou, " is not in [0, 1]"));
+  if (o.max_det < 1) return absl::InvalidArgumentError(StrCat("max_det ", o.max_det, " is not >= 1"));
+  for (int c : o.classes) {
+    if (c < 0) return absl::InvalidArgumentError(StrCat("class id ", c, " in classes is negative"));
+  }
+  if (o.imgsz_height < 0 || o.imgsz_width < 0 || (o.imgsz_height == 0) != (o.imgsz_width == 0)) {
+    return absl::InvalidArgumentError(
+        StrCat("imgsz ", o.imgsz_height, "x", o.imgsz_width, " must give both height and width > 0"));
+  }
+  return absl::OkStatus();
+}
+
+// Ultralytics `check_imgsz`: sizes are rounded up to a multiple of the largest stride.
+int64_t RoundUpToStride(int64_t v) {
+  constexpr int64_t kStride = 32;
+  return (v + kStride - 1) / kStride * kStride;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Detector>> Detector::Load(const std::string& model_path, const DetectorOptions& options) {
+  VIGIL_RETURN_IF_ERROR(ValidateOptions(options));
+  infer::EngineOptions engine_options = options.engine;
+  if (options.imgsz_height > 0) {
+    engine_options.height = RoundUpToStride(options.imgsz_height);
+    engine_options.width = RoundUpToStride(options.imgsz_width);
+    if (engine_options.height != options.imgsz_height || engine_options.width != options.imgsz_width) {
+      spdlog::warn("imgsz {}x{} is not a multiple of stride 32, using {}x{}", options.imgsz_height,
+                   options.imgsz_width, engine_options.height, engine_options.width);
+    }
+  }
+  VIGIL_ASSIGN_OR_RETURN(auto engine, infer::Engine::Load(model_path, engine_options));
+  return Create(std::move(engine), options);
+}
+
+StatusOr<std::unique_ptr<Detector>> Detector::Create(std::unique_ptr<infer::Engine> engine,
+                                                     const DetectorOptions& options) {
+  VIGIL_RETURN_IF_ERROR(ValidateOptions(options));
+  std::unique_ptr<Detector> d(new Detector());
+  VIGIL_ASSIGN_OR_RETURN(d->model_, DescribeModel(*engine));
+  if (options.imgsz_height > 0) {
+    const int64_t h = RoundUpToStride(options.imgsz_height), w = RoundUpToStride(options.imgsz_width);
+    if (d->model_.height != h || d->model_.width != w) {
+      return absl::InvalidArgumentError(StrCat(
+          "model ", engine->summary().path, ": input '", d->model_.input_name, "' is fixed at ", d->model_.height,
+          "x", d->model_.width, "; imgsz ", h, "x", w, " cannot change it"));
+    }
+  }
+  if (options.engine.batch > 0 && options.engine.batch != d->model_.batch) {
+    spdlog::warn("model {}: input '{}' has a fixed batch of {}; running batches of {} instead of {}",
+                 engine->summary().path, d->model_.input_name, d->model_.batch, d->model_.batch, options.engine.batch);
+  }
+  d->iou_ = options.iou < 0 ? d->model_.default_iou : options.iou;
+  d->options_ = options;
+  d->engine_ = std::move(engine);
+  return d;
+}
+
+std::string Detector::ClassName(int class_id) const { return detect::ClassName(model_.names, class_id); }
+
+StatusOr<std::vector<std::vector<Detection>>> Detector::Detect(std::span<const Image> images) const {
+  const ModelInfo& m = model_;
+  const NmsOptions nms{.iou = iou_, .max_det = options_.max_det, .agnostic = options_.agnostic};
+  std::vector<std::vector<Detection>> results;
+  results.reserve(images.size());
+  std::vector<Tensor> outputs;
+  for (size_t first = 0; first < images.size(); first += static_cast<size_t>(m.batch)) {
+    const size_t count = std::min(images.size() - first, static_cast<size_t>(m.batch));
+    Tensor input(m.input_dtype, {m.batch, m.channels, m.height, m.width});  // padding slots stay zero
+    std::vector<LetterboxInfo> boxes_info(count);
+    for (size_t i = 0; i < count; ++i) {
+      auto info = Letterbox(images[first + i], m.letterbox, input, static_cast<int64_t>(i));
+      if (!info.ok()) return Annotate(info.status(), StrCat("image ", first + i));
+      boxes_info[i] = *info;
+    }
+    VIGIL_RETURN_IF_ERROR(engine_->Run({&input, 1}, &outputs));
+    for (size_t i = 0; i < count; ++i) {
+      VIGIL_ASSIGN_OR_RETURN(std::vector<Detection> candidates,
+                             DecodeOutput(outputs[0], static_cast<int64_t>(i), m, options_.conf, options_.classes));
+      std::vector<Detection> kept = m.family == ModelFamily::kEnd2End
+                                        ? TopByScore(std::move(candidates), options_.max_det)
+                                        : NonMaxSuppression(std::move(candidates), nms);
+      MapToSource(boxes_info[i], kept);
+      results.push_back(std::move(kept));
+    }
+  }
+  return results;
+}
+
+}  // namespace vigil::detect
