@@ -17,7 +17,7 @@ build_pkgs=(
 )
 test_pkgs=(
   python3 python3-venv python3-pip python3-numpy python3-opencv
-  ffmpeg sqlite3                     # test media generation, RTSP server on loopback, DB inspection
+  ffmpeg sqlite3                     # test media generation, the RTP feed behind the loopback RTSP test server
   python3-torch python3-torchvision   # Debian's CPU PyTorch 1.13: exports test models, no CUDA wheels
 )
 

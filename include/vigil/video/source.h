@@ -1,0 +1,178 @@
+// vigil/video/source.h — where frames come from: video files, network streams, image folders.
+//
+// A Source is a pull interface: Next() decodes until it has the next frame to deliver and returns it,
+// std::nullopt at the end of the input, or an error. OpenSource(options) picks the kind from the URI
+// (ClassifyUri):
+//   * files in any container/codec this FFmpeg (libavformat/libavcodec 5.1) reads;
+//   * network URLs (rtsp://, rtmp://, http(s)://, including HLS playlists, any other "scheme://"
+//     FFmpeg has a protocol for): live sources that reconnect with exponential backoff and full jitter;
+//   * image folders (the files with an image extension, non-recursive) and globs ("dir/*.jpg"),
+//     in byte-wise sorted order, decoded with OpenCV (cv::imread, IMREAD_COLOR: EXIF orientation applied).
+//
+// What Next() does with each decoded picture, in this order (Frame documents the fields):
+//   1. Timeline: pts_ns = the decoder's best_effort_timestamp, in ns from the stream's start_time.
+//      A missing pts, a pts that does not increase, or a forward jump larger than max_pts_jump_ns is
+//      replaced by the previous pts + the nominal frame duration (from the stream's frame rate, else 40 ms)
+//      and counted (timestamp_fixups); later frames keep that offset. A new pass of a looped file and a
+//      new network connection continue the timeline the same way, so pts_ns strictly increases.
+//   2. target_fps (> 0): a frame is kept when its pts falls into a later slot of length 1/target_fps than
+//      the last kept frame (slot = floor((pts - first pts) * target_fps)), so the rate is reduced by
+//      timestamps, not by counting; skipped frames get no seq (counted: skipped_target_fps).
+//   3. seq = frames kept so far in this Source (0, 1, 2, ...).
+//   4. start_after_seq (resume): frames with seq <= it are decoded but not delivered (skipped_resume).
+//      Resuming decodes from the start of the file; it does not seek.
+//   5. realtime (files and images only): waits until the frame is due at the input's native rate,
+//      measured from the first delivered frame (a consumer that falls > 1 s behind re-anchors the clock
+//      instead of receiving a burst).
+// Loop: at the end of a file (or image list) with loop on, the input is reopened and the next pass
+// continues the same run: seq and pts_ns go on increasing. A loop is the same endless stream, like a
+// camera; giving each pass a new run would make (stream, run, seq) depend on how many passes an edge
+// happened to see before a restart, and resume (start_after_seq) could not name a frame across passes.
+//
+// Real-file handling: display-matrix rotation (stream or frame side data; FFmpeg 5.x demuxers turn a
+// "rotate" tag into it) is applied in multiples of 90 degrees (a mirrored or oblique matrix is logged and
+// ignored); the decoded size (crop applied by libavcodec) is used, and a sample aspect ratio != 1 widens
+// or narrows the picture to square pixels (apply_sample_aspect); conversion to BGR24 is libswscale
+// (SWS_BILINEAR) with the frame's colour matrix and range (unspecified: BT.709 from 720 lines up, else
+// BT.601); corrupt packets and frames are counted (decode_errors) and decoding goes on; a file that
+// ends early — fewer frames than its header declares (MP4, AVI) or its last frame > max(0.5 s, 2 frames)
+// before the duration its header declares (Matroska, FLV, IVF) — ends normally with one decode error
+// counted (containers without a declared length, such as MPEG-TS, MPEG-PS and Ogg, cannot tell a cut;
+// an MP4 cut before its index fails to open, DataLoss); nothing blocks longer than the timeouts.
+//
+// Thread-safety: Next() from one thread at a time. Interrupt() and Stats() from any thread, any time.
+// Errors (Next / OpenSource), each message naming the stream and its URI (passwords redacted):
+//   NotFound (missing file, empty folder or glob), InvalidArgument (no video stream, bad options),
+//   Unimplemented (no decoder), DataLoss (unreadable file), Unavailable (network source gave up after
+//   max_attempts), Cancelled (after Interrupt()). A failing Source affects no other Source.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vigil/common/status.h"
+#include "vigil/video/frame.h"
+#include "vigil/video/stats.h"
+
+namespace vigil::video {
+
+// Exponential backoff with full jitter (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015):
+// the wait before reconnect attempt n (n = 0 after a connection that delivered frames, +1 for every
+// attempt since that failed or delivered nothing) is uniform in [0, min(max_delay, initial_delay * 2^n)].
+struct ReconnectPolicy {
+  std::chrono::milliseconds initial_delay{500};  // Default: 0.5 s
+  std::chrono::milliseconds max_delay{30000};    // Default: 30 s
+  int max_attempts = 0;  // consecutive failed attempts before Next() fails (Unavailable); 0 = never give up
+};
+// The delay for attempt `n` given a uniform sample `u` in [0, 1]: u * min(max_delay, initial_delay * 2^n).
+std::chrono::nanoseconds BackoffDelay(const ReconnectPolicy& policy, int n, double u);
+
+struct SourceOptions {
+  std::string uri;        // file path, URL, folder or glob (required)
+  std::string stream_id;  // Default: the uri
+  uint64_t run = 0;       // the run the owner assigns; a Source never changes it
+  bool realtime = false;  // files/images: deliver at the native rate, like a camera. Default: as fast as possible
+  bool loop = false;      // files/images: start over at the end (same run; seq continues)
+  double target_fps = 0;  // > 0: reduce the rate by timestamps; Default: 0 = every frame
+  std::optional<uint64_t> start_after_seq;  // resume: deliver only frames with seq > this
+  double image_fps = 1.0;                   // images: pts spacing (1 / image_fps s) and realtime rate
+  int64_t max_pts_jump_ns = 10'000'000'000;  // a larger forward pts jump is a discontinuity. Default: 10 s
+  bool apply_sample_aspect = true;           // resample non-square pixels to square ones
+  int decoder_threads = 1;                   // libavcodec thread_count (0 = FFmpeg's choice)
+  // Network sources.
+  std::string rtsp_transport = "tcp";                  // FFmpeg rtsp_transport: tcp, udp, udp_multicast, http
+  std::chrono::milliseconds connect_timeout{10000};    // open + stream probing, each attempt. Default: 10 s
+  std::chrono::milliseconds read_timeout{10000};       // no packet for this long = connection lost. Default: 10 s
+  ReconnectPolicy reconnect;
+  std::map<std::string, std::string> demuxer_options;  // passed to avformat_open_input (e.g. user_agent)
+};
+
+enum class SourceKind { kFile, kNetwork, kImages };
+// kNetwork for "<scheme>://..." other than file://; kImages for a directory, a path with glob
+// characters (*?[) or a path with an image extension; kFile otherwise.
+SourceKind ClassifyUri(const std::string& uri);
+
+// "rtsp://user:secret@host/x" -> "rtsp://user:***@host/x"; other strings unchanged.
+std::string RedactUri(const std::string& uri);
+
+class Source {
+ public:
+  virtual ~Source() = default;
+  Source(const Source&) = delete;
+  Source& operator=(const Source&) = delete;
+
+  // The next frame; std::nullopt at the end of the input; an error ends the Source (state kFailed, or
+  // kStopped for Cancelled). After the end or an error, Next() returns the same again. A network source
+  // never ends by itself: it reconnects until Interrupt() or max_attempts.
+  StatusOr<std::optional<Frame>> Next();
+  // Makes a running or later Next() return Cancelled promptly: it wakes backoff and pacing waits and
+  // aborts blocking FFmpeg I/O through its interrupt callback; the state becomes kStopped unless the
+  // Source has already ended or failed. Thread-safe; idempotent.
+  void Interrupt();
+  StreamStats Stats() const { return stats_.Snapshot(); }
+  bool live() const { return live_; }  // network source: a reader should drop rather than block
+  const SourceOptions& options() const { return options_; }
+
+ protected:
+  // A picture from the decoder, before the steps Next() applies.
+  struct Picture {
+    Frame frame;                    // pixels, width, height, stride, rotation filled in
+    std::optional<int64_t> pts_ns;  // from the input's start; nullopt when unknown
+    bool discontinuity = false;     // first picture of a new pass / connection
+    int64_t nominal_duration_ns = 40'000'000;
+  };
+  Source(SourceOptions options, bool live);
+  // The next picture in presentation order, std::nullopt at the end, or an error (see above).
+  virtual StatusOr<std::optional<Picture>> DecodeNext() = 0;
+
+  bool interrupted() const { return interrupted_.load(std::memory_order_relaxed); }
+  // Sleeps for `d` or until Interrupt(); false when interrupted.
+  bool WaitFor(std::chrono::nanoseconds d);
+  const std::string& who() const { return who_; }  // "stream 'id' (uri)" for logs and errors
+
+  SourceOptions options_;
+  mutable StatsRecorder stats_;
+
+ private:
+  int64_t Retime(const Picture& picture);
+  bool KeepForTargetFps(int64_t pts_ns);
+  bool Pace(int64_t pts_ns);
+
+  const bool live_;
+  const std::string who_;
+  std::atomic<bool> interrupted_{false};
+  std::mutex wait_mu_;
+  std::condition_variable wait_cv_;
+  // Next()'s state (one calling thread).
+  std::optional<Status> finished_;  // set when Next() has returned the end or an error
+  bool have_pts_ = false;
+  int64_t last_pts_ns_ = 0, pts_offset_ns_ = 0;
+  bool have_fps_origin_ = false;
+  int64_t fps_origin_ns_ = 0, last_fps_slot_ = 0;
+  uint64_t next_seq_ = 0;
+  bool paced_ = false;
+  std::chrono::steady_clock::time_point pace_anchor_;
+  int64_t pace_anchor_pts_ns_ = 0;
+};
+
+// Opens the input named by options.uri. Files are opened and probed here (a missing or unreadable file
+// fails now, naming the path); folders and globs are listed here (no image: NotFound); network sources
+// connect in the first Next(), so that a camera that is down does not fail the stream.
+StatusOr<std::unique_ptr<Source>> OpenSource(SourceOptions options);
+
+namespace internal {
+// The two implementations behind OpenSource (ffmpeg_source.cc, image_source.cc). `url` is what FFmpeg
+// opens: the network URL, or "file:" + the path (so that a ':' in a file name is not read as a protocol).
+StatusOr<std::unique_ptr<Source>> OpenFfmpegSource(SourceOptions options, std::string url, bool live);
+StatusOr<std::unique_ptr<Source>> OpenImageSource(SourceOptions options, std::vector<std::string> paths);
+}  // namespace internal
+
+}  // namespace vigil::video

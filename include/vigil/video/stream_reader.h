@@ -1,0 +1,77 @@
+// vigil/video/stream_reader.h — runs a Source on its own thread into a bounded queue.
+//
+// Queue policy (docs/architecture.md, "Data flow"): a live source drops the oldest queued frame when the
+// queue is full (latest frame wins; counted in dropped_queue_full — its seq then never reaches the
+// consumer, a visible gap), a file source blocks until the consumer pops, so offline runs lose nothing.
+// kAuto picks drop-oldest for network sources and block for files and images (also in realtime mode).
+//
+// Thread-safety: all methods may be called from any thread; Pop() from one consumer thread at a time.
+// Stop() returns promptly (the Source is interrupted: FFmpeg I/O, backoff and pacing waits abort) and is
+// called by the destructor.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "vigil/common/status.h"
+#include "vigil/video/frame.h"
+#include "vigil/video/source.h"
+#include "vigil/video/stats.h"
+
+namespace vigil::video {
+
+enum class QueuePolicy { kAuto, kBlock, kDropOldest };
+
+struct StreamReaderOptions {
+  size_t queue_capacity = 4;  // frames; REQUIRES: >= 1. Default: 4
+  QueuePolicy policy = QueuePolicy::kAuto;
+};
+
+class StreamReader {
+ public:
+  // Starts the reading thread. REQUIRES: source != nullptr.
+  explicit StreamReader(std::unique_ptr<Source> source, StreamReaderOptions options = {});
+  ~StreamReader();
+  StreamReader(const StreamReader&) = delete;
+  StreamReader& operator=(const StreamReader&) = delete;
+
+  enum class PopResult {
+    kFrame,    // *frame holds the next frame
+    kTimeout,  // nothing arrived within the timeout; the stream goes on
+    kEnd,      // the queue is empty and the Source has finished: final_status() says how
+  };
+  PopResult Pop(Frame* frame, std::chrono::nanoseconds timeout);
+
+  // Interrupts the Source, wakes a blocked producer and joins the thread. Frames already queued can still
+  // be popped. Idempotent.
+  void Stop();
+  // After kEnd: OK when the input ended or Stop() ended it, else the error that ended the Source.
+  Status final_status() const;
+  // The Source's counters plus dropped_queue_full and queue_depth.
+  StreamStats Stats() const;
+  const SourceOptions& source_options() const { return source_->options(); }
+
+ private:
+  void Run();
+
+  const std::unique_ptr<Source> source_;
+  const size_t capacity_;
+  const bool drop_oldest_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // signalled on push, pop, finish and stop
+  std::deque<Frame> queue_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Status final_status_ ABSL_GUARDED_BY(mu_);
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mutex join_mu_;  // serialises Stop()'s join
+  std::thread thread_;  // last: started after everything above is initialised
+};
+
+}  // namespace vigil::video

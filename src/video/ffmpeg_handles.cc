@@ -1,0 +1,25 @@
+#include "vigil/video/ffmpeg_handles.h"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/error.h>
+#include <libavutil/frame.h>
+#include <libswscale/swscale.h>
+}
+
+namespace vigil::video::internal {
+
+void FormatInputDeleter::operator()(AVFormatContext* c) const noexcept { avformat_close_input(&c); }
+void CodecContextDeleter::operator()(AVCodecContext* c) const noexcept { avcodec_free_context(&c); }
+void FrameDeleter::operator()(AVFrame* f) const noexcept { av_frame_free(&f); }
+void PacketDeleter::operator()(AVPacket* p) const noexcept { av_packet_free(&p); }
+void SwsContextDeleter::operator()(SwsContext* c) const noexcept { sws_freeContext(c); }
+
+std::string AvErrorString(int errnum) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {};
+  if (av_strerror(errnum, buf, sizeof(buf)) < 0) return "FFmpeg error " + std::to_string(errnum);
+  return buf;
+}
+
+}  // namespace vigil::video::internal

@@ -1,0 +1,78 @@
+#include "vigil/video/stream_reader.h"
+
+#include <algorithm>
+
+namespace vigil::video {
+
+StreamReader::StreamReader(std::unique_ptr<Source> source, StreamReaderOptions options)
+    : source_(std::move(source)),
+      capacity_(std::max<size_t>(1, options.queue_capacity)),
+      drop_oldest_(options.policy == QueuePolicy::kDropOldest ||
+                   (options.policy == QueuePolicy::kAuto && source_->live())),
+      thread_([this] { Run(); }) {}
+
+StreamReader::~StreamReader() { Stop(); }
+
+void StreamReader::Run() {
+  Status status;
+  while (true) {
+    StatusOr<std::optional<Frame>> next = source_->Next();
+    if (!next.ok()) {
+      if (!absl::IsCancelled(next.status())) status = next.status();
+      break;
+    }
+    if (!next->has_value()) break;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (drop_oldest_) {
+      if (queue_.size() >= capacity_) {
+        queue_.pop_front();
+        ++dropped_;
+      }
+    } else {
+      cv_.wait(lock, [this] { return stop_ || queue_.size() < capacity_; });
+      if (stop_) break;
+    }
+    queue_.push_back(std::move(**next));
+    cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  finished_ = true;
+  final_status_ = status;
+  cv_.notify_all();
+}
+
+StreamReader::PopResult StreamReader::Pop(Frame* frame, std::chrono::nanoseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [this] { return !queue_.empty() || finished_; })) return PopResult::kTimeout;
+  if (queue_.empty()) return PopResult::kEnd;
+  *frame = std::move(queue_.front());
+  queue_.pop_front();
+  cv_.notify_all();
+  return PopResult::kFrame;
+}
+
+void StreamReader::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  source_->Interrupt();
+  cv_.notify_all();
+  std::lock_guard<std::mutex> lock(join_mu_);
+  if (thread_.joinable()) thread_.join();
+}
+
+Status StreamReader::final_status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return final_status_;
+}
+
+StreamStats StreamReader::Stats() const {
+  StreamStats stats = source_->Stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats.dropped_queue_full = dropped_;
+  stats.queue_depth = queue_.size();
+  return stats;
+}
+
+}  // namespace vigil::video
