@@ -11,6 +11,7 @@ namespace vigil::cli {
 void AddDetectCommand(CLI::App& app, int* exit_code);  // detect_cmd.cc: `vigil detect`
 void AddModelCommands(CLI::App& app, int* exit_code);  // model_cmd.cc: `vigil model inspect|run`
 void AddBenchCommands(CLI::App& app, int* exit_code);  // bench_cmd.cc: `vigil bench engine`
+void AddAggregatorCommand(CLI::App& app, int* exit_code);  // aggregator_cmd.cc: `vigil aggregator`
 void AddTopoCommand(CLI::App& app, int* exit_code);    // topo_cmd.cc: `vigil topo` (a stub saying why when built without hwloc)
 
 }  // namespace vigil::cli

@@ -3,11 +3,14 @@
 #include <exception>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
+  // Logs go to stderr: stdout carries results (JSON lines, tables, the aggregator's ready line).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("vigil"));
   CLI::App app{"vigil: real-time YOLO object detection runtime"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "vigil 0.1.0");
@@ -18,6 +21,7 @@ int main(int argc, char** argv) {
   vigil::cli::AddModelCommands(app, &exit_code);
   vigil::cli::AddBenchCommands(app, &exit_code);
   vigil::cli::AddTopoCommand(app, &exit_code);
+  vigil::cli::AddAggregatorCommand(app, &exit_code);
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   try {
     app.parse(argc, argv);

@@ -1,0 +1,95 @@
+// vigil/aggregator/aggregator.h — the aggregation node: `vigil aggregator --config agg.yaml`.
+//
+// Edges connect over TCP (transport/receiver.h) and send reports; a storage thread takes them in
+// batches, applies each batch to SQLite in one transaction (store.h: de-duplication by
+// (edge, stream, run, seq), epoch fencing), and only after the commit answers every report with an
+// Ack (or a Reject for a stale epoch). A report that was received but not committed is never acked,
+// so the edge re-sends it: nothing is lost when the aggregator dies, and nothing is stored twice.
+// If a transaction fails (disk full, I/O error) the connections whose reports were in it are closed,
+// so their edges reconnect and re-send; the failure is logged and counted, and /healthz says so.
+//
+// HTTP (cpp-httplib), all GET:
+//   /healthz      200 {"status":"ok",...}; 503 with "status":"degraded" while storage is failing
+//   /metrics      Prometheus text format 0.0.4 (metrics/registry.h)
+//   /api/events   ?since_seq=ID (events with id > ID; default 0) &since_time=SECONDS (capture time ≥,
+//                 Unix seconds, fractions allowed) &edge=E &stream=S &limit=N (1..10000, default 100)
+//                 → {"events":[{id, edge, stream, run, seq, epoch, capture_ns, pts_ns, publish_ns,
+//                   stored_ns, severity, rule, width, height, detections:[{class_id, label, score,
+//                   box:[x1,y1,x2,y2]}]}], "next_since_seq": last id (or since_seq)}
+//   /api/stats    → {"edges":[...], "streams":[{..., "runs":[{run, frames, events,
+//                   contiguous_through, last_seq, missing, gaps:[[first,last],...]}]}]}
+//   A bad query parameter gives 400 {"error": "..."} naming it.
+//
+// Metrics (names are the contract for dashboards):
+//   vigil_aggregator_reports_total{result=stored|duplicate|stale}   counter
+//   vigil_aggregator_frames_total{edge,stream}                      counter, new frames stored
+//   vigil_aggregator_events_total{edge,stream}                      counter
+//   vigil_aggregator_duplicate_frames_total{edge,stream}            counter
+//   vigil_aggregator_stale_rejected_total{edge,stream}              counter
+//   vigil_aggregator_frame_to_stored_seconds{edge,stream}           histogram: commit time − capture_ns
+//                                                                   (across hosts: includes clock offset)
+//   vigil_aggregator_commit_seconds                                 histogram: one storage transaction
+//   vigil_aggregator_storage_errors_total                           counter: failed transactions
+//   vigil_aggregator_queue_depth                                    gauge: reports waiting for storage
+//   vigil_aggregator_edges_connected                                gauge
+//   vigil_transport_connections_total{result=accepted|refused}      counter
+//   vigil_transport_disconnects_total{reason=protocol_error|timeout} counter
+//   vigil_transport_received_bytes_total, vigil_transport_received_frames_total   counters
+//
+// Thread-safety: Start/Stop/Kill from one controlling thread; the accessors from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "vigil/common/status.h"
+#include "vigil/metrics/registry.h"
+
+namespace vigil::aggregator {
+
+// agg.yaml; every key is optional.
+struct AggregatorConfig {
+  std::string listen_host = "0.0.0.0";  // listen: edges connect here. Default: 0.0.0.0:7400
+  uint16_t listen_port = 7400;          //   (port 0 = any free port, printed at start)
+  std::string http_host = "127.0.0.1";  // http: the API. Default: 127.0.0.1:7401
+  uint16_t http_port = 7401;
+  std::string db_path = "vigil-aggregator.db";  // db: SQLite file. Default: vigil-aggregator.db
+  bool db_synchronous_full = false;             // db_synchronous: normal | full. Default: normal
+  int max_connections = 256;                    // max_connections: 1..65536. Default: 256
+  int batch_max = 512;                          // batch_max: reports per transaction, 1..100000. Default: 512
+  int queue_max = 16384;                        // queue_max: reports waiting for storage, 1..10^7. Default: 16384
+  int peer_timeout_ms = 10000;                  // peer_timeout_ms: silent edge is dropped, 100..3600000. Default: 10000
+};
+
+// Reads agg.yaml. Errors: NotFound (no file), InvalidArgument listing every bad key with its
+// line:column (common/config.h).
+StatusOr<AggregatorConfig> LoadAggregatorConfig(const std::string& path);
+StatusOr<AggregatorConfig> ParseAggregatorConfig(std::string_view yaml, const std::string& name);
+
+class Aggregator {
+ public:
+  // Opens the database, binds both ports and starts serving.
+  // Errors: from Store::Open, TcpReceiver::Start; Unavailable when the HTTP port cannot be bound.
+  static StatusOr<std::unique_ptr<Aggregator>> Start(const AggregatorConfig& config);
+  ~Aggregator();  // Stop()
+
+  uint16_t listen_port() const;  // the bound ports (resolving port 0)
+  uint16_t http_port() const;
+  metrics::Registry& metrics();
+
+  // Clean shutdown: stops accepting and reading, stores and acks what was received, closes.
+  // Idempotent.
+  void Stop();
+  // Simulates a crash (for tests; the real one is SIGKILL): connections are cut and reports received
+  // but not yet committed are dropped without an ack. What was committed stays committed.
+  void Kill();
+
+ private:
+  struct Impl;
+  explicit Aggregator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vigil::aggregator

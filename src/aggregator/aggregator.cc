@@ -1,0 +1,474 @@
+#include "vigil/aggregator/aggregator.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "vigil/aggregator/store.h"
+#include "vigil/common/config.h"
+#include "vigil/transport/receiver.h"
+
+namespace vigil::aggregator {
+namespace {
+
+using nlohmann::json;
+using transport::Report;
+using transport::Session;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Client-supplied text (edge ids, labels) may be invalid UTF-8: replace, never throw.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
+  AggregatorConfig c;
+  ConfigMap root = file.root();
+  root.GetHostPort("listen", &c.listen_host, &c.listen_port);
+  root.GetHostPort("http", &c.http_host, &c.http_port);
+  if (root.Get("db", &c.db_path) && c.db_path.empty()) root.Error("db", "must name a file");
+  std::string sync;
+  if (root.GetOneOf("db_synchronous", &sync, {"normal", "full"})) c.db_synchronous_full = sync == "full";
+  root.Get("max_connections", &c.max_connections, 1, 65536);
+  root.Get("batch_max", &c.batch_max, 1, 100000);
+  root.Get("queue_max", &c.queue_max, 1, 10000000);
+  root.Get("peer_timeout_ms", &c.peer_timeout_ms, 100, 3600000);
+  VIGIL_RETURN_IF_ERROR(file.Finish());
+  return c;
+}
+
+// Parses an optional query parameter; *error names it when malformed.
+bool ParamInt(const httplib::Request& req, const char* name, int64_t min, int64_t max, int64_t* out,
+              std::string* error) {
+  if (!req.has_param(name)) return true;
+  const std::string v = req.get_param_value(name);
+  int64_t x = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || end != v.data() + v.size() || x < min || x > max) {
+    *error = StrCat(name, ": '", v, "' is not an integer in [", min, ", ", max, "]");
+    return false;
+  }
+  *out = x;
+  return true;
+}
+
+}  // namespace
+
+StatusOr<AggregatorConfig> LoadAggregatorConfig(const std::string& path) {
+  VIGIL_ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Load(path));
+  return FromFile(file);
+}
+
+StatusOr<AggregatorConfig> ParseAggregatorConfig(std::string_view yaml, const std::string& name) {
+  VIGIL_ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Parse(yaml, name));
+  return FromFile(file);
+}
+
+struct Aggregator::Impl final : transport::ReceiverHandler {
+  struct Item {
+    std::shared_ptr<Session> session;
+    std::optional<Report> report;  // nullopt: the session's Hello
+  };
+  struct StreamMetrics {
+    metrics::Counter *frames, *events, *duplicates, *stale;
+    metrics::Histogram* frame_to_stored;
+  };
+
+  AggregatorConfig cfg;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<transport::TcpReceiver> receiver;
+  metrics::Registry registry;
+  httplib::Server http;
+  int http_port = 0;
+  std::thread http_thread, storage_thread;
+  bool stopped = false;  // Stop/Kill ran (controlling thread only)
+
+  std::mutex mu;
+  std::condition_variable not_empty, not_full;
+  std::deque<Item> queue;                // GUARDED_BY(mu)
+  bool closing = false;                  // GUARDED_BY(mu) reports arriving now are dropped unacked
+  bool stop_storage = false;             // GUARDED_BY(mu) storage exits once the queue is empty
+  bool drop_queue = false;               // GUARDED_BY(mu) storage exits at once (Kill)
+  std::string storage_error;             // GUARDED_BY(mu) the last failed transaction; "" when healthy
+  std::multiset<std::string> connected;  // GUARDED_BY(mu) edges with an open session
+
+  // Storage thread only.
+  std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
+
+  metrics::Counter& stored_reports =
+      registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "stored"}});
+  metrics::Counter& duplicate_reports =
+      registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "duplicate"}});
+  metrics::Counter& stale_reports =
+      registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "stale"}});
+  metrics::Histogram& commit_seconds = registry.GetHistogram(
+      "vigil_aggregator_commit_seconds", "Duration of one storage transaction", metrics::LatencyBuckets());
+  metrics::Counter& storage_errors =
+      registry.GetCounter("vigil_aggregator_storage_errors_total", "Storage transactions that failed");
+  metrics::Gauge& queue_depth =
+      registry.GetGauge("vigil_aggregator_queue_depth", "Reports received and waiting for storage");
+  metrics::Gauge& edges_connected =
+      registry.GetGauge("vigil_aggregator_edges_connected", "Edge connections past their Hello");
+
+  // ---- ReceiverHandler (connection threads) ----
+
+  Status OnHello(const std::shared_ptr<Session>& s) override {
+    spdlog::info("aggregator: edge {} connected from {} (epoch {})", s->edge(), s->peer(), s->epoch());
+    std::unique_lock lock(mu);
+    connected.insert(s->edge());
+    edges_connected.Set(static_cast<double>(connected.size()));
+    if (!closing) queue.push_back({s, std::nullopt});
+    not_empty.notify_one();
+    return absl::OkStatus();
+  }
+
+  void OnReport(const std::shared_ptr<Session>& s, Report r) override {
+    std::unique_lock lock(mu);
+    not_full.wait(lock, [&] { return closing || queue.size() < static_cast<size_t>(cfg.queue_max); });
+    if (closing) return;  // not acked: the edge re-sends it to the next aggregator
+    queue.push_back({s, std::move(r)});
+    not_empty.notify_one();
+  }
+
+  void OnClose(const std::shared_ptr<Session>& s, const Status& why) override {
+    spdlog::info("aggregator: edge {} ({}) disconnected: {}", s->edge(), s->peer(), std::string(why.message()));
+    std::lock_guard lock(mu);
+    if (auto it = connected.find(s->edge()); it != connected.end()) connected.erase(it);
+    edges_connected.Set(static_cast<double>(connected.size()));
+  }
+
+  // ---- storage thread ----
+
+  void StorageLoop() {
+    for (;;) {
+      std::vector<Item> batch;
+      {
+        std::unique_lock lock(mu);
+        not_empty.wait(lock, [&] { return stop_storage || !queue.empty(); });
+        if (drop_queue || (stop_storage && queue.empty())) return;
+        while (!queue.empty() && batch.size() < static_cast<size_t>(cfg.batch_max)) {
+          batch.push_back(std::move(queue.front()));
+          queue.pop_front();
+        }
+        not_full.notify_all();
+      }
+      Process(batch);
+    }
+  }
+
+  StreamMetrics& MetricsFor(const Report& r) {
+    auto key = std::make_pair(r.edge, r.stream);
+    auto it = stream_metrics.find(key);
+    if (it != stream_metrics.end()) return it->second;
+    const metrics::Labels l{{"edge", r.edge}, {"stream", r.stream}};
+    StreamMetrics m{
+        &registry.GetCounter("vigil_aggregator_frames_total", "New frames stored (events and progress)", l),
+        &registry.GetCounter("vigil_aggregator_events_total", "Events stored", l),
+        &registry.GetCounter("vigil_aggregator_duplicate_frames_total", "Re-sent frames ignored", l),
+        &registry.GetCounter("vigil_aggregator_stale_rejected_total", "Reports refused for a stale epoch", l),
+        &registry.GetHistogram("vigil_aggregator_frame_to_stored_seconds",
+                               "Capture on the edge to committed at the aggregator", metrics::LatencyBuckets(), l)};
+    return stream_metrics.emplace(key, m).first->second;
+  }
+
+  void Process(std::vector<Item>& batch) {
+    const int64_t now = NowNs();
+    std::vector<const Report*> reports;
+    for (const Item& item : batch) {
+      if (item.report) {
+        reports.push_back(&*item.report);
+      } else if (Status st = store->RecordHello(item.session->edge(), item.session->epoch(), now); !st.ok()) {
+        spdlog::error("aggregator: recording the Hello of {}: {}", item.session->edge(), std::string(st.message()));
+      }
+    }
+    if (reports.empty()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    StatusOr<std::vector<ApplyResult>> results = store->Apply(reports, now);
+    commit_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (!results.ok()) {
+      storage_errors.Inc();
+      spdlog::error("aggregator: storing {} reports failed, closing their connections so the edges re-send: {}",
+                    reports.size(), std::string(results.status().message()));
+      {
+        std::lock_guard lock(mu);
+        storage_error = std::string(results.status().message());
+      }
+      for (const Item& item : batch) item.session->Close();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no hot loop against a failing disk
+      return;
+    }
+    {
+      std::lock_guard lock(mu);
+      storage_error.clear();
+    }
+    const int64_t committed = NowNs();
+    std::map<Session*, std::pair<std::shared_ptr<Session>, std::string>> replies;
+    size_t i = 0;
+    for (const Item& item : batch) {
+      if (!item.report) continue;
+      const Report& r = *item.report;
+      const ApplyResult& res = (*results)[i++];
+      StreamMetrics& m = MetricsFor(r);
+      auto& [session, frames] = replies[item.session.get()];
+      session = item.session;
+      if (res.kind == ApplyResult::kStale) {
+        stale_reports.Inc();
+        m.stale->Inc();
+        transport::AppendFrame(transport::Reject{transport::RejectReason::kStaleEpoch, r.stream, r.run, r.seq_first,
+                                                 r.seq_last, res.stream_epoch,
+                                                 StrCat("epoch ", r.epoch, " is older than ", res.stream_epoch,
+                                                        ", the newest seen for ", r.edge, "/", r.stream)},
+                               &frames);
+        continue;
+      }
+      (res.kind == ApplyResult::kStored ? stored_reports : duplicate_reports).Inc();
+      m.frames->Inc(static_cast<double>(res.new_frames));
+      m.duplicates->Inc(static_cast<double>(res.duplicate_frames));
+      if (res.event_stored) m.events->Inc();
+      if (res.new_frames > 0 && r.capture_ns > 0) {
+        m.frame_to_stored->Observe(static_cast<double>(committed - r.capture_ns) * 1e-9);
+      }
+      transport::AppendFrame(transport::Ack{r.stream, r.run, r.epoch, r.seq_first, r.seq_last, res.contiguous_through},
+                             &frames);
+    }
+    for (auto& [raw, reply] : replies) (void)reply.first->SendFrames(reply.second);  // a dead edge re-sends later
+  }
+
+  // ---- HTTP ----
+
+  void Routes() {
+    http.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+      json j;
+      {
+        std::lock_guard lock(mu);
+        j = {{"status", storage_error.empty() ? "ok" : "degraded"},
+             {"db", store->path()},
+             {"schema_version", store->schema_version()},
+             {"edges_connected", connected.size()},
+             {"queue_depth", queue.size()}};
+        if (!storage_error.empty()) j["error"] = storage_error;
+      }
+      res.status = j["status"] == "ok" ? 200 : 503;
+      res.set_content(Dump(j), "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(registry.Render(), metrics::Registry::kContentType);
+    });
+    http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
+    http.Get("/api/stats", [this](const httplib::Request&, httplib::Response& res) { Stats(res); });
+  }
+
+  static void Error(httplib::Response& res, int status, const std::string& message) {
+    res.status = status;
+    res.set_content(Dump({{"error", message}}), "application/json");
+  }
+
+  void Events(const httplib::Request& req, httplib::Response& res) {
+    EventQuery q;
+    int64_t limit = 100;
+    std::string error;
+    if (!ParamInt(req, "since_seq", 0, INT64_MAX, &q.since_id, &error) ||
+        !ParamInt(req, "limit", 1, 10000, &limit, &error)) {
+      return Error(res, 400, error);
+    }
+    q.limit = static_cast<int>(limit);
+    if (req.has_param("since_time")) {
+      const std::string v = req.get_param_value("since_time");
+      double seconds = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), seconds);
+      if (ec != std::errc() || end != v.data() + v.size() || !std::isfinite(seconds) || std::abs(seconds) > 9e9) {
+        return Error(res, 400, StrCat("since_time: '", v, "' is not a Unix time in seconds (e.g. 1700000000.5)"));
+      }
+      q.since_ns = static_cast<int64_t>(std::llround(seconds * 1e9));
+    }
+    q.edge = req.get_param_value("edge");
+    q.stream = req.get_param_value("stream");
+    StatusOr<std::vector<StoredEvent>> events = store->Events(q);
+    if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
+    json list = json::array();
+    for (const StoredEvent& e : *events) {
+      json dets = json::array();
+      for (const transport::ReportDetection& d : e.detections) {
+        dets.push_back(
+            {{"class_id", d.class_id}, {"label", d.label}, {"score", d.score}, {"box", {d.x1, d.y1, d.x2, d.y2}}});
+      }
+      list.push_back({{"id", e.id},
+                      {"edge", e.edge},
+                      {"stream", e.stream},
+                      {"run", e.run},
+                      {"seq", e.seq},
+                      {"epoch", e.epoch},
+                      {"capture_ns", e.capture_ns},
+                      {"pts_ns", e.pts_ns},
+                      {"publish_ns", e.publish_ns},
+                      {"stored_ns", e.stored_ns},
+                      {"severity", e.severity},
+                      {"rule", e.rule},
+                      {"width", e.width},
+                      {"height", e.height},
+                      {"detections", std::move(dets)}});
+    }
+    const int64_t next = events->empty() ? q.since_id : events->back().id;
+    res.set_content(Dump({{"events", std::move(list)}, {"next_since_seq", next}}), "application/json");
+  }
+
+  void Stats(httplib::Response& res) {
+    StatusOr<StoreStats> s = store->Stats();
+    if (!s.ok()) return Error(res, 500, std::string(s.status().message()));
+    std::multiset<std::string> live;
+    {
+      std::lock_guard lock(mu);
+      live = connected;
+    }
+    json edges = json::array(), streams = json::array();
+    for (const EdgeStats& e : s->edges) {
+      edges.push_back({{"edge", e.edge},
+                       {"epoch", e.epoch},
+                       {"connected", live.count(e.edge) > 0},
+                       {"first_seen_ns", e.first_seen_ns},
+                       {"last_seen_ns", e.last_seen_ns},
+                       {"streams", e.streams},
+                       {"frames", e.frames},
+                       {"events", e.events},
+                       {"missing", e.missing},
+                       {"duplicates", e.duplicates},
+                       {"stale_rejected", e.stale_rejected}});
+    }
+    for (const StreamStats& st : s->streams) {
+      json runs = json::array();
+      for (const RunStats& r : st.runs) {
+        json gaps = json::array();
+        for (const SeqRange& g : r.gaps) gaps.push_back({g.first, g.last});
+        runs.push_back({{"run", r.run},
+                        {"frames", r.frames},
+                        {"events", r.events},
+                        {"contiguous_through", r.contiguous_through},
+                        {"last_seq", r.last_seq},
+                        {"missing", r.missing},
+                        {"gaps", std::move(gaps)}});
+      }
+      streams.push_back({{"edge", st.edge},
+                         {"stream", st.stream},
+                         {"epoch", st.epoch},
+                         {"frames", st.frames},
+                         {"events", st.events},
+                         {"missing", st.missing},
+                         {"duplicates", st.duplicates},
+                         {"stale_rejected", st.stale_rejected},
+                         {"runs", std::move(runs)}});
+    }
+    res.set_content(Dump({{"edges", std::move(edges)}, {"streams", std::move(streams)}}), "application/json");
+  }
+
+  // Mirrors the receiver's counters into the registry at scrape time.
+  void AddTransportMetrics() {
+    struct Mirror {
+      std::mutex mu;
+      transport::ReceiverStats last;  // GUARDED_BY(mu)
+    };
+    auto mirror = std::make_shared<Mirror>();
+    const char* conn_help = "Edge connections by outcome";
+    metrics::Counter& accepted =
+        registry.GetCounter("vigil_transport_connections_total", conn_help, {{"result", "accepted"}});
+    metrics::Counter& refused =
+        registry.GetCounter("vigil_transport_connections_total", conn_help, {{"result", "refused"}});
+    const char* disc_help = "Edge connections closed by the aggregator";
+    metrics::Counter& protocol =
+        registry.GetCounter("vigil_transport_disconnects_total", disc_help, {{"reason", "protocol_error"}});
+    metrics::Counter& timeouts =
+        registry.GetCounter("vigil_transport_disconnects_total", disc_help, {{"reason", "timeout"}});
+    metrics::Counter& bytes = registry.GetCounter("vigil_transport_received_bytes_total", "Bytes received from edges");
+    metrics::Counter& frames = registry.GetCounter("vigil_transport_received_frames_total", "Protocol frames received");
+    registry.AddCollectHook([=, this, &accepted, &refused, &protocol, &timeouts, &bytes, &frames] {
+      {
+        std::lock_guard lock(mu);
+        queue_depth.Set(static_cast<double>(queue.size()));
+      }
+      const transport::ReceiverStats now = receiver->Stats();
+      std::lock_guard lock(mirror->mu);
+      transport::ReceiverStats& last = mirror->last;
+      accepted.Inc(static_cast<double>(now.accepted - last.accepted));
+      refused.Inc(static_cast<double>(now.refused - last.refused));
+      protocol.Inc(static_cast<double>(now.protocol_errors - last.protocol_errors));
+      timeouts.Inc(static_cast<double>(now.timeouts - last.timeouts));
+      bytes.Inc(static_cast<double>(now.bytes - last.bytes));
+      frames.Inc(static_cast<double>(now.frames - last.frames));
+      last = now;
+    });
+  }
+
+  void Shutdown(bool crash) {
+    if (stopped) return;
+    stopped = true;
+    {
+      std::lock_guard lock(mu);
+      closing = true;
+      stop_storage = true;
+      drop_queue = crash;
+      not_empty.notify_all();
+      not_full.notify_all();
+    }
+    if (crash) receiver->Stop();  // cut the edges first: no ack for anything queued
+    storage_thread.join();        // clean: stores and acks everything queued first
+    receiver->Stop();
+    http.stop();
+    http_thread.join();
+    spdlog::info("aggregator: {}", crash ? "killed" : "stopped");
+  }
+};
+
+Aggregator::Aggregator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Aggregator::~Aggregator() { Stop(); }
+
+StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  Impl& d = *impl;
+  d.cfg = config;
+  VIGIL_ASSIGN_OR_RETURN(d.store, Store::Open(config.db_path, {config.db_synchronous_full}));
+  d.Routes();
+  d.http_port = config.http_port == 0
+                    ? d.http.bind_to_any_port(config.http_host)
+                    : (d.http.bind_to_port(config.http_host, config.http_port) ? config.http_port : -1);
+  if (d.http_port < 0) {
+    return absl::UnavailableError(StrCat("http: cannot listen on ", config.http_host, ":", config.http_port));
+  }
+  d.http_thread = std::thread([&d] { d.http.listen_after_bind(); });
+  // stop() is a no-op until the server runs: wait, so a Stop right after Start cannot hang.
+  for (int i = 0; i < 5000 && !d.http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  transport::ReceiverOptions ro;
+  ro.host = config.listen_host;
+  ro.port = config.listen_port;
+  ro.max_connections = config.max_connections;
+  ro.peer_timeout = std::chrono::milliseconds(config.peer_timeout_ms);
+  StatusOr<std::unique_ptr<transport::TcpReceiver>> rx = transport::TcpReceiver::Start(ro, &d);
+  if (!rx.ok()) {
+    d.http.stop();
+    d.http_thread.join();
+    return rx.status();
+  }
+  d.receiver = std::move(*rx);
+  d.AddTransportMetrics();
+  d.storage_thread = std::thread([&d] { d.StorageLoop(); });
+  spdlog::info("aggregator: edges on {}, HTTP on {}:{}, database {} (schema {})", d.receiver->address(),
+               config.http_host, d.http_port, config.db_path, d.store->schema_version());
+  return std::unique_ptr<Aggregator>(new Aggregator(std::move(impl)));
+}
+
+uint16_t Aggregator::listen_port() const { return impl_->receiver->port(); }
+uint16_t Aggregator::http_port() const { return static_cast<uint16_t>(impl_->http_port); }
+metrics::Registry& Aggregator::metrics() { return impl_->registry; }
+void Aggregator::Stop() { impl_->Shutdown(false); }
+void Aggregator::Kill() { impl_->Shutdown(true); }
+
+}  // namespace vigil::aggregator

@@ -1,0 +1,536 @@
+#include "vigil/aggregator/store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+namespace vigil::aggregator {
+namespace {
+
+using transport::Report;
+using transport::ReportKind;
+
+// Schema migrations: kMigrations[i] takes user_version i to i + 1. Append, never edit.
+constexpr const char* kMigrations[] = {
+    R"sql(
+CREATE TABLE edges(
+  edge TEXT PRIMARY KEY,
+  epoch INTEGER NOT NULL,           -- from the edge's latest Hello
+  first_seen_ns INTEGER NOT NULL,
+  last_seen_ns INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE streams(
+  id INTEGER PRIMARY KEY,
+  edge TEXT NOT NULL,
+  stream TEXT NOT NULL,
+  epoch INTEGER NOT NULL,           -- newest report epoch: the fencing token
+  duplicates INTEGER NOT NULL DEFAULT 0,
+  stale_rejected INTEGER NOT NULL DEFAULT 0,
+  UNIQUE(edge, stream)
+);
+CREATE TABLE runs(
+  stream_id INTEGER NOT NULL REFERENCES streams(id),
+  run INTEGER NOT NULL,
+  frames INTEGER NOT NULL,
+  events INTEGER NOT NULL,
+  contiguous_through INTEGER NOT NULL,
+  first_stored_ns INTEGER NOT NULL,
+  last_stored_ns INTEGER NOT NULL,
+  PRIMARY KEY(stream_id, run)
+) WITHOUT ROWID;
+CREATE TABLE frames(
+  stream_id INTEGER NOT NULL REFERENCES streams(id),
+  run INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  kind INTEGER NOT NULL,            -- 1 event, 2 progress (transport::ReportKind)
+  epoch INTEGER NOT NULL,
+  stored_ns INTEGER NOT NULL,
+  PRIMARY KEY(stream_id, run, seq)
+) WITHOUT ROWID;
+CREATE TABLE events(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: the since_seq cursor of /api/events
+  stream_id INTEGER NOT NULL REFERENCES streams(id),
+  run INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  epoch INTEGER NOT NULL,
+  capture_ns INTEGER NOT NULL,
+  pts_ns INTEGER NOT NULL,
+  publish_ns INTEGER NOT NULL,
+  stored_ns INTEGER NOT NULL,
+  severity TEXT NOT NULL,
+  rule TEXT NOT NULL,
+  width INTEGER NOT NULL,
+  height INTEGER NOT NULL,
+  UNIQUE(stream_id, run, seq)
+);
+CREATE INDEX events_capture ON events(capture_ns);
+CREATE TABLE detections(
+  event_id INTEGER NOT NULL REFERENCES events(id),
+  idx INTEGER NOT NULL,
+  class_id INTEGER NOT NULL,
+  label TEXT NOT NULL,
+  score REAL NOT NULL,
+  x1 REAL NOT NULL, y1 REAL NOT NULL, x2 REAL NOT NULL, y2 REAL NOT NULL,  -- source pixels
+  PRIMARY KEY(event_id, idx)
+) WITHOUT ROWID;
+)sql",
+};
+static_assert(std::size(kMigrations) == Store::kSchemaVersion);
+
+struct DbCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+using DbPtr = std::unique_ptr<sqlite3, DbCloser>;
+struct StmtFinalizer {
+  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
+};
+
+Status SqlError(sqlite3* db, std::string_view what) {
+  return absl::InternalError(StrCat("sqlite ", sqlite3_db_filename(db, "main"), ": ", what, ": ", sqlite3_errmsg(db)));
+}
+
+Status Exec(sqlite3* db, const char* sql, std::string_view what) {
+  return sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK ? absl::OkStatus() : SqlError(db, what);
+}
+
+// A prepared statement, reset after every use. Integers bind as int64 (uint64 by bit pattern).
+class Stmt {
+ public:
+  Stmt() = default;
+  static StatusOr<Stmt> Prepare(sqlite3* db, const char* sql) {
+    sqlite3_stmt* s = nullptr;
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr) != SQLITE_OK) {
+      return SqlError(db, StrCat("prepare '", sql, "'"));
+    }
+    Stmt st;
+    st.s_.reset(s);
+    return st;
+  }
+  // Binds parameters ?1, ?2, ... in order.
+  template <typename... Args>
+  Stmt& Bind(const Args&... args) {
+    sqlite3_reset(s_.get());
+    sqlite3_clear_bindings(s_.get());
+    [[maybe_unused]] int i = 0;
+    (BindOne(++i, args), ...);
+    return *this;
+  }
+  // true: a row is available; false: done (the statement is reset).
+  StatusOr<bool> Step() {
+    const int rc = sqlite3_step(s_.get());
+    if (rc == SQLITE_ROW) return true;
+    sqlite3_reset(s_.get());
+    if (rc == SQLITE_DONE) return false;
+    return SqlError(sqlite3_db_handle(s_.get()), StrCat("'", sqlite3_sql(s_.get()), "'"));
+  }
+  Status Run() {
+    StatusOr<bool> r = Step();
+    if (!r.ok()) return r.status();
+    sqlite3_reset(s_.get());
+    return absl::OkStatus();
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(s_.get(), col); }
+  uint64_t U64(int col) const { return static_cast<uint64_t>(Int(col)); }
+  double Real(int col) const { return sqlite3_column_double(s_.get(), col); }
+  std::string Text(int col) const {
+    const unsigned char* t = sqlite3_column_text(s_.get(), col);
+    return t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(sqlite3_column_bytes(s_.get(), col)))
+             : std::string();
+  }
+  void Reset() { sqlite3_reset(s_.get()); }
+
+ private:
+  void BindOne(int i, int64_t v) { sqlite3_bind_int64(s_.get(), i, v); }
+  void BindOne(int i, uint64_t v) { sqlite3_bind_int64(s_.get(), i, static_cast<int64_t>(v)); }
+  void BindOne(int i, int v) { sqlite3_bind_int64(s_.get(), i, v); }
+  void BindOne(int i, uint32_t v) { sqlite3_bind_int64(s_.get(), i, v); }
+  void BindOne(int i, double v) { sqlite3_bind_double(s_.get(), i, v); }
+  void BindOne(int i, float v) { sqlite3_bind_double(s_.get(), i, v); }
+  void BindOne(int i, const std::string& v) {
+    sqlite3_bind_text(s_.get(), i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void BindOne(int i, std::string_view v) {
+    sqlite3_bind_text(s_.get(), i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  std::unique_ptr<sqlite3_stmt, StmtFinalizer> s_;
+};
+
+StatusOr<DbPtr> OpenDb(const std::string& path) {
+  sqlite3* raw = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  DbPtr db(raw);
+  if (rc != SQLITE_OK) {
+    return absl::UnavailableError(
+        StrCat("sqlite ", path, ": cannot open: ", raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
+  }
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, 5000);
+  return db;
+}
+
+StatusOr<int64_t> QueryInt(sqlite3* db, const char* sql) {
+  VIGIL_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db, sql));
+  VIGIL_ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return SqlError(db, StrCat("'", sql, "' returned no row"));
+  const int64_t v = s.Int(0);
+  s.Reset();
+  return v;
+}
+
+}  // namespace
+
+struct Store::Impl {
+  DbPtr wdb, rdb;  // writer (one thread), reader (read_mu)
+
+  // Writer statements and caches (writer thread only).
+  Stmt begin, commit, rollback, find_stream, insert_stream, set_epoch, add_stale, add_duplicates, insert_frame,
+      insert_event, insert_detection, upsert_run, get_contiguous, seqs_after, upsert_edge;
+  struct StreamState {
+    int64_t id;
+    uint64_t epoch;
+  };
+  std::map<std::pair<std::string, std::string>, StreamState> streams;  // (edge, stream)
+  std::map<std::pair<int64_t, uint64_t>, int64_t> contiguous;          // (stream id, run) → through
+
+  mutable std::mutex read_mu;
+  mutable Stmt events_query, detections_query, streams_query, runs_query, gap_query,
+      edges_query;  // GUARDED_BY(read_mu)
+
+  Status Prepare() {
+    sqlite3* w = wdb.get();
+    const std::pair<Stmt*, const char*> writer[] = {
+        {&begin, "BEGIN IMMEDIATE"},
+        {&commit, "COMMIT"},
+        {&rollback, "ROLLBACK"},
+        {&find_stream, "SELECT id, epoch FROM streams WHERE edge = ?1 AND stream = ?2"},
+        {&insert_stream, "INSERT INTO streams(edge, stream, epoch) VALUES(?1, ?2, ?3)"},
+        {&set_epoch, "UPDATE streams SET epoch = ?2 WHERE id = ?1"},
+        {&add_stale, "UPDATE streams SET stale_rejected = stale_rejected + 1 WHERE id = ?1"},
+        {&add_duplicates, "UPDATE streams SET duplicates = duplicates + ?2 WHERE id = ?1"},
+        {&insert_frame,
+         "INSERT OR IGNORE INTO frames(stream_id, run, seq, kind, epoch, stored_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6)"},
+        {&insert_event,
+         "INSERT INTO events(stream_id, run, seq, epoch, capture_ns, pts_ns, publish_ns, stored_ns, severity, rule, "
+         "width, height) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"},
+        {&insert_detection,
+         "INSERT INTO detections(event_id, idx, class_id, label, score, x1, y1, x2, y2) "
+         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+        {&upsert_run,
+         "INSERT INTO runs(stream_id, run, frames, events, contiguous_through, first_stored_ns, last_stored_ns) "
+         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT(stream_id, run) DO UPDATE SET "
+         "frames = frames + excluded.frames, events = events + excluded.events, "
+         "contiguous_through = excluded.contiguous_through, last_stored_ns = excluded.last_stored_ns"},
+        {&get_contiguous, "SELECT contiguous_through FROM runs WHERE stream_id = ?1 AND run = ?2"},
+        {&seqs_after, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 AND seq > ?3 ORDER BY seq"},
+        {&upsert_edge,
+         "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns) VALUES(?1, ?2, ?3, ?3) "
+         "ON CONFLICT(edge) DO UPDATE SET epoch = excluded.epoch, last_seen_ns = excluded.last_seen_ns"},
+    };
+    for (const auto& [stmt, sql] : writer) {
+      VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(w, sql));
+    }
+    sqlite3* r = rdb.get();
+    const std::pair<Stmt*, const char*> reader[] = {
+        {&events_query,
+         "SELECT e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, "
+         "e.severity, e.rule, e.width, e.height FROM events e JOIN streams s ON s.id = e.stream_id "
+         "WHERE e.id > ?1 AND e.capture_ns >= ?2 AND (?3 = '' OR s.edge = ?3) AND (?4 = '' OR s.stream = ?4) "
+         "ORDER BY e.id LIMIT ?5"},
+        {&detections_query,
+         "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx"},
+        {&streams_query,
+         "SELECT id, edge, stream, epoch, duplicates, stale_rejected FROM streams ORDER BY edge, stream"},
+        {&runs_query, "SELECT run, frames, events, contiguous_through FROM runs WHERE stream_id = ?1"},
+        {&gap_query, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 AND seq > ?3 ORDER BY seq"},
+        {&edges_query, "SELECT edge, epoch, first_seen_ns, last_seen_ns FROM edges ORDER BY edge"},
+    };
+    for (const auto& [stmt, sql] : reader) {
+      VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(r, sql));
+    }
+    return absl::OkStatus();
+  }
+
+  StatusOr<StreamState*> StreamFor(const Report& r) {
+    auto key = std::make_pair(r.edge, r.stream);
+    auto it = streams.find(key);
+    if (it != streams.end()) return &it->second;
+    VIGIL_ASSIGN_OR_RETURN(bool found, find_stream.Bind(r.edge, r.stream).Step());
+    StreamState st{};
+    if (found) {
+      st = {find_stream.Int(0), find_stream.U64(1)};
+      find_stream.Reset();
+    } else {
+      VIGIL_RETURN_IF_ERROR(insert_stream.Bind(r.edge, r.stream, r.epoch).Run());
+      st = {sqlite3_last_insert_rowid(wdb.get()), r.epoch};
+    }
+    return &streams.emplace(key, st).first->second;
+  }
+
+  StatusOr<int64_t*> ContiguousFor(int64_t stream_id, uint64_t run) {
+    auto key = std::make_pair(stream_id, run);
+    auto it = contiguous.find(key);
+    if (it != contiguous.end()) return &it->second;
+    VIGIL_ASSIGN_OR_RETURN(bool found, get_contiguous.Bind(stream_id, run).Step());
+    const int64_t v = found ? get_contiguous.Int(0) : -1;
+    get_contiguous.Reset();
+    return &contiguous.emplace(key, v).first->second;
+  }
+
+  StatusOr<ApplyResult> ApplyOne(const Report& r, int64_t now_ns) {
+    ApplyResult res;
+    VIGIL_ASSIGN_OR_RETURN(StreamState * st, StreamFor(r));
+    if (r.epoch < st->epoch) {
+      VIGIL_RETURN_IF_ERROR(add_stale.Bind(st->id).Run());
+      res.kind = ApplyResult::kStale;
+      res.stream_epoch = st->epoch;
+      return res;
+    }
+    if (r.epoch > st->epoch) {
+      VIGIL_RETURN_IF_ERROR(set_epoch.Bind(st->id, r.epoch).Run());
+      st->epoch = r.epoch;
+    }
+    res.stream_epoch = st->epoch;
+    for (uint64_t seq = r.seq_first; seq <= r.seq_last; ++seq) {
+      VIGIL_RETURN_IF_ERROR(insert_frame.Bind(st->id, r.run, seq, static_cast<int>(r.kind), r.epoch, now_ns).Run());
+      if (sqlite3_changes(wdb.get()) > 0)
+        ++res.new_frames;
+      else
+        ++res.duplicate_frames;
+    }
+    if (r.kind == ReportKind::kEvent && res.new_frames == 1) {
+      VIGIL_RETURN_IF_ERROR(insert_event
+                                .Bind(st->id, r.run, r.seq_first, r.epoch, r.capture_ns, r.pts_ns, r.publish_ns, now_ns,
+                                      std::string(transport::ToString(r.severity)), r.rule, r.width, r.height)
+                                .Run());
+      const int64_t event_id = sqlite3_last_insert_rowid(wdb.get());
+      for (size_t i = 0; i < r.detections.size(); ++i) {
+        const transport::ReportDetection& d = r.detections[i];
+        VIGIL_RETURN_IF_ERROR(
+            insert_detection
+                .Bind(event_id, static_cast<int64_t>(i), d.class_id, d.label, d.score, d.x1, d.y1, d.x2, d.y2)
+                .Run());
+      }
+      res.event_stored = true;
+    }
+    if (res.duplicate_frames > 0) VIGIL_RETURN_IF_ERROR(add_duplicates.Bind(st->id, res.duplicate_frames).Run());
+    VIGIL_ASSIGN_OR_RETURN(int64_t * through, ContiguousFor(st->id, r.run));
+    if (res.new_frames > 0) {
+      // New frames can extend the contiguous prefix only if they cover its next seq; then the
+      // prefix runs on through frames stored earlier above them.
+      const uint64_t next = static_cast<uint64_t>(*through + 1);
+      if (r.seq_first <= next && next <= r.seq_last) {
+        int64_t c = static_cast<int64_t>(r.seq_last);
+        seqs_after.Bind(st->id, r.run, c);
+        for (;;) {
+          VIGIL_ASSIGN_OR_RETURN(bool row, seqs_after.Step());
+          if (!row || seqs_after.Int(0) != c + 1) break;
+          ++c;
+        }
+        seqs_after.Reset();
+        *through = c;
+      }
+      VIGIL_RETURN_IF_ERROR(
+          upsert_run.Bind(st->id, r.run, res.new_frames, res.event_stored ? 1 : 0, *through, now_ns).Run());
+    } else {
+      res.kind = ApplyResult::kDuplicate;
+    }
+    res.contiguous_through = *through;
+    return res;
+  }
+};
+
+Store::Store(std::string path, std::unique_ptr<Impl> impl) : path_(std::move(path)), impl_(std::move(impl)) {}
+Store::~Store() = default;
+
+StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptions options) {
+  auto impl = std::make_unique<Impl>();
+  VIGIL_ASSIGN_OR_RETURN(impl->wdb, OpenDb(path));
+  sqlite3* w = impl->wdb.get();
+  StatusOr<int64_t> version = QueryInt(w, "PRAGMA user_version");
+  if (!version.ok()) return absl::UnavailableError(StrCat("sqlite ", path, ": ", version.status().message()));
+  if (*version > kSchemaVersion) {
+    return absl::FailedPreconditionError(StrCat("sqlite ", path, ": schema version ", *version,
+                                                " is newer than this vigil supports (", kSchemaVersion, ")"));
+  }
+  {
+    VIGIL_ASSIGN_OR_RETURN(Stmt wal, Stmt::Prepare(w, "PRAGMA journal_mode=WAL"));
+    VIGIL_ASSIGN_OR_RETURN(bool row, wal.Step());
+    if (!row || wal.Text(0) != "wal") {
+      return absl::UnavailableError(
+          StrCat("sqlite ", path, ": cannot switch to WAL journal mode (got '", row ? wal.Text(0) : "", "')"));
+    }
+  }
+  VIGIL_RETURN_IF_ERROR(
+      Exec(w, options.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", "set synchronous"));
+  VIGIL_RETURN_IF_ERROR(Exec(w, "PRAGMA foreign_keys=ON", "enable foreign keys"));
+  for (int64_t v = *version; v < kSchemaVersion; ++v) {
+    const std::string sql = StrCat("BEGIN IMMEDIATE;", kMigrations[v], "PRAGMA user_version=", v + 1, ";COMMIT;");
+    if (sqlite3_exec(w, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+      Status st = SqlError(w, StrCat("migrate schema ", v, " → ", v + 1));
+      (void)Exec(w, "ROLLBACK", "rollback");
+      return st;
+    }
+  }
+  VIGIL_ASSIGN_OR_RETURN(impl->rdb, OpenDb(path));
+  VIGIL_RETURN_IF_ERROR(Exec(impl->rdb.get(), "PRAGMA query_only=1", "make the read connection read-only"));
+  VIGIL_RETURN_IF_ERROR(impl->Prepare());
+  return std::unique_ptr<Store>(new Store(path, std::move(impl)));
+}
+
+Status Store::RecordHello(const std::string& edge, uint64_t epoch, int64_t now_ns) {
+  return impl_->upsert_edge.Bind(edge, epoch, now_ns).Run();
+}
+
+StatusOr<std::vector<ApplyResult>> Store::Apply(const std::vector<const Report*>& batch, int64_t now_ns) {
+  Impl& d = *impl_;
+  VIGIL_RETURN_IF_ERROR(d.begin.Run());
+  std::vector<ApplyResult> results;
+  results.reserve(batch.size());
+  Status st;
+  for (const Report* r : batch) {
+    StatusOr<ApplyResult> res = d.ApplyOne(*r, now_ns);
+    if (!res.ok()) {
+      st = res.status();
+      break;
+    }
+    results.push_back(*res);
+  }
+  if (st.ok()) st = d.commit.Run();
+  if (!st.ok()) {
+    (void)d.rollback.Run();
+    d.streams.clear();  // the caches may hold rolled-back rows
+    d.contiguous.clear();
+    return st;
+  }
+  return results;
+}
+
+StatusOr<std::vector<StoredEvent>> Store::Events(const EventQuery& q) const {
+  std::lock_guard lock(impl_->read_mu);
+  Stmt& e = impl_->events_query;
+  Stmt& det = impl_->detections_query;
+  std::vector<StoredEvent> out;
+  e.Bind(q.since_id, q.since_ns, q.edge, q.stream, q.limit);
+  for (;;) {
+    VIGIL_ASSIGN_OR_RETURN(bool row, e.Step());
+    if (!row) break;
+    StoredEvent ev;
+    ev.id = e.Int(0);
+    ev.edge = e.Text(1);
+    ev.stream = e.Text(2);
+    ev.run = e.U64(3);
+    ev.seq = e.U64(4);
+    ev.epoch = e.U64(5);
+    ev.capture_ns = e.Int(6);
+    ev.pts_ns = e.Int(7);
+    ev.publish_ns = e.Int(8);
+    ev.stored_ns = e.Int(9);
+    ev.severity = e.Text(10);
+    ev.rule = e.Text(11);
+    ev.width = static_cast<uint32_t>(e.Int(12));
+    ev.height = static_cast<uint32_t>(e.Int(13));
+    out.push_back(std::move(ev));
+  }
+  for (StoredEvent& ev : out) {
+    det.Bind(ev.id);
+    for (;;) {
+      VIGIL_ASSIGN_OR_RETURN(bool row, det.Step());
+      if (!row) break;
+      ev.detections.push_back({static_cast<int32_t>(det.Int(0)), static_cast<float>(det.Real(2)),
+                               static_cast<float>(det.Real(3)), static_cast<float>(det.Real(4)),
+                               static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6)), det.Text(1)});
+    }
+  }
+  return out;
+}
+
+StatusOr<StoreStats> Store::Stats(size_t max_gaps_per_run) const {
+  std::lock_guard lock(impl_->read_mu);
+  Impl& d = *impl_;
+  StoreStats out;
+  // One read transaction, so the numbers agree with each other.
+  VIGIL_RETURN_IF_ERROR(Exec(d.rdb.get(), "BEGIN", "begin read"));
+  auto body = [&]() -> Status {
+    std::vector<int64_t> ids;
+    d.streams_query.Bind();
+    for (;;) {
+      VIGIL_ASSIGN_OR_RETURN(bool row, d.streams_query.Step());
+      if (!row) break;
+      ids.push_back(d.streams_query.Int(0));
+      StreamStats& s = out.streams.emplace_back();
+      s.edge = d.streams_query.Text(1);
+      s.stream = d.streams_query.Text(2);
+      s.epoch = d.streams_query.U64(3);
+      s.duplicates = d.streams_query.U64(4);
+      s.stale_rejected = d.streams_query.U64(5);
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      StreamStats& s = out.streams[i];
+      d.runs_query.Bind(ids[i]);
+      for (;;) {
+        VIGIL_ASSIGN_OR_RETURN(bool row, d.runs_query.Step());
+        if (!row) break;
+        RunStats& r = s.runs.emplace_back();
+        r.run = d.runs_query.U64(0);
+        r.frames = d.runs_query.U64(1);
+        r.events = d.runs_query.U64(2);
+        r.contiguous_through = d.runs_query.Int(3);
+      }
+      std::sort(s.runs.begin(), s.runs.end(), [](const RunStats& a, const RunStats& b) { return a.run < b.run; });
+      for (RunStats& r : s.runs) {
+        // Gaps lie above the contiguous prefix: walk only the frames stored there.
+        uint64_t expected = static_cast<uint64_t>(r.contiguous_through + 1);
+        r.last_seq = static_cast<uint64_t>(r.contiguous_through);
+        d.gap_query.Bind(ids[i], r.run, r.contiguous_through);
+        for (;;) {
+          VIGIL_ASSIGN_OR_RETURN(bool row, d.gap_query.Step());
+          if (!row) break;
+          const uint64_t seq = d.gap_query.U64(0);
+          if (seq > expected) {
+            if (r.gaps.size() < max_gaps_per_run) r.gaps.push_back({expected, seq - 1});
+            r.missing += seq - expected;
+          }
+          expected = seq + 1;
+          r.last_seq = seq;
+        }
+        s.frames += r.frames;
+        s.events += r.events;
+        s.missing += r.missing;
+      }
+    }
+    std::map<std::string, EdgeStats> edges;
+    d.edges_query.Bind();
+    for (;;) {
+      VIGIL_ASSIGN_OR_RETURN(bool row, d.edges_query.Step());
+      if (!row) break;
+      EdgeStats& e = edges[d.edges_query.Text(0)];
+      e.epoch = d.edges_query.U64(1);
+      e.first_seen_ns = d.edges_query.Int(2);
+      e.last_seen_ns = d.edges_query.Int(3);
+    }
+    for (const StreamStats& s : out.streams) {
+      EdgeStats& e = edges[s.edge];
+      ++e.streams;
+      e.frames += s.frames;
+      e.events += s.events;
+      e.duplicates += s.duplicates;
+      e.stale_rejected += s.stale_rejected;
+      e.missing += s.missing;
+    }
+    for (auto& [name, e] : edges) {
+      e.edge = name;
+      out.edges.push_back(e);
+    }
+    return absl::OkStatus();
+  };
+  Status st = body();
+  (void)Exec(d.rdb.get(), "COMMIT", "end read");
+  if (!st.ok()) return st;
+  return out;
+}
+
+}  // namespace vigil::aggregator

@@ -1,0 +1,387 @@
+#include "vigil/transport/protocol.h"
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace vigil::transport {
+namespace {
+
+constexpr std::array<uint32_t, 256> MakeCrcTable() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+constexpr std::array<uint32_t, 256> kCrcTable = MakeCrcTable();
+
+std::string Hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", v);
+  return buf;
+}
+
+// ---- encoding -----------------------------------------------------------------------------------
+
+class Writer {
+ public:
+  explicit Writer(std::string* out) : out_(out) {}
+  void U8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
+  void U16(uint16_t v) { Le(v, 2); }
+  void U32(uint32_t v) { Le(v, 4); }
+  void U64(uint64_t v) { Le(v, 8); }
+  void I32(int32_t v) { Le(static_cast<uint32_t>(v), 4); }
+  void I64(int64_t v) { Le(static_cast<uint64_t>(v), 8); }
+  void F32(float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    Le(bits, 4);
+  }
+  void Str(const std::string& s) {
+    U16(static_cast<uint16_t>(s.size()));
+    out_->append(s);
+  }
+
+ private:
+  void Le(uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out_->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  }
+  std::string* out_;
+};
+
+struct BodyEncoder {
+  Writer w;
+  MessageType operator()(const Hello& m) {
+    w.Str(m.edge);
+    w.U64(m.epoch);
+    w.U16(m.protocol_version);
+    return MessageType::kHello;
+  }
+  MessageType operator()(const Report& m) {
+    w.Str(m.edge);
+    w.Str(m.stream);
+    w.U64(m.run);
+    w.U64(m.seq_first);
+    w.U64(m.seq_last);
+    w.U64(m.epoch);
+    w.U8(static_cast<uint8_t>(m.kind));
+    w.U8(static_cast<uint8_t>(m.severity));
+    w.I64(m.capture_ns);
+    w.I64(m.pts_ns);
+    w.I64(m.publish_ns);
+    w.U32(m.width);
+    w.U32(m.height);
+    w.Str(m.rule);
+    w.U32(static_cast<uint32_t>(m.detections.size()));
+    for (const ReportDetection& d : m.detections) {
+      w.I32(d.class_id);
+      w.F32(d.score);
+      w.F32(d.x1);
+      w.F32(d.y1);
+      w.F32(d.x2);
+      w.F32(d.y2);
+      w.Str(d.label);
+    }
+    return MessageType::kReport;
+  }
+  MessageType operator()(const Ack& m) {
+    w.Str(m.stream);
+    w.U64(m.run);
+    w.U64(m.epoch);
+    w.U64(m.seq_first);
+    w.U64(m.seq_last);
+    w.I64(m.contiguous_through);
+    return MessageType::kAck;
+  }
+  MessageType operator()(const Reject& m) {
+    w.U8(static_cast<uint8_t>(m.reason));
+    w.Str(m.stream);
+    w.U64(m.run);
+    w.U64(m.seq_first);
+    w.U64(m.seq_last);
+    w.U64(m.epoch);
+    w.Str(m.detail);
+    return MessageType::kReject;
+  }
+  MessageType operator()(const Heartbeat& m) {
+    w.I64(m.sent_ns);
+    return MessageType::kHeartbeat;
+  }
+};
+
+// ---- decoding -----------------------------------------------------------------------------------
+
+// Bounds-checked little-endian reads; the first failure sticks and names the field.
+class Reader {
+ public:
+  Reader(std::string_view data, const char* message) : data_(data), message_(message) {}
+
+  template <typename T>
+  bool Int(const char* field, T* out) {
+    if (!Need(field, sizeof(T))) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(data_[pos_ + i])) << (8 * i);
+    pos_ += sizeof(T);
+    *out = static_cast<T>(v);
+    return true;
+  }
+  bool F32(const char* field, float* out) {
+    uint32_t bits = 0;
+    if (!Int(field, &bits)) return false;
+    std::memcpy(out, &bits, 4);
+    return true;
+  }
+  bool Str(const char* field, std::string* out) {
+    uint16_t n = 0;
+    if (!Int(field, &n) || !Need(field, n)) return false;
+    out->assign(data_.substr(pos_, n));
+    pos_ += n;
+    return true;
+  }
+  bool Fail(std::string reason) {
+    if (error_.ok()) error_ = absl::InvalidArgumentError(StrCat(message_, " body: ", reason));
+    return false;
+  }
+  size_t left() const { return data_.size() - pos_; }
+  Status Finish() {
+    if (error_.ok() && left() != 0) Fail(StrCat(left(), " unexpected bytes after the last field"));
+    return error_;
+  }
+
+ private:
+  bool Need(const char* field, size_t n) {
+    if (!error_.ok()) return false;
+    if (left() >= n) return true;
+    return Fail(StrCat("field '", field, "' truncated (needs ", n, " bytes, ", left(), " left)"));
+  }
+  std::string_view data_;
+  size_t pos_ = 0;
+  const char* message_;
+  Status error_;
+};
+
+StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
+  switch (type) {
+    case MessageType::kHello: {
+      Reader r(body, "Hello");
+      Hello m;
+      r.Str("edge", &m.edge) && r.Int("epoch", &m.epoch) && r.Int("protocol_version", &m.protocol_version);
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      if (m.edge.empty()) return absl::InvalidArgumentError("Hello body: empty edge id");
+      return Message(std::move(m));
+    }
+    case MessageType::kReport: {
+      Reader r(body, "Report");
+      Report m;
+      uint8_t kind = 0, severity = 0;
+      uint32_t n = 0;
+      bool ok = r.Str("edge", &m.edge) && r.Str("stream", &m.stream) && r.Int("run", &m.run) &&
+                r.Int("seq_first", &m.seq_first) && r.Int("seq_last", &m.seq_last) && r.Int("epoch", &m.epoch) &&
+                r.Int("kind", &kind) && r.Int("severity", &severity) && r.Int("capture_ns", &m.capture_ns) &&
+                r.Int("pts_ns", &m.pts_ns) && r.Int("publish_ns", &m.publish_ns) && r.Int("width", &m.width) &&
+                r.Int("height", &m.height) && r.Str("rule", &m.rule) && r.Int("detection_count", &n);
+      // Each detection takes at least 26 bytes: check before allocating for a hostile count.
+      if (ok && (n > kMaxDetections || size_t{n} * 26 > r.left())) {
+        ok = r.Fail(StrCat("detection_count ", n, " does not fit the ", r.left(), " bytes left"));
+      }
+      for (uint32_t i = 0; ok && i < n; ++i) {
+        ReportDetection& d = m.detections.emplace_back();
+        ok = r.Int("class_id", &d.class_id) && r.F32("score", &d.score) && r.F32("x1", &d.x1) && r.F32("y1", &d.y1) &&
+             r.F32("x2", &d.x2) && r.F32("y2", &d.y2) && r.Str("label", &d.label);
+      }
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      m.kind = static_cast<ReportKind>(kind);
+      m.severity = static_cast<Severity>(severity);
+      VIGIL_RETURN_IF_ERROR(Annotate(ValidateReport(m), "Report body"));
+      return Message(std::move(m));
+    }
+    case MessageType::kAck: {
+      Reader r(body, "Ack");
+      Ack m;
+      r.Str("stream", &m.stream) && r.Int("run", &m.run) && r.Int("epoch", &m.epoch) &&
+          r.Int("seq_first", &m.seq_first) && r.Int("seq_last", &m.seq_last) &&
+          r.Int("contiguous_through", &m.contiguous_through);
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      return Message(std::move(m));
+    }
+    case MessageType::kReject: {
+      Reader r(body, "Reject");
+      Reject m;
+      uint8_t reason = 0;
+      r.Int("reason", &reason) && r.Str("stream", &m.stream) && r.Int("run", &m.run) &&
+          r.Int("seq_first", &m.seq_first) && r.Int("seq_last", &m.seq_last) && r.Int("epoch", &m.epoch) &&
+          r.Str("detail", &m.detail);
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      if (reason < 1 || reason > 4) return absl::InvalidArgumentError(StrCat("Reject body: unknown reason ", reason));
+      m.reason = static_cast<RejectReason>(reason);
+      return Message(std::move(m));
+    }
+    case MessageType::kHeartbeat: {
+      Reader r(body, "Heartbeat");
+      Heartbeat m;
+      r.Int("sent_ns", &m.sent_ns);
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      return Message(m);
+    }
+  }
+  return absl::InvalidArgumentError(StrCat("frame: unknown message type ", static_cast<int>(type)));
+}
+
+uint32_t LoadLe32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+std::string_view ToString(Severity s) {
+  switch (s) {
+    case Severity::kNone:
+      return "none";
+    case Severity::kInfo:
+      return "info";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kCritical:
+      return "critical";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(RejectReason r) {
+  switch (r) {
+    case RejectReason::kStaleEpoch:
+      return "stale_epoch";
+    case RejectReason::kInvalid:
+      return "invalid";
+    case RejectReason::kUnsupportedVersion:
+      return "unsupported_version";
+    case RejectReason::kProtocolError:
+      return "protocol_error";
+  }
+  return "unknown";
+}
+
+uint32_t Crc32(std::string_view data, uint32_t crc) {
+  crc = ~crc;
+  for (char ch : data) crc = kCrcTable[(crc ^ static_cast<uint8_t>(ch)) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+Status ValidateReport(const Report& r) {
+  auto bad = [&](std::string reason) {
+    return absl::InvalidArgumentError(
+        StrCat("report ", r.edge, "/", r.stream, " run ", r.run, " seq ", r.seq_first, "..", r.seq_last, ": ", reason));
+  };
+  if (r.edge.empty() || r.stream.empty()) return bad("empty edge or stream id");
+  if (r.edge.size() > 65535 || r.stream.size() > 65535 || r.rule.size() > 65535) return bad("string over 65535 bytes");
+  if (r.seq_first > r.seq_last) return bad("seq_first > seq_last");
+  if (r.kind == ReportKind::kEvent) {
+    if (r.seq_first != r.seq_last) return bad("an event covers exactly one frame");
+  } else if (r.kind == ReportKind::kProgress) {
+    if (!r.detections.empty()) return bad("a progress report carries no detections");
+  } else {
+    return bad(StrCat("unknown kind ", static_cast<int>(r.kind)));
+  }
+  if (static_cast<uint8_t>(r.severity) > static_cast<uint8_t>(Severity::kCritical)) {
+    return bad(StrCat("unknown severity ", static_cast<int>(r.severity)));
+  }
+  if (r.detections.size() > kMaxDetections) {
+    return bad(StrCat(r.detections.size(), " detections, more than ", kMaxDetections));
+  }
+  for (const ReportDetection& d : r.detections) {
+    if (!std::isfinite(d.score) || !std::isfinite(d.x1) || !std::isfinite(d.y1) || !std::isfinite(d.x2) ||
+        !std::isfinite(d.y2)) {
+      return bad("a detection has a non-finite score or coordinate");
+    }
+    if (d.label.size() > 65535) return bad("label over 65535 bytes");
+  }
+  return absl::OkStatus();
+}
+
+void AppendFrame(const Message& m, std::string* out) {
+  const size_t start = out->size();
+  out->append(kHeaderBytes, '\0');
+  const MessageType type = std::visit(BodyEncoder{Writer(out)}, m);
+  const size_t body = out->size() - start - kHeaderBytes;
+  std::string header;
+  Writer h(&header);
+  h.U32(kMagic);
+  h.U8(kProtocolVersion);
+  h.U8(static_cast<uint8_t>(type));
+  h.U16(0);
+  h.U32(static_cast<uint32_t>(body));
+  h.U32(Crc32(std::string_view(*out).substr(start + kHeaderBytes), Crc32(header)));
+  out->replace(start, kHeaderBytes, header);
+}
+
+std::string EncodeFrame(const Message& m) {
+  std::string out;
+  AppendFrame(m, &out);
+  return out;
+}
+
+void FrameDecoder::Feed(std::string_view bytes) {
+  if (pos_ > 0 && pos_ >= buf_.size() / 2) {  // compact: keep the unread tail only
+    buf_.erase(0, pos_);
+    pos_ = 0;
+  }
+  buf_.append(bytes);
+}
+
+StatusOr<std::optional<Message>> FrameDecoder::Next() {
+  if (pending() < kHeaderBytes) return std::optional<Message>();
+  const char* h = buf_.data() + pos_;
+  const uint32_t magic = LoadLe32(h);
+  if (magic != kMagic) {
+    return absl::InvalidArgumentError(
+        StrCat("frame: bad magic ", Hex(magic), " (expected ", Hex(kMagic), " 'VGIL'): not a vigil report stream"));
+  }
+  const uint8_t version = static_cast<uint8_t>(h[4]);
+  if (version != kProtocolVersion) {
+    return absl::UnimplementedError(StrCat("frame: protocol version ", static_cast<int>(version),
+                                           " not supported (this side speaks ", static_cast<int>(kProtocolVersion),
+                                           ")"));
+  }
+  const uint8_t type = static_cast<uint8_t>(h[5]);
+  const uint16_t flags = static_cast<uint16_t>(static_cast<uint8_t>(h[6]) | (static_cast<uint8_t>(h[7]) << 8));
+  if (flags != 0) return absl::InvalidArgumentError(StrCat("frame: reserved flags ", flags, " set"));
+  const uint32_t length = LoadLe32(h + 8);
+  if (length > kMaxBodyBytes) {
+    return absl::InvalidArgumentError(StrCat("frame: body length ", length, " exceeds the limit ", kMaxBodyBytes));
+  }
+  if (pending() < kHeaderBytes + length) return std::optional<Message>();
+  const std::string_view body(h + kHeaderBytes, length);
+  const uint32_t crc = Crc32(body, Crc32(std::string_view(h, 12)));
+  if (crc != LoadLe32(h + 12)) {
+    return absl::DataLossError(
+        StrCat("frame: CRC-32 mismatch (header says ", Hex(LoadLe32(h + 12)), ", content gives ", Hex(crc), ")"));
+  }
+  StatusOr<Message> m = DecodeBody(static_cast<MessageType>(type), body);
+  if (!m.ok()) return m.status();
+  pos_ += kHeaderBytes + length;
+  return std::optional<Message>(std::move(*m));
+}
+
+StatusOr<Message> DecodeFrame(std::string_view frame) {
+  FrameDecoder d;
+  d.Feed(frame);
+  VIGIL_ASSIGN_OR_RETURN(std::optional<Message> m, d.Next());
+  if (!m && frame.size() < kHeaderBytes) {
+    return absl::InvalidArgumentError(
+        StrCat("frame truncated: ", frame.size(), " bytes, a header needs ", kHeaderBytes));
+  }
+  if (!m) {
+    return absl::InvalidArgumentError(StrCat("frame truncated: the header says ", LoadLe32(frame.data() + 8),
+                                             " body bytes, ", frame.size() - kHeaderBytes, " present"));
+  }
+  if (d.pending() != 0) return absl::InvalidArgumentError(StrCat("frame: ", d.pending(), " bytes after the frame"));
+  return std::move(*m);
+}
+
+}  // namespace vigil::transport

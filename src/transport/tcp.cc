@@ -1,0 +1,222 @@
+// TCP implementation of connection.h (POSIX sockets, poll).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "vigil/transport/connection.h"
+
+namespace vigil::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string Errno(int err) { return std::strerror(err); }
+
+int RemainingMs(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
+}
+
+// Waits for `events` on fd until `deadline`; EINTR is retried. Returns revents, 0 on timeout, -1 error.
+int PollUntil(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, RemainingMs(deadline));
+    if (n > 0) return p.revents;
+    if (n == 0) return 0;
+    if (errno != EINTR) return -1;
+  }
+}
+
+std::string FormatAddress(const sockaddr* sa, socklen_t len) {
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (::getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0) return "?";
+  return sa->sa_family == AF_INET6 ? StrCat("[", host, "]:", serv) : StrCat(host, ":", serv);
+}
+
+void Configure(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+class TcpConnection final : public Connection {
+ public:
+  TcpConnection(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) { Configure(fd_); }
+  ~TcpConnection() override { ::close(fd_); }
+
+  Status Write(std::string_view bytes, milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    while (!bytes.empty()) {
+      if (shut_.load()) return absl::UnavailableError(StrCat(peer_, ": connection shut down"));
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        bytes.remove_prefix(static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+        return absl::UnavailableError(StrCat(peer_, ": send: ", Errno(errno)));
+      }
+      const int ev = PollUntil(fd_, POLLOUT, deadline);
+      if (ev == 0) {
+        return absl::DeadlineExceededError(
+            StrCat(peer_, ": send blocked for ", timeout.count(), " ms (the peer is not reading)"));
+      }
+      if (ev < 0) return absl::UnavailableError(StrCat(peer_, ": poll: ", Errno(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+  StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      if (shut_.load()) return absl::UnavailableError(StrCat(peer_, ": connection shut down"));
+      const ssize_t n = ::recv(fd_, buf, max, 0);
+      if (n > 0) return static_cast<size_t>(n);
+      if (n == 0) return absl::UnavailableError(StrCat(peer_, ": peer closed the connection"));
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        return absl::UnavailableError(StrCat(peer_, ": recv: ", Errno(errno)));
+      }
+      const int ev = PollUntil(fd_, POLLIN, deadline);
+      if (ev == 0) return absl::DeadlineExceededError(StrCat(peer_, ": nothing received for ", timeout.count(), " ms"));
+      if (ev < 0) return absl::UnavailableError(StrCat(peer_, ": poll: ", Errno(errno)));
+    }
+  }
+
+  void Shutdown() override {
+    if (!shut_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);  // wakes a poll on another thread
+  }
+
+  std::string peer() const override { return peer_; }
+
+ private:
+  const int fd_;
+  const std::string peer_;
+  std::atomic<bool> shut_{false};
+};
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* a) const { ::freeaddrinfo(a); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+StatusOr<AddrInfoPtr> Resolve(const std::string& host, uint16_t port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc =
+      ::getaddrinfo(host.empty() ? (passive ? "0.0.0.0" : nullptr) : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) return absl::InvalidArgumentError(StrCat("cannot resolve '", host, "': ", ::gai_strerror(rc)));
+  return AddrInfoPtr(res);
+}
+
+class TcpDialer final : public Dialer {
+ public:
+  TcpDialer(std::string host, uint16_t port) : host_(std::move(host)), port_(port) {}
+
+  StatusOr<std::unique_ptr<Connection>> Dial(milliseconds timeout) override {
+    VIGIL_ASSIGN_OR_RETURN(AddrInfoPtr addrs, Resolve(host_, port_, false));
+    const auto deadline = Clock::now() + timeout;
+    std::string last_error = "no address";
+    for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) {
+        last_error = StrCat("socket: ", Errno(errno));
+        continue;
+      }
+      int err = 0;
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+          const int ev = PollUntil(fd, POLLOUT, deadline);
+          socklen_t len = sizeof err;
+          if (ev == 0)
+            err = ETIMEDOUT;
+          else if (ev < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+            err = errno;
+        }
+      }
+      if (err == 0) return std::unique_ptr<Connection>(new TcpConnection(fd, FormatAddress(a->ai_addr, a->ai_addrlen)));
+      last_error = StrCat(FormatAddress(a->ai_addr, a->ai_addrlen), ": ", Errno(err));
+      ::close(fd);
+    }
+    return absl::UnavailableError(StrCat("connect to ", target(), ": ", last_error));
+  }
+
+  std::string target() const override { return StrCat("tcp://", host_, ":", port_); }
+
+ private:
+  const std::string host_;
+  const uint16_t port_;
+};
+
+}  // namespace
+
+std::unique_ptr<Dialer> MakeTcpDialer(std::string host, uint16_t port) {
+  return std::make_unique<TcpDialer>(std::move(host), port);
+}
+
+StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& host, uint16_t port, int backlog) {
+  const std::string where = StrCat(host.empty() ? "0.0.0.0" : host, ":", port);
+  VIGIL_ASSIGN_OR_RETURN(AddrInfoPtr addrs, Resolve(host, port, true));
+  std::string last_error = "no address";
+  for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last_error = StrCat("socket: ", Errno(errno));
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, backlog) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
+      const uint16_t actual = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+      return std::unique_ptr<TcpListener>(
+          new TcpListener(fd, actual, FormatAddress(reinterpret_cast<sockaddr*>(&bound), len)));
+    }
+    last_error = Errno(errno);
+    ::close(fd);
+  }
+  return absl::UnavailableError(StrCat("listen on ", where, ": ", last_error));
+}
+
+TcpListener::~TcpListener() { ::close(fd_); }
+
+StatusOr<std::unique_ptr<Connection>> TcpListener::Accept(milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      return std::unique_ptr<Connection>(new TcpConnection(fd, FormatAddress(reinterpret_cast<sockaddr*>(&peer), len)));
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(StrCat("accept on ", address_, ": ", Errno(errno)));
+    }
+    const int ev = PollUntil(fd_, POLLIN, deadline);
+    if (ev == 0) return absl::DeadlineExceededError("no connection");
+    if (ev < 0) return absl::UnavailableError(StrCat("poll on ", address_, ": ", Errno(errno)));
+  }
+}
+
+}  // namespace vigil::transport

@@ -1,0 +1,268 @@
+#include "vigil/transport/protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+namespace vigil::transport {
+namespace {
+
+std::string Message_(const Status& s) { return std::string(s.message()); }
+
+void PutLe(std::string* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+// A frame built independently of AppendFrame, from the layout documented in protocol.h.
+std::string MakeFrame(uint8_t type, const std::string& body, uint8_t version = kProtocolVersion) {
+  std::string f = "VGIL";
+  f.push_back(static_cast<char>(version));
+  f.push_back(static_cast<char>(type));
+  PutLe(&f, 0, 2);
+  PutLe(&f, body.size(), 4);
+  PutLe(&f, Crc32(body, Crc32(f)), 4);
+  return f + body;
+}
+
+Report RandomReport(std::mt19937_64& rng) {
+  Report r;
+  r.edge = "edge-" + std::to_string(rng() % 100);
+  r.stream = "cam/" + std::to_string(rng() % 1000);
+  r.run = rng();
+  r.epoch = rng();
+  r.seq_first = rng() >> 1;
+  r.kind = rng() % 2 ? ReportKind::kEvent : ReportKind::kProgress;
+  r.seq_last = r.kind == ReportKind::kEvent ? r.seq_first : r.seq_first + rng() % 100;
+  r.severity = static_cast<Severity>(rng() % 4);
+  r.capture_ns = static_cast<int64_t>(rng());
+  r.pts_ns = -static_cast<int64_t>(rng() % 1000000);
+  r.publish_ns = static_cast<int64_t>(rng() >> 2);
+  r.width = static_cast<uint32_t>(rng() % 4000);
+  r.height = static_cast<uint32_t>(rng() % 3000);
+  if (r.kind == ReportKind::kEvent) {
+    r.rule = "person-in-zone";
+    std::uniform_real_distribution<float> u(0, 1000);
+    for (uint64_t i = rng() % 5; i > 0; --i) {
+      r.detections.push_back(
+          {static_cast<int32_t>(rng() % 80), u(rng) / 1000, u(rng), u(rng), u(rng), u(rng), i % 2 ? "person" : ""});
+    }
+  }
+  return r;
+}
+
+TEST(ProtocolTest, Crc32MatchesTheStandardCheckValue) {
+  EXPECT_EQ(Crc32("123456789"), 0xCBF43926u);  // CRC-32/ISO-HDLC check value
+  EXPECT_EQ(Crc32(""), 0u);
+  EXPECT_EQ(Crc32("6789", Crc32("12345")), 0xCBF43926u);  // incremental
+}
+
+TEST(ProtocolTest, HeartbeatFrameHasTheDocumentedBytes) {
+  const std::string f = EncodeFrame(Heartbeat{0x0102030405060708});
+  const std::string body("\x08\x07\x06\x05\x04\x03\x02\x01", 8);
+  EXPECT_EQ(f, MakeFrame(5, body));
+  ASSERT_EQ(f.size(), 24u);
+  EXPECT_EQ(f.substr(0, 12), std::string("VGIL\x01\x05\x00\x00\x08\x00\x00\x00", 12));
+}
+
+TEST(ProtocolTest, ReportFieldOrderMatchesTheDocumentedLayout) {
+  Report r;
+  r.edge = "e";
+  r.stream = "s";
+  r.run = 2;
+  r.seq_first = r.seq_last = 3;
+  r.epoch = 4;
+  r.kind = ReportKind::kEvent;
+  r.severity = Severity::kCritical;
+  r.capture_ns = 5;
+  r.pts_ns = -1;
+  r.publish_ns = 6;
+  r.width = 640;
+  r.height = 480;
+  r.rule = "r";
+  r.detections.push_back({7, 0.5f, 1.0f, 2.0f, 3.0f, 4.0f, "dog"});
+  std::string body;
+  auto str = [&](const std::string& s) {
+    PutLe(&body, s.size(), 2);
+    body += s;
+  };
+  str("e");
+  str("s");
+  PutLe(&body, 2, 8);
+  PutLe(&body, 3, 8);
+  PutLe(&body, 3, 8);
+  PutLe(&body, 4, 8);
+  PutLe(&body, 1, 1);  // event
+  PutLe(&body, 3, 1);  // critical
+  PutLe(&body, 5, 8);
+  PutLe(&body, ~uint64_t{0}, 8);  // -1
+  PutLe(&body, 6, 8);
+  PutLe(&body, 640, 4);
+  PutLe(&body, 480, 4);
+  str("r");
+  PutLe(&body, 1, 4);
+  PutLe(&body, 7, 4);
+  for (uint32_t bits : {0x3F000000u, 0x3F800000u, 0x40000000u, 0x40400000u, 0x40800000u}) PutLe(&body, bits, 4);
+  str("dog");
+  EXPECT_EQ(EncodeFrame(r), MakeFrame(2, body));
+  StatusOr<Message> back = DecodeFrame(MakeFrame(2, body));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(std::get<Report>(*back), r);
+}
+
+TEST(ProtocolTest, EveryMessageRoundTrips) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::vector<Message> messages = {
+      Hello{"edge-a", rng(), kProtocolVersion},
+      Ack{"cam0", rng(), rng(), 10, 19, 19},
+      Ack{"cam1", 1, 1, 0, 0, -1},
+      Reject{RejectReason::kStaleEpoch, "cam0", 1, 5, 5, 9, "epoch 3 < 9"},
+      Heartbeat{static_cast<int64_t>(rng())},
+  };
+  for (int i = 0; i < 200; ++i) messages.push_back(RandomReport(rng));
+  std::string stream;
+  for (const Message& m : messages) {
+    StatusOr<Message> back = DecodeFrame(EncodeFrame(m));
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, m);
+    AppendFrame(m, &stream);
+  }
+  // The same messages through the incremental decoder, fed in random-sized pieces.
+  FrameDecoder d;
+  size_t pos = 0, got = 0;
+  while (pos < stream.size()) {
+    const size_t n = std::min<size_t>(stream.size() - pos, 1 + rng() % 97);
+    d.Feed(std::string_view(stream).substr(pos, n));
+    pos += n;
+    for (;;) {
+      StatusOr<std::optional<Message>> m = d.Next();
+      ASSERT_TRUE(m.ok()) << m.status();
+      if (!*m) break;
+      ASSERT_LT(got, messages.size());
+      EXPECT_EQ(**m, messages[got]);
+      ++got;
+    }
+  }
+  EXPECT_EQ(got, messages.size());
+  EXPECT_EQ(d.pending(), 0u);
+}
+
+TEST(ProtocolTest, EveryCorruptedByteIsDetected) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  Report r = RandomReport(rng);
+  r.kind = ReportKind::kEvent;
+  r.seq_last = r.seq_first;
+  r.detections.push_back({1, 0.9f, 1, 2, 3, 4, "car"});
+  const std::string frame = EncodeFrame(r);
+  for (size_t i = 0; i < frame.size(); ++i) {
+    std::string bad = frame;
+    bad[i] = static_cast<char>(bad[i] ^ (1 + rng() % 255));
+    StatusOr<Message> m = DecodeFrame(bad);
+    EXPECT_FALSE(m.ok()) << "byte " << i << " changed and not detected";
+  }
+}
+
+TEST(ProtocolTest, TruncatedFramesAreNamed) {
+  const std::string frame = EncodeFrame(Ack{"cam0", 1, 2, 3, 4, 4});
+  for (size_t n = 0; n < frame.size(); ++n) {
+    StatusOr<Message> m = DecodeFrame(frame.substr(0, n));
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(Message_(m.status()).find("truncated"), std::string::npos) << m.status();
+  }
+  EXPECT_EQ(Message_(DecodeFrame(frame.substr(0, 5)).status()), "frame truncated: 5 bytes, a header needs 16");
+  EXPECT_EQ(Message_(DecodeFrame(frame.substr(0, 20)).status()),
+            StrCat("frame truncated: the header says ", frame.size() - 16, " body bytes, 4 present"));
+  EXPECT_EQ(Message_(DecodeFrame(frame + "x").status()), "frame: 1 bytes after the frame");
+}
+
+TEST(ProtocolTest, HeaderErrorsAreClear) {
+  const std::string hb = EncodeFrame(Heartbeat{1});
+  StatusOr<Message> m = DecodeFrame("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(Message_(m.status()),
+            "frame: bad magic 0x20544547 (expected 0x4C494756 'VGIL'): not a vigil report stream");
+
+  m = DecodeFrame(MakeFrame(5, hb.substr(16), 2));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Message_(m.status()), "frame: protocol version 2 not supported (this side speaks 1)");
+
+  std::string crc = hb;
+  crc[20] ^= 1;
+  m = DecodeFrame(crc);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(Message_(m.status()).starts_with("frame: CRC-32 mismatch")) << m.status();
+
+  std::string huge = hb.substr(0, 16);
+  huge[8] = huge[9] = huge[10] = huge[11] = '\x7F';
+  m = DecodeFrame(huge);
+  EXPECT_EQ(Message_(m.status()), "frame: body length 2139062143 exceeds the limit 1048576");
+
+  m = DecodeFrame(MakeFrame(9, ""));
+  EXPECT_EQ(Message_(m.status()), "frame: unknown message type 9");
+}
+
+TEST(ProtocolTest, MalformedBodiesWithValidChecksumsAreRejected) {
+  // A Report cut after the edge id: the decoder names the missing field.
+  std::string body;
+  PutLe(&body, 1, 2);
+  body += "e";
+  PutLe(&body, 10, 2);
+  body += "cam";
+  StatusOr<Message> m = DecodeFrame(MakeFrame(2, body));
+  EXPECT_EQ(Message_(m.status()), "Report body: field 'stream' truncated (needs 10 bytes, 3 left)");
+
+  // A hostile detection count fails before any allocation.
+  Report r;
+  r.edge = "e";
+  r.stream = "s";
+  std::string frame = EncodeFrame(r);
+  std::string rb = frame.substr(16);
+  rb.replace(rb.size() - 4, 4, std::string("\x00\xCA\x9A\x3B", 4));  // 1e9
+  m = DecodeFrame(MakeFrame(2, rb));
+  EXPECT_EQ(Message_(m.status()), "Report body: detection_count 1000000000 does not fit the 0 bytes left");
+
+  // Field rules are checked after decoding: encode seq 4..5, then swap the two fields in the body.
+  r.seq_first = 4;
+  r.seq_last = 5;
+  std::string ib = EncodeFrame(r).substr(16);
+  // edge (2+1 bytes) + stream (2+1) + run (8): seq_first at offset 14, seq_last at 22
+  std::swap_ranges(ib.begin() + 14, ib.begin() + 22, ib.begin() + 22);
+  m = DecodeFrame(MakeFrame(2, ib));
+  EXPECT_EQ(Message_(m.status()), "Report body: report e/s run 0 seq 5..4: seq_first > seq_last");
+
+  m = DecodeFrame(MakeFrame(1, std::string("\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00", 12)));
+  EXPECT_EQ(Message_(m.status()), "Hello body: empty edge id");
+
+  m = DecodeFrame(MakeFrame(5, std::string(9, '\0')));
+  EXPECT_EQ(Message_(m.status()), "Heartbeat body: 1 unexpected bytes after the last field");
+}
+
+TEST(ProtocolTest, ValidateReportRules) {
+  Report r;
+  r.edge = "e";
+  r.stream = "s";
+  EXPECT_TRUE(ValidateReport(r).ok());
+  Report event = r;
+  event.kind = ReportKind::kEvent;
+  event.seq_last = 1;
+  EXPECT_EQ(Message_(ValidateReport(event)), "report e/s run 0 seq 0..1: an event covers exactly one frame");
+  Report progress = r;
+  progress.detections.push_back({});
+  EXPECT_EQ(Message_(ValidateReport(progress)), "report e/s run 0 seq 0..0: a progress report carries no detections");
+  Report nan = event;
+  nan.seq_last = 0;
+  nan.detections.push_back({0, std::nanf(""), 0, 0, 1, 1, ""});
+  EXPECT_EQ(Message_(ValidateReport(nan)),
+            "report e/s run 0 seq 0..0: a detection has a non-finite score or coordinate");
+  Report anonymous = r;
+  anonymous.stream.clear();
+  EXPECT_EQ(Message_(ValidateReport(anonymous)), "report e/ run 0 seq 0..0: empty edge or stream id");
+}
+
+}  // namespace
+}  // namespace vigil::transport
