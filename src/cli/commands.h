@@ -12,6 +12,7 @@ void AddDetectCommand(CLI::App& app, int* exit_code);  // detect_cmd.cc: `vigil 
 void AddModelCommands(CLI::App& app, int* exit_code);  // model_cmd.cc: `vigil model inspect|run`
 void AddBenchCommands(CLI::App& app, int* exit_code);  // bench_cmd.cc: `vigil bench engine`
 void AddAggregatorCommand(CLI::App& app, int* exit_code);  // aggregator_cmd.cc: `vigil aggregator`
+void AddEdgeCommand(CLI::App& app, int* exit_code);        // edge_cmd.cc: `vigil edge --config edge.yaml`
 void AddTopoCommand(CLI::App& app, int* exit_code);    // topo_cmd.cc: `vigil topo` (a stub saying why when built without hwloc)
 
 }  // namespace vigil::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   vigil::cli::AddBenchCommands(app, &exit_code);
   vigil::cli::AddTopoCommand(app, &exit_code);
   vigil::cli::AddAggregatorCommand(app, &exit_code);
+  vigil::cli::AddEdgeCommand(app, &exit_code);
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   try {
     app.parse(argc, argv);

@@ -1,0 +1,86 @@
+// vigil/pipeline/edge_config.h — edge.yaml, the configuration of `vigil edge`.
+//
+//   edge: cam-host-1                 # edge id (required)
+//   aggregator: 127.0.0.1:7400       # host:port (required)
+//   model: {path: m.onnx, conf: 0.25, iou: 0.7, max_det: 300, threads: 2, batch: 1}
+//   batching: {max_batch: 4, max_wait_ms: 10}
+//   http_port: 0                     # /healthz and /metrics on 127.0.0.1; 0 = off
+//   http_host: 127.0.0.1
+//   state_dir: ./vigil-edge-state    # epoch, runs and cursors
+//   progress_flush_ms: 500           # pending progress marks are published at least this often
+//   streams:
+//     - id: door                     # unique, required
+//       source: /videos/door.mp4     # file path, URL, folder or glob (required)
+//       realtime: false
+//       loop: false
+//       target_fps: 0                # 0 = every frame
+//       rules:
+//         classes: [person, 2]       # allow-list: class names or ids; absent/empty = every class
+//         min_score: 0.5
+//         roi: [[[0,0],[640,0],[640,480]]]   # polygons in source pixels; a box counts if its centre is inside one
+//         confirm: {k: 2, m: 3}      # an event needs a qualifying frame in k of the last m frames
+//         cooldown_s: 0              # after an event, no new event for this long (stream time)
+//         severity: {critical: 0.9, warning: 0.5, info: 0}  # by the best qualifying score
+//
+// Validation (common/config.h): an unknown key, a wrong type or an impossible value is an error
+// naming the file, line:column and key path; all problems are reported at once.
+// Thread-safety: plain values; the functions are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vigil/common/status.h"
+
+namespace vigil::pipeline {
+
+struct Point {
+  double x = 0, y = 0;  // source pixels
+};
+using Polygon = std::vector<Point>;  // >= 3 vertices, in order (either orientation)
+
+struct RulesConfig {
+  std::vector<std::string> classes;  // names or decimal ids; empty = all classes
+  double min_score = 0.0;            // [0, 1]
+  std::vector<Polygon> roi;          // empty = the whole picture
+  int confirm_k = 1, confirm_m = 1;  // 1 <= k <= m <= 1000
+  double cooldown_s = 0;             // >= 0
+  // Severity by the best qualifying score: >= critical → critical, >= warning → warning, else info.
+  double critical = 2.0, warning = 2.0;  // > 1 = never (Default)
+};
+
+struct StreamConfig {
+  std::string id;
+  std::string source;
+  bool realtime = false;
+  bool loop = false;
+  double target_fps = 0;
+  RulesConfig rules;
+};
+
+struct EdgeConfig {
+  std::string edge;
+  std::string aggregator_host;
+  uint16_t aggregator_port = 0;
+  std::string model_path;
+  double conf = 0.25, iou = -1;  // iou < 0: the model family's default
+  int max_det = 300;
+  int threads = 0;               // 0 = all cores
+  int model_batch = 0;           // engine batch (0 = the model's)
+  int max_batch = 1;             // cross-stream batch, 1..256
+  int max_wait_ms = 0;           // 0..10000
+  std::string http_host = "127.0.0.1";
+  uint16_t http_port = 0;
+  std::string state_dir = "vigil-edge-state";
+  int progress_flush_ms = 500;   // 1..60000
+  std::vector<StreamConfig> streams;  // at least one, ids unique
+};
+
+// Errors: NotFound (unreadable file), InvalidArgument listing each bad key with line:column.
+StatusOr<EdgeConfig> LoadEdgeConfig(const std::string& path);
+StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& name);
+
+}  // namespace vigil::pipeline

@@ -1,0 +1,81 @@
+// `vigil edge --config edge.yaml`: runs the edge pipeline (pipeline/edge.h) until every finite stream
+// has ended or SIGINT/SIGTERM asks for a graceful stop (flush, wait for acks, persist cursors).
+// Exit code: 0 done, 2 bad configuration, model or state dir. Without the pipeline module (a build
+// without FFmpeg) the command exists and says so.
+#include <csignal>
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+#ifdef VIGIL_HAVE_PIPELINE
+#include "vigil/metrics/registry.h"
+#include "vigil/pipeline/edge.h"
+#include "vigil/pipeline/edge_config.h"
+#endif
+
+namespace vigil::cli {
+
+#ifdef VIGIL_HAVE_PIPELINE
+namespace {
+
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+extern "C" void OnStopSignal(int) { g_stop.store(true); }
+
+}  // namespace
+
+void AddEdgeCommand(CLI::App& app, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand("edge", "Run an edge: streams in, detections and progress to the aggregator");
+  auto config_path = std::make_shared<std::string>();
+  auto timeout_ms = std::make_shared<int>(10000);
+  cmd->add_option("--config", *config_path, "edge.yaml")->required();
+  cmd->add_option("--shutdown-timeout-ms", *timeout_ms, "how long to wait for acks at the end")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600000));
+  cmd->callback([=] {
+    StatusOr<pipeline::EdgeConfig> config = pipeline::LoadEdgeConfig(*config_path);
+    if (!config.ok()) {
+      std::fprintf(stderr, "vigil edge: %s\n", std::string(config.status().message()).c_str());
+      *exit_code = 2;
+      return;
+    }
+    struct sigaction sa = {};
+    sa.sa_handler = OnStopSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+    metrics::Registry registry;
+    pipeline::EdgeRunOptions options;
+    options.shutdown_timeout = std::chrono::milliseconds(*timeout_ms);
+    options.on_started = [](uint16_t port) {
+      if (port != 0) std::fprintf(stderr, "vigil edge: http on port %u\n", port);
+    };
+    Status st = pipeline::RunEdge(*config, g_stop, registry, options);
+    if (!st.ok()) {
+      std::fprintf(stderr, "vigil edge: %s\n", std::string(st.message()).c_str());
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = 0;
+  });
+}
+#else
+void AddEdgeCommand(CLI::App& app, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand("edge", "Run an edge (unavailable: this vigil was built without FFmpeg)");
+  cmd->allow_extras();
+  cmd->callback([exit_code] {
+    std::fprintf(stderr, "vigil edge: this vigil was built without FFmpeg (video ingest); rebuild with it\n");
+    *exit_code = 2;
+  });
+}
+#endif
+
+}  // namespace vigil::cli

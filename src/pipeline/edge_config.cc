@@ -1,0 +1,111 @@
+#include "vigil/pipeline/edge_config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "vigil/common/config.h"
+
+namespace vigil::pipeline {
+namespace {
+
+void ReadPolygon(const ConfigValue& v, Polygon* out) {
+  std::vector<ConfigValue> points = v.Items();
+  if (v.IsSequence() && points.size() < 3) v.Error("a polygon needs at least 3 points");
+  for (const ConfigValue& p : points) {
+    std::vector<ConfigValue> xy = p.Items();
+    if (!p.IsSequence()) continue;
+    if (xy.size() != 2) {
+      p.Error("a point is [x, y]");
+      continue;
+    }
+    Point pt;
+    if (xy[0].As(&pt.x, -1e9, 1e9) && xy[1].As(&pt.y, -1e9, 1e9)) out->push_back(pt);
+  }
+}
+
+void ReadRules(const ConfigMap& m, RulesConfig* r) {
+  if (std::optional<ConfigValue> classes = m.Value("classes")) {
+    for (const ConfigValue& c : classes->Items()) {
+      std::string name;
+      if (c.As(&name)) r->classes.push_back(name);
+    }
+  }
+  m.Get("min_score", &r->min_score, 0.0, 1.0);
+  if (std::optional<ConfigValue> roi = m.Value("roi")) {
+    for (const ConfigValue& poly : roi->Items()) {
+      Polygon p;
+      ReadPolygon(poly, &p);
+      if (p.size() >= 3) r->roi.push_back(std::move(p));
+    }
+  }
+  if (std::optional<ConfigMap> c = m.Map("confirm")) {
+    c->Get("k", &r->confirm_k, 1, 1000, ConfigMap::kRequired);
+    c->Get("m", &r->confirm_m, 1, 1000, ConfigMap::kRequired);
+    if (r->confirm_k > r->confirm_m) c->Error("k", "k must not exceed m");
+  }
+  m.Get("cooldown_s", &r->cooldown_s, 0.0, 1e9);
+  if (std::optional<ConfigMap> s = m.Map("severity")) {
+    s->Get("critical", &r->critical, 0.0, 1.0);
+    s->Get("warning", &r->warning, 0.0, 1.0);
+  }
+}
+
+}  // namespace
+
+StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& name) {
+  VIGIL_ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Parse(yaml, name));
+  EdgeConfig cfg;
+  ConfigMap root = file.root();
+  root.Get("edge", &cfg.edge, ConfigMap::kRequired);
+  if (root.Has("edge") && cfg.edge.empty()) root.Error("edge", "must not be empty");
+  if (root.GetHostPort("aggregator", &cfg.aggregator_host, &cfg.aggregator_port, ConfigMap::kRequired)) {
+    if (cfg.aggregator_port == 0) root.Error("aggregator", "port 0 cannot be dialled");
+    if (cfg.aggregator_host.empty()) cfg.aggregator_host = "127.0.0.1";
+  }
+  if (std::optional<ConfigMap> m = root.Map("model", ConfigMap::kRequired)) {
+    m->Get("path", &cfg.model_path, ConfigMap::kRequired);
+    m->Get("conf", &cfg.conf, 0.0, 1.0);
+    m->Get("iou", &cfg.iou, 0.0, 1.0);
+    m->Get("max_det", &cfg.max_det, 1, 100000);
+    m->Get("threads", &cfg.threads, 0, 1024);
+    m->Get("batch", &cfg.model_batch, 0, 256);
+  }
+  if (std::optional<ConfigMap> b = root.Map("batching")) {
+    b->Get("max_batch", &cfg.max_batch, 1, 256);
+    b->Get("max_wait_ms", &cfg.max_wait_ms, 0, 10000);
+  }
+  root.Get("http_port", &cfg.http_port, uint16_t{0}, uint16_t{65535});
+  root.Get("http_host", &cfg.http_host);
+  root.Get("state_dir", &cfg.state_dir);
+  if (root.Has("state_dir") && cfg.state_dir.empty()) root.Error("state_dir", "must not be empty");
+  root.Get("progress_flush_ms", &cfg.progress_flush_ms, 1, 60000);
+  std::vector<ConfigMap> streams = root.Maps("streams", ConfigMap::kRequired);
+  if (root.Has("streams") && streams.empty()) root.Error("streams", "at least one stream is required");
+  std::set<std::string> ids;
+  for (const ConfigMap& s : streams) {
+    StreamConfig sc;
+    if (s.Get("id", &sc.id, ConfigMap::kRequired)) {
+      if (sc.id.empty()) s.Error("id", "must not be empty");
+      if (!ids.insert(sc.id).second) s.Error("id", "duplicate stream id '" + sc.id + "'");
+    }
+    s.Get("source", &sc.source, ConfigMap::kRequired);
+    s.Get("realtime", &sc.realtime);
+    s.Get("loop", &sc.loop);
+    s.Get("target_fps", &sc.target_fps, 0.0, 1000.0);
+    if (std::optional<ConfigMap> r = s.Map("rules")) ReadRules(*r, &sc.rules);
+    cfg.streams.push_back(std::move(sc));
+  }
+  VIGIL_RETURN_IF_ERROR(file.Finish());
+  return cfg;
+}
+
+StatusOr<EdgeConfig> LoadEdgeConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError("edge config '" + path + "': cannot read the file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseEdgeConfig(text.str(), path);
+}
+
+}  // namespace vigil::pipeline

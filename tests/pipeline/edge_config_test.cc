@@ -1,0 +1,104 @@
+#include "vigil/pipeline/edge_config.h"
+
+#include <gtest/gtest.h>
+
+namespace vigil::pipeline {
+namespace {
+
+constexpr const char* kGood = R"(edge: e1
+aggregator: 127.0.0.1:7400
+model: {path: m.onnx, conf: 0.3, threads: 2}
+batching: {max_batch: 4, max_wait_ms: 20}
+http_port: 9100
+state_dir: /tmp/s
+streams:
+  - id: door
+    source: /v/door.mp4
+    realtime: true
+    target_fps: 5
+    rules:
+      classes: [person, 2]
+      min_score: 0.5
+      roi: [[[0, 0], [640, 0], [640, 480]]]
+      confirm: {k: 2, m: 3}
+      cooldown_s: 10
+      severity: {critical: 0.9, warning: 0.5}
+  - id: imgs
+    source: /d/*.jpg
+)";
+
+TEST(EdgeConfig, ParsesEveryKey) {
+  StatusOr<EdgeConfig> c = ParseEdgeConfig(kGood, "edge.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->edge, "e1");
+  EXPECT_EQ(c->aggregator_host, "127.0.0.1");
+  EXPECT_EQ(c->aggregator_port, 7400);
+  EXPECT_EQ(c->model_path, "m.onnx");
+  EXPECT_DOUBLE_EQ(c->conf, 0.3);
+  EXPECT_EQ(c->threads, 2);
+  EXPECT_EQ(c->max_batch, 4);
+  EXPECT_EQ(c->max_wait_ms, 20);
+  EXPECT_EQ(c->http_port, 9100);
+  ASSERT_EQ(c->streams.size(), 2u);
+  const StreamConfig& s = c->streams[0];
+  EXPECT_TRUE(s.realtime);
+  EXPECT_DOUBLE_EQ(s.target_fps, 5);
+  EXPECT_EQ(s.rules.classes, (std::vector<std::string>{"person", "2"}));
+  ASSERT_EQ(s.rules.roi.size(), 1u);
+  ASSERT_EQ(s.rules.roi[0].size(), 3u);
+  EXPECT_DOUBLE_EQ(s.rules.roi[0][1].x, 640);
+  EXPECT_EQ(s.rules.confirm_k, 2);
+  EXPECT_EQ(s.rules.confirm_m, 3);
+  EXPECT_DOUBLE_EQ(s.rules.cooldown_s, 10);
+  EXPECT_DOUBLE_EQ(s.rules.critical, 0.9);
+  EXPECT_EQ(c->streams[1].source, "/d/*.jpg");
+  EXPECT_TRUE(c->streams[1].rules.classes.empty());
+}
+
+// Replaces the first occurrence of `from` in kGood and returns the error message.
+std::string ErrorWith(const std::string& from, const std::string& to) {
+  std::string text = kGood;
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  StatusOr<EdgeConfig> c = ParseEdgeConfig(text, "edge.yaml");
+  EXPECT_FALSE(c.ok());
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(EdgeConfig, UnknownKeyNamesKeyAndLine) {
+  const std::string e = ErrorWith("    realtime: true", "    realtme: true");
+  EXPECT_NE(e.find("edge.yaml:10:"), std::string::npos) << e;
+  EXPECT_NE(e.find("streams[0].realtme"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key"), std::string::npos) << e;
+}
+
+TEST(EdgeConfig, WrongTypeNamesKeyAndLine) {
+  const std::string e = ErrorWith("min_score: 0.5", "min_score: [0.5]");
+  EXPECT_NE(e.find("edge.yaml:14:"), std::string::npos) << e;
+  EXPECT_NE(e.find("min_score"), std::string::npos) << e;
+}
+
+TEST(EdgeConfig, OutOfRangeValuesNameKeyAndLine) {
+  std::string e = ErrorWith("max_batch: 4", "max_batch: 0");
+  EXPECT_NE(e.find("edge.yaml:4:"), std::string::npos) << e;
+  EXPECT_NE(e.find("max_batch"), std::string::npos) << e;
+  e = ErrorWith("confirm: {k: 2, m: 3}", "confirm: {k: 4, m: 3}");
+  EXPECT_NE(e.find("edge.yaml:16:"), std::string::npos) << e;
+  EXPECT_NE(e.find("k must not exceed m"), std::string::npos) << e;
+  e = ErrorWith("[640, 480]]]", "[640]]]");
+  EXPECT_NE(e.find("edge.yaml:15:"), std::string::npos) << e;
+  e = ErrorWith("min_score: 0.5", "min_score: 1.5");
+  EXPECT_NE(e.find("edge.yaml:14:"), std::string::npos) << e;
+}
+
+TEST(EdgeConfig, MissingAndDuplicateStreams) {
+  std::string e = ErrorWith("  - id: imgs", "  - id: door");
+  EXPECT_NE(e.find("duplicate stream id 'door'"), std::string::npos) << e;
+  e = ErrorWith("model: {path: m.onnx,", "model: {");
+  EXPECT_NE(e.find("edge.yaml:3:"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing required key 'path'"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace vigil::pipeline
