@@ -24,8 +24,9 @@ ModelSummary Summarize(const Graph& graph, const std::string& path) {
   s.inputs = graph.inputs;
   s.outputs = graph.outputs;
   s.metadata = graph.metadata;
+  s.op_counts = graph.file_op_counts;
   for (const Node& node : graph.nodes) {
-    ++s.op_counts[QualifiedOpType(node)];
+    if (graph.file_op_counts.empty()) ++s.op_counts[QualifiedOpType(node)];
     if (FindOp(node.domain, node.op_type) == nullptr) {
       s.unsupported_ops.push_back(StrCat("unsupported op '", QualifiedOpType(node), "' (node '", node.name,
                                                "', opset ", graph.opset, ")"));

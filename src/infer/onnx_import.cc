@@ -220,6 +220,7 @@ StatusOr<Graph> ConvertModel(const onnx::ModelProto& model) {
       if (!v.ok()) return Annotate(v.status(), node.Describe());
       node.attrs[a.name()] = *std::move(v);
     }
+    ++graph.file_op_counts[node.domain.empty() ? node.op_type : node.domain + "." + node.op_type];
     if (node.op_type == "Constant" && node.domain.empty()) {
       VIGIL_ASSIGN_OR_RETURN(Tensor t, ConstantValue(node));
       if (node.outputs.size() != 1 || node.outputs[0].empty()) {

@@ -118,8 +118,9 @@ DETECT_SET = {  # file -> (--imgsz or None, min_iou, max_dscore)
     "yolov5n_640_b1_op12.onnx": (None, 0.98, 0.01),
     "yolov8n_320_dyn_op17.onnx": ((256, 320), 0.98, 0.01),
     "yolov8n_320_b1_op17_fp16.onnx": (None, 0.9, 0.05),
-    "yolov8n_320_b1_op17_int8dyn.onnx": (None, 0.9, 0.05),
-    "yolov8n_320_b1_op17_qdq.onnx": (None, 0.9, 0.05),
+    # The generated int8dyn model is checked raw against its float twin (test_raw_outputs.py): with
+    # random weights, ORT's activation quantization moves boxes past any detection-level tolerance.
+    # Likewise the QDQ model (test_raw_outputs.py::test_generated_qdq_vs_ort).
 }
 
 

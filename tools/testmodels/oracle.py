@@ -54,7 +54,8 @@ def ort_session(model: str | Path, threads: int = 1):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
-    return ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    src = model if isinstance(model, bytes) else str(model)
+    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
 
 
 def ort_run(model, feeds: dict[str, np.ndarray], threads: int = 1) -> dict[str, np.ndarray]:
@@ -345,4 +346,63 @@ def upcast_fp16_model(model: str | Path) -> bytes:
         if v.type.tensor_type.elem_type == TensorProto.FLOAT16:
             v.type.tensor_type.elem_type = TensorProto.FLOAT
     del g.value_info[:]
+    return m.SerializeToString()
+
+
+def float_twin_of_dynamic_quant(model: str | Path) -> bytes:
+    """The float model a dynamically quantized one approximates (YOLO-NOTES.md): each
+    DynamicQuantizeLinear(x) -> ConvInteger(x_q, W_q, x_zp, W_zp) -> Cast(float) -> Mul(x_scale * w_scale)
+    chain becomes Conv(x, (W_q - W_zp) * w_scale) writing the Mul's output; the bias Add that follows
+    stays. Written independently of vigil's C++ pass (plain onnx graph surgery), so ORT on the twin is
+    an exact fp32 oracle for an engine that dequantizes weights and keeps activations in float."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    m = onnx.load(str(model))
+    g = m.graph
+    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    drop, add = set(), []
+    for n in g.node:
+        if n.op_type != "ConvInteger":
+            continue
+        dql = producer[n.input[0]]
+        assert dql.op_type == "DynamicQuantizeLinear", dql.op_type
+        (cast,) = consumers[n.output[0]]
+        (mul,) = consumers[cast.output[0]]
+        scale_name = mul.input[1] if mul.input[0] == cast.output[0] else mul.input[0]
+        scale_mul = producer[scale_name]  # x_scale * w_scale
+        w_scale_name = next(i for i in scale_mul.input if i in inits)
+        w_q = inits[n.input[1]].astype(np.float32)
+        w_zp = inits[n.input[3]].astype(np.float32) if len(n.input) > 3 and n.input[3] else np.float32(0)
+        w_scale = inits[w_scale_name].astype(np.float32)
+        if w_zp.ndim == 1 and w_zp.size > 1:
+            w_zp = w_zp.reshape(-1, 1, 1, 1)
+        if w_scale.ndim == 1 and w_scale.size > 1:
+            w_scale = w_scale.reshape(-1, 1, 1, 1)
+        w_name = n.input[1] + "_float_twin"
+        g.initializer.append(numpy_helper.from_array(((w_q - w_zp) * w_scale).astype(np.float32), w_name))
+        add.append(helper.make_node("Conv", [dql.input[0], w_name], [mul.output[0]], name=n.name + "_float",
+                                    **{a.name: helper.get_attribute_value(a) for a in n.attribute}))
+        drop.update({id(n), id(cast), id(mul)})
+    keep = [n for n in g.node if id(n) not in drop] + add
+    del g.node[:]
+    g.node.extend(keep)
+    m = onnx.shape_inference.infer_shapes(m)
+    # Topological order for ORT: a node after all producers of its inputs.
+    done = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
+    order, pending = [], list(g.node)
+    while pending:
+        ready = [n for n in pending if all(i in done for i in n.input)]
+        assert ready, "cycle while ordering the float twin"
+        for n in ready:
+            order.append(n)
+            done.update(n.output)
+        pending = [n for n in pending if all(n is not r for r in ready)]
+    del g.node[:]
+    g.node.extend(order)
     return m.SerializeToString()

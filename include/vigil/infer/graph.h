@@ -86,6 +86,9 @@ struct Graph {
   std::vector<ValueInfo> outputs;
   std::unordered_map<std::string, Tensor> initializers;
   std::vector<Node> nodes;
+  // Nodes per op type as the file has them (Constant nodes included, although import turns them
+  // into initializers); op types outside ai.onnx are "domain.OpType". For `model inspect`.
+  std::map<std::string, int> file_op_counts;
 
   // Filled by shape inference (passes/shape_inference.h): every value's dtype and static shape.
   std::unordered_map<std::string, TensorType> types;

@@ -183,6 +183,34 @@ using DivOp = decltype([](auto a, auto b) {
   }
   return static_cast<T>(a / b);
 });
+// Mod-10/13: fmod=0 takes the divisor's sign (Python's %), fmod=1 the dividend's (C fmod). The
+// spec requires fmod=1 for floating point. Integer x % 0 gives 0, as Div does.
+using ModOp = decltype([](auto a, auto b) {
+  using T = decltype(a);
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return T(0);
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return T(0);
+    }
+    T r = static_cast<T>(a % b);
+    if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+    return r;
+  } else {
+    return static_cast<T>(std::fmod(a, b));
+  }
+});
+using FModOp = decltype([](auto a, auto b) {
+  using T = decltype(a);
+  if constexpr (std::is_integral_v<T>) {
+    if (b == 0) return T(0);
+    if constexpr (std::is_signed_v<T>) {
+      if (b == -1) return T(0);
+    }
+    return static_cast<T>(a % b);
+  } else {
+    return static_cast<T>(std::fmod(a, b));
+  }
+});
 // NaN propagates (as in numpy.maximum).
 using MaxOp = decltype([](auto a, auto b) { return a < b || IsNaN(b) ? b : a; });
 using MinOp = decltype([](auto a, auto b) { return b < a || IsNaN(b) ? b : a; });
@@ -234,6 +262,22 @@ Status RunVariadic(const KernelContext& ctx) {
     }
   });
   return ok ? absl::OkStatus() : UnsupportedDType(ctx, dtype);
+}
+
+Status InferMod(const ShapeContext& ctx, std::vector<TensorType>* out) {
+  const int64_t fmod = ctx.node.GetInt("fmod", 0);
+  if (fmod != 0 && fmod != 1) return NodeError(ctx.node, "attribute fmod must be 0 or 1, got ", fmod);
+  if (fmod == 0 && ctx.input_types.size() == 2 &&
+      (ctx.input_types[0].dtype == DType::kFloat32 || ctx.input_types[0].dtype == DType::kFloat16 ||
+       ctx.input_types[0].dtype == DType::kFloat64)) {
+    return NodeError(ctx.node, "floating-point Mod needs fmod=1 (ONNX Mod-13)");
+  }
+  return InferBinary<Types::kNumeric>(ctx, out);
+}
+
+Status RunMod(const KernelContext& ctx) {
+  return ctx.node.GetInt("fmod", 0) == 1 ? RunVariadic<FModOp, Types::kNumeric>(ctx)
+                                          : RunVariadic<ModOp, Types::kNumeric>(ctx);
 }
 
 // Pow-7/12/13/15: Y = X^Y with broadcasting; the exponent may have another dtype; output has X's.
@@ -603,6 +647,7 @@ std::vector<OpSchema> ElementwiseOps() {
       {"", "Mul", 7, InferBinary<Types::kNumeric>, RunVariadic<MulOp, Types::kNumeric>},
       {"", "Div", 7, InferBinary<Types::kNumeric>, RunVariadic<DivOp, Types::kNumeric>},
       {"", "Pow", 7, InferPow, RunPow},
+      {"", "Mod", 10, InferMod, RunMod},
       {"", "Max", 8, InferVariadic<Types::kNumeric>, RunVariadic<MaxOp, Types::kNumeric>},
       {"", "Min", 8, InferVariadic<Types::kNumeric>, RunVariadic<MinOp, Types::kNumeric>},
       {"", "Sum", 8, InferVariadic<Types::kFloat>, RunVariadic<AddOp, Types::kFloat>},

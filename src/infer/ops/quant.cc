@@ -43,7 +43,9 @@ StatusOr<int64_t> CheckQuantParams(const ShapeContext& ctx, size_t si, size_t zi
                        ShapeToString(x), " along axis ", axis);
     }
   }
-  if (ctx.node.HasInput(zi) && ctx.input_types[zi].shape != scale) {
+  // A scalar and a one-element 1-D tensor are the same per-tensor parameter (exporters mix them).
+  const Shape& zp = ctx.input_types[zi].shape;
+  if (ctx.node.HasInput(zi) && zp != scale && !(NumElements(zp) == 1 && NumElements(scale) == 1)) {
     return NodeError(ctx.node, "zero point ", ShapeToString(ctx.input_types[zi].shape), " and scale ",
                      ShapeToString(scale), " differ in shape");
   }

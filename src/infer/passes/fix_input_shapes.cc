@@ -10,7 +10,12 @@
 
 #include "infer/passes/passes.h"
 
+#include <spdlog/spdlog.h>
+
 namespace vigil::infer {
+
+// Symbolic H/W of an image input with neither override nor metadata: Ultralytics' default imgsz.
+constexpr int64_t kDefaultImageSize = 640;
 namespace {
 
 // Positive integers in `text`, e.g. "[640, 480]" → {640, 480}, "32" → {32}.
@@ -116,12 +121,18 @@ Status FixInputShapes(Graph& graph, const ShapeOverrides& overrides) {
         if (i == 0) want = MetadataInt(graph, "batch", 0).value_or(1);
         if (i == 1) want = MetadataInt(graph, "channels", 0).value_or(3);
         if (i >= 2) want = MetadataInt(graph, "imgsz", i - 2);
+        if (i >= 2 && !want) {
+          // No override and no metadata (plain YOLOv5/YOLOX exports): Ultralytics' and YOLOv5's
+          // default inference size, said once in the log so users know to pass --imgsz.
+          want = kDefaultImageSize;
+          spdlog::warn("graph input '{}' {} is symbolic and the model has no imgsz metadata: using {} (set --imgsz)",
+                       in.name, DimName(in, i), kDefaultImageSize);
+        }
       }
       if (!want) {
         return absl::InvalidArgumentError(StrCat(
             "graph input '", in.name, "' ", DimName(in, i), " has no value: ",
-            image ? "set height/width in ShapeOverrides (the model has no imgsz metadata)"
-                  : "set it in ShapeOverrides::symbols or input_shapes"));
+            "set it in ShapeOverrides::symbols or input_shapes"));
       }
       if (!d.symbol.empty()) symbols.emplace(d.symbol, *want);
       d.value = *want;  // the symbol stays, for messages and `model inspect`

@@ -17,8 +17,8 @@ namespace vigil::infer {
 // How symbolic input dimensions are fixed. Zero means "not given".
 struct ShapeOverrides {
   int64_t batch = 0;   // dim 0 of 4-D image inputs [N,C,H,W]. Default: 1 when symbolic.
-  int64_t height = 0;  // dim 2 of image inputs. Default: metadata imgsz[0], else error.
-  int64_t width = 0;   // dim 3 of image inputs. Default: metadata imgsz[1], else error.
+  int64_t height = 0;  // dim 2 of image inputs. Default: metadata imgsz[0], else 640 (logged).
+  int64_t width = 0;   // dim 3 of image inputs. Default: metadata imgsz[1], else 640 (logged).
   std::map<std::string, int64_t> symbols;   // dim_param name → value, for any input
   std::map<std::string, Shape> input_shapes;  // input name → full shape (wins over the rest)
 };
