@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The main job on this machine: sets up, builds and runs vigil on sample images.
+# The main job on this machine: sets up (apt), builds, then runs an aggregator and an edge as two
+# processes on loopback over Debian's sample video (opencv-doc vtest.avi) and darknet's images, and
+# ends by printing where the results are and a table of detections per class.
 # Usage: scripts/demo.sh [MODEL.onnx]   (or VIGIL_MODEL=...; default: ../shared/models' YOLOv8n)
 # Export your own: `pip install ultralytics && yolo export model=yolov8n.pt format=onnx`.
 set -euo pipefail
@@ -10,24 +12,71 @@ if [[ ! -f $model ]]; then
   echo "  (export one with: pip install ultralytics && yolo export model=yolov8n.pt format=onnx)" >&2
   exit 2
 fi
+model=$(realpath "$model")
 scripts/deps.sh build
 scripts/build.sh >/dev/null
-out=runs/demo
-rm -rf "$out"
-images=(/usr/share/darknet/data/{dog,person,horses,giraffe,kite}.jpg
-        /usr/share/doc/opencv-doc/examples/data/{messi5.jpg,basketball1.png,fruits.jpg})
-build/src/vigil detect --model "$model" --output-dir "$out" --json "$out/detections.jsonl" "${images[@]}"
+vigil=$PWD/build/src/vigil
+out=$PWD/runs/demo
+rm -rf "$out" && mkdir -p "$out"
+video=/usr/share/doc/opencv-doc/examples/data/vtest.avi
+[[ -f $video ]] || video=$(ls /usr/share/doc/opencv-doc/examples/data/vtest.avi* | head -1)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+agg_port=$(free_port) http_port=$(free_port)
+
+cat > "$out/agg.yaml" <<YAML
+listen: 127.0.0.1:$agg_port
+http: 127.0.0.1:$http_port
+db: $out/vigil.db
+YAML
+cat > "$out/edge.yaml" <<YAML
+edge: demo-edge
+aggregator: 127.0.0.1:$agg_port
+model: {path: $model, threads: $(nproc)}
+batching: {max_batch: 4, max_wait_ms: 10}
+http_port: 0
+state_dir: $out/edge-state
+streams:
+  - id: vtest
+    source: $video
+    rules: {min_score: 0.4, severity: {critical: 0.9, warning: 0.6}}
+  - id: samples
+    source: /usr/share/darknet/data/*.jpg
+YAML
+
+"$vigil" aggregator --config "$out/agg.yaml" > "$out/aggregator.out" 2> "$out/aggregator.log" &
+agg_pid=$!
+trap 'kill $agg_pid 2>/dev/null || true' EXIT
+for _ in $(seq 50); do grep -q "vigil aggregator" "$out/aggregator.out" 2>/dev/null && break; sleep 0.1; done
+echo "aggregator: 127.0.0.1:$agg_port (HTTP http://127.0.0.1:$http_port/api/stats)"
+echo "edge: vtest.avi (795 frames) + darknet images, model $(basename "$model") — this takes a minute or two on 2 cores"
+"$vigil" --log-level warn edge --config "$out/edge.yaml" 2> "$out/edge.log"
+python3 - "$http_port" > "$out/stats.json" <<'PY' || true
+import sys, urllib.request
+print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/stats", timeout=10).read().decode())
+PY
+kill $agg_pid; wait $agg_pid 2>/dev/null || true
+trap - EXIT
+# Annotated copies of the sample images (vigil detect, one-shot mode).
+"$vigil" detect --model "$model" --output-dir "$out/annotated" /usr/share/darknet/data/{dog,person,horses}.jpg 2>/dev/null
+
 echo
-echo "annotated images : $out/"
-echo "detections (JSON): $out/detections.jsonl"
+echo "SQLite database : $out/vigil.db   (tables frames, events, detections)"
+echo "statistics      : $out/stats.json"
+echo "annotated images: $out/annotated/"
+echo "logs            : $out/edge.log, $out/aggregator.log"
 echo
-echo "detections per class:"
-python3 - "$out/detections.jsonl" <<'PY'
-import collections, json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-per = collections.Counter(r["name"] for r in rows)
-print(f"  {'class':<16}{'count':>6}")
-for name, n in per.most_common():
-    print(f"  {name:<16}{n:>6}")
-print(f"  {'total':<16}{len(rows):>6}")
+python3 - "$out/vigil.db" <<'PY'
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+frames = con.execute("SELECT s.stream, COUNT(*), SUM(f.kind = 1), MAX(f.seq) + 1 FROM frames f "
+                     "JOIN streams s ON s.id = f.stream_id GROUP BY s.stream").fetchall()
+print(f"{'stream':<10}{'frames':>8}{'events':>8}{'seq span':>10}")
+for s, n, ev, span in frames:
+    print(f"{s:<10}{n:>8}{ev:>8}{span:>10}")
+print()
+rows = con.execute("SELECT label, COUNT(*), ROUND(AVG(score), 2) FROM detections GROUP BY label "
+                   "ORDER BY COUNT(*) DESC").fetchall()
+print(f"{'class':<16}{'detections':>11}{'mean score':>12}")
+for label, n, mean in rows:
+    print(f"{label:<16}{n:>11}{mean:>12}")
 PY

@@ -8,7 +8,7 @@ what=${1:-build}
 
 build_pkgs=(
   build-essential cmake ninja-build pkg-config git ca-certificates
-  libabsl-dev libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev ocl-icd-opencl-dev
+  libabsl-dev libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   libopencv-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwloc-dev libnuma-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
