@@ -219,3 +219,63 @@ def test_edge_killed_and_restarted(vtest200, tmp_path):
     assert epochs == {1, 2}, f"frames stored from epochs {epochs}; want both edge starts"
     log = (tmp_path / "edge.log").read_text()
     assert "resuming run" in log, log[-3000:]
+
+
+def test_bad_streams_do_not_affect_the_good_one(vtest200, tmp_path):
+    """One config with a corrupt file, a missing file, an unreachable RTSP URL and a good file: the
+    good stream completes and is accounted exactly once, the others are counted as errors (edge
+    /metrics), and the edge stays up (the unreachable URL keeps it retrying until SIGTERM)."""
+    import urllib.request
+
+    corrupt = tmp_path / "corrupt.mp4"
+    data = bytearray(vtest200.read_bytes())
+    data[64:64 + 4096] = os.urandom(4096)  # smash the container header
+    corrupt.write_bytes(bytes(data[: len(data) // 3]))
+    dead_port = free_port()  # nothing listens there
+    agg = Aggregator(tmp_path, free_port())
+    agg.start()
+    http_port = free_port()
+    cfg = tmp_path / "edge.yaml"
+    cfg.write_text(f"""edge: mixed-edge
+aggregator: 127.0.0.1:{agg.port}
+model: {{path: {MODEL}, threads: {THREADS}}}
+batching: {{max_batch: 2, max_wait_ms: 5}}
+http_port: {http_port}
+state_dir: {tmp_path / 'state'}
+streams:
+  - id: good
+    source: {vtest200}
+  - id: corrupt
+    source: {corrupt}
+  - id: missing
+    source: {tmp_path / 'no-such-file.mp4'}
+  - id: camera
+    source: rtsp://127.0.0.1:{dead_port}/live
+""")
+    edge = start_edge(cfg, tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while stored_frames(agg.db, "good") < FRAMES and time.monotonic() < deadline and edge.poll() is None:
+            time.sleep(0.5)
+        assert edge.poll() is None, f"edge exited {edge.returncode}:\n{(tmp_path / 'edge.log').read_text()[-3000:]}"
+        assert_accounted_once(agg.db, "good", FRAMES)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10).read().decode()
+        errors = {line.split('"')[1]: float(line.split()[-1]) for line in metrics.splitlines()
+                  if line.startswith("vigil_edge_stream_errors_total{")}
+        assert errors.get("missing", 0) >= 1, f"missing file not counted: {errors}"
+        assert errors.get("good", 0) == 0, f"good stream counted as failed: {errors}"
+        bad_corrupt = errors.get("corrupt", 0) >= 1 or any(
+            line.startswith('vigil_edge_decode_errors_total{stream="corrupt"}') and float(line.split()[-1]) > 0
+            for line in metrics.splitlines())
+        assert bad_corrupt, "corrupt file neither failed nor counted decode errors"
+        log = (tmp_path / "edge.log").read_text()
+        assert "no-such-file.mp4" in log, "the missing file's error does not name it"
+        assert f"127.0.0.1:{dead_port}" in log, "the unreachable camera is never mentioned in the log"
+    finally:
+        if edge.poll() is None:
+            edge.send_signal(signal.SIGTERM)
+            try:
+                edge.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                edge.kill()
+        agg.kill(signal.SIGTERM)
