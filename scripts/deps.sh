@@ -7,7 +7,7 @@ set -euo pipefail
 what=${1:-build}
 
 build_pkgs=(
-  build-essential cmake ninja-build pkg-config git ca-certificates
+  build-essential cmake ninja-build pkg-config git ca-certificates python3
   libabsl-dev libprotobuf-dev protobuf-compiler libonnx-dev libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   libopencv-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
