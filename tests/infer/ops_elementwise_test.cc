@@ -312,40 +312,22 @@ TEST(OpsElementwise, ErrorsNameNodeAndShapes) {
   EXPECT_EQ(RunOp("Relu", {F32({1}, {1})}, 13, {}, 2).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-}  // namespace
-}  // namespace vigil::infer
-
-namespace vigil::infer {
-namespace {
-
 // Mod-13 by hand: fmod=0 takes the divisor's sign (Python: -7 % 3 == 2, 7 % -3 == -2);
 // fmod=1 the dividend's (C: fmod(-7, 3) == -1). YOLO26 exports use int64 Mod for class ids.
 TEST(ModOpTest, IntegerAndFmodSigns) {
   const Tensor a = Tensor::FromVector<int64_t>({-7, 7, 7, -7, 6, 5}, {6});
   const Tensor b = Tensor::FromVector<int64_t>({3, -3, 3, -3, 3, 0}, {6});
-  std::vector<Tensor> out;
-  Node n;
-  n.name = "m";
-  n.op_type = "Mod";
-  n.inputs = {"a", "b"};
-  n.outputs = {"y"};
-  ASSERT_TRUE(RunReference(n, 13, {a, b}, &out).ok());
-  EXPECT_EQ(std::vector<int64_t>(out[0].data<int64_t>(), out[0].data<int64_t>() + 6),
-            (std::vector<int64_t>{2, -2, 1, -1, 0, 0}));
-  n.attrs["fmod"] = int64_t{1};
-  ASSERT_TRUE(RunReference(n, 13, {a, b}, &out).ok());
-  EXPECT_EQ(std::vector<int64_t>(out[0].data<int64_t>(), out[0].data<int64_t>() + 6),
+  EXPECT_EQ(Values<int64_t>(Run1("Mod", {a, b}, 13)), (std::vector<int64_t>{2, -2, 1, -1, 0, 0}));
+  EXPECT_EQ(Values<int64_t>(Run1("Mod", {a, b}, 13, {{"fmod", int64_t{1}}})),
             (std::vector<int64_t>{-1, 1, 1, -1, 0, 0}));
-  const Tensor fa = Tensor::FromVector<float>({-7.5f, 7.5f}, {2});
-  const Tensor fb = Tensor::FromVector<float>({2.f, -2.f}, {2});
-  ASSERT_TRUE(RunReference(n, 13, {fa, fb}, &out).ok());
-  EXPECT_FLOAT_EQ(out[0].data<float>()[0], -1.5f);
-  EXPECT_FLOAT_EQ(out[0].data<float>()[1], 1.5f);
-  n.attrs["fmod"] = int64_t{0};
-  const Status st = RunReference(n, 13, {fa, fb}, &out);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(std::string(st.message()).find("fmod=1"), std::string::npos);
+  const Tensor fa = F32({-7.5f, 7.5f}, {2});
+  const Tensor fb = F32({2.f, -2.f}, {2});
+  EXPECT_THAT(Values<float>(Run1("Mod", {fa, fb}, 13, {{"fmod", int64_t{1}}})), ElementsAre(-1.5f, 1.5f));
+  const auto st = RunOp("Mod", {fa, fb}, 13, {{"fmod", int64_t{0}}});
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.status().message()), HasSubstr("fmod=1"));
 }
 
 }  // namespace
 }  // namespace vigil::infer
+
