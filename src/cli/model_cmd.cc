@@ -90,11 +90,19 @@ int Inspect(const std::string& path, bool json_out) {
 }
 
 int RunModel(const std::string& path, const std::vector<std::string>& input_args, const std::string& out_dir, int threads,
-             bool reference_only) {
+             bool reference_only, const std::string& device, const std::string& precision) {
   infer::EngineOptions options;
   options.threads = threads;
+  options.device = device;
+  if (StatusOr<infer::Precision> p = infer::ParsePrecision(precision); p.ok()) {
+    options.precision = *p;
+  } else {
+    std::fprintf(stderr, "vigil model run: %s\n", std::string(p.status().message()).c_str());
+    return 2;
+  }
   options.use_onednn = !reference_only;
-  std::map<std::string, Tensor> feeds;
+  // NAME=FILE.npy, repeatable; the same NAME again queues another run (outputs then get ".<run>").
+  std::map<std::string, std::vector<Tensor>> feeds;
   for (const std::string& arg : input_args) {
     const size_t eq = arg.find('=');
     const std::vector<std::string> kv = {arg.substr(0, eq), eq == std::string::npos ? "" : arg.substr(eq + 1)};
@@ -107,15 +115,20 @@ int RunModel(const std::string& path, const std::vector<std::string>& input_args
       std::fprintf(stderr, "vigil model run: input '%s': %s\n", kv[0].c_str(), std::string(t.status().message()).c_str());
       return 2;
     }
+    if (!feeds[kv[0]].empty() && feeds[kv[0]].front().shape() != t->shape()) {
+      std::fprintf(stderr, "vigil model run: input '%s': %s has shape %s, the first file %s\n", kv[0].c_str(),
+                   kv[1].c_str(), ShapeToString(t->shape()).c_str(), ShapeToString(feeds[kv[0]].front().shape()).c_str());
+      return 2;
+    }
     options.input_shapes[kv[0]] = t->shape();
-    feeds[kv[0]] = *std::move(t);
+    feeds[kv[0]].push_back(*std::move(t));
   }
   StatusOr<std::unique_ptr<infer::Engine>> engine = infer::Engine::Load(path, options);
   if (!engine.ok()) {
     std::fprintf(stderr, "vigil model run: %s\n", std::string(engine.status().message()).c_str());
     return 2;
   }
-  std::vector<Tensor> inputs;
+  size_t runs = 0;
   for (const auto& info : (*engine)->inputs()) {
     auto it = feeds.find(info.name);
     if (it == feeds.end()) {
@@ -123,27 +136,35 @@ int RunModel(const std::string& path, const std::vector<std::string>& input_args
                    ShapeToString(info.shape).c_str());
       return 2;
     }
-    inputs.push_back(it->second);
-  }
-  std::vector<Tensor> outputs;
-  if (Status st = (*engine)->Run(inputs, &outputs); !st.ok()) {
-    std::fprintf(stderr, "vigil model run: %s\n", std::string(st.message()).c_str());
-    return 1;
+    if (runs != 0 && it->second.size() != runs) {
+      std::fprintf(stderr, "vigil model run: inputs are given different numbers of files\n");
+      return 2;
+    }
+    runs = it->second.size();
   }
   std::filesystem::create_directories(out_dir);
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    std::string name = (*engine)->outputs()[i].name;
-    for (char& c : name) {
-      if (c == '/' || c == ':') c = '_';
-    }
-    const std::string file = (std::filesystem::path(out_dir) / (name + ".npy")).string();
-    const Tensor& t = outputs[i];
-    const bool is_float = t.dtype() == DType::kFloat16 || t.dtype() == DType::kFloat64;
-    if (Status st = WriteNpy(file, is_float ? t.ToFloat32() : t); !st.ok()) {
+  for (size_t run = 0; run < runs; ++run) {
+    std::vector<Tensor> inputs, outputs;
+    for (const auto& info : (*engine)->inputs()) inputs.push_back(feeds[info.name][run]);
+    if (Status st = (*engine)->Run(inputs, &outputs); !st.ok()) {
       std::fprintf(stderr, "vigil model run: %s\n", std::string(st.message()).c_str());
       return 1;
     }
-    std::printf("%s %s %s\n", file.c_str(), std::string(DTypeName(t.dtype())).c_str(), ShapeToString(t.shape()).c_str());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      std::string name = (*engine)->outputs()[i].name;
+      for (char& c : name) {
+        if (c == '/' || c == ':') c = '_';
+      }
+      if (runs > 1) name += StrCat(".", run);
+      const std::string file = (std::filesystem::path(out_dir) / (name + ".npy")).string();
+      const Tensor& t = outputs[i];
+      const bool is_float = t.dtype() == DType::kFloat16 || t.dtype() == DType::kFloat64;
+      if (Status st = WriteNpy(file, is_float ? t.ToFloat32() : t); !st.ok()) {
+        std::fprintf(stderr, "vigil model run: %s\n", std::string(st.message()).c_str());
+        return 1;
+      }
+      std::printf("%s %s %s\n", file.c_str(), std::string(DTypeName(t.dtype())).c_str(), ShapeToString(t.shape()).c_str());
+    }
   }
   return 0;
 }
@@ -167,11 +188,16 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   static int run_threads = 0;
   static bool run_reference = false;
   run->add_option("--model", run_model, "ONNX model file")->required();
-  run->add_option("--input", run_inputs, "NAME=FILE.npy (repeatable); the file's shape fixes the input's dims")->required();
+  run->add_option("--input", run_inputs, "NAME=FILE.npy (repeatable; the file's shape fixes the input's dims; the same NAME again adds a run, outputs <name>.<run>.npy)")->required();
   run->add_option("--output-dir", run_out, "Where <output>.npy files go")->capture_default_str();
   run->add_option("--threads", run_threads, "Kernel threads (0 = all cores)")->capture_default_str();
   run->add_flag("--reference-only", run_reference, "Use the reference kernels only (no oneDNN)");
-  run->callback([exit_code] { *exit_code = RunModel(run_model, run_inputs, run_out, run_threads, run_reference); });
+  static std::string run_device = "cpu", run_precision = "fp32";
+  run->add_option("--device", run_device, "cpu, or cuda:N")->capture_default_str();
+  run->add_option("--precision", run_precision, "CUDA compute precision: fp32 or fp16")->capture_default_str();
+  run->callback([exit_code] {
+    *exit_code = RunModel(run_model, run_inputs, run_out, run_threads, run_reference, run_device, run_precision);
+  });
 }
 
 }  // namespace vigil::cli

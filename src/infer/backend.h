@@ -1,4 +1,4 @@
-// backend.h — the interface every execution backend implements (CPU now, CUDA next).
+// backend.h — the interface every execution backend implements (CPU, CUDA).
 //
 // Levels, after ggml's backend / ONNX Runtime's execution provider: a Backend says which nodes it
 // supports, then compiles a whole (shape-inferred, static) Graph into a CompiledModel that runs it.
@@ -23,6 +23,11 @@ struct CompileOptions {
   int threads = 0;          // worker threads for kernels; 0 = all cores of the process's cpuset
   bool use_onednn = true;   // CPU: oneDNN for Conv/FusedConv/MaxPool where it supports them
   bool profile = false;     // collect per-node timings (small overhead: one clock read per node)
+  // CUDA backend only:
+  int device_ordinal = 0;   // the GPU (CUDA ordinal)
+  bool fp16 = false;        // 4-D activations and convolutions in float16 (else float32)
+  bool allow_tf32 = false;  // let float32 convolutions use TF32 tensor cores (off: results within rounding)
+  bool cuda_graph = true;   // capture Run into a CUDA graph after the first call (off while profiling)
 };
 
 class CompiledModel {
@@ -35,6 +40,10 @@ class CompiledModel {
   virtual std::vector<NodeTiming> Profile() const = 0;
   virtual void ResetProfile() = 0;
   virtual size_t ArenaBytes() const = 0;  // bytes of the intermediate-value arena
+  // Device-resident I/O (CUDA backend; nullptr elsewhere): see Engine::device_io().
+  virtual const DeviceIo* device_io() const { return nullptr; }
+  virtual Status EnqueueOnDevice() { return absl::UnimplementedError("this backend has no device-resident run"); }
+  virtual Status SynchronizeDevice() { return absl::UnimplementedError("this backend has no device-resident run"); }
 };
 
 class Backend {
@@ -49,5 +58,11 @@ class Backend {
 // The CPU backend: oneDNN (when built with VIGIL_WITH_ONEDNN) for Conv/FusedConv/MaxPool, the
 // reference kernels of op_registry.h for everything else.
 std::unique_ptr<Backend> CreateCpuBackend();
+
+#ifdef VIGIL_HAVE_CUDA
+// The CUDA backend (infer/cuda/cuda_backend.h): cuDNN, cuBLAS and vigil's kernels; every op it has
+// no kernel for runs on the host reference kernel inside the same stream.
+std::unique_ptr<Backend> CreateCudaBackend();
+#endif
 
 }  // namespace vigil::infer

@@ -1,6 +1,9 @@
 #include "vigil/infer/engine.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "absl/strings/numbers.h"
 
 #include "infer/backend.h"
 #include "infer/onnx_import.h"
@@ -35,13 +38,23 @@ ModelSummary Summarize(const Graph& graph, const std::string& path) {
   return s;
 }
 
-StatusOr<std::unique_ptr<Backend>> BackendFor(const std::string& device) {
-  if (device == "cpu") return CreateCpuBackend();
-  if (device.rfind("cuda", 0) == 0) {
-    return absl::UnimplementedError(StrCat(
-        "device '", device, "': the CUDA backend is not available in this build (CPU only); use --device cpu"));
-  }
-  return absl::InvalidArgumentError(StrCat("device '", device, "' is not one of: cpu, cuda:N"));
+// "cpu" → -1, "cuda" → 0, "cuda:N" → N.
+StatusOr<int> ParseDevice(const std::string& device) {
+  if (device == "cpu") return -1;
+  if (device == "cuda") return 0;
+  int ordinal = -1;
+  if (device.rfind("cuda:", 0) == 0 && absl::SimpleAtoi(device.substr(5), &ordinal) && ordinal >= 0) return ordinal;
+  return absl::InvalidArgumentError(StrCat("device '", device, "' is not one of: cpu, cuda, cuda:N"));
+}
+
+StatusOr<std::unique_ptr<Backend>> BackendFor(int ordinal, [[maybe_unused]] const std::string& device) {
+  if (ordinal < 0) return CreateCpuBackend();
+#ifdef VIGIL_HAVE_CUDA
+  return CreateCudaBackend();
+#else
+  return absl::UnimplementedError(StrCat(
+      "device '", device, "': this build has no CUDA backend (configure with -DVIGIL_WITH_CUDA=ON); use --device cpu"));
+#endif
 }
 
 Status RunPasses(Graph& graph, const EngineOptions& options) {
@@ -78,6 +91,12 @@ Tensor ConvertFloat(const Tensor& t, DType dtype) {
 
 }  // namespace
 
+StatusOr<Precision> ParsePrecision(std::string_view text) {
+  if (text == "fp32") return Precision::kFp32;
+  if (text == "fp16") return Precision::kFp16;
+  return absl::InvalidArgumentError(StrCat("precision '", std::string(text), "' is not one of: fp32, fp16"));
+}
+
 StatusOr<ModelSummary> InspectModel(const std::string& path) {
   VIGIL_ASSIGN_OR_RETURN(Graph graph, ImportOnnxFile(path));
   return Summarize(graph, path);
@@ -103,11 +122,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::FromGraph(Graph graph, const EngineOpt
                                                      : ""));
   }
   VIGIL_RETURN_IF_ERROR(Annotate(RunPasses(graph, options), context));
-  VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, BackendFor(options.device));
+  VIGIL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
+  VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, BackendFor(ordinal, options.device));
   CompileOptions compile;
   compile.threads = options.threads;
   compile.use_onednn = options.use_onednn;
   compile.profile = options.profile;
+  compile.device_ordinal = std::max(ordinal, 0);
+  compile.fp16 = options.precision == Precision::kFp16;
+  compile.allow_tf32 = options.allow_tf32;
+  compile.cuda_graph = options.cuda_graph;
   StatusOr<std::unique_ptr<CompiledModel>> compiled = backend->Compile(graph, compile);
   if (!compiled.ok()) return Annotate(compiled.status(), context);
   engine->compiled_ = *std::move(compiled);
@@ -156,5 +180,17 @@ std::vector<NodeTiming> Engine::Profile() const {
 }
 
 size_t Engine::ArenaBytes() const { return compiled_->ArenaBytes(); }
+
+const DeviceIo* Engine::device_io() const { return compiled_->device_io(); }
+
+Status Engine::EnqueueOnDevice() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return compiled_->EnqueueOnDevice();
+}
+
+Status Engine::SynchronizeDevice() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return compiled_->SynchronizeDevice();
+}
 
 }  // namespace vigil::infer

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "vigil/common/status.h"
@@ -41,8 +42,14 @@ struct NodeTiming {
   int64_t calls = 0;
 };
 
+// Compute precision of the CUDA backend: fp16 stores 4-D activations and runs convolutions in
+// IEEE float16 (float32 accumulation); values outside the convolutional body stay float32.
+enum class Precision : uint8_t { kFp32, kFp16 };
+// "fp32" / "fp16"; InvalidArgument naming the value otherwise.
+StatusOr<Precision> ParsePrecision(std::string_view text);
+
 struct EngineOptions {
-  std::string device = "cpu";  // "cpu" now; "cuda:N" with the CUDA backend. Default: "cpu".
+  std::string device = "cpu";  // "cpu", or "cuda:N" / "cuda" (= cuda:0) in a build with the CUDA backend
   int threads = 0;             // kernel threads; 0 = all cores available to the process
   int64_t batch = 0;           // fixes a symbolic batch dim; 0 = model's (1 when symbolic)
   int64_t height = 0;          // fixes symbolic H of image inputs; 0 = metadata imgsz
@@ -51,6 +58,19 @@ struct EngineOptions {
   bool use_onednn = true;      // CPU: oneDNN fast paths (false = reference kernels only)
   bool optimize = true;        // run the fusion/no-op passes (folding and dequantization always run)
   bool profile = false;        // per-node timings, see Profile()
+  Precision precision = Precision::kFp32;  // CUDA only (the CPU backend computes in float32)
+  bool allow_tf32 = false;     // CUDA: TF32 tensor cores for float32 convolutions
+  bool cuda_graph = true;      // CUDA: replay Run as one CUDA graph after the first call
+};
+
+// Where a device backend keeps a model's inputs and outputs (CUDA: device pointers, row-major in the
+// dtypes and shapes of Engine::inputs()/outputs(), valid for the Engine's lifetime) and the stream
+// (cudaStream_t) its work is enqueued on. Producers (GPU preprocessing) write the inputs on that
+// stream, or synchronise with it, before EnqueueOnDevice; consumers read the outputs after it.
+struct DeviceIo {
+  int device = 0;
+  void* stream = nullptr;
+  std::vector<void*> inputs, outputs;
 };
 
 struct TensorInfo {
@@ -95,6 +115,15 @@ class Engine {
 
   std::vector<NodeTiming> Profile() const;
   size_t ArenaBytes() const;
+
+  // Device-resident inference (CUDA backend): nullptr on the CPU backend. EnqueueOnDevice enqueues one
+  // inference from device_io()->inputs to device_io()->outputs on device_io()->stream and returns
+  // without waiting (a CUDA graph launch after the first call); SynchronizeDevice waits for it and
+  // reports errors of host-fallback kernels. Not to be mixed concurrently with Run (same buffers);
+  // one thread at a time. Errors: Unimplemented on the CPU backend, Internal for CUDA failures.
+  const DeviceIo* device_io() const;
+  Status EnqueueOnDevice();
+  Status SynchronizeDevice();
 
  private:
   Engine();

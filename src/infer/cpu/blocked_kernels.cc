@@ -36,8 +36,7 @@ class BlockedResize final : public CpuKernel {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CpuKernel>> CreateBlockedResize(const Node& node, const Graph& graph, int64_t opset,
-                                                         int64_t block) {
+StatusOr<std::vector<int64_t>> NearestResizeSources(const Node& node, const Graph& graph, int64_t opset) {
   const Shape& x = graph.types.at(node.inputs[0]).shape;
   const Shape& y = graph.types.at(node.outputs[0]).shape;
   const int64_t planes = x[0] * x[1], in_pixels = x[2] * x[3], out_pixels = y[2] * y[3];
@@ -65,6 +64,12 @@ StatusOr<std::unique_ptr<CpuKernel>> CreateBlockedResize(const Node& node, const
       source[i] = from % in_pixels;
     }
   }
+  return source;
+}
+
+StatusOr<std::unique_ptr<CpuKernel>> CreateBlockedResize(const Node& node, const Graph& graph, int64_t opset,
+                                                         int64_t block) {
+  VIGIL_ASSIGN_OR_RETURN(std::vector<int64_t> source, NearestResizeSources(node, graph, opset));
   return std::make_unique<BlockedResize>(std::move(source), block);
 }
 

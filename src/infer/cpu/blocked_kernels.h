@@ -12,12 +12,18 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "infer/cpu/cpu_backend.h"
 #include "vigil/common/status.h"
 #include "vigil/infer/graph.h"
 
 namespace vigil::infer {
+
+// For a nearest Resize / Upsample of H and W that keeps N and C: per output pixel oh·OW + ow of one
+// plane, its source pixel ih·W + iw, found with the reference kernel as described above (also used by
+// the CUDA backend). Errors: as CreateBlockedResize.
+StatusOr<std::vector<int64_t>> NearestResizeSources(const Node& node, const Graph& graph, int64_t opset);
 
 // The blocked kernel (b = `block`) of a Resize / Upsample node whose role is kResize (PlanLayouts).
 // Errors: InvalidArgument naming the node when the reference kernel's result is not a per-plane

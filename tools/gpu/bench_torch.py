@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""vigil's CUDA engine vs PyTorch on the same GPU, architecture and weights (issue #4 benchmarks).
+
+    python3 tools/gpu/bench_torch.py --engine vigil-engine --work /tmp/bench --out bench.json \
+        [--archs yolov8n,yolo11n,yolo26n,yolox_nano] [--batches 1,8,32,64] [--compile default] [--autotune-b32]
+
+Per architecture: Ultralytics builds the network from its YAML (no download) with a fixed seed,
+fuses Conv+BatchNorm as its `predict` does, and exports that same module to ONNX (opset 17, dynamic
+batch) for vigil; YOLOX-nano comes from tools/testmodels/yolox_nano.py. Then, at 640x640 fp16:
+  - vigil: `vigil-engine bench engine --device cuda:0 --precision fp16 --batch B --json` (inputs
+    resident on the GPU; per-call latency with a stream sync, and pipelined throughput);
+  - PyTorch eager: module.half().cuda(), channels_last, torch.inference_mode();
+  - torch.compile (mode "default"; "max-autotune" at batch 32 with --autotune-b32), compile time reported.
+Timing (PyTorch): 20 warm-up calls, then 200 (batch <= 8) or 50 calls, each timed with CUDA events
+around the call and a synchronize (latency percentiles); throughput = batch * calls / wall time of
+the same loop without per-call syncs. Results: one JSON list, one object per (arch, batch, runner).
+Test and benchmark tooling only; runs where PyTorch with CUDA is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("YOLO_OFFLINE", "1")
+os.environ.setdefault("YOLO_VERBOSE", "False")
+os.environ.setdefault("YOLO_AUTOINSTALL", "False")
+os.environ.setdefault("YOLO_CONFIG_DIR", os.path.join(tempfile.gettempdir(), "vigil-yolo-config"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+SEED = 20240601
+IMGSZ = 640
+
+
+def build(arch: str, work: Path):
+    """(torch module in eval mode, fused; path of its ONNX export)."""
+    torch.manual_seed(SEED)
+    onnx_path = work / f"{arch}_{IMGSZ}_dyn.onnx"
+    if arch == "yolox_nano":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testmodels"))
+        import yolox_nano
+
+        model = yolox_nano.yolox_nano().eval()
+        if not onnx_path.exists():
+            yolox_nano.export_onnx(model, str(onnx_path), (IMGSZ, IMGSZ), 1, 17, True)
+        return model, onnx_path
+    from ultralytics import YOLO
+
+    yolo = YOLO(f"{arch}.yaml")
+    if not onnx_path.exists():
+        cwd = os.getcwd()
+        os.chdir(work)
+        try:
+            p = yolo.export(format="onnx", imgsz=IMGSZ, dynamic=True, opset=17, simplify=False, device="cpu",
+                            verbose=False)
+        finally:
+            os.chdir(cwd)
+        (Path(p) if Path(p).is_absolute() else work / p).rename(onnx_path)
+    model = yolo.model.fuse(verbose=False).eval()
+    return model, onnx_path
+
+
+def time_torch(fn, x, iters: int) -> dict:
+    with torch.inference_mode():
+        for _ in range(20):
+            fn(x)
+        torch.cuda.synchronize()
+        lat = []
+        for _ in range(iters):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn(x)
+            e.record()
+            e.synchronize()
+            lat.append(s.elapsed_time(e))
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn(x)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    lat.sort()
+    pick = lambda q: lat[min(len(lat) - 1, int(np.ceil(q * len(lat))) - 1)]  # noqa: E731
+    return {"latency_ms": {"p50": pick(0.5), "p99": pick(0.99), "mean": float(np.mean(lat))},
+            "throughput_images_per_s": x.shape[0] * iters / wall}
+
+
+def bench_vigil(engine: str, onnx: Path, batch: int, iters: int) -> dict:
+    cmd = [engine, "bench", "engine", "--model", str(onnx), "--device", "cuda:0", "--precision", "fp16", "--batch",
+           str(batch), "--iters", str(iters), "--warmup", "20", "--json"]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip()[-1500:]}
+    j = json.loads(p.stdout)
+    return {"latency_ms": j["latency_ms"], "host_io_latency_ms": j.get("host_io_latency_ms"),
+            "throughput_images_per_s": j["pipelined_throughput_images_per_s"],
+            "synced_throughput_images_per_s": j["throughput_images_per_s"], "load_ms": j["load_ms"],
+            "arena_mib": j["arena_mib"], "wall_s": time.perf_counter() - t0,
+            "ops": j["ops"][:8], "slowest_nodes": j["slowest_nodes"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", required=True)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/bench"))
+    ap.add_argument("--models", type=Path, help="unused: models are built here")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--archs", default="yolov8n,yolo11n,yolo26n,yolox_nano")
+    ap.add_argument("--batches", default="1,8,32,64")
+    ap.add_argument("--compile", default="default", help="'default' or 'none'")
+    ap.add_argument("--autotune-b32", action="store_true")
+    ap.add_argument("--torch-archs", default="yolov8n", help="architectures also timed in PyTorch")
+    ap.add_argument("--export-only", action="store_true", help="only write the ONNX files into --work")
+    a = ap.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    if a.export_only:
+        for arch in a.archs.split(","):
+            print(build(arch, a.work)[1], flush=True)
+        return 0
+    torch.backends.cudnn.benchmark = True
+    results = []
+
+    def emit(r):
+        results.append(r)
+        print(json.dumps({k: v for k, v in r.items() if k not in ("ops", "slowest_nodes")}), flush=True)
+        a.out.write_text(json.dumps(results, indent=1))
+
+    batches = [int(b) for b in a.batches.split(",")]
+    for arch in a.archs.split(","):
+        model, onnx = build(arch, a.work)
+        for b in batches:
+            emit({"arch": arch, "batch": b, "runner": "vigil fp16", **bench_vigil(a.engine, onnx, b, 200 if b <= 8 else 50)})
+        if arch not in a.torch_archs.split(","):
+            continue
+        net = model.half().cuda().to(memory_format=torch.channels_last)
+        compiled = torch.compile(net) if a.compile == "default" else None
+        for b in batches:
+            x = torch.rand(b, 3, IMGSZ, IMGSZ, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
+            iters = 200 if b <= 8 else 50
+            emit({"arch": arch, "batch": b, "runner": "torch eager fp16 channels_last", **time_torch(net, x, iters)})
+            if compiled is not None:
+                t0 = time.perf_counter()
+                with torch.inference_mode():
+                    compiled(x)
+                torch.cuda.synchronize()
+                emit({"arch": arch, "batch": b, "runner": "torch.compile default", "compile_s": time.perf_counter() - t0,
+                      **time_torch(compiled, x, iters)})
+            if a.autotune_b32 and b == 32:
+                tuned = torch.compile(net, mode="max-autotune")
+                t0 = time.perf_counter()
+                with torch.inference_mode():
+                    tuned(x)
+                torch.cuda.synchronize()
+                emit({"arch": arch, "batch": b, "runner": "torch.compile max-autotune",
+                      "compile_s": time.perf_counter() - t0, **time_torch(tuned, x, iters)})
+        del net, compiled
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
