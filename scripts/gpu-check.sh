@@ -15,7 +15,8 @@
 # the stages given (default: all, in this order):
 #   export    the ONNX exports of YOLOv8n/11n/26n/YOLOX-nano at 640 that `bench` times, built there with
 #             PyTorch + Ultralytics (seeded), so that `tests` also covers them
-#   tests     GPU GoogleTest suite (op grid, device-resident runs, whole models vs the CPU backend)
+#   tests     GPU GoogleTest suite (op grid, device-resident runs, whole models vs the CPU backend),
+#             with VIGIL_CUDNN_AUTOTUNE=1 (cuDNN's first plan: correctness needs no timing, loads are faster)
 #   sanitize  compute-sanitizer memcheck over a representative subset of the GPU tests
 #   models    fp16/fp32 detections on real images vs ONNX Runtime (tools/gpu/check_models.py)
 #   bench     vigil-engine vs PyTorch eager / torch.compile (tools/gpu/bench_torch.py), YOLOv8n first
@@ -78,8 +79,8 @@ run() {
     case "$stage" in
       export) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \
           --out "$OUT/export.json" --export-only >"$OUT/export.log" 2>&1 || rc=$? ;;
-      tests) timeout "$lim" "$DEV/bin/vigil_cuda_tests" --gtest_output="json:$OUT/tests.json" >"$OUT/tests.log" 2>&1 || rc=$? ;;
-      sanitize) timeout "$lim" compute-sanitizer --tool memcheck --error-exitcode 9 "$DEV/bin/vigil_cuda_tests" \
+      tests) VIGIL_CUDNN_AUTOTUNE=1 timeout "$lim" "$DEV/bin/vigil_cuda_tests" --gtest_output="json:$OUT/tests.json" >"$OUT/tests.log" 2>&1 || rc=$? ;;
+      sanitize) VIGIL_CUDNN_AUTOTUNE=1 timeout "$lim" compute-sanitizer --tool memcheck --error-exitcode 9 "$DEV/bin/vigil_cuda_tests" \
           --gtest_filter='Grid/CudaOpGrid.MatchesReference/yolo_like_chain*:Grid/CudaOpGrid.MatchesReference/matmul*:Grid/CudaOpGrid.MatchesReference/maxpool*:CudaBackend.*' \
           >"$OUT/sanitize.log" 2>&1 || rc=$? ;;
       models) timeout "$lim" python3 "$ROOT/tools/gpu/check_models.py" --engine "$DEV/bin/vigil-engine" --models "$DEV/models" \

@@ -3,6 +3,7 @@
 #include "infer/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -105,6 +106,7 @@ struct Resources {
   int device = 0;
   bool fp16 = false;
   bool allow_tf32 = false;
+  int autotune_candidates = 6;  // cuDNN plans timed per convolution (VIGIL_CUDNN_AUTOTUNE)
   cudaStream_t stream = nullptr;
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -346,6 +348,7 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeConv(Build& b) {
   spec.has_bias = bias != nullptr;
   spec.activation = act;
   spec.workspace_limit = kAutotuneWorkspace;
+  spec.max_candidates = b.res.autotune_candidates;
 
   void* bias_dt = nullptr;
   if (bias) {
@@ -845,6 +848,9 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
     res.device = options.device_ordinal;
     res.fp16 = options.fp16;
     res.allow_tf32 = options.allow_tf32;
+    if (const char* env = std::getenv("VIGIL_CUDNN_AUTOTUNE"); env != nullptr && std::atoi(env) > 0) {
+      res.autotune_candidates = std::atoi(env);
+    }
     VIGIL_CUDA(cudaSetDevice(res.device));
     VIGIL_CUDA(cudaStreamCreateWithFlags(&res.stream, cudaStreamNonBlocking));
     VIGIL_CUDNN(cudnnCreate(&res.cudnn));

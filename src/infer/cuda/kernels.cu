@@ -2,6 +2,8 @@
 #include <cuda_fp16.h>
 
 #include <cfloat>
+#include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "infer/cuda/kernels.h"
@@ -45,6 +47,88 @@ int64_t Count(const StridedView& v) {
 template <typename To, typename Ti>
 __global__ void StridedCopyKernel(To* dst, StridedView dv, const Ti* src, StridedView sv, int64_t n) {
   VIGIL_GRID_STRIDE(i, n) { Store(dst, Offset(dv, i), Load(src, Offset(sv, i))); }
+}
+
+// 32-bit index arithmetic with the rank known at compile time (int64 division is ~10x slower).
+struct View32 {
+  int shape[kMaxDims];
+  int stride[kMaxDims];
+};
+
+template <int N, typename To, typename Ti>
+__global__ void StridedCopyKernel32(To* dst, View32 dv, const Ti* src, View32 sv, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+    int rem = i, d_off = 0, s_off = 0;
+#pragma unroll
+    for (int d = N - 1; d >= 0; --d) {
+      const int q = rem / dv.shape[d];
+      const int idx = rem - q * dv.shape[d];
+      d_off += idx * dv.stride[d];
+      s_off += idx * sv.stride[d];
+      rem = q;
+    }
+    Store(dst, d_off, Load(src, s_off));
+  }
+}
+
+// Row copies: `rows` rows of `width` vectors V, at pitches (in V) dst_pitch / src_pitch.
+template <typename V>
+__global__ void CopyRowsKernel(V* dst, int64_t dst_pitch, const V* src, int64_t src_pitch, int width, int64_t total) {
+  VIGIL_GRID_STRIDE(i, total) {
+    const int64_t r = i / width;
+    const int64_t c = i - r * width;
+    dst[r * dst_pitch + c] = src[r * src_pitch + c];
+  }
+}
+
+// Drops unit dims and merges dims that are contiguous in both views (outer stride = inner stride ·
+// inner size). Keeps the element order, so a copy over the result equals the copy over the input.
+void Collapse(StridedView& a, StridedView& b) {
+  StridedView ra, rb;
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.shape[d] == 1) continue;
+    const int k = ra.ndim;
+    if (k > 0 && ra.stride[k - 1] == a.stride[d] * a.shape[d] && rb.stride[k - 1] == b.stride[d] * a.shape[d]) {
+      ra.shape[k - 1] *= a.shape[d];
+      rb.shape[k - 1] = ra.shape[k - 1];
+      ra.stride[k - 1] = a.stride[d];
+      rb.stride[k - 1] = b.stride[d];
+      continue;
+    }
+    ra.shape[k] = rb.shape[k] = a.shape[d];
+    ra.stride[k] = a.stride[d];
+    rb.stride[k] = b.stride[d];
+    ++ra.ndim;
+    rb.ndim = ra.ndim;
+  }
+  if (ra.ndim == 0) {
+    ra.ndim = rb.ndim = 1;
+    ra.shape[0] = rb.shape[0] = 1;
+    ra.stride[0] = rb.stride[0] = 1;
+  }
+  a = ra;
+  b = rb;
+}
+
+// Largest vector (16, 8, 4, 2 bytes) dividing every byte quantity of a row copy.
+int VectorBytes(int64_t esize, const void* dst, const void* src, int64_t dpitch, int64_t spitch, int64_t width) {
+  for (int v : {16, 8, 4, 2}) {
+    if (v < esize) break;
+    if (reinterpret_cast<uintptr_t>(dst) % v == 0 && reinterpret_cast<uintptr_t>(src) % v == 0 &&
+        (dpitch * esize) % v == 0 && (spitch * esize) % v == 0 && (width * esize) % v == 0) {
+      return v;
+    }
+  }
+  return static_cast<int>(esize);
+}
+
+template <typename V>
+cudaError_t LaunchRows(void* dst, int64_t dpitch, const void* src, int64_t spitch, int64_t width, int64_t rows,
+                       cudaStream_t stream) {
+  const int64_t total = width * rows;
+  CopyRowsKernel<V><<<Blocks(total), kThreads, 0, stream>>>(static_cast<V*>(dst), dpitch, static_cast<const V*>(src), spitch,
+                                                            static_cast<int>(width), total);
+  return cudaGetLastError();
 }
 
 template <typename T>
@@ -184,12 +268,54 @@ cudaError_t StridedCopy(void* dst, ElemType dst_type, const StridedView& dst_vie
                         const StridedView& src_view, cudaStream_t stream) {
   const int64_t n = Count(dst_view);
   if (n == 0) return cudaSuccess;
+  StridedView dv = dst_view, sv = src_view;
+  for (int d = 0; d < sv.ndim; ++d) sv.shape[d] = dv.shape[d];
+  Collapse(dv, sv);
+  const int64_t esize = dst_type == ElemType::kF16 ? 2 : 4;
+  // Same type, rows contiguous on both sides: a (vectorised) row copy.
+  if (dst_type == src_type && dv.ndim <= 2 && dv.stride[dv.ndim - 1] == 1 && sv.stride[sv.ndim - 1] == 1) {
+    const int64_t width = dv.shape[dv.ndim - 1], rows = dv.ndim == 2 ? dv.shape[0] : 1;
+    const int64_t dp = dv.ndim == 2 ? dv.stride[0] : width, sp = sv.ndim == 2 ? sv.stride[0] : width;
+    const int v = VectorBytes(esize, dst, src, dp, sp, width);
+    const int64_t k = v / esize;
+    switch (v) {
+      case 16: return LaunchRows<uint4>(dst, dp / k, src, sp / k, width / k, rows, stream);
+      case 8: return LaunchRows<uint2>(dst, dp / k, src, sp / k, width / k, rows, stream);
+      case 4: return LaunchRows<uint32_t>(dst, dp / k, src, sp / k, width / k, rows, stream);
+      default: return LaunchRows<uint16_t>(dst, dp, src, sp, width, rows, stream);
+    }
+  }
+  bool fits32 = n < (int64_t{1} << 30);
+  for (int d = 0; d < dv.ndim; ++d) {
+    fits32 = fits32 && std::abs(dv.stride[d]) * dv.shape[d] < (int64_t{1} << 30) &&
+             std::abs(sv.stride[d]) * sv.shape[d] < (int64_t{1} << 30);
+  }
   return ForType(dst_type, [&](auto* to) {
     using To = std::remove_pointer_t<decltype(to)>;
     ForType(src_type, [&](auto* ti) {
       using Ti = std::remove_pointer_t<decltype(ti)>;
-      StridedCopyKernel<To, Ti><<<Blocks(n), kThreads, 0, stream>>>(static_cast<To*>(dst), dst_view,
-                                                                    static_cast<const Ti*>(src), src_view, n);
+      if (!fits32) {
+        StridedCopyKernel<To, Ti><<<Blocks(n), kThreads, 0, stream>>>(static_cast<To*>(dst), dv,
+                                                                      static_cast<const Ti*>(src), sv, n);
+        return;
+      }
+      View32 d32{}, s32{};
+      for (int d = 0; d < dv.ndim; ++d) {
+        d32.shape[d] = static_cast<int>(dv.shape[d]);
+        d32.stride[d] = static_cast<int>(dv.stride[d]);
+        s32.stride[d] = static_cast<int>(sv.stride[d]);
+      }
+      auto* o = static_cast<To*>(dst);
+      auto* in = static_cast<const Ti*>(src);
+      const int m = static_cast<int>(n);
+      switch (dv.ndim) {
+        case 1: StridedCopyKernel32<1, To, Ti><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        case 2: StridedCopyKernel32<2, To, Ti><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        case 3: StridedCopyKernel32<3, To, Ti><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        case 4: StridedCopyKernel32<4, To, Ti><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        case 5: StridedCopyKernel32<5, To, Ti><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        default: StridedCopyKernel32<6, To, Ti><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+      }
     });
   });
 }
