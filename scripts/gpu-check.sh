@@ -22,7 +22,7 @@
 #   bench     vigil-engine vs PyTorch eager / torch.compile (tools/gpu/bench_torch.py), YOLOv8n first
 # Each stage logs to $OUT/<stage>.log and writes JSON results beside it; a failing stage does not stop
 # the others (STAGE_TIMEOUT seconds each, default 900); the exit status is non-zero when any stage
-# failed. BENCH_ARGS passes options to bench_torch.py. Never changes clocks or GPU modes.
+# failed. BENCH_ARGS passes options to bench_torch.py, TESTS_FILTER a --gtest_filter to `tests`. Never changes clocks or GPU modes.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DEV="$ROOT/.device"
@@ -79,7 +79,7 @@ run() {
     case "$stage" in
       export) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \
           --out "$OUT/export.json" --export-only >"$OUT/export.log" 2>&1 || rc=$? ;;
-      tests) VIGIL_CUDNN_AUTOTUNE=1 timeout "$lim" "$DEV/bin/vigil_cuda_tests" --gtest_output="json:$OUT/tests.json" >"$OUT/tests.log" 2>&1 || rc=$? ;;
+      tests) VIGIL_CUDNN_AUTOTUNE=1 timeout "$lim" "$DEV/bin/vigil_cuda_tests" --gtest_filter="${TESTS_FILTER:-*}" --gtest_output="json:$OUT/tests.json" >"$OUT/tests.log" 2>&1 || rc=$? ;;
       sanitize) VIGIL_CUDNN_AUTOTUNE=1 timeout "$lim" compute-sanitizer --tool memcheck --error-exitcode 9 "$DEV/bin/vigil_cuda_tests" \
           --gtest_filter='Grid/CudaOpGrid.MatchesReference/yolo_like_chain*:Grid/CudaOpGrid.MatchesReference/matmul*:Grid/CudaOpGrid.MatchesReference/maxpool*:CudaBackend.*' \
           >"$OUT/sanitize.log" 2>&1 || rc=$? ;;

@@ -250,7 +250,53 @@ StatusOr<Graph> ConvertModel(const onnx::ModelProto& model) {
 
 }  // namespace
 
-StatusOr<Graph> ImportOnnxBytes(std::string_view bytes, std::string_view source_name) {
+namespace {
+
+// Moves initializers stored in external files (ONNX external data: keys location, offset, length,
+// paths relative to the model's folder) into raw_data. Locations that are absolute or leave the
+// folder are rejected, as ONNX's own loader does.
+Status LoadExternalData(onnx::ModelProto& model, const std::filesystem::path& dir) {
+  for (onnx::TensorProto& tp : *model.mutable_graph()->mutable_initializer()) {
+    if (tp.data_location() != onnx::TensorProto::EXTERNAL) continue;
+    const std::string what = StrCat("tensor '", tp.name(), "'");
+    std::string location;
+    int64_t offset = 0, length = -1;
+    for (const auto& kv : tp.external_data()) {
+      if (kv.key() == "location") location = kv.value();
+      if ((kv.key() == "offset" && !absl::SimpleAtoi(kv.value(), &offset)) ||
+          (kv.key() == "length" && !absl::SimpleAtoi(kv.value(), &length))) {
+        return absl::InvalidArgumentError(StrCat(what, ": external data ", kv.key(), " '", kv.value(), "' is not a number"));
+      }
+    }
+    const std::filesystem::path rel(location);
+    if (location.empty() || rel.is_absolute() || rel.lexically_normal().string().rfind("..", 0) == 0) {
+      return absl::InvalidArgumentError(StrCat(what, ": external data location '", location,
+                                               "' must be a path inside the model's folder"));
+    }
+    std::ifstream file(dir / rel, std::ios::binary);
+    if (!file) return absl::NotFoundError(StrCat(what, ": cannot open external data file '", (dir / rel).string(), "'"));
+    file.seekg(0, std::ios::end);
+    const int64_t size = file.tellg();
+    if (length < 0) length = size - offset;
+    if (offset < 0 || length < 0 || offset + length > size) {
+      return absl::InvalidArgumentError(StrCat(what, ": external data [", offset, ", +", length, ") exceeds '",
+                                               location, "' (", size, " bytes)"));
+    }
+    std::string bytes(static_cast<size_t>(length), '\0');
+    file.seekg(offset);
+    file.read(bytes.data(), length);
+    if (!file) return absl::DataLossError(StrCat(what, ": short read from '", location, "'"));
+    tp.set_raw_data(std::move(bytes));
+    tp.clear_external_data();
+    tp.set_data_location(onnx::TensorProto::DEFAULT);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<Graph> ImportOnnxBytes(std::string_view bytes, std::string_view source_name,
+                                 const std::string& external_dir) {
   const std::string quoted = StrCat("'", std::string(source_name), "'");
   auto invalid = [&](const std::string& why) {
     return absl::InvalidArgumentError(StrCat(quoted, " is not a valid ONNX model: ", why));
@@ -269,6 +315,7 @@ StatusOr<Graph> ImportOnnxBytes(std::string_view bytes, std::string_view source_
   if (model.opset_import_size() == 0) return invalid("no opset_import");
   if (!model.has_graph()) return invalid("no graph");
   if (model.graph().node_size() == 0) return invalid("the graph has no nodes");
+  if (!external_dir.empty()) VIGIL_RETURN_IF_ERROR(Annotate(LoadExternalData(model, external_dir), quoted));
   StatusOr<Graph> graph = ConvertModel(model);
   if (!graph.ok()) return Annotate(graph.status(), quoted);
   return graph;
@@ -283,7 +330,9 @@ StatusOr<Graph> ImportOnnxFile(const std::string& path) {
   if (!file) return absl::NotFoundError(StrCat("cannot open ONNX model '", path, "': ", std::strerror(errno)));
   const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   if (file.bad()) return absl::NotFoundError(StrCat("cannot read ONNX model '", path, "': ", std::strerror(errno)));
-  return ImportOnnxBytes(bytes, path);
+  return ImportOnnxBytes(bytes, path, std::filesystem::path(path).parent_path().string().empty()
+                                           ? std::string(".")
+                                           : std::filesystem::path(path).parent_path().string());
 }
 
 }  // namespace vigil::infer

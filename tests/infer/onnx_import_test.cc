@@ -252,6 +252,42 @@ TEST(OnnxImportTest, RejectsInitializerDataThatDoesNotMatchItsShape) {
   EXPECT_THAT(Msg(g2.status()), HasSubstr("tensor 'odd'"));
 }
 
+// ImportOnnxFile reads external data from the model's folder (offset and length honoured) and refuses
+// locations outside it.
+TEST(OnnxImportTest, ReadsExternalDataBesideTheFile) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("vigil_ext_" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  {
+    std::ofstream bin(dir / "weights.bin", std::ios::binary);
+    const std::string pad(8, 'x');
+    bin << pad << RawBytes(values);
+  }
+  auto write = [&](const std::string& location) {
+    onnx::ModelProto m = BaseModel();
+    onnx::TensorProto* t = AddInitializer(m, "w", onnx::TensorProto::FLOAT, {3});
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    for (auto [k, v] : {std::pair<std::string, std::string>{"location", location}, {"offset", "8"}, {"length", "12"}}) {
+      auto* kv = t->add_external_data();
+      kv->set_key(k);
+      kv->set_value(v);
+    }
+    std::ofstream(dir / "m.onnx", std::ios::binary) << m.SerializeAsString();
+  };
+  write("weights.bin");
+  StatusOr<Graph> g = ImportOnnxFile((dir / "m.onnx").string());
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(Values<float>(g->initializers.at("w")), values);
+  write("../weights.bin");
+  g = ImportOnnxFile((dir / "m.onnx").string());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Msg(g.status()), HasSubstr("inside the model's folder"));
+  write("missing.bin");
+  g = ImportOnnxFile((dir / "m.onnx").string());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(OnnxImportTest, ExternalDataAndStringTensorsAreUnimplemented) {
   onnx::ModelProto ext = BaseModel();
   onnx::TensorProto* t = AddInitializer(ext, "big_weight", onnx::TensorProto::FLOAT, {1024});

@@ -115,6 +115,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--archs", default="yolov8n,yolo11n,yolo26n,yolox_nano")
     ap.add_argument("--batches", default="1,8,32,64")
+    ap.add_argument("--vigil-batches", default="", help="batches vigil is timed at (default: --batches)")
     ap.add_argument("--compile", default="default", help="'default' or 'none'")
     ap.add_argument("--autotune-b32", action="store_true")
     ap.add_argument("--torch-archs", default="yolov8n", help="architectures also timed in PyTorch")
@@ -143,7 +144,8 @@ def main() -> int:
         models[arch] = model
         if arch in quick:
             os.environ["VIGIL_CUDNN_AUTOTUNE"] = "2"
-        for b in ([batches[0], batches[-1]] if arch in quick else batches):
+        vb = [int(b) for b in a.vigil_batches.split(",")] if a.vigil_batches else batches
+        for b in ([vb[0], vb[-1]] if arch in quick else vb):
             emit({"arch": arch, "batch": b, "runner": "vigil fp16" + (" (autotune 2)" if arch in quick else ""),
                   **bench_vigil(a.engine, onnx, b, 200 if b <= 8 else 50)})
         os.environ.pop("VIGIL_CUDNN_AUTOTUNE", None)

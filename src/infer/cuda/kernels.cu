@@ -196,41 +196,47 @@ __global__ void BiasActivationKernel(T* y, const float* bias, int64_t n, int64_t
   }
 }
 
-template <typename To, typename Ti>
-__global__ void MaxPoolKernel(To* out, const Ti* in, Pool2d p, int64_t total) {
-  VIGIL_GRID_STRIDE(i, total) {
+// I: int when every index fits 31 bits (4x faster division than int64), else int64_t.
+template <typename I, typename To, typename Ti>
+__global__ void MaxPoolKernel(To* out, const Ti* in, Pool2d p, I total) {
+  const I pc = static_cast<I>(p.c), pow = static_cast<I>(p.ow), poh = static_cast<I>(p.oh);
+  for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < total; i += static_cast<I>(blockDim.x) * gridDim.x) {
     // i enumerates outputs with the channel innermost (coalesced for NHWC).
-    int64_t r = i;
-    const int64_t c = r % p.c; r /= p.c;
-    const int64_t ow = r % p.ow; r /= p.ow;
-    const int64_t oh = r % p.oh;
-    const int64_t n = r / p.oh;
+    I r = i;
+    const I c = r % pc; r /= pc;
+    const I ow = r % pow; r /= pow;
+    const I oh = r % poh;
+    const I n = r / poh;
     float best = -FLT_MAX;
-    const int64_t base = n * p.in.n + c * p.in.c;
-    for (int64_t ky = 0; ky < p.kh; ++ky) {
-      const int64_t y = oh * p.sh - p.ph + ky * p.dh;
-      if (y < 0 || y >= p.h) continue;
-      for (int64_t kx = 0; kx < p.kw; ++kx) {
-        const int64_t x = ow * p.sw - p.pw + kx * p.dw;
-        if (x < 0 || x >= p.w) continue;
-        best = fmaxf(best, Load(in, base + y * p.in.h + x * p.in.w));
+    const I base = n * static_cast<I>(p.in.n) + c * static_cast<I>(p.in.c);
+    for (I ky = 0; ky < static_cast<I>(p.kh); ++ky) {
+      const I y = oh * static_cast<I>(p.sh) - static_cast<I>(p.ph) + ky * static_cast<I>(p.dh);
+      if (y < 0 || y >= static_cast<I>(p.h)) continue;
+      for (I kx = 0; kx < static_cast<I>(p.kw); ++kx) {
+        const I x = ow * static_cast<I>(p.sw) - static_cast<I>(p.pw) + kx * static_cast<I>(p.dw);
+        if (x < 0 || x >= static_cast<I>(p.w)) continue;
+        best = fmaxf(best, Load(in, base + y * static_cast<I>(p.in.h) + x * static_cast<I>(p.in.w)));
       }
     }
-    Store(out, n * p.out.n + c * p.out.c + oh * p.out.h + ow * p.out.w, best);
+    Store(out, n * static_cast<I>(p.out.n) + c * static_cast<I>(p.out.c) + oh * static_cast<I>(p.out.h) +
+                   ow * static_cast<I>(p.out.w),
+          best);
   }
 }
 
-template <typename T>
-__global__ void ResizeNearestKernel(T* out, const T* in, int64_t c, int64_t in_w, int64_t out_w, int64_t out_pixels,
-                                    const int32_t* source, Strides4d is, Strides4d os, int64_t total) {
-  VIGIL_GRID_STRIDE(i, total) {
-    int64_t r = i;
-    const int64_t ch = r % c; r /= c;
-    const int64_t p = r % out_pixels;
-    const int64_t n = r / out_pixels;
-    const int64_t s = source[p];
-    const int64_t src = n * is.n + ch * is.c + (s / in_w) * is.h + (s % in_w) * is.w;
-    const int64_t dst = n * os.n + ch * os.c + (p / out_w) * os.h + (p % out_w) * os.w;
+template <typename I, typename T>
+__global__ void ResizeNearestKernel(T* out, const T* in, I c, I in_w, I out_w, I out_pixels, const int32_t* source,
+                                    Strides4d is, Strides4d os, I total) {
+  for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < total; i += static_cast<I>(blockDim.x) * gridDim.x) {
+    I r = i;
+    const I ch = r % c; r /= c;
+    const I p = r % out_pixels;
+    const I n = r / out_pixels;
+    const I s = source[p];
+    const I src = n * static_cast<I>(is.n) + ch * static_cast<I>(is.c) + (s / in_w) * static_cast<I>(is.h) +
+                  (s % in_w) * static_cast<I>(is.w);
+    const I dst = n * static_cast<I>(os.n) + ch * static_cast<I>(os.c) + (p / out_w) * static_cast<I>(os.h) +
+                  (p % out_w) * static_cast<I>(os.w);
     out[dst] = in[src];
   }
 }
@@ -375,8 +381,14 @@ cudaError_t MaxPool2d(void* out, ElemType out_type, const void* in, ElemType in_
     using To = std::remove_pointer_t<decltype(to)>;
     ForType(in_type, [&](auto* ti) {
       using Ti = std::remove_pointer_t<decltype(ti)>;
-      MaxPoolKernel<To, Ti><<<Blocks(total), kThreads, 0, stream>>>(static_cast<To*>(out), static_cast<const Ti*>(in), p,
-                                                                    total);
+      const bool small = p.n * p.in.n < (int64_t{1} << 30) && p.n * p.out.n < (int64_t{1} << 30);
+      if (small) {
+        MaxPoolKernel<int, To, Ti><<<Blocks(total), kThreads, 0, stream>>>(static_cast<To*>(out), static_cast<const Ti*>(in),
+                                                                           p, static_cast<int>(total));
+      } else {
+        MaxPoolKernel<int64_t, To, Ti><<<Blocks(total), kThreads, 0, stream>>>(static_cast<To*>(out),
+                                                                               static_cast<const Ti*>(in), p, total);
+      }
     });
   });
 }
@@ -388,9 +400,15 @@ cudaError_t ResizeNearest(void* out, const void* in, ElemType type, int64_t n, i
   if (total == 0) return cudaSuccess;
   return ForType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    ResizeNearestKernel<T><<<Blocks(total), kThreads, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in), c,
-                                                                   in_w, out_w, out_pixels, source, in_strides,
-                                                                   out_strides, total);
+    if (n * out_strides.n < (int64_t{1} << 30) && n * in_strides.n < (int64_t{1} << 30)) {
+      ResizeNearestKernel<int, T><<<Blocks(total), kThreads, 0, stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(in), static_cast<int>(c), static_cast<int>(in_w),
+          static_cast<int>(out_w), static_cast<int>(out_pixels), source, in_strides, out_strides, static_cast<int>(total));
+    } else {
+      ResizeNearestKernel<int64_t, T><<<Blocks(total), kThreads, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(in),
+                                                                              c, in_w, out_w, out_pixels, source,
+                                                                              in_strides, out_strides, total);
+    }
   });
 }
 
