@@ -158,6 +158,7 @@ def main() -> int:
                   **time_torch(net, xs[b], 200 if b <= 8 else 50)})
         if a.compile == "default":
             for b in batches:  # one static compilation per batch size, as a deployment would pin it
+                torch._dynamo.reset()  # else the shared code objects hit dynamo's recompile limit and fall back to eager
                 compiled = torch.compile(net, dynamic=False)
                 t0 = time.perf_counter()
                 with torch.inference_mode():
@@ -166,6 +167,7 @@ def main() -> int:
                 emit({"arch": arch, "batch": b, "runner": "torch.compile default", "compile_s": time.perf_counter() - t0,
                       **time_torch(compiled, xs[b], 200 if b <= 8 else 50)})
         if a.autotune_b32 and 32 in xs:
+            torch._dynamo.reset()
             tuned = torch.compile(net, mode="max-autotune", dynamic=False)
             t0 = time.perf_counter()
             with torch.inference_mode():
