@@ -36,72 +36,49 @@ inline Status CublasStatus(cublasStatus_t s, const char* what) {
 #define VIGIL_CUDNN(call) VIGIL_RETURN_IF_ERROR(::vigil::cuda::CudnnStatus((call), #call))
 #define VIGIL_CUBLAS(call) VIGIL_RETURN_IF_ERROR(::vigil::cuda::CublasStatus((call), #call))
 
+inline cudaError_t DeviceAlloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+inline cudaError_t PinnedAlloc(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+
+// One CUDA allocation, freed on destruction. `kWhat` names the allocator in errors.
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*), const char* kWhat>
+class CudaMemory {
+ public:
+  CudaMemory() = default;
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
+  CudaMemory(CudaMemory&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  CudaMemory& operator=(CudaMemory&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~CudaMemory() {
+    if (ptr_) Free(ptr_);
+  }
+  static StatusOr<CudaMemory> Allocate(size_t bytes, const std::string& what) {
+    CudaMemory b;
+    if (bytes == 0) return b;
+    cudaError_t e = Alloc(&b.ptr_, bytes);
+    if (e != cudaSuccess) {
+      b.ptr_ = nullptr;
+      return CudaStatus(e, StrCat(kWhat, "(", bytes, " bytes) for ", what).c_str());
+    }
+    b.bytes_ = bytes;
+    return b;
+  }
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+inline constexpr char kCudaMalloc[] = "cudaMalloc";
+inline constexpr char kCudaMallocHost[] = "cudaMallocHost";
 // Device memory (cudaMalloc: 256-byte aligned).
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  static StatusOr<DeviceBuffer> Allocate(size_t bytes, const std::string& what) {
-    DeviceBuffer b;
-    if (bytes == 0) return b;
-    cudaError_t e = cudaMalloc(&b.ptr_, bytes);
-    if (e != cudaSuccess) {
-      b.ptr_ = nullptr;
-      return CudaStatus(e, StrCat("cudaMalloc(", bytes, " bytes) for ", what).c_str());
-    }
-    b.bytes_ = bytes;
-    return b;
-  }
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
+using DeviceBuffer = CudaMemory<DeviceAlloc, cudaFree, kCudaMalloc>;
 // Page-locked host memory (cudaMallocHost), for asynchronous copies.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  ~PinnedBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  static StatusOr<PinnedBuffer> Allocate(size_t bytes, const std::string& what) {
-    PinnedBuffer b;
-    if (bytes == 0) return b;
-    cudaError_t e = cudaMallocHost(&b.ptr_, bytes);
-    if (e != cudaSuccess) {
-      b.ptr_ = nullptr;
-      return CudaStatus(e, StrCat("cudaMallocHost(", bytes, " bytes) for ", what).c_str());
-    }
-    b.bytes_ = bytes;
-    return b;
-  }
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using PinnedBuffer = CudaMemory<PinnedAlloc, cudaFreeHost, kCudaMallocHost>;
 
 }  // namespace vigil::cuda
