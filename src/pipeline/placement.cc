@@ -92,6 +92,15 @@ std::vector<topology::StreamSpec> PlanStreams(const EdgeConfig& config, const st
   return out;
 }
 
+topology::Topology PlanningTopology(topology::Topology topo, bool use_gpus) {
+  if (!use_gpus && !topo.gpus.empty()) {
+    topo.notes.push_back(StrCat("inference runs on the CPU: the ", topo.gpus.size(), " GPU(s) are left out of the plan"));
+    topo.gpus.clear();
+    topo.nvlinks.clear();
+  }
+  return topo;
+}
+
 EdgePlacement::EdgePlacement(const PlacementConfig& config, const std::vector<topology::StreamSpec>& streams,
                              bool use_gpus, std::string state_dir)
     : streams_(streams),
@@ -107,13 +116,8 @@ void EdgePlacement::Decide(const PlacementConfig& config, bool use_gpus) {
     spdlog::info("placement: skipped: {}", note_);
     return;
   }
-  topo_ = std::move(*topo);
-  topology::Topology planned_on = *topo_;
-  if (!use_gpus && !planned_on.gpus.empty()) {
-    planned_on.gpus.clear();  // inference runs on the CPU: plan CPU worker groups per NUMA node
-    planned_on.nvlinks.clear();
-  }
-  StatusOr<topology::Plan> plan = topology::MakePlan(planned_on, streams_, {});
+  topo_ = PlanningTopology(std::move(*topo), use_gpus);
+  StatusOr<topology::Plan> plan = topology::MakePlan(*topo_, streams_, {});
   if (!plan.ok()) {
     note_ = StrCat("no plan: ", plan.status().message());
     spdlog::info("placement: skipped: {}", note_);

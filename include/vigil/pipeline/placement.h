@@ -50,6 +50,11 @@ double ModelGflopsPerFrame(const infer::Graph& graph);
 std::vector<topology::StreamSpec> PlanStreams(const EdgeConfig& config, const std::vector<video::Source::Probe>& probed,
                                               double gflop_per_frame, std::vector<std::string>* notes);
 
+// The topology the edge plans on: `topo` itself when inference runs on its GPUs (use_gpus), else `topo`
+// without its GPUs, so that the planner makes CPU worker groups per NUMA node. The edge plans with
+// MakePlan(PlanningTopology(topo, use_gpus), PlanStreams(...), {}) and so does `vigil topo --plan`.
+topology::Topology PlanningTopology(topology::Topology topo, bool use_gpus);
+
 enum class ThreadRole { kDecode, kFeed, kWorker };
 
 class EdgePlacement {
