@@ -292,6 +292,7 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
   engine->add_flag("--reference-only", args->reference_only, "reference kernels only (no oneDNN)");
   engine->add_flag("--json", args->json, "print one JSON object");
   engine->callback([args, exit_code] { *exit_code = BenchEngine(*args); });
+  AddBenchPlacementCommand(*bench, exit_code);
 }
 
 }  // namespace vigil::cli

@@ -233,3 +233,17 @@ def test_check_of_nothing_is_an_error(tmp_path):
     assert p.returncode == 2 and "/api/placement" in p.stderr, describe(p)
     p = vigil("topo", "--check", tmp_path)
     assert p.returncode == 2 and "placement.json" in p.stderr, describe(p)
+
+
+def test_bench_placement_runs_and_says_what_it_skips():
+    p = vigil("bench", "placement", "--frames", "1", "--size", "640x480", "--iters", "3", "--warmup", "1", "--json")
+    assert p.returncode == 0, describe(p)
+    j = json.loads(p.stdout)
+    assert j["bytes"] == 640 * 480 * 3
+    measured = [r for r in j["host_memcpy"] if "gbps" in r]
+    assert measured[0]["source"].startswith("pageable") and all(r["gbps"] > 0 for r in measured)
+    assert any(r["node"] == j["home_node"] for r in measured), "a buffer bound to the thread's own node"
+    if len(j["numa_nodes"]) == 1:
+        assert any(r.get("not_measured") == "this machine has one NUMA node" for r in j["host_memcpy"])
+    d = j["host_to_device"]
+    assert d["rows"] or d["note"], "the device part either measured or said why not"
