@@ -86,12 +86,12 @@ StatusOr<NumaMaps> ParseNumaMaps(std::string_view text) {
     };
     NumaMapping m;
     if (w.size() < 2 || !ParseNumber(w[0], &m.start, 16)) return bad("expected '<address> <policy> ...'");
-    // The policy is the second word; "weighted interleave:0-1" spans two.
+    // The policy is the second word; "weighted interleave:0-1" and "prefer (many):0-1" span two.
     size_t next = 2;
     std::string policy(w[1]);
-    if (policy == "weighted" && w.size() > 2) policy += StrCat(" ", w[next++]);
+    if (w.size() > 2 && (policy == "weighted" || w[2].front() == '(')) policy += StrCat(" ", w[next++]);
     const size_t colon = policy.find(':');
-    m.policy = policy.substr(0, colon);
+    m.policy = policy.substr(0, std::min(colon, policy.find('=')));  // mode flags ("=static") dropped
     if (colon != std::string::npos) {
       StatusOr<CpuList> nodes = ParseCpuList(std::string_view(policy).substr(colon + 1));
       if (!nodes.ok()) return bad(StrCat("policy nodes: ", nodes.status().message()));

@@ -297,6 +297,28 @@ TEST(ModelGflops, MatchesPublishedFigures) {
   }
 }
 
+// An unreadable topology: no plan, nothing bound, the reason in the report; threads are still named.
+TEST(EdgePlacementUnit, UnreadableTopologySkipsWithTheReason) {
+  ScopedEnv env("DISABLE_NUMA_BIND", nullptr);
+  PlacementConfig config;
+  config.topology = "/nonexistent/machine.xml";
+  config.bind_single_numa = true;
+  EdgePlacement placement(config, {{"s0", 640, 480, 25, 1.0}}, false, "");
+  EXPECT_EQ(placement.plan(), nullptr);
+  EXPECT_FALSE(placement.binding());
+  const topology::PlacementReport r = placement.Report();
+  EXPECT_THAT(r.binding_note, HasSubstr("/nonexistent/machine.xml: no such file"));
+  std::thread([&] {
+    const CpuList before = Affinity(0);
+    placement.PlaceThread(ThreadRole::kDecode, 0);
+    EXPECT_EQ(Affinity(0), before);
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    EXPECT_STREQ(name, "vigil-dec-0");
+  }).join();
+  EXPECT_TRUE(placement.Report().threads.empty());
+}
+
 TEST(PlanStreams, ConfigThenProbedThenDefaults) {
   EdgeConfig cfg;
   cfg.streams = {{.id = "cfg", .source = "a"}, {.id = "probed", .source = "b"}, {.id = "net", .source = "rtsp://x"}};

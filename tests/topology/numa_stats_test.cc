@@ -44,17 +44,19 @@ constexpr const char* kNumaMaps =
     "7f1c00000000 prefer:0 huge anon=2 dirty=2 N0=2 kernelpagesize_kB=2048\n"
     "7f1d00000000 default stack anon=9 dirty=9 N0=9 kernelpagesize_kB=4\n"
     "7f1e00000000 weighted interleave:0-1 anon=4 N0=2 N1=2 kernelpagesize_kB=4\n"
-    "7f1f00000000 local\n";
+    "7f1f00000000 local\n"
+    "7f2000000000 prefer (many):0-1 anon=1 N1=1 kernelpagesize_kB=4\n"
+    "7f2100000000 bind=static:1 anon=3 N1=3 kernelpagesize_kB=4\n";
 
 TEST(NumaStats, ParseNumaMaps) {
   StatusOr<NumaMaps> m = ParseNumaMaps(kNumaMaps);
   ASSERT_TRUE(m.ok()) << m.status();
   // Node 0: (100 + 2500 + 5 + 9 + 2) 4 KiB pages + 2 pages of 2 MiB = 2616 * 4096 + 4194304.
-  // Node 1: (20 + 500 + 1024 + 5 + 2) 4 KiB pages = 1551 * 4096.
+  // Node 1: (20 + 500 + 1024 + 5 + 2 + 1 + 3) 4 KiB pages = 1555 * 4096.
   EXPECT_EQ(m->bytes_on_node.size(), 2u);
   EXPECT_EQ(m->bytes_on_node.at(0), 14909440u);
-  EXPECT_EQ(m->bytes_on_node.at(1), 6352896u);
-  ASSERT_EQ(m->placed.size(), 4u);
+  EXPECT_EQ(m->bytes_on_node.at(1), 6369280u);
+  ASSERT_EQ(m->placed.size(), 6u);
   EXPECT_EQ(m->placed[0].start, 0x7f1a00000000u);
   EXPECT_EQ(m->placed[0].policy, "bind");
   EXPECT_EQ(m->placed[0].policy_nodes, (std::vector<int>{1}));
@@ -66,6 +68,11 @@ TEST(NumaStats, ParseNumaMaps) {
   EXPECT_EQ(m->placed[2].bytes_on_node, (std::map<int, uint64_t>{{0, 4194304}}));
   EXPECT_EQ(m->placed[3].policy, "weighted interleave");
   EXPECT_EQ(m->placed[3].policy_nodes, (std::vector<int>{0, 1}));
+  EXPECT_EQ(m->placed[4].policy, "prefer (many)");
+  EXPECT_EQ(m->placed[4].policy_nodes, (std::vector<int>{0, 1}));
+  EXPECT_EQ(m->placed[5].policy, "bind");
+  EXPECT_EQ(m->placed[5].policy_nodes, (std::vector<int>{1}));
+  EXPECT_EQ(m->placed[5].bytes_on_node, (std::map<int, uint64_t>{{1, 12288}}));
 
   EXPECT_TRUE(ParseNumaMaps("")->bytes_on_node.empty());
   StatusOr<NumaMaps> bad = ParseNumaMaps("00400000 default N0=1 kernelpagesize_kB=4\nzz default\n");

@@ -4,9 +4,10 @@
 // Formats (Linux proc(5) and Documentation/admin-guide/numastat.rst, kernel 6.x):
 //   /proc/PID/numa_maps — one line per mapping: "<start address hex> <policy> [file=P|heap|stack|huge]
 //     key=value ... N<node>=<pages> ... kernelpagesize_kB=<k>"; policy is "default", "local",
-//     "bind:<nodes>", "prefer:<node>", "preferred-many:<nodes>", "interleave:<nodes>" or
+//     "bind:<nodes>", "prefer:<node>", "prefer (many):<nodes>", "interleave:<nodes>" or
 //     "weighted interleave:<nodes>" (nodes as a cpulist-style list); N<node>=<pages> counts the pages of
-//     the mapping resident on that node, each kernelpagesize_kB KiB.
+//     the mapping resident on that node, each kernelpagesize_kB KiB. Mode flags may follow the mode
+//     ("bind=static:1", mm/mempolicy.c mpol_to_str); NumaMapping::policy drops them.
 //   /sys/devices/system/node/node<N>/numastat — "name value" lines, in pages: numa_hit, numa_miss,
 //     numa_foreign, interleave_hit, local_node, other_node (allocations since boot).
 //   /proc/PID/task/TID/stat — "tid (comm) state ..." with utime and stime (fields 14 and 15, clock
@@ -38,7 +39,7 @@ StatusOr<CpuList> ParseCpuList(std::string_view text);
 // A mapping of numa_maps whose memory policy names nodes (bind, prefer, interleave, ...).
 struct NumaMapping {
   uint64_t start = 0;                    // start address
-  std::string policy;                    // the policy word without its nodes: "bind", "prefer", "interleave", ...
+  std::string policy;                    // the mode without flags and nodes: "bind", "prefer (many)", "interleave", ...
   std::vector<int> policy_nodes;         // nodes the policy names
   std::map<int, uint64_t> bytes_on_node; // resident bytes per node
 };
