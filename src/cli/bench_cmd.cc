@@ -354,6 +354,7 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
   engine->add_option("--precision", args->precision, "CUDA compute precision: fp32 or fp16")->capture_default_str();
   engine->add_flag("--no-cuda-graph", args->no_cuda_graph, "CUDA: enqueue kernels one by one instead of a graph");
   engine->callback([args, exit_code] { *exit_code = BenchEngine(*args); });
+  AddBenchPlacementCommand(*bench, exit_code);
 }
 
 }  // namespace vigil::cli

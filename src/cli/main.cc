@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("vigil"));
   CLI::App app{"vigil: real-time YOLO object detection runtime"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "vigil 0.1.0");
+  app.set_version_flag("--version", "vigil " VIGIL_VERSION);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   int exit_code = 0;

@@ -1,15 +1,30 @@
 // `vigil topo`: the machine's GPU / NUMA / CPU / NIC topology, Kubernetes labels, a placement plan.
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 
 #ifdef VIGIL_HAVE_HWLOC
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <httplib.h>
+
+#include "vigil/topology/placement_check.h"
 #include "vigil/topology/planner.h"
 #include "vigil/topology/report.h"
 #include "vigil/topology/topology.h"
+#endif
+#ifdef VIGIL_HAVE_PIPELINE
+#include "vigil/infer/engine.h"
+#include "vigil/pipeline/edge_config.h"
+#include "vigil/pipeline/placement.h"
+#include "vigil/video/source.h"
 #endif
 
 namespace vigil::cli {
@@ -21,6 +36,9 @@ struct TopoArgs {
   std::string topology;
   bool json = false;
   bool k8s_labels = false;
+  std::string plan_config;  // --plan edge.yaml
+  bool gpus = false;
+  std::string check;        // --check URL | placement.json | state dir
   int plan_streams = 0;
   std::string stream_size = "1920x1080";
   double fps = 30;
@@ -28,8 +46,104 @@ struct TopoArgs {
   topology::PlanOptions plan;
 };
 
+// The placement report of a running edge: GET <url>/api/placement, or a placement.json (or the state
+// dir holding one).
+StatusOr<topology::PlacementReport> FetchReport(const std::string& target) {
+  std::string text;
+  if (target.rfind("http://", 0) == 0) {
+    httplib::Client http(target);
+    http.set_connection_timeout(5);
+    httplib::Result res = http.Get("/api/placement");
+    if (!res) return absl::UnavailableError(StrCat(target, "/api/placement: ", httplib::to_string(res.error())));
+    if (res->status != 200) return absl::UnavailableError(StrCat(target, "/api/placement: HTTP ", res->status));
+    text = res->body;
+  } else {
+    std::filesystem::path path = target;
+    if (std::filesystem::is_directory(path)) path /= "placement.json";
+    std::ifstream in(path);
+    if (!in) return absl::NotFoundError(StrCat(path.string(), ": cannot read"));
+    std::stringstream buf;
+    buf << in.rdbuf();
+    text = buf.str();
+  }
+  StatusOr<topology::PlacementReport> r = topology::PlacementReportFromJson(text);
+  if (!r.ok()) return Annotate(r.status(), target);
+  return r;
+}
+
+int RunCheck(const TopoArgs& a) {
+  StatusOr<topology::PlacementReport> report = FetchReport(a.check);
+  if (!report.ok()) {
+    std::fprintf(stderr, "vigil topo --check: %s\n", std::string(report.status().message()).c_str());
+    return 2;
+  }
+  StatusOr<topology::PlacementCheck> check = topology::CheckPlacement(*report);
+  if (!check.ok()) {
+    std::fprintf(stderr, "vigil topo --check: pid %d: %s (the edge must run on this machine)\n", static_cast<int>(report->pid),
+                 std::string(check.status().message()).c_str());
+    return 2;
+  }
+  std::cout << topology::FormatPlacementCheck(*check);
+  return check->ok() ? 0 : 1;
+}
+
+#ifdef VIGIL_HAVE_PIPELINE
+// The streams of an edge config as the edge would plan them: sizes and rates from the config, else
+// probed by opening each source (files and image folders; network sources are not dialled), cost from
+// the config, else counted from the model.
+StatusOr<std::vector<topology::StreamSpec>> EdgeStreams(const pipeline::EdgeConfig& cfg, std::vector<std::string>* notes) {
+  std::vector<video::Source::Probe> probed;
+  for (const pipeline::StreamConfig& s : cfg.streams) {
+    video::SourceOptions so;
+    so.uri = s.source;
+    so.stream_id = s.id;
+    video::Source::Probe p;
+    if (s.width <= 0 || s.fps <= 0) {
+      StatusOr<std::unique_ptr<video::Source>> src = video::OpenSource(so);
+      if (src.ok()) p = (*src)->probed();
+      else notes->push_back(StrCat("stream '", s.id, "': not probed: ", src.status().message()));
+    }
+    probed.push_back(p);
+  }
+  double gflop = cfg.placement.gflop_per_frame;
+  if (gflop <= 0) {
+    infer::EngineOptions eo;
+    eo.threads = 1;
+    eo.batch = cfg.model_batch;
+    StatusOr<std::unique_ptr<infer::Engine>> engine = infer::Engine::Load(cfg.model_path, eo);
+    if (!engine.ok()) {
+      return Annotate(engine.status(), "model cost per frame (set placement.gflop_per_frame to plan without the model)");
+    }
+    gflop = pipeline::ModelGflopsPerFrame((*engine)->graph());
+    char cost[32];
+    std::snprintf(cost, sizeof cost, "%.2f", gflop);
+    notes->push_back(StrCat("model cost ", cost, " GFLOP per frame, counted from ", cfg.model_path, " (2 x multiply-adds)"));
+  }
+  return pipeline::PlanStreams(cfg, probed, gflop, notes);
+}
+#endif
+
 int RunTopo(const TopoArgs& a) {
-  StatusOr<topology::Topology> topo = topology::Discover({a.topology});
+  if (!a.check.empty()) return RunCheck(a);
+  std::string topology_path = a.topology;
+#ifdef VIGIL_HAVE_PIPELINE
+  std::optional<pipeline::EdgeConfig> edge_config;
+  if (!a.plan_config.empty()) {
+    StatusOr<pipeline::EdgeConfig> cfg = pipeline::LoadEdgeConfig(a.plan_config);
+    if (!cfg.ok()) {
+      std::fprintf(stderr, "vigil topo --plan: %s\n", std::string(cfg.status().message()).c_str());
+      return 2;
+    }
+    edge_config = std::move(*cfg);
+    if (topology_path.empty()) topology_path = edge_config->placement.topology;
+  }
+#else
+  if (!a.plan_config.empty()) {
+    std::fprintf(stderr, "vigil topo --plan: this build has no edge pipeline (needs FFmpeg)\n");
+    return 2;
+  }
+#endif
+  StatusOr<topology::Topology> topo = topology::Discover({topology_path});
   if (!topo.ok()) {
     std::fprintf(stderr, "vigil topo: %s\n", std::string(topo.status().message()).c_str());
     return 2;
@@ -39,6 +153,24 @@ int RunTopo(const TopoArgs& a) {
     return 0;
   }
   StatusOr<topology::Plan> plan = absl::UnknownError("no plan asked for");
+  topology::Topology planned_on = *topo;  // what the plan was made on (without GPUs for a CPU plan)
+  std::vector<std::string> notes;
+#ifdef VIGIL_HAVE_PIPELINE
+  if (edge_config) {
+    StatusOr<std::vector<topology::StreamSpec>> streams = EdgeStreams(*edge_config, &notes);
+    if (!streams.ok()) {
+      std::fprintf(stderr, "vigil topo --plan: %s\n", std::string(streams.status().message()).c_str());
+      return 2;
+    }
+    planned_on = pipeline::PlanningTopology(*topo, a.gpus);
+    if (planned_on.gpus.size() != topo->gpus.size()) notes.push_back(planned_on.notes.back() + " (--gpus plans them)");
+    plan = topology::MakePlan(planned_on, *streams, a.plan);
+    if (!plan.ok()) {
+      std::fprintf(stderr, "vigil topo: plan: %s\n", std::string(plan.status().message()).c_str());
+      return 2;
+    }
+  }
+#endif
   if (a.plan_streams > 0) {
     int w = 0, h = 0;
     char tail = 0;
@@ -58,7 +190,9 @@ int RunTopo(const TopoArgs& a) {
     std::cout << topology::ToJson(*topo, plan.ok() ? &*plan : nullptr) << "\n";
   } else {
     std::cout << topology::FormatTopologyText(*topo);
-    if (plan.ok()) std::cout << "\n" << topology::FormatPlanText(*topo, *plan);
+    if (plan.ok()) std::cout << "\n" << topology::FormatPlanText(planned_on, *plan);
+    if (!notes.empty()) std::cout << "plan inputs:\n";
+    for (const std::string& n : notes) std::cout << "  - " << n << "\n";
   }
   return plan.ok() && !plan->fits ? 1 : 0;
 }
@@ -70,13 +204,22 @@ void AddTopoCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "topo", "GPU / NUMA / CPU / NIC topology (nvidia-smi topo -m style), Kubernetes labels, placement plan");
   cmd->footer(
-      "Exit: 0 ok, 1 the plan's load exceeds capacity, 2 bad arguments or unreadable topology.\n"
-      "A plan from an edge config (--plan edge.yaml) comes with the edge config; until then describe the\n"
-      "streams with --plan-streams, --stream-size, --fps and --cost.");
+      "Exit: 0 ok, 1 the plan's load exceeds capacity or --check found a mismatch, 2 bad arguments,\n"
+      "unreadable topology, config or model.\n"
+      "--plan edge.yaml plans the config's streams as `vigil edge` does: frame size and rate from\n"
+      "streams[].placement, else probed from the file, else 1920x1080 at 25 fps; cost per frame from\n"
+      "placement.gflop_per_frame, else counted from the model (2 x multiply-adds of its convolutions and\n"
+      "matrix products). While inference runs on the CPU the edge plans CPU workers per NUMA node;\n"
+      "--gpus plans the streams onto the GPUs instead. --plan-streams N plans N identical streams.\n"
+      "--check TARGET compares a running edge's threads and NUMA-placed memory with its plan; TARGET is\n"
+      "its HTTP address (http://127.0.0.1:9100, GET /api/placement) or its state dir / placement.json.");
   cmd->add_option("--topology", args->topology,
                   "hwloc XML export to read instead of this machine (default: $VIGIL_TOPOLOGY_XML, else this machine)");
   cmd->add_flag("--json", args->json, "print JSON");
   cmd->add_flag("--k8s-labels", args->k8s_labels, "print Kubernetes node labels, one key=value per line");
+  cmd->add_option("--plan", args->plan_config, "print the placement plan of this edge config (edge.yaml)");
+  cmd->add_flag("--gpus", args->gpus, "with --plan: place the streams on the GPUs (GPU inference)");
+  cmd->add_option("--check", args->check, "check a running edge against its plan: http://HOST:PORT or its state dir");
   cmd->add_option("--plan-streams", args->plan_streams, "plan this many identical streams")->check(CLI::NonNegativeNumber);
   cmd->add_option("--stream-size", args->stream_size, "frame size of each stream, pixels")->capture_default_str();
   cmd->add_option("--fps", args->fps, "frames per second of each stream")->capture_default_str()->check(CLI::PositiveNumber);

@@ -15,6 +15,7 @@
 #include "vigil/detect/detector.h"
 #include "vigil/pipeline/batcher.h"
 #include "vigil/pipeline/edge_state.h"
+#include "vigil/pipeline/placement.h"
 #include "vigil/pipeline/progress.h"
 #include "vigil/pipeline/rules.h"
 #include "vigil/transport/publisher.h"
@@ -40,6 +41,7 @@ int64_t WallNs() {
 struct Stream {
   StreamConfig config;
   StreamCursor saved;
+  std::unique_ptr<video::Source> source;        // opened, until its reader takes it
   std::unique_ptr<video::StreamReader> reader;  // null when the stream failed to open
   bool live = false;
   std::optional<RuleEngine> rules;
@@ -72,6 +74,8 @@ class Edge {
                              metrics::LatencyBuckets(), {{"stage", stage}});
   }
   Status OpenStreams(const std::vector<std::string>& names);
+  void Place();
+  void StartReaders();
   void Feed(size_t index);
   void Process(std::vector<Item>& batch);
   void Publish(transport::Report report, const Stream& s);
@@ -84,6 +88,7 @@ class Edge {
   std::optional<EdgeState> state_;
   std::unique_ptr<detect::Detector> detector_;
   std::unique_ptr<transport::Publisher> publisher_;
+  std::unique_ptr<EdgePlacement> placement_;
   std::vector<Stream> streams_;
   Batcher<Item> batcher_;
   std::atomic<int> active_{0};
@@ -130,13 +135,36 @@ Status Edge::OpenStreams(const std::vector<std::string>& names) {
       s.errors_total->Inc();
     } else {
       s.live = (*source)->live();
-      video::StreamReaderOptions ro;
-      ro.queue_capacity = static_cast<size_t>(std::max(4, config_.max_batch));
-      s.reader = std::make_unique<video::StreamReader>(std::move(*source), ro);
+      s.source = std::move(*source);
     }
     streams_.push_back(std::move(s));
   }
   return absl::OkStatus();
+}
+
+void Edge::Place() {
+  std::vector<video::Source::Probe> probed;
+  for (const Stream& s : streams_) probed.push_back(s.source ? s.source->probed() : video::Source::Probe{});
+  double gflop = config_.placement.gflop_per_frame;
+  if (gflop <= 0) {
+    gflop = ModelGflopsPerFrame(detector_->engine().graph());
+    spdlog::info("placement: model cost {:.2f} GFLOP per frame (counted from the model)", gflop);
+  }
+  std::vector<std::string> notes;
+  std::vector<topology::StreamSpec> specs = PlanStreams(config_, probed, gflop, &notes);
+  for (const std::string& n : notes) spdlog::info("placement: {}", n);
+  placement_ = std::make_unique<EdgePlacement>(config_.placement, specs, /*use_gpus=*/false, config_.state_dir);
+}
+
+void Edge::StartReaders() {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    Stream& s = streams_[i];
+    if (!s.source) continue;
+    video::StreamReaderOptions ro;
+    ro.queue_capacity = static_cast<size_t>(std::max(4, config_.max_batch));
+    ro.on_thread_start = [this, i] { placement_->PlaceThread(ThreadRole::kDecode, i); };
+    s.reader = std::make_unique<video::StreamReader>(std::move(s.source), ro);
+  }
 }
 
 void Edge::Feed(size_t index) {
@@ -309,6 +337,9 @@ void Edge::StartHttp() {
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(reg_.Render(), metrics::Registry::kContentType);
   });
+  http_->Get("/api/placement", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(topology::PlacementReportToJson(placement_->Report()), "application/json");
+  });
   if (!http_->bind_to_port(config_.http_host, config_.http_port)) {
     spdlog::error("edge: cannot bind http {}:{}; /healthz and /metrics are off", config_.http_host,
                   config_.http_port);
@@ -338,6 +369,9 @@ Status Edge::Run(const EdgeRunOptions& options) {
   popt.port = config_.aggregator_port;
   VIGIL_ASSIGN_OR_RETURN(publisher_, transport::MakeTcpPublisher(popt));
   VIGIL_RETURN_IF_ERROR(OpenStreams(names));
+  Place();
+  RegisterNumaMetrics(reg_);
+  StartReaders();
   spdlog::info("edge '{}': epoch {}, {} streams, aggregator {}:{}", config_.edge, state_->epoch(), streams_.size(),
                config_.aggregator_host, config_.aggregator_port);
   StartHttp();
@@ -349,15 +383,25 @@ Status Edge::Run(const EdgeRunOptions& options) {
   }
   if (active_ == 0) batcher_.Close();
   for (size_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].reader) feeders.emplace_back([this, i] { Feed(i); });
+    if (streams_[i].reader) {
+      feeders.emplace_back([this, i] {
+        placement_->PlaceThread(ThreadRole::kFeed, i);
+        Feed(i);
+      });
+    }
   }
-  std::vector<Item> batch;
-  for (;;) {
-    const Batcher<Item>::Result r = batcher_.NextBatch(&batch, milliseconds(50));
-    if (r == Batcher<Item>::Result::kClosed) break;
-    if (r == Batcher<Item>::Result::kBatch) Process(batch);
-    Periodic(false);
-  }
+  // Inference on its own thread, so that its binding (and its OpenMP team's, created from it) is its own.
+  std::thread worker([this] {
+    placement_->PlaceThread(ThreadRole::kWorker);
+    std::vector<Item> batch;
+    for (;;) {
+      const Batcher<Item>::Result r = batcher_.NextBatch(&batch, milliseconds(50));
+      if (r == Batcher<Item>::Result::kClosed) break;
+      if (r == Batcher<Item>::Result::kBatch) Process(batch);
+      Periodic(false);
+    }
+  });
+  worker.join();
   for (std::thread& t : feeders) t.join();
   for (Stream& s : streams_) {
     if (std::optional<transport::Report> marks = s.progress->Take()) Publish(std::move(*marks), s);

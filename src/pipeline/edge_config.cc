@@ -80,6 +80,13 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
   root.Get("state_dir", &cfg.state_dir);
   if (root.Has("state_dir") && cfg.state_dir.empty()) root.Error("state_dir", "must not be empty");
   root.Get("progress_flush_ms", &cfg.progress_flush_ms, 1, 60000);
+  if (std::optional<ConfigMap> p = root.Map("placement")) {
+    p->Get("bind", &cfg.placement.bind);
+    p->Get("bind_single_numa", &cfg.placement.bind_single_numa);
+    p->Get("topology", &cfg.placement.topology);
+    if (p->Has("topology") && cfg.placement.topology.empty()) p->Error("topology", "must not be empty");
+    p->Get("gflop_per_frame", &cfg.placement.gflop_per_frame, 0.0, 1e6);
+  }
   std::vector<ConfigMap> streams = root.Maps("streams", ConfigMap::kRequired);
   if (root.Has("streams") && streams.empty()) root.Error("streams", "at least one stream is required");
   std::set<std::string> ids;
@@ -94,6 +101,12 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     s.Get("loop", &sc.loop);
     s.Get("target_fps", &sc.target_fps, 0.0, 1000.0);
     if (std::optional<ConfigMap> r = s.Map("rules")) ReadRules(*r, &sc.rules);
+    if (std::optional<ConfigMap> p = s.Map("placement")) {
+      p->Get("width", &sc.width, 1, 16384);
+      p->Get("height", &sc.height, 1, 16384);
+      p->Get("fps", &sc.fps, 1e-3, 1000.0);
+      if (p->Has("width") != p->Has("height")) p->Error(p->Has("width") ? "width" : "height", "give both width and height");
+    }
     cfg.streams.push_back(std::move(sc));
   }
   VIGIL_RETURN_IF_ERROR(file.Finish());

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -31,6 +32,8 @@ const char* PolicyName(hwloc_membind_policy_t p) {
   return "unknown";
 }
 
+constexpr size_t kHugePage = size_t{2} << 20;  // x86-64 PMD-level transparent huge page
+
 bool EnvDisablesBinding() {
   const char* v = std::getenv("DISABLE_NUMA_BIND");
   return v && *v && std::strcmp(v, "0") != 0;
@@ -42,7 +45,8 @@ HostBuffer::HostBuffer(HostBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       mapped_(std::exchange(other.mapped_, 0)),
-      numa_node_(std::exchange(other.numa_node_, -1)) {}
+      numa_node_(std::exchange(other.numa_node_, -1)),
+      huge_pages_(std::exchange(other.huge_pages_, false)) {}
 
 HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
   if (this != &other) {
@@ -51,6 +55,7 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     mapped_ = std::exchange(other.mapped_, 0);
     numa_node_ = std::exchange(other.numa_node_, -1);
+    huge_pages_ = std::exchange(other.huge_pages_, false);
   }
   return *this;
 }
@@ -104,18 +109,36 @@ StatusOr<CpuList> Binder::CurrentThreadCpus() const {
   return BitmapToList(set.get());
 }
 
-StatusOr<HostBuffer> Binder::AllocateHostBuffer(size_t bytes, int numa_node) {
+StatusOr<HostBuffer> Binder::AllocateHostBuffer(size_t bytes, int numa_node, bool huge_pages) {
   if (bytes == 0) return absl::InvalidArgumentError("host buffer of 0 bytes");
   if (numa_node >= 0 && topo_ && !hwloc_get_numanode_obj_by_os_index(topo_.get(), static_cast<unsigned>(numa_node))) {
     return absl::InvalidArgumentError(StrCat("host buffer on NUMA node ", numa_node, ": no such node on this machine"));
   }
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t mapped = (bytes + page - 1) / page * page;
-  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  huge_pages = huge_pages && bytes >= kHugePage;
+  const size_t unit = huge_pages ? kHugePage : page;
+  if (bytes > SIZE_MAX - 2 * unit) return absl::InvalidArgumentError(StrCat("host buffer of ", bytes, " bytes: too large"));
+  const size_t mapped = (bytes + unit - 1) / unit * unit;
+  // For huge pages, map one extra unit and trim both ends so that the mapping starts on a 2 MiB boundary.
+  const size_t reserve = huge_pages ? mapped + unit : mapped;
+  void* raw = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
     return absl::ResourceExhaustedError(StrCat("host buffer of ", bytes, " bytes: mmap failed: ", std::strerror(errno)));
   }
-  HostBuffer buffer(p, bytes, mapped, -1);
+  char* p = static_cast<char*>(raw);
+  if (huge_pages) {
+    const size_t head = (unit - reinterpret_cast<uintptr_t>(p) % unit) % unit;
+    if (head > 0) munmap(p, head);
+    munmap(p + head + mapped, unit - head);
+    p += head;
+  }
+  HostBuffer buffer(p, bytes, mapped);
+  if (huge_pages) {
+    buffer.huge_pages_ = madvise(p, mapped, MADV_HUGEPAGE) == 0;
+    if (!buffer.huge_pages_) {
+      spdlog::info("topology: no transparent huge pages for a {}-byte host buffer ({})", bytes, std::strerror(errno));
+    }
+  }
   if (active_ && numa_node >= 0) {
     internal::HwlocBitmapPtr nodes = ListToBitmap({numa_node});
     if (hwloc_set_area_membind(topo_.get(), p, mapped, nodes.get(), HWLOC_MEMBIND_BIND,

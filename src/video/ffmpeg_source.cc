@@ -111,6 +111,8 @@ class FfmpegSource final : public Source {
 
   // Opens and probes the input and prepares its video decoder.
   Status Open();
+  // Makes what the last Open() found the Source's probed(). REQUIRES: the Source is not shared yet.
+  void PublishProbe() { probed_ = opened_; }
 
  protected:
   StatusOr<std::optional<Picture>> DecodeNext() override;
@@ -150,6 +152,7 @@ class FfmpegSource final : public Source {
   int64_t start_pts_ = AV_NOPTS_VALUE;
   int64_t nominal_duration_ns_ = 40'000'000;
   int stream_rotation_ = 0;
+  Probe opened_;  // size and rate the last Open() found
   std::optional<int64_t> declared_duration_ns_;
   int64_t declared_packets_ = 0;  // the stream's frame count per its header; 0 when unknown
   int64_t packets_this_input_ = 0;
@@ -238,6 +241,14 @@ Status FfmpegSource::Open() {
   pictures_this_input_ = 0;
   packets_this_input_ = 0;
   max_pts_ns_.reset();
+  int display_width = codec->width;
+  const AVRational sar = stream_sample_aspect_;
+  if (options_.apply_sample_aspect && sar.num > 0 && sar.den > 0 && sar.num != sar.den) {
+    display_width = std::max(1, int(std::lround(double(codec->width) * sar.num / sar.den)));
+  }
+  const bool transposed = stream_rotation_ == 90 || stream_rotation_ == 270;
+  opened_ = {transposed ? codec->height : display_width, transposed ? display_width : codec->height,
+             rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0};
   spdlog::info("{}: opened {} {}x{} {} at {:.3f} fps, rotation {}", who(), format->iformat->name,
                codec->width, codec->height, decoder->name, rate.den > 0 ? av_q2d(rate) : 0.0, stream_rotation_);
   format_ = std::move(format);
@@ -469,7 +480,10 @@ StatusOr<std::optional<Source::Picture>> FfmpegSource::DecodeNext() {
 StatusOr<std::unique_ptr<Source>> OpenFfmpegSource(SourceOptions options, std::string url, bool live) {
   InitFfmpegOnce();
   auto source = std::make_unique<FfmpegSource>(std::move(options), std::move(url), live);
-  if (!live) VIGIL_RETURN_IF_ERROR(source->Open());
+  if (!live) {
+    VIGIL_RETURN_IF_ERROR(source->Open());
+    source->PublishProbe();
+  }
   return std::unique_ptr<Source>(std::move(source));
 }
 

@@ -14,7 +14,9 @@ class ImageSource final : public Source {
   ImageSource(SourceOptions options, std::vector<std::string> paths)
       : Source(std::move(options), /*live=*/false),
         paths_(std::move(paths)),
-        interval_ns_(static_cast<int64_t>(1e9 / options_.image_fps)) {}
+        interval_ns_(static_cast<int64_t>(1e9 / options_.image_fps)) {
+    probed_.fps = options_.image_fps;
+  }
 
  protected:
   StatusOr<std::optional<Picture>> DecodeNext() override {

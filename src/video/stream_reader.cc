@@ -9,7 +9,10 @@ StreamReader::StreamReader(std::unique_ptr<Source> source, StreamReaderOptions o
       capacity_(std::max<size_t>(1, options.queue_capacity)),
       drop_oldest_(options.policy == QueuePolicy::kDropOldest ||
                    (options.policy == QueuePolicy::kAuto && source_->live())),
-      thread_([this] { Run(); }) {}
+      thread_([this, start = std::move(options.on_thread_start)] {
+        if (start) start();
+        Run();
+      }) {}
 
 StreamReader::~StreamReader() { Stop(); }
 

@@ -100,5 +100,45 @@ TEST(EdgeConfig, MissingAndDuplicateStreams) {
   EXPECT_NE(e.find("missing required key 'path'"), std::string::npos) << e;
 }
 
+TEST(EdgeConfig, PlacementDefaultsAndKeys) {
+  StatusOr<EdgeConfig> d = ParseEdgeConfig(kGood, "edge.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->placement.bind);
+  EXPECT_FALSE(d->placement.bind_single_numa);
+  EXPECT_TRUE(d->placement.topology.empty());
+  EXPECT_EQ(d->placement.gflop_per_frame, 0.0);
+  EXPECT_EQ(d->streams[0].width, 0);
+  EXPECT_EQ(d->streams[0].fps, 0.0);
+
+  std::string text = kGood;
+  text.replace(text.find("streams:"), 8,
+               "placement: {bind: false, bind_single_numa: true, topology: /t/dgx.xml, gflop_per_frame: 8.7}\nstreams:");
+  text += "    placement: {width: 1920, height: 1080, fps: 25}\n";
+  StatusOr<EdgeConfig> c = ParseEdgeConfig(text, "edge.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->placement.bind);
+  EXPECT_TRUE(c->placement.bind_single_numa);
+  EXPECT_EQ(c->placement.topology, "/t/dgx.xml");
+  EXPECT_DOUBLE_EQ(c->placement.gflop_per_frame, 8.7);
+  EXPECT_EQ(c->streams[1].width, 1920);
+  EXPECT_EQ(c->streams[1].height, 1080);
+  EXPECT_DOUBLE_EQ(c->streams[1].fps, 25);
+}
+
+TEST(EdgeConfig, PlacementErrorsNameKeyAndLine) {
+  std::string e = ErrorWith("http_port: 9100", "placement: {bind: maybe}");
+  EXPECT_NE(e.find("edge.yaml:5:"), std::string::npos) << e;
+  EXPECT_NE(e.find("placement.bind"), std::string::npos) << e;
+  e = ErrorWith("http_port: 9100", "placement: {bnd: false}");
+  EXPECT_NE(e.find("placement.bnd: unknown key"), std::string::npos) << e;
+  e = ErrorWith("http_port: 9100", "placement: {gflop_per_frame: -1}");
+  EXPECT_NE(e.find("placement.gflop_per_frame"), std::string::npos) << e;
+  e = ErrorWith("    realtime: true", "    placement: {width: 640}");
+  EXPECT_NE(e.find("edge.yaml:10:"), std::string::npos) << e;
+  EXPECT_NE(e.find("give both width and height"), std::string::npos) << e;
+  e = ErrorWith("    realtime: true", "    placement: {fps: 0}");
+  EXPECT_NE(e.find("streams[0].placement.fps"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace vigil::pipeline

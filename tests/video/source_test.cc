@@ -110,6 +110,9 @@ TEST(FileSourceTest, VtestFirst200Frames) {
   if (!std::filesystem::exists(kVtest)) GTEST_SKIP() << kVtest << " is missing (Debian package opencv-doc)";
   auto source = MustOpen(Options(kVtest));
   ASSERT_TRUE(source);
+  EXPECT_EQ(source->probed().width, 768);  // known before the first frame (placement plans with it)
+  EXPECT_EQ(source->probed().height, 576);
+  EXPECT_DOUBLE_EQ(source->probed().fps, 10.0);
   const std::vector<Frame> frames = ReadAll(*source, 200);
   ASSERT_EQ(frames.size(), 200u);
   for (size_t i = 0; i < frames.size(); ++i) {
@@ -167,11 +170,13 @@ TEST_P(RotationTest, ComesOutUpright) {
   ASSERT_TRUE(Ffmpeg("-i " + coded + " -c copy -metadata:s:v rotate=" + std::to_string(GetParam().tag) + " " + rotated));
   auto source = MustOpen(Options(rotated));
   ASSERT_TRUE(source);
+  const bool portrait = GetParam().clockwise % 180 != 0;
+  EXPECT_EQ(source->probed().width, portrait ? 32 : 64);
+  EXPECT_EQ(source->probed().height, portrait ? 64 : 32);
   const std::vector<Frame> frames = ReadAll(*source);
   ASSERT_EQ(frames.size(), 3u);
   const Frame& f = frames[0];
   EXPECT_EQ(f.rotation, GetParam().clockwise);
-  const bool portrait = GetParam().clockwise % 180 != 0;
   EXPECT_EQ(f.width, portrait ? 32 : 64);
   EXPECT_EQ(f.height, portrait ? 64 : 32);
   ExpectQuadrants(f, GetParam().quadrants, 12);
@@ -231,6 +236,8 @@ TEST(FileSourceTest, NonSquarePixelsAreResampled) {
   SourceOptions options = Options(path);
   auto source = MustOpen(options);
   ASSERT_TRUE(source);
+  EXPECT_EQ(source->probed().width, 320);
+  EXPECT_EQ(source->probed().height, 120);
   std::vector<Frame> frames = ReadAll(*source);
   ASSERT_EQ(frames.size(), 2u);
   EXPECT_EQ(frames[0].width, 320);

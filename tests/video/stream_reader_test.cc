@@ -1,4 +1,5 @@
 // StreamReader: the queue policies (file blocks, live drops the oldest) and prompt stopping.
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -42,6 +43,28 @@ TEST(StreamReaderTest, FileSourceBlocksAndLosesNothing) {
   const StreamStats stats = reader.Stats();
   EXPECT_EQ(stats.dropped_queue_full, 0u);
   EXPECT_EQ(stats.state, StreamState::kEnded);
+}
+
+TEST(StreamReaderTest, ThreadStartHookRunsOnTheReadingThreadFirst) {
+  VIGIL_REQUIRE_FFMPEG();
+  TempDir dir;
+  auto source = TenFrameClip(dir);
+  ASSERT_TRUE(source);
+  const Source* src = source.get();
+  std::atomic<int> calls{0};
+  std::atomic<uint64_t> delivered_at_start{99};
+  std::thread::id hook_thread;
+  StreamReader reader(std::move(source), {.on_thread_start = [&] {
+                                            hook_thread = std::this_thread::get_id();
+                                            delivered_at_start = src->Stats().frames_delivered;
+                                            ++calls;
+                                          }});
+  Frame frame;
+  ASSERT_EQ(reader.Pop(&frame, 10s), StreamReader::PopResult::kFrame);
+  reader.Stop();
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(delivered_at_start.load(), 0u) << "the hook runs before the Source is read";
+  EXPECT_NE(hook_thread, std::this_thread::get_id());
 }
 
 TEST(StreamReaderTest, DropOldestKeepsTheLatestFrames) {

@@ -57,6 +57,7 @@ class Detector {
   StatusOr<std::vector<std::vector<Detection>>> Detect(std::span<const Image> images) const;
 
   const ModelInfo& model() const { return model_; }
+  const infer::Engine& engine() const { return *engine_; }
   const DetectorOptions& options() const { return options_; }
   float iou() const { return iou_; }  // the NMS threshold in effect
   // The class's name ("class<N>" when the model has no name for it).

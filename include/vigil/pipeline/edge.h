@@ -31,6 +31,11 @@
 //   vigil_edge_decode_errors_total{stream}, vigil_edge_reconnects_total{stream},
 //   vigil_edge_stream_errors_total{stream}, vigil_edge_streams_active, vigil_edge_aggregator_connected
 // Counters and gauges sampled from other modules (reader stats, outbox) are updated every ~100 ms.
+// Placement (placement.h): the streams' decode and feeder threads and the inference thread are planned on
+// the machine's NUMA nodes and bound at start (placement: in the config; DISABLE_NUMA_BIND=1 turns it
+// off); GET /api/placement and <state_dir>/placement.json give the PlacementReport `vigil topo --check`
+// reads; RegisterNumaMetrics adds vigil_process_numa_memory_bytes, vigil_numastat_pages_total and
+// vigil_thread_cpu_seconds_total (it hooks the registry: use a fresh registry per RunEdge).
 //
 // Thread-safety: Run from one thread; `stop` may be set from any thread (a signal handler sets an atomic).
 // Errors: Run returns the model's Load error, a state dir error, or a bad publisher/rules option;

@@ -8,6 +8,11 @@
 //   http_host: 127.0.0.1
 //   state_dir: ./vigil-edge-state    # epoch, runs and cursors
 //   progress_flush_ms: 500           # pending progress marks are published at least this often
+//   placement:                       # threads on the cores of their NUMA node (docs/architecture.md)
+//     bind: true                     # false (or DISABLE_NUMA_BIND=1 in the environment): no binding
+//     bind_single_numa: false        # bind also on a machine with a single NUMA node
+//     topology: machine.xml          # plan with this hwloc XML instead of this machine; binding is then off
+//     gflop_per_frame: 8.7           # model cost per frame; 0 = counted from the model (2 x multiply-adds)
 //   streams:
 //     - id: door                     # unique, required
 //       source: /videos/door.mp4     # file path, URL, folder or glob (required)
@@ -21,6 +26,8 @@
 //         confirm: {k: 2, m: 3}      # an event needs a qualifying frame in k of the last m frames
 //         cooldown_s: 0              # after an event, no new event for this long (stream time)
 //         severity: {critical: 0.9, warning: 0.5, info: 0}  # by the best qualifying score
+//       placement: {width: 1920, height: 1080, fps: 25}   # what the planner assumes; default: probed
+//                                    # from a file at open, else 1920x1080 at 25 fps (network sources)
 //
 // Validation (common/config.h): an unknown key, a wrong type or an impossible value is an error
 // naming the file, line:column and key path; all problems are reported at once.
@@ -59,6 +66,15 @@ struct StreamConfig {
   bool loop = false;
   double target_fps = 0;
   RulesConfig rules;
+  int width = 0, height = 0;  // placement: frame size in pixels, 1..16384; 0 = probed / default
+  double fps = 0;             // placement: frames per second, (0, 1000]; 0 = probed / default
+};
+
+struct PlacementConfig {
+  bool bind = true;               // Default: true
+  bool bind_single_numa = false;  // Default: false
+  std::string topology;           // hwloc XML file; "" = this machine. Default: ""
+  double gflop_per_frame = 0;     // >= 0; 0 = counted from the model. Default: 0
 };
 
 struct EdgeConfig {
@@ -76,6 +92,7 @@ struct EdgeConfig {
   uint16_t http_port = 0;
   std::string state_dir = "vigil-edge-state";
   int progress_flush_ms = 500;   // 1..60000
+  PlacementConfig placement;
   std::vector<StreamConfig> streams;  // at least one, ids unique
 };
 

@@ -43,16 +43,18 @@ class HostBuffer {
 
   void* data() const { return data_; }
   size_t size() const { return size_; }  // bytes, as requested
+  size_t mapped() const { return mapped_; }    // bytes mapped: size rounded up to pages (2 MiB with huge pages)
   int numa_node() const { return numa_node_; }  // OS index its pages are bound to; -1 not bound
+  bool huge_pages() const { return huge_pages_; }  // MADV_HUGEPAGE accepted for the mapping
 
  private:
   friend class Binder;
-  HostBuffer(void* data, size_t size, size_t mapped, int numa_node)
-      : data_(data), size_(size), mapped_(mapped), numa_node_(numa_node) {}
+  HostBuffer(void* data, size_t size, size_t mapped) : data_(data), size_(size), mapped_(mapped) {}
   void* data_ = nullptr;
   size_t size_ = 0;
-  size_t mapped_ = 0;  // bytes mapped (size rounded up to pages)
+  size_t mapped_ = 0;
   int numa_node_ = -1;
+  bool huge_pages_ = false;
 };
 
 // How an address range's memory is placed, as the kernel reports it.
@@ -80,9 +82,11 @@ class Binder {
 
   // `bytes` of zero-filled, page-aligned memory, its pages bound to `numa_node` (OS index) and
   // faulted in there. numa_node -1, or an inactive binder: unbound memory. A bind failure is logged
-  // and gives an unbound buffer (numa_node() -1): the caller goes on. Error only when the memory
-  // cannot be mapped at all, or for an unknown node.
-  StatusOr<HostBuffer> AllocateHostBuffer(size_t bytes, int numa_node);
+  // and gives an unbound buffer (numa_node() -1): the caller goes on. huge_pages: for bytes >= 2 MiB,
+  // the mapping is 2 MiB-aligned, rounded up to 2 MiB and advised MADV_HUGEPAGE before it is faulted
+  // in (transparent huge pages; HostBuffer::huge_pages() says whether the advice was taken). Error
+  // only when the memory cannot be mapped at all, or for an unknown node.
+  StatusOr<HostBuffer> AllocateHostBuffer(size_t bytes, int numa_node, bool huge_pages = false);
   // The policy and location of [data, data + bytes). Error when unreadable (inactive and unreadable topology).
   StatusOr<MemoryPlacement> QueryMemory(const void* data, size_t bytes) const;
 

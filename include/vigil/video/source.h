@@ -121,6 +121,16 @@ class Source {
   bool live() const { return live_; }  // network source: a reader should drop rather than block
   const SourceOptions& options() const { return options_; }
 
+  // What opening the input told before any frame: the upright frame size in display pixels (rotation
+  // and sample aspect applied, as Frame has them) and the nominal frame rate of the input (before
+  // target_fps). 0 where unknown: network sources connect in the first Next(); image folders give only
+  // the rate (image_fps). Set before OpenSource returns and constant afterwards.
+  struct Probe {
+    int width = 0, height = 0;  // pixels
+    double fps = 0;             // frames per second
+  };
+  const Probe& probed() const { return probed_; }
+
  protected:
   // A picture from the decoder, before the steps Next() applies.
   struct Picture {
@@ -140,6 +150,7 @@ class Source {
 
   SourceOptions options_;
   mutable StatsRecorder stats_;
+  Probe probed_;  // set by the opener, before the Source is shared
 
  private:
   int64_t Retime(const Picture& picture);

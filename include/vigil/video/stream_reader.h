@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -31,6 +32,9 @@ enum class QueuePolicy { kAuto, kBlock, kDropOldest };
 struct StreamReaderOptions {
   size_t queue_capacity = 4;  // frames; REQUIRES: >= 1. Default: 4
   QueuePolicy policy = QueuePolicy::kAuto;
+  // Runs first on the reading thread, before the Source is read (e.g. to name the thread and bind it to
+  // CPUs: threads the decoder creates inherit both). Default: none
+  std::function<void()> on_thread_start;
 };
 
 class StreamReader {

@@ -1,0 +1,99 @@
+// vigil/pipeline/placement.h — the edge's placement: its threads planned from the machine's topology
+// (topology/planner.h), bound by the Binder (topology/binder.h), reported for `vigil topo --check`, and
+// the NUMA and per-thread CPU metrics at /metrics.
+//
+// Threads (named with pthread_setname_np so that ps, top and the check can tell them apart; threads they
+// create — OpenMP workers, FFmpeg decoder threads — inherit the name and the binding):
+//   vigil-dec-<i>   stream i's reading/decoding thread   → decode PUs of the stream's device
+//   vigil-feed-<i>  stream i's feeder into the batcher    → decode PUs of the stream's device
+//   vigil-worker    the inference thread (one Detector serves every device today, so it takes the union
+//                   of the devices' worker PUs; its OpenMP team inherits them)
+// While inference runs on the CPU (the only backend the edge runs today), the plan is the planner's
+// machine-without-GPUs plan, one CPU worker group per NUMA node: streams spread over the nodes, and
+// each stream's threads stay on its node's cores (use_gpus false).
+//
+// Binding is skipped — with one line in the log, never an error — when placement.bind is false,
+// DISABLE_NUMA_BIND=1 is set, the machine has one NUMA node (unless bind_single_numa), the plan comes
+// from a topology file (another machine), or the topology cannot be read or planned. A thread that
+// cannot be bound goes on unbound (the Binder logs it).
+//
+// Thread-safety: PlaceThread and Report may be called from any thread concurrently.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vigil/infer/graph.h"
+#include "vigil/metrics/registry.h"
+#include "vigil/pipeline/edge_config.h"
+#include "vigil/topology/binder.h"
+#include "vigil/topology/placement_check.h"
+#include "vigil/topology/planner.h"
+#include "vigil/video/source.h"
+
+namespace vigil::pipeline {
+
+// Model cost of one frame, GFLOP: 2 × the multiply-accumulates of the Conv, vigil.FusedConv,
+// ConvTranspose, MatMul and Gemm nodes at the graph's static shapes (after shape inference), divided
+// by the batch (dim 0 of the first input). This is how Ultralytics reports model GFLOPs (thop's MACs × 2;
+// YOLOv8n at 640×640: 8.7) and YOLOX its FLOPs (YOLOX-Nano at 416: 1.08); elementwise ops, pooling and
+// resizing are left out there too.
+double ModelGflopsPerFrame(const infer::Graph& graph);
+
+// The planner's input for each configured stream, in config order: size and fps from the stream's
+// placement keys, else what the opened source probed (`probed[i]`, zeros when unknown), else 1920×1080
+// at 25 fps; fps is capped by target_fps. `notes` gets one sentence per stream that fell back to a default.
+std::vector<topology::StreamSpec> PlanStreams(const EdgeConfig& config, const std::vector<video::Source::Probe>& probed,
+                                              double gflop_per_frame, std::vector<std::string>* notes);
+
+// The topology the edge plans on: `topo` itself when inference runs on its GPUs (use_gpus), else `topo`
+// without its GPUs, so that the planner makes CPU worker groups per NUMA node. The edge plans with
+// MakePlan(PlanningTopology(topo, use_gpus), PlanStreams(...), {}) and so does `vigil topo --plan`.
+topology::Topology PlanningTopology(topology::Topology topo, bool use_gpus);
+
+enum class ThreadRole { kDecode, kFeed, kWorker };
+
+class EdgePlacement {
+ public:
+  // Reads the topology (placement.topology or this machine), plans `streams` (GPU devices only when
+  // use_gpus), decides binding and logs what it decided, once. `state_dir` (may be "") receives
+  // placement.json, the PlacementReport, whenever a thread is placed. Never fails.
+  EdgePlacement(const PlacementConfig& config, const std::vector<topology::StreamSpec>& streams, bool use_gpus,
+                std::string state_dir);
+
+  // Names the calling thread for `role` (stream index for decode/feed) and binds it to its planned PUs.
+  void PlaceThread(ThreadRole role, size_t stream = 0);
+
+  const topology::Plan* plan() const { return plan_ ? &*plan_ : nullptr; }
+  bool binding() const { return binder_ && binder_->active(); }
+  topology::PlacementReport Report() const;
+
+ private:
+  void Decide(const PlacementConfig& config, bool use_gpus);  // topology, plan, binder, note; logs
+  topology::PlacementReport ReportLocked() const;  // REQUIRES: mu_ held (or no other thread yet)
+  void WriteReport(const topology::PlacementReport& report) const;  // to report_path_, when set
+
+  const std::vector<topology::StreamSpec> streams_;
+  const std::string report_path_;
+  std::optional<topology::Topology> topo_;
+  std::optional<topology::Plan> plan_;
+  std::optional<topology::Binder> binder_;
+  std::string note_;  // why nothing is bound; "" when binding
+  mutable std::mutex mu_;
+  std::vector<topology::PlacedThread> threads_;  // guarded by mu_
+};
+
+// A collect hook on `registry` that samples at every scrape (names are the contract):
+//   vigil_process_numa_memory_bytes{node}          gauge: this process's resident bytes per NUMA node (numa_maps)
+//   vigil_numastat_pages_total{node,counter}       counter: the system's numastat counters (numa_hit, numa_miss,
+//                                                  numa_foreign, interleave_hit, local_node, other_node) since the call
+//   vigil_thread_cpu_seconds_total{thread}         counter: CPU time of this process's threads by name, threads that
+//                                                  exited included (vigil-worker counts its OpenMP team)
+// The remote share of allocations is other_node / (local_node + other_node).
+void RegisterNumaMetrics(metrics::Registry& registry);
+
+}  // namespace vigil::pipeline

@@ -1,0 +1,30 @@
+# CPack builds the .deb: its control names the package and version and Depends (from dpkg-shlibdeps)
+# lists the Debian packages of the libraries vigil links (hwloc, FFmpeg, OpenCV, ...); its payload is
+# usr/bin/vigil alone, and that binary runs. Run by ctest (tests/CMakeLists.txt) as
+#   cmake -DBUILD_DIR=<build> -DOUT=<tmp dir> -DVERSION=<x.y.z> -P package_test.cmake
+file(REMOVE_RECURSE "${OUT}")
+execute_process(COMMAND cpack --config "${BUILD_DIR}/CPackConfig.cmake" -B "${OUT}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+file(GLOB debs "${OUT}/vigil_${VERSION}_*.deb")
+if(NOT rc EQUAL 0 OR NOT debs)
+  message(FATAL_ERROR "cpack failed (${rc}) or made no vigil_${VERSION}_*.deb:\n${out}\n${err}")
+endif()
+execute_process(COMMAND dpkg-deb --field ${debs} Package Version Depends OUTPUT_VARIABLE control RESULT_VARIABLE rc)
+foreach(want "Package: vigil" "Version: ${VERSION}" "libhwloc15" "libavformat59" "libopencv-core406" "libdnnl2"
+             "libyaml-cpp0.7" "libsqlite3-0" "libgomp1" "libstdc[+][+]6")
+  if(NOT control MATCHES "${want}")
+    message(FATAL_ERROR "the .deb's control lacks '${want}':\n${control}")
+  endif()
+endforeach()
+execute_process(COMMAND dpkg-deb --contents ${debs} OUTPUT_VARIABLE contents)
+string(REGEX MATCHALL "\\./[^\n]*[^/\n]\n" files "${contents}")
+if(NOT files STREQUAL "./usr/bin/vigil\n")
+  message(FATAL_ERROR "the .deb should hold ./usr/bin/vigil alone:\n${contents}")
+endif()
+execute_process(COMMAND dpkg-deb -x ${debs} "${OUT}/root")
+execute_process(COMMAND "${OUT}/root/usr/bin/vigil" --version RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+string(STRIP "${out}" out)
+if(NOT rc EQUAL 0 OR NOT out STREQUAL "vigil ${VERSION}")
+  message(FATAL_ERROR "the packaged vigil --version: exit ${rc}, '${out}'")
+endif()
+file(REMOVE_RECURSE "${OUT}")
