@@ -333,7 +333,7 @@ int BenchEngine(const BenchEngineArgs& args) {
 
 }  // namespace
 
-void AddBenchCommands(CLI::App& app, int* exit_code) {
+CLI::App* AddBenchCommands(CLI::App& app, int* exit_code) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks with machine-readable output");
   bench->require_subcommand(1);
   auto args = std::make_shared<BenchEngineArgs>();
@@ -354,7 +354,7 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
   engine->add_option("--precision", args->precision, "CUDA compute precision: fp32 or fp16")->capture_default_str();
   engine->add_flag("--no-cuda-graph", args->no_cuda_graph, "CUDA: enqueue kernels one by one instead of a graph");
   engine->callback([args, exit_code] { *exit_code = BenchEngine(*args); });
-  AddBenchPlacementCommand(*bench, exit_code);
+  return bench;
 }
 
 }  // namespace vigil::cli

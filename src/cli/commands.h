@@ -10,7 +10,7 @@ namespace vigil::cli {
 
 void AddDetectCommand(CLI::App& app, int* exit_code);  // detect_cmd.cc: `vigil detect`
 void AddModelCommands(CLI::App& app, int* exit_code);  // model_cmd.cc: `vigil model inspect|run`
-void AddBenchCommands(CLI::App& app, int* exit_code);  // bench_cmd.cc: `vigil bench engine`
+CLI::App* AddBenchCommands(CLI::App& app, int* exit_code);  // bench_cmd.cc: `vigil bench engine`; returns `bench`
 void AddBenchPlacementCommand(CLI::App& bench, int* exit_code);  // bench_placement_cmd.cc: `vigil bench placement`
 void AddAggregatorCommand(CLI::App& app, int* exit_code);  // aggregator_cmd.cc: `vigil aggregator`
 void AddEdgeCommand(CLI::App& app, int* exit_code);        // edge_cmd.cc: `vigil edge --config edge.yaml`

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   vigil::cli::AddDetectCommand(app, &exit_code);
   vigil::cli::AddModelCommands(app, &exit_code);
-  vigil::cli::AddBenchCommands(app, &exit_code);
+  CLI::App* bench = vigil::cli::AddBenchCommands(app, &exit_code);
+  vigil::cli::AddBenchPlacementCommand(*bench, &exit_code);
   vigil::cli::AddTopoCommand(app, &exit_code);
   vigil::cli::AddAggregatorCommand(app, &exit_code);
   vigil::cli::AddEdgeCommand(app, &exit_code);
