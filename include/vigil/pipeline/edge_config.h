@@ -14,6 +14,9 @@
 //       realtime: false
 //       loop: false
 //       target_fps: 0                # 0 = every frame
+//       save_frames: ""              # debug: a folder; every processed frame's decoded pixels go there as
+//                                    # <seq>.npy (uint8 [height, width, 3], BGR, seq zero-padded to 6
+//                                    # digits): what the detector saw. One file write per frame: slow.
 //       rules:
 //         classes: [person, 2]       # allow-list: class names or ids; absent/empty = every class
 //         min_score: 0.5
@@ -58,6 +61,7 @@ struct StreamConfig {
   bool realtime = false;
   bool loop = false;
   double target_fps = 0;
+  std::string save_frames;  // "" = off
   RulesConfig rules;
 };
 
