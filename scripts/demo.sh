@@ -56,13 +56,16 @@ print(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/stats", timeou
 PY
 kill $agg_pid; wait $agg_pid 2>/dev/null || true
 trap - EXIT
-# Annotated copies of the sample images (vigil detect, one-shot mode).
-"$vigil" detect --model "$model" --output-dir "$out/annotated" /usr/share/darknet/data/{dog,person,horses}.jpg 2>/dev/null
+# Annotated video and sample images (vigil detect, one-shot mode; a progress line on a terminal).
+echo "annotating vtest.avi with vigil detect"
+"$vigil" --log-level warn detect --model "$model" --output-dir "$out/annotated" --threads "$(nproc)" "$video" \
+  /usr/share/darknet/data/{dog,person,horses}.jpg
 
 echo
 echo "SQLite database : $out/vigil.db   (tables frames, events, detections)"
 echo "statistics      : $out/stats.json"
-echo "annotated images: $out/annotated/"
+echo "annotated video : $out/annotated/$(basename "${video%.*}").mp4"
+echo "annotated images: $out/annotated/ (and detections.jsonl: one line per image detection or video frame)"
 echo "logs            : $out/edge.log, $out/aggregator.log"
 echo
 python3 - "$out/vigil.db" <<'PY'

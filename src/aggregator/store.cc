@@ -188,7 +188,7 @@ struct Store::Impl {
 
   // Writer statements and caches (writer thread only).
   Stmt begin, commit, rollback, find_stream, insert_stream, set_epoch, add_stale, add_duplicates, insert_frame,
-      insert_event, insert_detection, upsert_run, get_contiguous, seqs_after, upsert_edge;
+      insert_event, insert_detection, upsert_run, get_contiguous, seqs_after, upsert_edge, touch_edge;
   struct StreamState {
     int64_t id;
     uint64_t epoch;
@@ -229,6 +229,7 @@ struct Store::Impl {
         {&upsert_edge,
          "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns) VALUES(?1, ?2, ?3, ?3) "
          "ON CONFLICT(edge) DO UPDATE SET epoch = excluded.epoch, last_seen_ns = excluded.last_seen_ns"},
+        {&touch_edge, "UPDATE edges SET last_seen_ns = ?2 WHERE edge = ?1"},
     };
     for (const auto& [stmt, sql] : writer) {
       VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(w, sql));
@@ -391,6 +392,7 @@ StatusOr<std::vector<ApplyResult>> Store::Apply(const std::vector<const Report*>
   std::vector<ApplyResult> results;
   results.reserve(batch.size());
   Status st;
+  std::vector<const std::string*> edges;  // distinct senders of the batch: their last_seen_ns moves
   for (const Report* r : batch) {
     StatusOr<ApplyResult> res = d.ApplyOne(*r, now_ns);
     if (!res.ok()) {
@@ -398,7 +400,11 @@ StatusOr<std::vector<ApplyResult>> Store::Apply(const std::vector<const Report*>
       break;
     }
     results.push_back(*res);
+    if (std::none_of(edges.begin(), edges.end(), [&](const std::string* e) { return *e == r->edge; })) {
+      edges.push_back(&r->edge);
+    }
   }
+  for (size_t i = 0; st.ok() && i < edges.size(); ++i) st = d.touch_edge.Bind(*edges[i], now_ns).Run();
   if (st.ok()) st = d.commit.Run();
   if (!st.ok()) {
     (void)d.rollback.Run();

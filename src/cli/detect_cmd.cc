@@ -1,23 +1,31 @@
-// `vigil detect`: run a detection model on image files and folders.
+// `vigil detect`: run a detection model on image files, folders and video files.
 //
 //   vigil detect --model M.onnx [--conf 0.25] [--iou X] [--max-det 300] [--agnostic] [--classes 0,2]
 //                [--imgsz H,W] [--batch B] [--threads T] [--json OUT.jsonl|-] [--output-dir DIR]
 //                [--no-save] PATHS...
 //
-// PATHS are image files or folders; a folder contributes its files with image extensions
-// (HasImageExtension), sorted by name, without descending into subfolders. Outputs:
-//  * annotated copies (boxes, "name score" labels, one colour per class) in --output-dir
+// PATHS are image files, folders or video files. A folder contributes its files with image extensions
+// (HasImageExtension), sorted by name, without descending into subfolders; any other file is opened as
+// a video with FFmpeg (video::OpenSource: any container and codec it reads, rotation applied). Outputs:
+//  * images: annotated copies (boxes, "name score" labels, one colour per class) in --output-dir
 //    (default runs/detect) under the source's file name (a repeated name gets _2, _3, ...);
-//  * one JSON object per detection and line, {"file","class_id","name","score","box":[x1,y1,x2,y2]}
-//    in source pixels, to --json (default <output-dir>/detections.jsonl; "-" = stdout);
-//  * one summary line per image on stderr: file, size, detections per class, milliseconds per
-//    image (letterbox + inference + decoding + NMS of its batch, divided by the batch's images).
-// --no-save writes no files: no annotated images, and JSON only where --json names a target.
-// An image that cannot be read or is not an image is reported by name and reason; the others run.
-// Exit code: 0 when at least one image was processed, 1 when none was, 2 for bad arguments or a
+//  * videos: the annotated video as <output-dir>/<file stem>.mp4 (video::VideoWriter: H.264 through
+//    libx264, else MPEG-4 Part 2; the source's timestamps);
+//  * JSON lines to --json (default <output-dir>/detections.jsonl; "-" = stdout): per image detection
+//    {"file","class_id","name","score","box":[x1,y1,x2,y2]}; per video frame (also without detections)
+//    {"file","frame","pts","detections":[{"class_id","name","score","box"}, ...]}, frame = index of the
+//    decoded frame from 0, pts = its presentation time in seconds from the stream start; boxes in
+//    source pixels;
+//  * on stderr one summary line per image or video: file, size, detections per class (videos: summed
+//    over frames), milliseconds per image or frame (letterbox + inference + decoding + NMS of its batch,
+//    divided by the batch's images). While a video runs and stderr is a terminal, a progress line
+//    (frames done / declared total, frames per second, time left) is redrawn in place; else nothing.
+// --no-save writes no files: no annotated images or videos, and JSON only where --json names a target.
+// An input that cannot be read is reported by name and reason; the others run. A video that breaks
+// off keeps the frames before the damage (decode errors are counted in its summary line).
+// Exit code: 0 when at least one input was processed, 1 when none was, 2 for bad arguments or a
 // model that cannot be loaded (src/cli/commands.h).
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,9 +34,12 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
@@ -38,6 +49,11 @@
 #include "cli/commands.h"
 #include "vigil/detect/detector.h"
 #include "vigil/detect/image.h"
+#ifdef VIGIL_HAVE_FFMPEG
+#include "vigil/video/source.h"
+#include "vigil/video/stream_reader.h"
+#include "vigil/video/writer.h"
+#endif
 
 namespace vigil::cli {
 namespace {
@@ -60,21 +76,14 @@ struct DetectArgs {
   std::vector<std::string> paths;
 };
 
-// One input: an image path, or a path that failed before decoding with the reason.
+// One input: an image or video path, or a path that failed before decoding with the reason.
 struct Input {
   std::string path;
   std::string error;
+  bool video = false;
 };
 
 void PrintError(const std::string& message) { std::fprintf(stderr, "vigil detect: %s\n", message.c_str()); }
-
-bool HasVideoExtension(const fs::path& p) {
-  static const std::set<std::string> kVideo = {".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg",
-                                               ".mpeg", ".ts", ".flv", ".wmv", ".h264", ".h265", ".hevc"};
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return kVideo.count(ext) != 0;
-}
 
 // Expands files and folders into inputs, in argument order (folder contents sorted by name).
 std::vector<Input> CollectInputs(const std::vector<std::string>& paths) {
@@ -97,10 +106,12 @@ std::vector<Input> CollectInputs(const std::vector<std::string>& paths) {
       for (std::string& image : images) inputs.push_back({std::move(image), ""});
     } else if (detect::HasImageExtension(path)) {
       inputs.push_back({path, ""});
-    } else if (HasVideoExtension(path)) {
-      inputs.push_back({path, "not an image: video files are not supported yet"});
     } else {
-      inputs.push_back({path, "not an image (unknown extension; images are .jpg, .png, .bmp, .webp, .tif, ...)"});
+#ifdef VIGIL_HAVE_FFMPEG
+      inputs.push_back({path, "", /*video=*/true});
+#else
+      inputs.push_back({path, "not an image, and this vigil was built without FFmpeg, so no video either"});
+#endif
     }
   }
   return inputs;
@@ -164,14 +175,21 @@ cv::Mat DrawDetections(const detect::Image& image, const std::vector<detect::Det
   return canvas;
 }
 
+// The source's file name with `extension` ("" = its own), made unique among `used` by _2, _3, ...
+std::string UniqueName(const std::string& source, const std::string& extension, std::set<std::string>& used) {
+  const fs::path src(source);
+  const std::string ext = extension.empty() ? src.extension().string() : extension;
+  std::string name = src.stem().string() + ext;
+  for (int n = 2; used.count(name) != 0; ++n) name = src.stem().string() + "_" + std::to_string(n) + ext;
+  used.insert(name);
+  return name;
+}
+
 // Writes `canvas` as dir/<name of source> (made unique among `used`); formats OpenCV cannot write
 // fall back to JPEG. Returns the path written or an error message.
 StatusOr<std::string> SaveAnnotated(const cv::Mat& canvas, const std::string& source, const fs::path& dir,
                                     std::set<std::string>& used) {
-  const fs::path src(source);
-  std::string name = src.filename().string();
-  for (int n = 2; used.count(name) != 0; ++n) name = src.stem().string() + "_" + std::to_string(n) + src.extension().string();
-  used.insert(name);
+  const std::string name = UniqueName(source, "", used);
   for (const std::string& file : {name, name + ".jpg"}) {
     const std::string out = (dir / file).string();
     try {
@@ -188,16 +206,183 @@ double Round(double v, int decimals) {
   return std::round(v * scale) / scale;
 }
 
+// {"class_id","name","score","box"} of one detection, box in source pixels.
+nlohmann::ordered_json DetectionJson(const detect::Detection& d, const detect::Detector& detector) {
+  return {{"class_id", d.class_id},
+          {"name", detector.ClassName(d.class_id)},
+          {"score", Round(d.score, 4)},
+          {"box", {Round(d.x1, 2), Round(d.y1, 2), Round(d.x2, 2), Round(d.y2, 2)}}};
+}
+
 // "768x576, 1 bicycle, 1 truck, 1 dog" (classes in id order).
-std::string SummaryText(const detect::Image& image, const std::vector<detect::Detection>& dets,
-                        const detect::Detector& detector) {
-  std::map<int, int> counts;
-  for (const detect::Detection& d : dets) ++counts[d.class_id];
-  std::string s = StrCat(image.width, "x", image.height);
+std::string SummaryText(int width, int height, const std::map<int, int>& counts, const detect::Detector& detector) {
+  std::string s = StrCat(width, "x", height);
   if (counts.empty()) s += ", no detections";
   for (const auto& [cls, n] : counts) s += StrCat(", ", n, " ", detector.ClassName(cls));
   return s;
 }
+
+// Where results go: shared by images and videos.
+struct Outputs {
+  std::ostream* json = nullptr;  // null: no JSON
+  bool save = true;              // annotated images / videos
+  fs::path dir;
+  std::set<std::string> used_names;
+};
+
+#ifdef VIGIL_HAVE_FFMPEG
+// The progress line of a video on a terminal: "name  40% [#####.......] 318/795 frames, 12.3 fps, ETA 0:38",
+// redrawn in place (carriage return) at most every 0.1 s. Prints nothing when stderr is not a terminal.
+class ProgressLine {
+ public:
+  ProgressLine(std::string name, std::optional<uint64_t> total)
+      : enabled_(isatty(STDERR_FILENO) == 1), name_(std::move(name)), total_(total),
+        start_(std::chrono::steady_clock::now()) {}
+
+  void Update(uint64_t done, bool last = false) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!last && now - drawn_ < std::chrono::milliseconds(100)) return;
+    drawn_ = now;
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    const double fps = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
+    std::string line = name_;
+    if (total_ && *total_ > 0) {
+      const double fraction = std::min(1.0, static_cast<double>(done) / static_cast<double>(*total_));
+      constexpr int kWidth = 24;
+      const int filled = static_cast<int>(fraction * kWidth);
+      line += StrCat(" ", static_cast<int>(fraction * 100), "% [", std::string(static_cast<size_t>(filled), '#'),
+                     std::string(static_cast<size_t>(kWidth - filled), '.'), "] ", done, "/", *total_, " frames, ");
+    } else {
+      line += StrCat(" ", done, " frames, ");
+    }
+    char rate[64];
+    std::snprintf(rate, sizeof(rate), "%.1f fps", fps);
+    line += rate;
+    if (total_ && fps > 0 && *total_ > done) {
+      const auto left = static_cast<int64_t>(static_cast<double>(*total_ - done) / fps);
+      std::snprintf(rate, sizeof(rate), ", ETA %lld:%02lld", static_cast<long long>(left / 60),
+                    static_cast<long long>(left % 60));
+      line += rate;
+    }
+    std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), last ? "\n" : "");  // \033[K: clear the rest of the line
+    std::fflush(stderr);
+  }
+
+ private:
+  const bool enabled_;
+  const std::string name_;
+  const std::optional<uint64_t> total_;
+  const std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point drawn_{};
+};
+
+// Detects objects in every frame of the video at `path`: JSON per frame, annotated video, summary line.
+// Returns false when no frame was processed (the reason is printed).
+bool DetectVideo(const std::string& path, const detect::Detector& detector, Outputs& out) {
+  video::SourceOptions so;
+  so.uri = path;
+  so.stream_id = path;
+  StatusOr<std::unique_ptr<video::Source>> source = video::OpenSource(std::move(so));
+  if (!source.ok()) {
+    PrintError(std::string(source.status().message()));
+    return false;
+  }
+  const double fps = (*source)->nominal_fps();
+  ProgressLine progress(fs::path(path).filename().string(), (*source)->declared_frames());
+  const size_t chunk = static_cast<size_t>(detector.model().batch);
+  video::StreamReaderOptions ro;
+  ro.queue_capacity = std::max<size_t>(4, 2 * chunk);
+  ro.policy = video::QueuePolicy::kBlock;
+  video::StreamReader reader(*std::move(source), ro);  // decodes ahead on its own thread
+
+  std::unique_ptr<video::VideoWriter> writer;
+  std::string video_path;
+  std::map<int, int> counts;
+  uint64_t frames = 0;
+  double ms = 0;
+  int width = 0, height = 0;
+  bool ended = false;
+  std::vector<video::Frame> batch;
+  std::vector<detect::Image> images;
+  while (!ended) {
+    batch.clear();
+    while (batch.size() < chunk) {
+      video::Frame f;
+      const video::StreamReader::PopResult r = reader.Pop(&f, std::chrono::seconds(1));
+      if (r == video::StreamReader::PopResult::kEnd) {
+        ended = true;
+        break;
+      }
+      if (r == video::StreamReader::PopResult::kFrame) batch.push_back(std::move(f));
+    }
+    if (batch.empty()) break;
+    images.assign(batch.size(), {});
+    for (size_t i = 0; i < batch.size(); ++i) images[i] = {batch[i].width, batch[i].height, std::move(batch[i].bgr)};
+    const auto start = std::chrono::steady_clock::now();
+    StatusOr<std::vector<std::vector<detect::Detection>>> results = detector.Detect(images);
+    ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!results.ok()) {
+      PrintError(StrCat(path, ": frame ", batch[0].seq, ": ", results.status().message()));
+      break;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const std::vector<detect::Detection>& dets = (*results)[i];
+      const video::Frame& f = batch[i];
+      if (frames == 0) {
+        width = f.width;
+        height = f.height;
+      }
+      for (const detect::Detection& d : dets) ++counts[d.class_id];
+      if (out.json != nullptr) {
+        nlohmann::ordered_json row = {{"file", path}, {"frame", f.seq}, {"pts", Round(static_cast<double>(f.pts_ns) * 1e-9, 6)}};
+        row["detections"] = nlohmann::ordered_json::array();
+        for (const detect::Detection& d : dets) row["detections"].push_back(DetectionJson(d, detector));
+        *out.json << row.dump() << "\n";
+      }
+      if (out.save && !writer && frames == 0) {
+        video_path = (out.dir / UniqueName(path, ".mp4", out.used_names)).string();
+        StatusOr<std::unique_ptr<video::VideoWriter>> opened =
+            video::VideoWriter::Open({video_path, f.width, f.height, fps > 0 ? fps : 25.0, ""});
+        if (opened.ok()) {
+          writer = *std::move(opened);
+        } else {
+          PrintError(std::string(opened.status().message()));
+        }
+      }
+      if (writer) {
+        cv::Mat canvas = DrawDetections(images[i], dets, detector);
+        if (canvas.cols != width || canvas.rows != height) cv::resize(canvas, canvas, cv::Size(width, height));
+        if (Status st = writer->Write(canvas.data, static_cast<int>(canvas.step), f.pts_ns); !st.ok()) {
+          PrintError(std::string(st.message()));
+          writer.reset();
+          video_path.clear();
+        }
+      }
+      ++frames;
+    }
+    if (out.json != nullptr) out.json->flush();
+    progress.Update(frames);
+  }
+  reader.Stop();
+  progress.Update(frames, /*last=*/true);
+  if (Status st = reader.final_status(); !st.ok()) PrintError(std::string(st.message()));
+  if (writer) {
+    if (Status st = writer->Close(); !st.ok()) {
+      PrintError(std::string(st.message()));
+      video_path.clear();
+    }
+  }
+  const uint64_t decode_errors = reader.Stats().decode_errors;
+  std::fprintf(stderr, "%s: %llu frames, %s, %.1f ms per frame%s%s\n", path.c_str(),
+               static_cast<unsigned long long>(frames), SummaryText(width, height, counts, detector).c_str(),
+               frames > 0 ? ms / static_cast<double>(frames) : 0.0,
+               decode_errors > 0 ? StrCat(", ", decode_errors, " decode errors").c_str() : "",
+               video_path.empty() ? "" : StrCat(", annotated video ", video_path).c_str());
+  if (frames == 0) PrintError(StrCat(path, ": no frame could be decoded"));
+  return frames > 0;
+}
+#endif
 
 int RunDetect(const DetectArgs& a) {
   detect::DetectorOptions options;
@@ -212,11 +397,12 @@ int RunDetect(const DetectArgs& a) {
     PrintError(StrCat("--imgsz '", a.imgsz, "' is not H,W or one size in pixels"));
     return 2;
   }
-  const fs::path out_dir(a.output_dir);
-  const bool save_images = !a.no_save;
-  const std::string json_path = !a.json.empty() ? a.json : (a.no_save ? "" : (out_dir / "detections.jsonl").string());
+  Outputs out;
+  out.dir = a.output_dir;
+  out.save = !a.no_save;
+  const std::string json_path = !a.json.empty() ? a.json : (a.no_save ? "" : (out.dir / "detections.jsonl").string());
   std::error_code ec;
-  if (save_images) fs::create_directories(out_dir, ec);
+  if (out.save) fs::create_directories(out.dir, ec);
   if (!ec && !json_path.empty() && json_path != "-" && fs::path(json_path).has_parent_path()) {
     fs::create_directories(fs::path(json_path).parent_path(), ec);
   }
@@ -232,7 +418,7 @@ int RunDetect(const DetectArgs& a) {
       return 2;
     }
   }
-  std::ostream* json = json_path.empty() ? nullptr : json_path == "-" ? &std::cout : &json_file;
+  out.json = json_path.empty() ? nullptr : json_path == "-" ? &std::cout : &json_file;
 
   const std::vector<Input> inputs = CollectInputs(a.paths);
   StatusOr<std::unique_ptr<detect::Detector>> loaded = detect::Detector::Load(a.model, options);
@@ -243,13 +429,18 @@ int RunDetect(const DetectArgs& a) {
   const detect::Detector& detector = **loaded;
 
   int succeeded = 0, failed = 0;
-  std::set<std::string> used_names;
   const size_t chunk = static_cast<size_t>(detector.model().batch);
   for (size_t first = 0; first < inputs.size();) {
-    // Decode up to one batch of readable images; report the others.
+#ifdef VIGIL_HAVE_FFMPEG
+    if (inputs[first].video) {
+      ++(DetectVideo(inputs[first++].path, detector, out) ? succeeded : failed);
+      continue;
+    }
+#endif
+    // Decode up to one batch of readable images (up to the next video); report the others.
     std::vector<detect::Image> images;
     std::vector<const Input*> sources;
-    for (; first < inputs.size() && images.size() < chunk; ++first) {
+    for (; first < inputs.size() && images.size() < chunk && !inputs[first].video; ++first) {
       const Input& in = inputs[first];
       if (!in.error.empty()) {
         PrintError(StrCat(in.path, ": ", in.error));
@@ -279,23 +470,21 @@ int RunDetect(const DetectArgs& a) {
       const std::vector<detect::Detection>& dets = (*results)[i];
       const std::string& path = sources[i]->path;
       ++succeeded;
-      if (json != nullptr) {
-        for (const detect::Detection& d : dets) {
-          const nlohmann::ordered_json row = {
-              {"file", path},
-              {"class_id", d.class_id},
-              {"name", detector.ClassName(d.class_id)},
-              {"score", Round(d.score, 4)},
-              {"box", {Round(d.x1, 2), Round(d.y1, 2), Round(d.x2, 2), Round(d.y2, 2)}}};
-          *json << row.dump() << "\n";
-        }
-        json->flush();
+      std::map<int, int> counts;
+      for (const detect::Detection& d : dets) {
+        ++counts[d.class_id];
+        if (out.json == nullptr) continue;
+        nlohmann::ordered_json row = {{"file", path}};
+        row.update(DetectionJson(d, detector));
+        *out.json << row.dump() << "\n";
       }
-      if (save_images) {
-        StatusOr<std::string> written = SaveAnnotated(DrawDetections(images[i], dets, detector), path, out_dir, used_names);
+      if (out.json != nullptr) out.json->flush();
+      if (out.save) {
+        StatusOr<std::string> written = SaveAnnotated(DrawDetections(images[i], dets, detector), path, out.dir, out.used_names);
         if (!written.ok()) PrintError(std::string(written.status().message()));
       }
-      std::fprintf(stderr, "%s: %s, %.1f ms\n", path.c_str(), SummaryText(images[i], dets, detector).c_str(), ms);
+      std::fprintf(stderr, "%s: %s, %.1f ms\n", path.c_str(),
+                   SummaryText(images[i].width, images[i].height, counts, detector).c_str(), ms);
     }
   }
   if (json_file.is_open() && !json_file) {
@@ -303,7 +492,7 @@ int RunDetect(const DetectArgs& a) {
     return 1;
   }
   if (succeeded == 0) {
-    PrintError(StrCat("no image was processed (", failed, " failed)"));
+    PrintError(StrCat("no input was processed (", failed, " failed)"));
     return 1;
   }
   return 0;
@@ -313,7 +502,7 @@ int RunDetect(const DetectArgs& a) {
 
 void AddDetectCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<DetectArgs>();
-  CLI::App* cmd = app.add_subcommand("detect", "Detect objects in image files and folders");
+  CLI::App* cmd = app.add_subcommand("detect", "Detect objects in images, folders of images and video files");
   cmd->add_option("--model", a->model, "ONNX detection model (YOLOv5/v8/11/26, YOLOX, ...)")->required();
   cmd->add_option("--conf", a->conf, "confidence threshold: keep score > conf")
       ->check(CLI::Range(0.0, 1.0))
@@ -330,9 +519,9 @@ void AddDetectCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", a->threads, "kernel threads (0 = all CPUs of this process)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", a->json, "JSON lines output (default <output-dir>/detections.jsonl; - = stdout)");
-  cmd->add_option("--output-dir", a->output_dir, "folder for annotated images")->capture_default_str();
-  cmd->add_flag("--no-save", a->no_save, "write no annotated images (and no JSON unless --json is given)");
-  cmd->add_option("paths", a->paths, "image files or folders of images")->required();
+  cmd->add_option("--output-dir", a->output_dir, "folder for annotated images and videos")->capture_default_str();
+  cmd->add_flag("--no-save", a->no_save, "write no annotated images or videos (and no JSON unless --json is given)");
+  cmd->add_option("paths", a->paths, "image files, folders of images, video files")->required();
   cmd->callback([a, exit_code] { *exit_code = RunDetect(*a); });
 }
 

@@ -1,11 +1,14 @@
 // `vigil edge --config edge.yaml`: runs the edge pipeline (pipeline/edge.h) until every finite stream
 // has ended or SIGINT/SIGTERM asks for a graceful stop (flush, wait for acks, persist cursors).
-// Exit code: 0 done, 2 bad configuration, model or state dir. Without the pipeline module (a build
+// --metrics-out FILE writes the final metrics (Prometheus text, as /metrics serves them) when the run
+// ends, for batch runs and benchmarks that cannot scrape a process that has exited.
+// Exit code: 0 done, 1 the metrics file could not be written, 2 bad configuration, model or state dir. Without the pipeline module (a build
 // without FFmpeg) the command exists and says so.
 #include <csignal>
 
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -35,10 +38,12 @@ void AddEdgeCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("edge", "Run an edge: streams in, detections and progress to the aggregator");
   auto config_path = std::make_shared<std::string>();
   auto timeout_ms = std::make_shared<int>(10000);
+  auto metrics_out = std::make_shared<std::string>();
   cmd->add_option("--config", *config_path, "edge.yaml")->required();
   cmd->add_option("--shutdown-timeout-ms", *timeout_ms, "how long to wait for acks at the end")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600000));
+  cmd->add_option("--metrics-out", *metrics_out, "write the final metrics (Prometheus text) to this file at the end");
   cmd->callback([=] {
     StatusOr<pipeline::EdgeConfig> config = pipeline::LoadEdgeConfig(*config_path);
     if (!config.ok()) {
@@ -65,6 +70,14 @@ void AddEdgeCommand(CLI::App& app, int* exit_code) {
       return;
     }
     *exit_code = 0;
+    if (!metrics_out->empty()) {
+      std::ofstream out(*metrics_out, std::ios::trunc);
+      out << registry.Render();
+      if (!out.flush()) {
+        std::fprintf(stderr, "vigil edge: --metrics-out %s: cannot write\n", metrics_out->c_str());
+        *exit_code = 1;
+      }
+    }
   });
 }
 #else

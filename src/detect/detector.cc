@@ -1,6 +1,7 @@
 #include "vigil/detect/detector.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "spdlog/spdlog.h"
 #include "vigil/detect/decode.h"
@@ -28,6 +29,11 @@ Status ValidateOptions(const DetectorOptions& o) {
 int64_t RoundUpToStride(int64_t v) {
   constexpr int64_t kStride = 32;
   return (v + kStride - 1) / kStride * kStride;
+}
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
@@ -72,23 +78,30 @@ StatusOr<std::unique_ptr<Detector>> Detector::Create(std::unique_ptr<infer::Engi
 
 std::string Detector::ClassName(int class_id) const { return detect::ClassName(model_.names, class_id); }
 
-StatusOr<std::vector<std::vector<Detection>>> Detector::Detect(std::span<const Image> images) const {
+StatusOr<std::vector<std::vector<Detection>>> Detector::Detect(std::span<const Image> images,
+                                                               std::vector<DetectTiming>* timing) const {
   const ModelInfo& m = model_;
   const NmsOptions nms{.iou = iou_, .max_det = options_.max_det, .agnostic = options_.agnostic};
   std::vector<std::vector<Detection>> results;
   results.reserve(images.size());
+  std::vector<DetectTiming> times(images.size());
   std::vector<Tensor> outputs;
   for (size_t first = 0; first < images.size(); first += static_cast<size_t>(m.batch)) {
     const size_t count = std::min(images.size() - first, static_cast<size_t>(m.batch));
     Tensor input(m.input_dtype, {m.batch, m.channels, m.height, m.width});  // padding slots stay zero
     std::vector<LetterboxInfo> boxes_info(count);
     for (size_t i = 0; i < count; ++i) {
+      const int64_t t0 = SteadyNs();
       auto info = Letterbox(images[first + i], m.letterbox, input, static_cast<int64_t>(i));
       if (!info.ok()) return Annotate(info.status(), StrCat("image ", first + i));
       boxes_info[i] = *info;
+      times[first + i].preprocess_ns = SteadyNs() - t0;
     }
+    const int64_t t_run = SteadyNs();
     VIGIL_RETURN_IF_ERROR(engine_->Run({&input, 1}, &outputs));
+    const int64_t run_ns = SteadyNs() - t_run;
     for (size_t i = 0; i < count; ++i) {
+      const int64_t t0 = SteadyNs();
       VIGIL_ASSIGN_OR_RETURN(std::vector<Detection> candidates,
                              DecodeOutput(outputs[0], static_cast<int64_t>(i), m, options_.conf, options_.classes));
       std::vector<Detection> kept = m.family == ModelFamily::kEnd2End
@@ -96,8 +109,13 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::Detect(std::span<const I
                                         : NonMaxSuppression(std::move(candidates), nms);
       MapToSource(boxes_info[i], kept);
       results.push_back(std::move(kept));
+      DetectTiming& t = times[first + i];
+      t.inference_ns = run_ns;
+      t.postprocess_ns = SteadyNs() - t0;
+      t.chunk_images = static_cast<int>(count);
     }
   }
+  if (timing != nullptr) *timing = std::move(times);
   return results;
 }
 

@@ -1,7 +1,9 @@
 #include "vigil/pipeline/edge.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +14,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include "vigil/common/npy.h"
 #include "vigil/detect/detector.h"
 #include "vigil/pipeline/batcher.h"
 #include "vigil/pipeline/edge_state.h"
@@ -78,6 +81,7 @@ class Edge {
   void StartReaders();
   void Feed(size_t index);
   void Process(std::vector<Item>& batch);
+  void SaveFrame(const Stream& s, const video::Frame& f);
   void Publish(transport::Report report, const Stream& s);
   void Periodic(bool force);
   void StartHttp();
@@ -129,6 +133,14 @@ Status Edge::OpenStreams(const std::vector<std::string>& names) {
     so.loop = sc.loop;
     so.target_fps = sc.target_fps;
     s.progress.emplace(sc.id, s.saved.run);
+    if (!sc.save_frames.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(sc.save_frames, ec);
+      if (ec) {
+        return absl::InvalidArgumentError(
+            StrCat("stream '", sc.id, "': save_frames ", sc.save_frames, ": cannot create the folder: ", ec.message()));
+      }
+    }
     StatusOr<std::unique_ptr<video::Source>> source = video::OpenSource(std::move(so));
     if (!source.ok()) {
       spdlog::error("{}", std::string(source.status().message()));  // the message names the stream
@@ -206,18 +218,32 @@ void Edge::Publish(transport::Report report, const Stream& s) {
   Stage("publish").Observe(static_cast<double>(SteadyNs() - t0) * 1e-9);
 }
 
+void Edge::SaveFrame(const Stream& s, const video::Frame& f) {
+  Tensor pixels(DType::kUInt8, {f.height, f.width, 3});
+  for (int y = 0; y < f.height; ++y) {
+    std::copy_n(f.bgr.data() + static_cast<size_t>(y) * static_cast<size_t>(f.stride), static_cast<size_t>(f.width) * 3,
+                pixels.data<uint8_t>() + static_cast<size_t>(y) * static_cast<size_t>(f.width) * 3);
+  }
+  char name[32];
+  std::snprintf(name, sizeof(name), "%06llu.npy", static_cast<unsigned long long>(f.seq));
+  const std::string path = (std::filesystem::path(s.config.save_frames) / name).string();
+  if (Status st = WriteNpy(path, pixels); !st.ok()) {
+    spdlog::warn("stream '{}': save_frames: {}", s.config.id, std::string(st.message()));
+  }
+}
+
 void Edge::Process(std::vector<Item>& batch) {
   const int64_t t0 = SteadyNs();
   std::vector<detect::Image> images(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     video::Frame& f = batch[i].frame;
-    Stage("queue").Observe(static_cast<double>(t0 - f.source_steady_ns) * 1e-9);
+    if (const Stream& s = streams_[batch[i].stream]; !s.config.save_frames.empty()) SaveFrame(s, f);
     images[i].width = f.width;
     images[i].height = f.height;
     images[i].bgr = std::move(f.bgr);
   }
-  StatusOr<std::vector<std::vector<detect::Detection>>> dets = detector_->Detect(images);
-  const int64_t t1 = SteadyNs();
+  std::vector<detect::DetectTiming> timing;
+  StatusOr<std::vector<std::vector<detect::Detection>>> dets = detector_->Detect(images, &timing);
   if (!dets.ok()) {
     spdlog::error("detection of a batch of {} frames failed: {}", batch.size(), std::string(dets.status().message()));
     for (const Item& item : batch) {
@@ -227,10 +253,26 @@ void Edge::Process(std::vector<Item>& batch) {
     }
     return;
   }
-  metrics::Histogram& detect_stage = Stage("detect");
+  metrics::Histogram& decode_stage = Stage("decode");
+  metrics::Histogram& queue_stage = Stage("queue");
+  metrics::Histogram& preprocess_stage = Stage("preprocess");
+  metrics::Histogram& inference_stage = Stage("inference");
+  metrics::Histogram& postprocess_stage = Stage("postprocess");
+  double engine_ns = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const video::Frame& f = batch[i].frame;
+    const detect::DetectTiming& t = timing[i];
+    decode_stage.Observe(static_cast<double>(f.decode_ns) * 1e-9);
+    queue_stage.Observe(static_cast<double>(t0 - f.source_steady_ns) * 1e-9);
+    preprocess_stage.Observe(static_cast<double>(t.preprocess_ns) * 1e-9);
+    inference_stage.Observe(static_cast<double>(t.inference_ns) * 1e-9);
+    postprocess_stage.Observe(static_cast<double>(t.postprocess_ns) * 1e-9);
+    engine_ns += static_cast<double>(t.inference_ns) / t.chunk_images;
+  }
+  reg_.GetCounter("vigil_edge_engine_busy_seconds_total", "Time the inference engine spent running batches")
+      .Inc(engine_ns * 1e-9);
   metrics::Histogram& rules_stage = Stage("rules");
   for (size_t i = 0; i < batch.size(); ++i) {
-    detect_stage.Observe(static_cast<double>(t1 - t0) * 1e-9);
     const video::Frame& f = batch[i].frame;
     Stream& s = streams_[batch[i].stream];
     const int64_t r0 = SteadyNs();

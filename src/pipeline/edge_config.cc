@@ -100,6 +100,7 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     s.Get("realtime", &sc.realtime);
     s.Get("loop", &sc.loop);
     s.Get("target_fps", &sc.target_fps, 0.0, 1000.0);
+    s.Get("save_frames", &sc.save_frames);
     if (std::optional<ConfigMap> r = s.Map("rules")) ReadRules(*r, &sc.rules);
     if (std::optional<ConfigMap> p = s.Map("placement")) {
       p->Get("width", &sc.width, 1, 16384);

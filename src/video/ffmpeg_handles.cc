@@ -11,6 +11,10 @@ extern "C" {
 namespace vigil::video::internal {
 
 void FormatInputDeleter::operator()(AVFormatContext* c) const noexcept { avformat_close_input(&c); }
+void FormatOutputDeleter::operator()(AVFormatContext* c) const noexcept {
+  if (c != nullptr && c->oformat != nullptr && !(c->oformat->flags & AVFMT_NOFILE)) avio_closep(&c->pb);
+  avformat_free_context(c);
+}
 void CodecContextDeleter::operator()(AVCodecContext* c) const noexcept { avcodec_free_context(&c); }
 void FrameDeleter::operator()(AVFrame* f) const noexcept { av_frame_free(&f); }
 void PacketDeleter::operator()(AVPacket* p) const noexcept { av_packet_free(&p); }

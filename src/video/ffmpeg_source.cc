@@ -144,6 +144,7 @@ class FfmpegSource final : public Source {
   SwsContext* sws_configured_ = nullptr;  // the context whose colour details were last set, and for what
   int sws_colorspace_ = -1, sws_full_range_ = -1;
   std::vector<uint8_t> scratch_;  // the unrotated picture when a rotation applies
+  int64_t decoder_ns_ = 0;        // time in libavcodec since the last picture was handed out (Frame::decode_ns)
 
   // Per open input.
   int stream_index_ = -1;
@@ -167,6 +168,7 @@ class FfmpegSource final : public Source {
   std::string reconnect_reason_;
   std::mt19937_64 rng_{std::random_device{}()};
   bool warned_matrix_ = false;
+  bool described_ = false;  // declared_frames_ / nominal_fps_ set
 };
 
 int FfmpegSource::InterruptCallback(void* opaque) {
@@ -236,6 +238,15 @@ Status FfmpegSource::Open() {
   } else if (format->duration_estimation_method == AVFMT_DURATION_FROM_STREAM && format->duration > 0) {
     declared_duration_ns_ = av_rescale_q(format->duration, AV_TIME_BASE_Q, kNanoseconds);
   }
+  if (!live() && !described_) {  // once, before OpenSource returns: later writes would race with readers
+    described_ = true;
+    nominal_fps_ = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0;
+    if (declared_packets_ > 0) {
+      declared_frames_ = uint64_t(declared_packets_);
+    } else if (declared_duration_ns_) {
+      declared_frames_ = uint64_t(std::llround(double(*declared_duration_ns_) / double(nominal_duration_ns_)));
+    }
+  }
   draining_ = false;
   new_input_ = true;
   pictures_this_input_ = 0;
@@ -300,7 +311,9 @@ void FfmpegSource::StartDraining() {
 StatusOr<bool> FfmpegSource::ReadPicture() {
   int read_errors = 0;
   while (true) {
+    int64_t t0 = SteadyNowNs();
     int r = avcodec_receive_frame(codec_.get(), frame_.get());
+    decoder_ns_ += SteadyNowNs() - t0;
     if (r == 0) return true;
     if (r == AVERROR_EOF) return false;
     if (r != AVERROR(EAGAIN)) stats_.DecodeError(StrCat(who(), ": decoder: ", AvErrorString(r)));
@@ -330,7 +343,9 @@ StatusOr<bool> FfmpegSource::ReadPicture() {
       if (packet_->flags & AV_PKT_FLAG_CORRUPT) {
         stats_.DecodeError(StrCat(who(), ": corrupt packet at byte ", packet_->pos));
       }
+      t0 = SteadyNowNs();
       r = avcodec_send_packet(codec_.get(), packet_.get());
+      decoder_ns_ += SteadyNowNs() - t0;
       if (r < 0 && r != AVERROR(EAGAIN)) {
         stats_.DecodeError(StrCat(who(), ": decoder rejected the packet at byte ", packet_->pos, ": ", AvErrorString(r)));
       }
@@ -360,6 +375,7 @@ int FfmpegSource::RotationFromMatrix(const uint8_t* data, size_t size) {
 }
 
 StatusOr<Source::Picture> FfmpegSource::ConvertFrame() {
+  const int64_t t0 = SteadyNowNs();
   AVFrame* f = frame_.get();
   ++pictures_this_input_;
   attempt_ = 0;
@@ -424,6 +440,8 @@ StatusOr<Source::Picture> FfmpegSource::ConvertFrame() {
   new_input_ = false;
   picture.nominal_duration_ns = nominal_duration_ns_;
   av_frame_unref(f);
+  out.decode_ns = decoder_ns_ + (SteadyNowNs() - t0);
+  decoder_ns_ = 0;
   return picture;
 }
 

@@ -1,6 +1,8 @@
 // Image folders and globs: one frame per readable image, decoded with OpenCV (cv::imread, IMREAD_COLOR,
 // which applies the EXIF orientation of JPEG files). An unreadable file is counted, named in the log and
 // in last_error, and skipped.
+#include <chrono>
+
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 
@@ -16,6 +18,8 @@ class ImageSource final : public Source {
         paths_(std::move(paths)),
         interval_ns_(static_cast<int64_t>(1e9 / options_.image_fps)) {
     probed_.fps = options_.image_fps;
+    declared_frames_ = paths_.size();
+    nominal_fps_ = options_.image_fps;
   }
 
  protected:
@@ -32,6 +36,7 @@ class ImageSource final : public Source {
       const size_t index = next_++;
       const std::string& path = paths_[index];
       cv::Mat image;
+      const auto t0 = std::chrono::steady_clock::now();
       try {
         image = cv::imread(path, cv::IMREAD_COLOR);
       } catch (const cv::Exception& e) {
@@ -50,6 +55,8 @@ class ImageSource final : public Source {
       picture.frame.bgr.resize(size_t(image.rows) * image.cols * 3);
       cv::Mat out(image.rows, image.cols, CV_8UC3, picture.frame.bgr.data());
       image.copyTo(out);
+      picture.frame.decode_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - t0).count();
       picture.pts_ns = int64_t(index) * interval_ns_;
       picture.discontinuity = new_pass_;
       picture.nominal_duration_ns = interval_ns_;

@@ -252,5 +252,35 @@ TEST_F(StoreTest, EventsQueryFiltersAndReturnsDetections) {
   EXPECT_EQ(st->edges[0].events, 4u);
 }
 
+TEST_F(StoreTest, LastSeenFollowsHellosAndCommittedBatches) {
+  auto s = Open();
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(s->RecordHello("edge-1", 1, 500).ok());
+  ASSERT_TRUE(s->RecordHello("edge-2", 1, 600).ok());
+  auto seen = [&](size_t i) { return std::make_pair(s->Stats()->edges[i].first_seen_ns, s->Stats()->edges[i].last_seen_ns); };
+  EXPECT_EQ(seen(0), std::make_pair(int64_t{500}, int64_t{500}));
+  Report a = Progress(0, 4), b = Progress(5, 9);
+  ASSERT_TRUE(s->Apply({&a, &b}, 2000).ok());  // edge-1 only: edge-2 stays where its Hello put it
+  EXPECT_EQ(seen(0), std::make_pair(int64_t{500}, int64_t{2000}));
+  EXPECT_EQ(seen(1), std::make_pair(int64_t{600}, int64_t{600}));
+  Report c = Progress(0, 0, 1, "cam9");
+  c.edge = "edge-2";
+  Report dup = Progress(0, 4);  // a re-send is still a sign of life
+  ASSERT_TRUE(s->Apply({&c, &dup}, 3000).ok());
+  EXPECT_EQ(seen(0).second, 3000);
+  EXPECT_EQ(seen(1).second, 3000);
+  EXPECT_EQ(Query("SELECT last_seen_ns FROM edges WHERE edge = 'edge-2'"), 3000);
+  Report stale = Progress(10, 10, /*epoch=*/0);
+  ASSERT_TRUE(s->Apply({&stale}, 4000).ok());
+  EXPECT_EQ(seen(0).second, 4000);
+  // A report from an edge without a Hello creates no edge row.
+  Report stranger = Progress(0, 0);
+  stranger.edge = "edge-3";
+  ASSERT_TRUE(s->Apply({&stranger}, 5000).ok());
+  EXPECT_EQ(s->Stats()->edges.size(), 3u);  // edge-3 appears through its stream, with no Hello times
+  EXPECT_EQ(s->Stats()->edges[2].last_seen_ns, 0);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM edges"), 2);
+}
+
 }  // namespace
 }  // namespace vigil::aggregator

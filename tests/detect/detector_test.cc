@@ -257,9 +257,21 @@ TEST(Detector, HandComputedDetectionsThroughBatchedChunksAndFloat16) {
     ASSERT_TRUE(detector.ok()) << detector.status();
     EXPECT_EQ((*detector)->model().batch, 2);
     EXPECT_EQ((*detector)->model().input_dtype, dtype);
-    auto results = (*detector)->Detect(images);
+    std::vector<DetectTiming> timing;
+    auto results = (*detector)->Detect(images, &timing);
     ASSERT_TRUE(results.ok()) << results.status();
     ASSERT_EQ(results->size(), 3u);
+    // Two engine runs: images 0 and 1 share the first (same inference time), image 2 runs alone.
+    ASSERT_EQ(timing.size(), 3u);
+    EXPECT_EQ(timing[0].chunk_images, 2);
+    EXPECT_EQ(timing[1].chunk_images, 2);
+    EXPECT_EQ(timing[2].chunk_images, 1);
+    EXPECT_EQ(timing[0].inference_ns, timing[1].inference_ns);
+    for (const DetectTiming& t : timing) {
+      EXPECT_GT(t.preprocess_ns, 0);
+      EXPECT_GT(t.inference_ns, 0);
+      EXPECT_GT(t.postprocess_ns, 0);
+    }
     const float tol = dtype == DType::kFloat32 ? 1e-4f : 0.05f;  // half-precision pixels: ±1/2048 relative
     for (size_t i : {0u, 2u}) {
       ASSERT_EQ((*results)[i].size(), 1u) << i;

@@ -25,6 +25,7 @@ streams:
       severity: {critical: 0.9, warning: 0.5}
   - id: imgs
     source: /d/*.jpg
+    save_frames: /tmp/frames
 )";
 
 TEST(EdgeConfig, ParsesEveryKey) {
@@ -53,6 +54,8 @@ TEST(EdgeConfig, ParsesEveryKey) {
   EXPECT_DOUBLE_EQ(s.rules.critical, 0.9);
   EXPECT_EQ(c->streams[1].source, "/d/*.jpg");
   EXPECT_TRUE(c->streams[1].rules.classes.empty());
+  EXPECT_EQ(s.save_frames, "");
+  EXPECT_EQ(c->streams[1].save_frames, "/tmp/frames");
 }
 
 // Replaces the first occurrence of `from` in kGood and returns the error message.

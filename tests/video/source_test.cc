@@ -113,8 +113,20 @@ TEST(FileSourceTest, VtestFirst200Frames) {
   EXPECT_EQ(source->probed().width, 768);  // known before the first frame (placement plans with it)
   EXPECT_EQ(source->probed().height, 576);
   EXPECT_DOUBLE_EQ(source->probed().fps, 10.0);
+  EXPECT_EQ(source->declared_frames(), 795u) << "ffprobe: nb_frames=795";
+  EXPECT_DOUBLE_EQ(source->nominal_fps(), 10.0) << "ffprobe: r_frame_rate=10/1";
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<Frame> frames = ReadAll(*source, 200);
+  const int64_t elapsed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(frames.size(), 200u);
+  // Decode time is measured per picture: positive, and all of it fits into the time reading took.
+  int64_t decode_ns = 0;
+  for (const Frame& f : frames) {
+    ASSERT_GT(f.decode_ns, 0) << "seq " << f.seq;
+    decode_ns += f.decode_ns;
+  }
+  EXPECT_LE(decode_ns, elapsed_ns);
   for (size_t i = 0; i < frames.size(); ++i) {
     const Frame& f = frames[i];
     ASSERT_EQ(f.width, 768);
@@ -472,8 +484,9 @@ TEST(ImageSourceTest, FolderSkipsAndNamesAnUnreadableFile) {
     options.stream_id = "yard";
     auto source = MustOpen(options);
     ASSERT_TRUE(source);
-    const std::vector<Frame> frames = ReadAll(*source);
     const bool glob_without_bmp = uri.find("*.*g") != std::string::npos;
+    EXPECT_EQ(source->declared_frames(), glob_without_bmp ? 3u : 4u);  // the broken file is listed too
+    const std::vector<Frame> frames = ReadAll(*source);
     ASSERT_EQ(frames.size(), glob_without_bmp ? 2u : 3u);
     EXPECT_EQ(frames[0].width, 40);
     ExpectQuadrants(frames[0], {kRed, kRed, kRed, kRed}, 3);
@@ -486,6 +499,7 @@ TEST(ImageSourceTest, FolderSkipsAndNamesAnUnreadableFile) {
     for (size_t i = 0; i < frames.size(); ++i) {
       EXPECT_EQ(frames[i].seq, i);
       EXPECT_EQ(frames[i].stream_id, "yard");
+      EXPECT_GT(frames[i].decode_ns, 0);
     }
     const StreamStats stats = source->Stats();
     EXPECT_EQ(stats.decode_errors, 1u);

@@ -267,8 +267,17 @@ def detect(model, image_paths, conf=0.25, iou=0.7, max_det=300, agnostic=False, 
     """Reference of `vigil detect`: letterbox, ORT, decode, NMS, scale back.
 
     One image per run (batch 1). `imgsz` (h, w) is required when the model's H/W are symbolic.
-    Returns vigil's JSONL records {"file", "class_id", "name", "score", "box"}.
+    Returns vigil's JSONL records {"file", "class_id", "name", "score", "box"}; unreadable files are skipped.
     """
+    images = ((str(p), cv2.imread(str(p))) for p in image_paths)
+    return detect_images(model, ((name, img) for name, img in images if img is not None), conf, iou, max_det,
+                         agnostic, imgsz, family, threads)
+
+
+def detect_images(model, images, conf=0.25, iou=0.7, max_det=300, agnostic=False, imgsz=None, family=None,
+                  threads=1) -> list[dict]:
+    """`detect` on decoded pictures: `images` yields (name, BGR uint8 array [h, w, 3]); records carry the
+    name as "file"."""
     sess = ort_session(model, threads)
     inp = sess.get_inputs()[0]
     dtype = np.float16 if "float16" in inp.type else np.float32
@@ -277,10 +286,7 @@ def detect(model, image_paths, conf=0.25, iou=0.7, max_det=300, agnostic=False, 
     meta = model_metadata(model)
     fam = family or model_family(sess, imgsz, meta)
     recs = []
-    for path in image_paths:
-        img = cv2.imread(str(path))
-        if img is None:
-            continue
+    for name, img in images:
         x, gain, pad = preprocess(img, fam, imgsz)
         raw = next(iter(ort_run(sess, {inp.name: x[None].astype(dtype)}).values()))[0].astype(np.float32)
         if fam == "end2end":
@@ -292,7 +298,7 @@ def detect(model, image_paths, conf=0.25, iou=0.7, max_det=300, agnostic=False, 
             nc = s.shape[1]
         names = class_names(meta, nc)
         for box, sc, c in zip(scale_boxes(boxes, gain, pad, img.shape[:2]), scores, cls):
-            recs.append({"file": str(path), "class_id": int(c), "name": names[int(c)] if c < len(names) else str(c),
+            recs.append({"file": name, "class_id": int(c), "name": names[int(c)] if c < len(names) else str(c),
                          "score": float(sc), "box": [float(v) for v in box]})
     return recs
 

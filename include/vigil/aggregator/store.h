@@ -88,7 +88,8 @@ struct StreamStats {
 struct EdgeStats {
   std::string edge;
   uint64_t epoch = 0;  // from its latest Hello
-  int64_t first_seen_ns = 0, last_seen_ns = 0;
+  int64_t first_seen_ns = 0;  // its first Hello, ns since the Unix epoch (the now_ns given to the Store)
+  int64_t last_seen_ns = 0;   // its latest Hello or committed report batch (also stale or duplicate reports)
   uint64_t streams = 0, frames = 0, events = 0, duplicates = 0, stale_rejected = 0, missing = 0;  // Σ streams
 };
 
@@ -113,7 +114,8 @@ class Store {
 
   // Records that `edge` said Hello with `epoch` (edges table).
   Status RecordHello(const std::string& edge, uint64_t epoch, int64_t now_ns);
-  // Stores a batch of validated reports in one transaction, in order; one result per report.
+  // Stores a batch of validated reports in one transaction, in order; one result per report. Sets the
+  // last_seen_ns of each sending edge that has said Hello to now_ns (one UPDATE per distinct edge).
   // On error nothing of the batch is stored.
   StatusOr<std::vector<ApplyResult>> Apply(const std::vector<const transport::Report*>& batch, int64_t now_ns);
 

@@ -5,6 +5,8 @@
 //   auto detector = vigil::detect::Detector::Load("yolov8n.onnx", options);
 //   if (!detector.ok()) { /* names the file and the reason */ }
 //   auto results = (*detector)->Detect(images);  // results->at(i): detections of images[i]
+//   std::vector<vigil::detect::DetectTiming> timing;  // optional: where the time went, per image
+//   results = (*detector)->Detect(images, &timing);
 //
 // The family (model_family.h) decides the letterbox style and the decoding; boxes come back in
 // source-image pixels, sorted by score, at most max_det per image.
@@ -46,6 +48,17 @@ struct DetectorOptions {
                                  // accepts only its own size (else InvalidArgument).
 };
 
+// Where Detect spent the time of one image. Durations in nanoseconds of std::chrono::steady_clock
+// (wall time of the calling thread; the engine's kernels may use more threads meanwhile).
+struct DetectTiming {
+  int64_t preprocess_ns = 0;   // letterbox + normalisation of this image into the input tensor
+  int64_t inference_ns = 0;    // Engine::Run of the chunk this image was in: shared by the chunk's images,
+                               // it is the latency each of them waited, not a per-image share
+  int64_t postprocess_ns = 0;  // decoding its output rows, NMS (or top-k), mapping boxes to source pixels
+  int chunk_images = 0;        // real images in that Engine::Run (1..B; padding slots not counted), so
+                               // Σ inference_ns / chunk_images over all images = total engine time
+};
+
 class Detector {
  public:
   static StatusOr<std::unique_ptr<Detector>> Load(const std::string& model_path, const DetectorOptions& options);
@@ -53,8 +66,10 @@ class Detector {
   static StatusOr<std::unique_ptr<Detector>> Create(std::unique_ptr<infer::Engine> engine,
                                                     const DetectorOptions& options);
 
-  // Detections of each image, aligned with `images`.
-  StatusOr<std::vector<std::vector<Detection>>> Detect(std::span<const Image> images) const;
+  // Detections of each image, aligned with `images`. When `timing` is not null it is resized to
+  // images.size() and timing->at(i) says where the time of images[i] went (left unspecified on error).
+  StatusOr<std::vector<std::vector<Detection>>> Detect(std::span<const Image> images,
+                                                       std::vector<DetectTiming>* timing = nullptr) const;
 
   const ModelInfo& model() const { return model_; }
   const infer::Engine& engine() const { return *engine_; }

@@ -20,10 +20,16 @@
 // and waits up to shutdown_timeout for the aggregator's acks, persisting the cursors.
 //
 // Metrics (registry; names are the contract):
-//   vigil_edge_stage_seconds{stage=queue|detect|rules|publish|frame_to_ack}   histograms
-//     queue: frame released by its Source → its batch starts; detect: Detector::Detect of the batch
-//     (letterbox + inference + decode/NMS; the Detector API does not split them), per frame;
-//     frame_to_ack: frame released → the aggregator acknowledged it (stored).
+//   vigil_edge_stage_seconds{stage=...}   histograms, one observation per processed frame (publish: per report)
+//     decode: the frame's video::Frame::decode_ns (decoder + conversion to BGR, on its reader thread);
+//     queue: frame released by its Source → its batch starts;
+//     preprocess / inference / postprocess: detect::DetectTiming of the frame (its letterbox; the engine run
+//       of its chunk, i.e. the latency it waited, shared by the chunk; its decoding + NMS + mapping back);
+//     rules: its RuleEngine::Evaluate; publish: one Publisher::Publish call (waits while the outbox is full);
+//     frame_to_ack: frame released → the aggregator acknowledged it, i.e. stored it (acks are polled every
+//       ~100 ms, so this over-states by up to that; the aggregator's own frame_to_stored is exact).
+//   vigil_edge_engine_busy_seconds_total   time the engine spent in runs (each run once, however many frames):
+//     ÷ vigil_edge_frames_total = inference time per frame; its rate = the engine's utilisation.
 //   vigil_edge_frames_total{stream}, vigil_edge_events_total{stream,severity}, vigil_edge_fps{stream}
 //   vigil_edge_queue_depth{queue=reader|batcher|outbox[,stream]}   gauges
 //   vigil_edge_frames_dropped_total{stream,reason=queue_full|backpressure|publish_error|detect_error}

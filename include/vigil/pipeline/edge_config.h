@@ -19,6 +19,9 @@
 //       realtime: false
 //       loop: false
 //       target_fps: 0                # 0 = every frame
+//       save_frames: ""              # debug: a folder; every processed frame's decoded pixels go there as
+//                                    # <seq>.npy (uint8 [height, width, 3], BGR, seq zero-padded to 6
+//                                    # digits): what the detector saw. One file write per frame: slow.
 //       rules:
 //         classes: [person, 2]       # allow-list: class names or ids; absent/empty = every class
 //         min_score: 0.5
@@ -65,6 +68,7 @@ struct StreamConfig {
   bool realtime = false;
   bool loop = false;
   double target_fps = 0;
+  std::string save_frames;  // "" = off
   RulesConfig rules;
   int width = 0, height = 0;  // placement: frame size in pixels, 1..16384; 0 = probed / default
   double fps = 0;             // placement: frames per second, (0, 1000]; 0 = probed / default

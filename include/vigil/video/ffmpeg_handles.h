@@ -21,6 +21,11 @@ struct FormatInputDeleter {
 };
 using FormatInputPtr = std::unique_ptr<AVFormatContext, FormatInputDeleter>;
 
+struct FormatOutputDeleter {
+  void operator()(AVFormatContext* c) const noexcept;  // avio_closep (if it opened a file) + avformat_free_context
+};
+using FormatOutputPtr = std::unique_ptr<AVFormatContext, FormatOutputDeleter>;
+
 struct CodecContextDeleter {
   void operator()(AVCodecContext* c) const noexcept;  // avcodec_free_context
 };

@@ -19,6 +19,11 @@
 // processes and hosts (frame-to-stored latency at the aggregator), and the steady clock, for latencies
 // inside this process.
 //
+// decode_ns is the time the Source spent turning this picture into pixels, on the steady clock: for FFmpeg
+// inputs the libavcodec send/receive calls since the previous picture plus the conversion to BGR and the
+// rotation (demuxing, network waits, pacing and pictures skipped by target_fps are not included); for
+// images, cv::imread (reading the file and decoding it).
+//
 // Thread-safety: a Frame is a plain value (movable, copyable).
 #pragma once
 
@@ -35,6 +40,7 @@ struct Frame {
   int64_t pts_ns = 0;            // stream timeline, ns (above)
   int64_t capture_time_ns = 0;   // std::chrono::system_clock, ns since the Unix epoch
   int64_t source_steady_ns = 0;  // std::chrono::steady_clock, ns since its epoch
+  int64_t decode_ns = 0;         // decoding + conversion time of this picture, ns (above)
   int width = 0;                 // pixels, upright
   int height = 0;                // pixels, upright
   int stride = 0;                // bytes per row; width * 3 (rows are not padded)
