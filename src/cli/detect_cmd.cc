@@ -70,6 +70,7 @@ struct DetectArgs {
   std::string imgsz;
   int64_t batch = 0;
   int threads = 0;
+  std::string device = "cpu", precision = "fp32";
   std::string json;
   std::string output_dir = "runs/detect";
   bool no_save = false;
@@ -393,6 +394,13 @@ int RunDetect(const DetectArgs& a) {
   options.classes = a.classes;
   options.engine.batch = a.batch;
   options.engine.threads = a.threads;
+  options.engine.device = a.device;
+  if (StatusOr<infer::Precision> p = infer::ParsePrecision(a.precision); p.ok()) {
+    options.engine.precision = *p;
+  } else {
+    PrintError(std::string(p.status().message()));
+    return 2;
+  }
   if (!ParseImgsz(a.imgsz, &options.imgsz_height, &options.imgsz_width)) {
     PrintError(StrCat("--imgsz '", a.imgsz, "' is not H,W or one size in pixels"));
     return 2;
@@ -516,6 +524,8 @@ void AddDetectCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--imgsz", a->imgsz, "input size H,W (or one size) for models with symbolic H/W");
   cmd->add_option("--batch", a->batch, "images per inference for a symbolic batch (0 = the model's, 1 if symbolic)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", a->device, "cpu, or cuda:N (CUDA backend builds)")->capture_default_str();
+  cmd->add_option("--precision", a->precision, "CUDA compute precision: fp32 or fp16")->capture_default_str();
   cmd->add_option("--threads", a->threads, "kernel threads (0 = all CPUs of this process)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", a->json, "JSON lines output (default <output-dir>/detections.jsonl; - = stdout)");

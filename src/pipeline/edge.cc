@@ -397,6 +397,8 @@ Status Edge::Run(const EdgeRunOptions& options) {
   state_ = std::move(state);
   detect::DetectorOptions dopt;
   dopt.engine.threads = config_.threads;
+  dopt.engine.device = config_.device;
+  if (StatusOr<infer::Precision> p = infer::ParsePrecision(config_.precision); p.ok()) dopt.engine.precision = *p;
   dopt.engine.batch = config_.model_batch;
   dopt.conf = static_cast<float>(config_.conf);
   dopt.iou = static_cast<float>(config_.iou);

@@ -70,6 +70,14 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     m->Get("max_det", &cfg.max_det, 1, 100000);
     m->Get("threads", &cfg.threads, 0, 1024);
     m->Get("batch", &cfg.model_batch, 0, 256);
+    if (m->Get("device", &cfg.device)) {
+      const bool cuda_n = cfg.device.rfind("cuda:", 0) == 0 && cfg.device.size() > 5 &&
+                          cfg.device.find_first_not_of("0123456789", 5) == std::string::npos;
+      if (cfg.device != "cpu" && cfg.device != "cuda" && !cuda_n) m->Error("device", "must be cpu, cuda or cuda:N");
+    }
+    if (m->Get("precision", &cfg.precision) && cfg.precision != "fp32" && cfg.precision != "fp16") {
+      m->Error("precision", "must be fp32 or fp16");
+    }
   }
   if (std::optional<ConfigMap> b = root.Map("batching")) {
     b->Get("max_batch", &cfg.max_batch, 1, 256);

@@ -82,6 +82,15 @@ TEST(EdgeConfig, WrongTypeNamesKeyAndLine) {
   EXPECT_NE(e.find("min_score"), std::string::npos) << e;
 }
 
+TEST(EdgeConfig, DeviceAndPrecision) {
+  std::string e = ErrorWith("threads: 2}", "threads: 2, device: gpu0}");
+  EXPECT_NE(e.find("device"), std::string::npos) << e;
+  EXPECT_NE(e.find("must be cpu, cuda or cuda:N"), std::string::npos) << e;
+  e = ErrorWith("threads: 2}", "threads: 2, device: cuda:1, precision: int8}");
+  EXPECT_NE(e.find("precision"), std::string::npos) << e;
+  EXPECT_EQ(e.find("device"), std::string::npos) << e;  // cuda:1 is valid
+}
+
 TEST(EdgeConfig, OutOfRangeValuesNameKeyAndLine) {
   std::string e = ErrorWith("max_batch: 4", "max_batch: 0");
   EXPECT_NE(e.find("edge.yaml:4:"), std::string::npos) << e;

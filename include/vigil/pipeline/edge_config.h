@@ -2,7 +2,8 @@
 //
 //   edge: cam-host-1                 # edge id (required)
 //   aggregator: 127.0.0.1:7400       # host:port (required)
-//   model: {path: m.onnx, conf: 0.25, iou: 0.7, max_det: 300, threads: 2, batch: 1}
+//   model: {path: m.onnx, conf: 0.25, iou: 0.7, max_det: 300, threads: 2, batch: 1,
+//           device: cpu | cuda:N, precision: fp32 | fp16}
 //   batching: {max_batch: 4, max_wait_ms: 10}
 //   http_port: 0                     # /healthz and /metrics on 127.0.0.1; 0 = off
 //   http_host: 127.0.0.1
@@ -89,6 +90,8 @@ struct EdgeConfig {
   double conf = 0.25, iou = -1;  // iou < 0: the model family's default
   int max_det = 300;
   int threads = 0;               // 0 = all cores
+  std::string device = "cpu";    // engine device: "cpu", "cuda" or "cuda:N" (CUDA backend builds)
+  std::string precision = "fp32";  // CUDA compute precision: "fp32" or "fp16"
   int model_batch = 0;           // engine batch (0 = the model's)
   int max_batch = 1;             // cross-stream batch, 1..256
   int max_wait_ms = 0;           // 0..10000
