@@ -8,6 +8,7 @@
 // Without a GPU every test but the error-path ones skips with a message.
 #include <cmath>
 #include <functional>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,9 @@ struct Case {
   std::function<void(GraphBuilder&, std::mt19937&)> build;  // inputs named in graph.inputs, float32
   std::vector<std::string> expect_kernels;                  // kernels that must appear in the CUDA profile
 };
+
+// gtest prints parameters with this (else as raw bytes).
+[[maybe_unused]] void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 Tensor Weights(std::mt19937& rng, const Shape& shape) {
   const double fan_in = static_cast<double>(NumElements(shape) / shape[0]);
