@@ -26,6 +26,7 @@ namespace {
 using testing::FreshSeed;
 using testing::GraphBuilder;
 using testing::RandomTensor;
+using testing::NormalizedL2;
 using testing::RelativeError;
 
 bool GpuVisible(std::string* why) {
@@ -40,18 +41,6 @@ bool GpuVisible(std::string* why) {
     std::string why;                                                                                        \
     if (!GpuVisible(&why)) GTEST_SKIP() << "no CUDA device (" << why << "); GPU tests run via scripts/gpu-check.sh"; \
   } while (0)
-
-double NormalizedL2(const Tensor& a, const Tensor& ref) {
-  if (a.shape() != ref.shape()) return INFINITY;
-  const Tensor fa = a.ToFloat32(), fr = ref.ToFloat32();
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < fr.numel(); ++i) {
-    const double d = fa.data<float>()[i] - fr.data<float>()[i];
-    diff += d * d;
-    norm += static_cast<double>(fr.data<float>()[i]) * fr.data<float>()[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12);
-}
 
 struct Case {
   std::string name;

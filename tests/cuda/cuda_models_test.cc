@@ -52,18 +52,6 @@ std::vector<std::string> ModelFiles() {
   return files;
 }
 
-double NormalizedL2(const Tensor& a, const Tensor& ref) {
-  const Tensor fa = a.ToFloat32(), fr = ref.ToFloat32();
-  if (fa.shape() != fr.shape()) return INFINITY;
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < fr.numel(); ++i) {
-    const double d = fa.data<float>()[i] - fr.data<float>()[i];
-    diff += d * d;
-    norm += static_cast<double>(fr.data<float>()[i]) * fr.data<float>()[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12);
-}
-
 class CudaModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaModel, MatchesCpuBackend) {
@@ -98,7 +86,7 @@ TEST_P(CudaModel, MatchesCpuBackend) {
       ASSERT_EQ(got.size(), want.size());
       for (size_t i = 0; i < want.size(); ++i) {
         const Tensor g = got[i].ToFloat32(), w = want[i].ToFloat32();
-        const double rel = testing::RelativeError(g, w), l2 = NormalizedL2(g, w);
+        const double rel = testing::RelativeError(g, w), l2 = testing::NormalizedL2(g, w);
         std::printf("[ MEASURE  ] %s %s output %zu run %d: relative %.3g, normalised L2 %.3g\n",
                     fs::path(path).filename().c_str(), fp16 ? "fp16" : "fp32", i, run, rel, l2);
         if (fp16) {

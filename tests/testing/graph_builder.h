@@ -1,5 +1,5 @@
 // graph_builder.h — test helpers shared by the backend tests (CPU, CUDA): fresh seeds, random
-// tensors, the relative error measure and a small graph builder whose Finish() types every value with
+// tensors, the relative error and normalised L2 measures and a small graph builder whose Finish() types every value with
 // the op schemas' infer functions.
 // Relative error: max|a − b| / max(1, max|ref|) over float32 tensors; infinity on a shape or dtype
 // mismatch. Thread-safety: none (test code).
@@ -39,6 +39,19 @@ inline double RelativeError(const Tensor& a, const Tensor& ref) {
     scale = std::max(scale, static_cast<double>(std::fabs(ref.data<float>()[i])));
   }
   return diff / scale;
+}
+
+// ||a − b||₂ / ||ref||₂ over the elements as float32 (float16 converted); infinity on a shape mismatch.
+inline double NormalizedL2(const Tensor& a, const Tensor& ref) {
+  const Tensor fa = a.ToFloat32(), fr = ref.ToFloat32();
+  if (fa.shape() != fr.shape()) return INFINITY;
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < fr.numel(); ++i) {
+    const double d = fa.data<float>()[i] - fr.data<float>()[i];
+    diff += d * d;
+    norm += static_cast<double>(fr.data<float>()[i]) * fr.data<float>()[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12);
 }
 
 // A graph under construction; Finish() types every value with the op schemas' infer functions.
