@@ -20,6 +20,8 @@
 #   sanitize  compute-sanitizer memcheck over a representative subset of the GPU tests
 #   models    fp16/fp32 detections on real images vs ONNX Runtime (tools/gpu/check_models.py)
 #   bench     vigil-engine vs PyTorch eager / torch.compile (tools/gpu/bench_torch.py), YOLOv8n first
+#   placement `vigil-engine bench placement --json`: host->device copies from pageable, pinned and
+#             NUMA-local pinned memory (issue 5's benchmark)
 # Each stage logs to $OUT/<stage>.log and writes JSON results beside it; a failing stage does not stop
 # the others (STAGE_TIMEOUT seconds each, default 900); the exit status is non-zero when any stage
 # failed. BENCH_ARGS passes options to bench_torch.py, TESTS_FILTER a --gtest_filter to `tests`. Never changes clocks or GPU modes.
@@ -57,7 +59,7 @@ pack() {
 run() {
   : "${OUT:=$ROOT/out/gpu}"
   mkdir -p "$OUT"
-  local stages="${*:-export tests sanitize models bench}" failed=0
+  local stages="${*:-export tests sanitize models bench placement}" failed=0
   mkdir -p /tmp/vl && tar -xJf "$DEV/libs.tar.xz" -C /tmp/vl
   local cudnn
   cudnn="$(python3 -c 'import nvidia.cudnn, os; print(nvidia.cudnn.__path__[0])' 2>/dev/null)/lib"
@@ -87,6 +89,7 @@ run() {
           --images "$DEV/images" --out "$OUT/models.json" >"$OUT/models.log" 2>&1 || rc=$? ;;
       bench) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \
           --models "$DEV/models" --out "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1 || rc=$? ;;
+      placement) timeout "$lim" "$DEV/bin/vigil-engine" bench placement --json >"$OUT/placement.json" 2>"$OUT/placement.log" || rc=$? ;;
       *) echo "unknown stage '$stage'" >&2; rc=2 ;;
     esac
     echo "   rc=$rc, $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
@@ -99,5 +102,5 @@ run() {
 case "$mode" in
   pack) pack ;;
   run) run "$@" ;;
-  *) echo "usage: $0 pack | run [export tests sanitize models bench]" >&2; exit 2 ;;
+  *) echo "usage: $0 pack | run [export tests sanitize models bench placement]" >&2; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
-// vigil-engine — the engine-only build of the CLI: `model inspect|run` and `bench engine`, linked
-// against vigil_infer alone (no OpenCV, FFmpeg, hwloc, SQLite). For machines that run models but
+// vigil-engine — the engine-only build of the CLI: `model inspect|run`, `bench engine` and
+// `bench placement`, linked against vigil_infer and vigil_topology (hwloc) only (no OpenCV, FFmpeg, SQLite). For machines that run models but
 // lack the media libraries, e.g. a GPU benchmark host the binary is carried to (scripts/gpu-check.sh).
 // Same options and exit codes as those `vigil` subcommands (cli/commands.h).
 #include <cstdio>
@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   int exit_code = 0;
   vigil::cli::AddModelCommands(app, &exit_code);
-  vigil::cli::AddBenchCommands(app, &exit_code);
+  CLI::App* bench = vigil::cli::AddBenchCommands(app, &exit_code);
+  vigil::cli::AddBenchPlacementCommand(*bench, &exit_code);
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   try {
     app.parse(argc, argv);
