@@ -289,7 +289,7 @@ bool DetectVideo(const std::string& path, const detect::Detector& detector, Outp
     PrintError(std::string(source.status().message()));
     return false;
   }
-  const double fps = (*source)->nominal_fps();
+  const double fps = (*source)->probed().fps;
   ProgressLine progress(fs::path(path).filename().string(), (*source)->declared_frames());
   const size_t chunk = static_cast<size_t>(detector.model().batch);
   video::StreamReaderOptions ro;

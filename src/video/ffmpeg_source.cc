@@ -168,7 +168,7 @@ class FfmpegSource final : public Source {
   std::string reconnect_reason_;
   std::mt19937_64 rng_{std::random_device{}()};
   bool warned_matrix_ = false;
-  bool described_ = false;  // declared_frames_ / nominal_fps_ set
+  bool described_ = false;  // declared_frames_ set
 };
 
 int FfmpegSource::InterruptCallback(void* opaque) {
@@ -240,7 +240,6 @@ Status FfmpegSource::Open() {
   }
   if (!live() && !described_) {  // once, before OpenSource returns: later writes would race with readers
     described_ = true;
-    nominal_fps_ = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0;
     if (declared_packets_ > 0) {
       declared_frames_ = uint64_t(declared_packets_);
     } else if (declared_duration_ns_) {

@@ -19,7 +19,6 @@ class ImageSource final : public Source {
         interval_ns_(static_cast<int64_t>(1e9 / options_.image_fps)) {
     probed_.fps = options_.image_fps;
     declared_frames_ = paths_.size();
-    nominal_fps_ = options_.image_fps;
   }
 
  protected:

@@ -94,6 +94,12 @@ struct Graph {
   std::unordered_map<std::string, TensorType> types;
 
   bool IsInitializer(const std::string& name) const { return initializers.count(name) != 0; }
+  // The opset version a node of `domain` follows: `opset` for ai.onnx ("") and for domains the model
+  // does not import (vigil's own), else that domain's import.
+  int64_t OpsetOf(const std::string& domain) const {
+    auto it = opset_imports.find(domain);
+    return domain.empty() || it == opset_imports.end() ? opset : it->second;
+  }
   const Tensor* FindInitializer(const std::string& name) const;
 };
 

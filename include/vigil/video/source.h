@@ -123,9 +123,6 @@ class Source {
   // rate; an image list's length), before target_fps and resume skipping; nullopt when unknown (network
   // sources, containers declaring neither). For progress display: a damaged file may deliver fewer.
   std::optional<uint64_t> declared_frames() const { return declared_frames_; }
-  // The input's nominal frame rate (FFmpeg's guess from the stream header; images: image_fps), frames/s;
-  // 0 when unknown and for network sources. Pictures are timed by their pts, not by this.
-  double nominal_fps() const { return nominal_fps_; }
   const SourceOptions& options() const { return options_; }
 
   // What opening the input told before any frame: the upright frame size in display pixels (rotation
@@ -159,7 +156,6 @@ class Source {
   mutable StatsRecorder stats_;
   Probe probed_;  // set by the opener, before the Source is shared
   std::optional<uint64_t> declared_frames_;  // set by the implementation before OpenSource returns
-  double nominal_fps_ = 0;                   // idem
 
  private:
   int64_t Retime(const Picture& picture);

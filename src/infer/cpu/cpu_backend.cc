@@ -29,11 +29,6 @@ namespace {
 
 constexpr size_t kArenaAlignment = 64;
 
-int64_t OpsetFor(const Graph& graph, const std::string& domain) {
-  auto it = graph.opset_imports.find(domain);
-  return domain.empty() || it == graph.opset_imports.end() ? graph.opset : it->second;
-}
-
 int ResolveThreads(int requested) {
   if (requested > 0) return requested;
   cpu_set_t set;
@@ -119,7 +114,7 @@ StatusOr<Kernels> ChooseKernels(const Graph& graph, const CompileOptions& option
         if (kernel.ok() && *kernel == nullptr) kernel = absl::InternalError(node.Describe() + ": oneDNN does not apply");
       }
 #endif
-      if (role == BlockedRole::kResize) kernel = CreateBlockedResize(node, g, OpsetFor(g, node.domain), block);
+      if (role == BlockedRole::kResize) kernel = CreateBlockedResize(node, g, g.OpsetOf(node.domain), block);
       if (!kernel.ok()) {
         if (failures++ == 0) first_failure = kernel.status();
         if (k.plan.origin[i] < 0) return kernel.status();  // a layout conversion: nothing to fall back to
@@ -132,7 +127,7 @@ StatusOr<Kernels> ChooseKernels(const Graph& graph, const CompileOptions& option
       }
       if (*kernel == nullptr) {
         const OpSchema* schema = FindOp(node.domain, node.op_type);  // checked by Create
-        kernel = std::make_unique<ReferenceKernel>(node, OpsetFor(g, node.domain), schema->run);
+        kernel = std::make_unique<ReferenceKernel>(node, g.OpsetOf(node.domain), schema->run);
       }
       k.kernels.push_back(*std::move(kernel));
     }
@@ -170,7 +165,7 @@ class CpuCompiledModel final : public CompiledModel {
 
 StatusOr<std::unique_ptr<CompiledModel>> CpuCompiledModel::Create(const Graph& graph, const CompileOptions& options) {
   for (const Node& node : graph.nodes) {
-    const int64_t opset = OpsetFor(graph, node.domain);
+    const int64_t opset = graph.OpsetOf(node.domain);
     const OpSchema* schema = FindOp(node.domain, node.op_type);
     if (schema == nullptr || schema->run == nullptr || opset < schema->min_opset) {
       return absl::UnimplementedError(absl::StrCat("unsupported op '", node.op_type, "' (node '", node.name,

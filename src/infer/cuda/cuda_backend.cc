@@ -40,11 +40,6 @@ using cuda::StridedView;
 constexpr size_t kArenaAlignment = 256;
 constexpr size_t kAutotuneWorkspace = size_t{256} << 20;
 
-int64_t OpsetFor(const Graph& graph, const std::string& domain) {
-  auto it = graph.opset_imports.find(domain);
-  return domain.empty() || it == graph.opset_imports.end() ? graph.opset : it->second;
-}
-
 bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16; }
 ElemType ElemOf(DType t) { return t == DType::kFloat16 ? ElemType::kF16 : ElemType::kF32; }
 
@@ -833,7 +828,7 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
   }
   for (const Node& node : graph.nodes) {
     const OpSchema* schema = FindOp(node.domain, node.op_type);
-    if (schema == nullptr || schema->run == nullptr || OpsetFor(graph, node.domain) < schema->min_opset) {
+    if (schema == nullptr || schema->run == nullptr || graph.OpsetOf(node.domain) < schema->min_opset) {
       return absl::UnimplementedError(StrCat("unsupported op '", node.op_type, "' (node '", node.name, "')"));
     }
   }
@@ -890,7 +885,7 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
     std::string first_host;
     for (size_t i = 0; i < g.nodes.size() && !replan; ++i) {
       const Node& node = g.nodes[i];
-      Build b{g, node, plan.roles[i], OpsetFor(g, node.domain), values, res};
+      Build b{g, node, plan.roles[i], g.OpsetOf(node.domain), values, res};
       StatusOr<std::unique_ptr<CudaKernel>> kernel = MakeGpuKernel(b);
       if (!kernel.ok() && kernel.status().code() != absl::StatusCode::kUnimplemented) {
         return Annotate(kernel.status(), node.Describe());

@@ -11,11 +11,6 @@ namespace {
 
 std::string TypeString(const TensorType& t) { return std::string(DTypeName(t.dtype)) + ShapeToString(t.shape); }
 
-int64_t OpsetFor(const Graph& graph, const std::string& domain) {
-  auto it = graph.opset_imports.find(domain);
-  return domain.empty() || it == graph.opset_imports.end() ? graph.opset : it->second;
-}
-
 // Shape (ONNX Shape-15: optional start/end, clamped) and Size of a statically typed value: known at
 // load whether or not the value itself is.
 Tensor ShapeValue(const Node& node, const TensorType& in) {
@@ -51,7 +46,7 @@ Status InferShapesAndFold(Graph& graph) {
   std::vector<Node> kept;
   kept.reserve(graph.nodes.size());
   for (Node& node : graph.nodes) {
-    const int64_t opset = OpsetFor(graph, node.domain);
+    const int64_t opset = graph.OpsetOf(node.domain);
     const OpSchema* schema = FindOp(node.domain, node.op_type);
     if (!schema || opset < schema->min_opset) {
       return absl::UnimplementedError(StrCat(
