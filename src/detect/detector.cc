@@ -2,13 +2,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 
 #include "spdlog/spdlog.h"
 #include "vigil/detect/decode.h"
 #include "vigil/detect/letterbox.h"
 #include "vigil/detect/nms.h"
+#if VIGIL_HAVE_CUDA
+#include "detect/cuda/gpu_stages.h"
+#endif
 
 namespace vigil::detect {
+#if !VIGIL_HAVE_CUDA
+class GpuStages {};  // no CUDA backend in this build: never created
+#endif
 namespace {
 
 Status ValidateOptions(const DetectorOptions& o) {
@@ -36,7 +43,25 @@ int64_t SteadyNs() {
       .count();
 }
 
+// A borrowed view of an Image (host memory, compact rows).
+FrameRef ViewOf(const Image& image) {
+  return {.bgr = image.bgr.data(), .width = image.width, .height = image.height, .pitch = 0,
+          .memory = FrameMemory::kHost};
+}
+
+Status CheckImage(const Image& image, size_t index) {
+  if (image.width <= 0 || image.height <= 0 ||
+      image.bgr.size() != static_cast<size_t>(image.width) * image.height * 3) {
+    return absl::InvalidArgumentError(StrCat("image ", index, ": ", image.width, "x", image.height, " with ",
+                                             image.bgr.size(), " bytes is empty or not width*height*3"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+Detector::Detector() = default;
+Detector::~Detector() = default;
 
 StatusOr<std::unique_ptr<Detector>> Detector::Load(const std::string& model_path, const DetectorOptions& options) {
   VIGIL_RETURN_IF_ERROR(ValidateOptions(options));
@@ -73,6 +98,13 @@ StatusOr<std::unique_ptr<Detector>> Detector::Create(std::unique_ptr<infer::Engi
   d->iou_ = options.iou < 0 ? d->model_.default_iou : options.iou;
   d->options_ = options;
   d->engine_ = std::move(engine);
+#if VIGIL_HAVE_CUDA
+  if (options.gpu_stages && d->engine_->device_io() != nullptr) {
+    auto gpu = GpuStages::Create(*d->engine_, d->model_, options, d->iou_);
+    if (!gpu.ok()) return Annotate(gpu.status(), StrCat("model ", d->engine_->summary().path));
+    d->gpu_ = std::move(*gpu);
+  }
+#endif
   return d;
 }
 
@@ -80,6 +112,15 @@ std::string Detector::ClassName(int class_id) const { return detect::ClassName(m
 
 StatusOr<std::vector<std::vector<Detection>>> Detector::Detect(std::span<const Image> images,
                                                                std::vector<DetectTiming>* timing) const {
+  if (gpu_ != nullptr) {
+    std::vector<FrameRef> frames;
+    frames.reserve(images.size());
+    for (size_t i = 0; i < images.size(); ++i) {
+      VIGIL_RETURN_IF_ERROR(CheckImage(images[i], i));
+      frames.push_back(ViewOf(images[i]));
+    }
+    return DetectFrames(frames, timing);
+  }
   const ModelInfo& m = model_;
   const NmsOptions nms{.iou = iou_, .max_det = options_.max_det, .agnostic = options_.agnostic};
   std::vector<std::vector<Detection>> results;
@@ -117,6 +158,109 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::Detect(std::span<const I
   }
   if (timing != nullptr) *timing = std::move(times);
   return results;
+}
+
+StatusOr<std::vector<std::vector<Detection>>> Detector::DetectFrames(std::span<const FrameRef> frames,
+                                                                     std::vector<DetectTiming>* timing) const {
+  if (gpu_ == nullptr) {
+    // Host stages: letterbox reads an Image, so each frame is copied once (compact rows).
+    std::vector<Image> images(frames.size());
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const FrameRef& f = frames[i];
+      if (f.memory == FrameMemory::kDevice) {
+        return absl::FailedPreconditionError(
+            StrCat("frame ", i, " is in device memory; this detector runs its stages on the host (",
+                   engine_->summary().path, ", device ", options_.engine.device, ")"));
+      }
+      const int64_t row = static_cast<int64_t>(f.width) * 3;
+      if (f.bgr == nullptr || f.width <= 0 || f.height <= 0 || (f.pitch != 0 && f.pitch < row)) {
+        return absl::InvalidArgumentError(StrCat("frame ", i, ": ", f.width, "x", f.height, " pitch ", f.pitch,
+                                                 " is empty or its pitch is less than width*3"));
+      }
+      const int64_t pitch = f.pitch == 0 ? row : f.pitch;
+      images[i].width = f.width;
+      images[i].height = f.height;
+      images[i].bgr.resize(static_cast<size_t>(row * f.height));
+      for (int y = 0; y < f.height; ++y) {
+        std::copy_n(f.bgr + y * pitch, row, images[i].bgr.data() + y * row);
+      }
+    }
+    return Detect(images, timing);
+  }
+  std::vector<std::vector<Detection>> results;
+  results.reserve(frames.size());
+  std::vector<DetectTiming> times(frames.size());
+  const size_t batch = static_cast<size_t>(model_.batch);
+  for (size_t first = 0; first < frames.size(); first += batch) {
+    const size_t count = std::min(frames.size() - first, batch);
+    VIGIL_ASSIGN_OR_RETURN(auto chunk, DetectChunkOnGpu(frames.subspan(first, count), first, times));
+    for (auto& r : chunk) results.push_back(std::move(r));
+  }
+  if (timing != nullptr) *timing = std::move(times);
+  return results;
+}
+
+StatusOr<std::vector<std::vector<Detection>>> Detector::DetectChunkOnGpu(std::span<const FrameRef> frames,
+                                                                         size_t first,
+                                                                         std::vector<DetectTiming>& times) const {
+#if VIGIL_HAVE_CUDA
+  std::lock_guard<std::mutex> lock(gpu_->mutex());
+  const int64_t t0 = SteadyNs();
+  auto infos = gpu_->Enqueue(frames);
+  if (!infos.ok()) {
+    (void)gpu_->Synchronize();
+    return Annotate(infos.status(), StrCat("frames ", first, "..", first + frames.size() - 1));
+  }
+  VIGIL_RETURN_IF_ERROR(gpu_->CopyToHost());
+  const int64_t t1 = SteadyNs();
+  VIGIL_RETURN_IF_ERROR(gpu_->Synchronize());
+  const int64_t t2 = SteadyNs();
+  std::vector<std::vector<Detection>> out = gpu_->HostDetections();
+  const int64_t t3 = SteadyNs();
+  const int64_t n = static_cast<int64_t>(frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    DetectTiming& t = times[first + i];
+    t.preprocess_ns = (t1 - t0) / n;  // the host's share: staging copies and enqueueing
+    t.inference_ns = t2 - t1;         // the wait for the device: upload, letterbox, model, decode, NMS, copy back
+    t.postprocess_ns = (t3 - t2) / n;
+    t.chunk_images = static_cast<int>(frames.size());
+  }
+  return out;
+#else
+  (void)frames;
+  (void)first;
+  (void)times;
+  return absl::FailedPreconditionError("this build has no CUDA backend");
+#endif
+}
+
+StatusOr<DeviceDetections> Detector::DetectOnDevice(std::span<const FrameRef> frames) const {
+#if VIGIL_HAVE_CUDA
+  if (gpu_ != nullptr) {
+    std::lock_guard<std::mutex> lock(gpu_->mutex());
+    auto infos = gpu_->Enqueue(frames);
+    if (!infos.ok()) {
+      (void)gpu_->Synchronize();
+      return infos.status();
+    }
+    return gpu_->device_detections();
+  }
+#else
+  (void)frames;
+#endif
+  return absl::FailedPreconditionError(StrCat("DetectOnDevice: detector for ", engine_->summary().path,
+                                              " has no GPU stages (device ", options_.engine.device,
+                                              options_.gpu_stages ? "" : ", gpu_stages off", ")"));
+}
+
+Status Detector::Synchronize() const {
+#if VIGIL_HAVE_CUDA
+  if (gpu_ != nullptr) {
+    std::lock_guard<std::mutex> lock(gpu_->mutex());
+    return gpu_->Synchronize();
+  }
+#endif
+  return absl::OkStatus();
 }
 
 }  // namespace vigil::detect

@@ -14,9 +14,16 @@
 // symbolic batch (else 1); a model with a fixed batch keeps it (a different request is logged as a
 // warning, not an error). Detect splits the images into chunks of B, runs one inference per chunk
 // and pads the last chunk with blank (zero) slots whose outputs are ignored.
-// Thread-safety: Load is thread-safe. A Detector is immutable after Load: Detect may be called from
-// several threads at once; their inferences run one at a time (Engine::Run is serialised), so use
-// one Detector per worker for parallel inference.
+// GPU stages: when the engine runs on CUDA (options.engine.device "cuda:N") and options.gpu_stages is
+// true (the default), letterbox, decoding, NMS and the mapping back to source pixels run on the GPU
+// (detect/cuda/detect_kernels.h): host frames are copied into page-locked staging and uploaded, the
+// letterbox kernel writes the engine's device input, and the detections are a [B, max_det, 6] tensor
+// in device memory, copied to the host only for Detect/DetectFrames. The results equal the host
+// stages' (same formulas; the letterbox may differ by one grey level where OpenCV truncates twice).
+// Thread-safety: Load is thread-safe. A Detector is immutable after Load: Detect and DetectFrames
+// may be called from several threads at once; their inferences run one at a time (Engine::Run, and
+// the GPU stages' buffers, are serialised), so use one Detector per worker for parallel inference.
+// DetectOnDevice's result lives in buffers the next call overwrites: one consumer thread.
 // Errors: Load reports the model file's errors (Engine::Load), family errors (DescribeModel) and
 // invalid options as InvalidArgument naming the option; Detect reports bad images (empty, wrong
 // buffer size) naming their index, and engine errors.
@@ -46,7 +53,40 @@ struct DetectorOptions {
   int64_t imgsz_height = 0;      // model input size for models with symbolic H/W, pixels; rounded
   int64_t imgsz_width = 0;       // up to a multiple of 32. 0 = metadata imgsz. A fixed-size model
                                  // accepts only its own size (else InvalidArgument).
+  bool gpu_stages = true;        // CUDA engines: pre/post-processing on the GPU (false: on the host,
+                                 // as with the CPU backend). Ignored on the CPU backend. Default: true
 };
+
+// Where a frame's pixels are, for DetectFrames / DetectOnDevice.
+enum class FrameMemory {
+  kHost,        // ordinary (pageable) host memory
+  kPinnedHost,  // page-locked host memory (cudaMallocHost / cudaHostRegister, HostBufferPool with a
+                // pinner): uploaded by DMA without a staging copy
+  kDevice,      // device memory of the detector's GPU (e.g. a frame decoded by NVDEC)
+};
+
+// A borrowed 8-bit BGR frame (image.h's pixel layout) whose rows are `pitch` bytes apart.
+struct FrameRef {
+  const uint8_t* bgr = nullptr;  // not owned; must stay valid until the call returns
+  int width = 0, height = 0;     // pixels, > 0
+  int64_t pitch = 0;             // bytes per row, >= width * 3; 0 = width * 3
+  FrameMemory memory = FrameMemory::kHost;
+};
+
+// Detections of one batch in the GPU's memory (DetectOnDevice). rows: float32 [images, max_det, 6],
+// each row x1, y1, x2, y2 (source-image pixels), score, class id (as a float), sorted by score;
+// counts: int32 [images], rows past counts[b] are undefined. Device pointers on `device`, written by
+// work enqueued on `stream` (a cudaStream_t): consume on that stream or after Detector::Synchronize.
+struct DeviceDetections {
+  int device = 0;
+  void* stream = nullptr;
+  const float* rows = nullptr;
+  const int32_t* counts = nullptr;
+  int images = 0;
+  int max_det = 0;
+};
+
+class GpuStages;  // detect/cuda/gpu_stages.h
 
 // Where Detect spent the time of one image. Durations in nanoseconds of std::chrono::steady_clock
 // (wall time of the calling thread; the engine's kernels may use more threads meanwhile).
@@ -61,6 +101,7 @@ struct DetectTiming {
 
 class Detector {
  public:
+  ~Detector();
   static StatusOr<std::unique_ptr<Detector>> Load(const std::string& model_path, const DetectorOptions& options);
   // Wraps an already loaded engine (tests, tools). Same checks as Load.
   static StatusOr<std::unique_ptr<Detector>> Create(std::unique_ptr<infer::Engine> engine,
@@ -70,6 +111,19 @@ class Detector {
   // images.size() and timing->at(i) says where the time of images[i] went (left unspecified on error).
   StatusOr<std::vector<std::vector<Detection>>> Detect(std::span<const Image> images,
                                                        std::vector<DetectTiming>* timing = nullptr) const;
+  // The same for borrowed frames (no copy into an Image on the GPU path; on the CPU backend host
+  // frames are copied, and kDevice frames are refused with FailedPrecondition).
+  StatusOr<std::vector<std::vector<Detection>>> DetectFrames(std::span<const FrameRef> frames,
+                                                             std::vector<DetectTiming>* timing = nullptr) const;
+  // GPU stages only: enqueues one batch (1..batch frames) and returns without waiting; the detections
+  // stay in device memory. Errors: FailedPrecondition without GPU stages; InvalidArgument for more
+  // frames than the batch or a bad frame (naming its index). Errors of the enqueued work surface in
+  // Synchronize.
+  StatusOr<DeviceDetections> DetectOnDevice(std::span<const FrameRef> frames) const;
+  // Waits for the work DetectOnDevice enqueued; reports its errors.
+  Status Synchronize() const;
+  // True when pre/post-processing run on the GPU (see gpu_stages above).
+  bool uses_gpu_stages() const { return gpu_ != nullptr; }
 
   const ModelInfo& model() const { return model_; }
   const infer::Engine& engine() const { return *engine_; }
@@ -79,8 +133,11 @@ class Detector {
   std::string ClassName(int class_id) const;
 
  private:
-  Detector() = default;
+  Detector();
+  StatusOr<std::vector<std::vector<Detection>>> DetectChunkOnGpu(std::span<const FrameRef> frames, size_t first,
+                                                                 std::vector<DetectTiming>& times) const;
   std::unique_ptr<infer::Engine> engine_;
+  std::unique_ptr<GpuStages> gpu_;
   DetectorOptions options_;
   ModelInfo model_;
   float iou_ = 0.7f;
