@@ -12,6 +12,7 @@ void AddDetectCommand(CLI::App& app, int* exit_code);  // detect_cmd.cc: `vigil 
 void AddModelCommands(CLI::App& app, int* exit_code);  // model_cmd.cc: `vigil model inspect|run`
 CLI::App* AddBenchCommands(CLI::App& app, int* exit_code);  // bench_cmd.cc: `vigil bench engine`; returns `bench`
 void AddBenchPlacementCommand(CLI::App& bench, int* exit_code);  // bench_placement_cmd.cc: `vigil bench placement`
+void AddBenchStreamsCommand(CLI::App& bench, int* exit_code);  // bench_streams_cmd.cc: `vigil bench streams`
 void AddAggregatorCommand(CLI::App& app, int* exit_code);  // aggregator_cmd.cc: `vigil aggregator`
 void AddEdgeCommand(CLI::App& app, int* exit_code);        // edge_cmd.cc: `vigil edge --config edge.yaml`
 void AddTopoCommand(CLI::App& app, int* exit_code);    // topo_cmd.cc: `vigil topo` (a stub saying why when built without hwloc)

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   vigil::cli::AddModelCommands(app, &exit_code);
   CLI::App* bench = vigil::cli::AddBenchCommands(app, &exit_code);
   vigil::cli::AddBenchPlacementCommand(*bench, &exit_code);
+  vigil::cli::AddBenchStreamsCommand(*bench, &exit_code);
   vigil::cli::AddTopoCommand(app, &exit_code);
   vigil::cli::AddAggregatorCommand(app, &exit_code);
   vigil::cli::AddEdgeCommand(app, &exit_code);

@@ -1,6 +1,7 @@
-// vigil-engine — the engine-only build of the CLI: `model inspect|run`, `bench engine` and
-// `bench placement`, linked against vigil_infer and vigil_topology (hwloc) only (no OpenCV, FFmpeg, SQLite). For machines that run models but
-// lack the media libraries, e.g. a GPU benchmark host the binary is carried to (scripts/gpu-check.sh).
+// vigil-engine — the engine-only build of the CLI: `model inspect|run`, `bench engine`, `bench streams`
+// and `bench placement`, linked against vigil_detect, vigil_infer, vigil_topology (hwloc) and OpenCV's
+// core + imgproc only (no FFmpeg, SQLite, image codecs). For machines that run models but lack the
+// media libraries, e.g. a GPU benchmark host the binary is carried to (scripts/gpu-check.sh).
 // Same options and exit codes as those `vigil` subcommands (cli/commands.h).
 #include <cstdio>
 #include <exception>
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   vigil::cli::AddModelCommands(app, &exit_code);
   CLI::App* bench = vigil::cli::AddBenchCommands(app, &exit_code);
   vigil::cli::AddBenchPlacementCommand(*bench, &exit_code);
+  vigil::cli::AddBenchStreamsCommand(*bench, &exit_code);
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   try {
     app.parse(argc, argv);
