@@ -149,7 +149,7 @@ def main() -> int:
             emit({"arch": arch, "batch": b, "runner": "vigil fp16" + (" (autotune 2)" if arch in quick else ""),
                   **bench_vigil(a.engine, onnx, b, 200 if b <= 8 else 50)})
         os.environ.pop("VIGIL_CUDNN_AUTOTUNE", None)
-    for arch in a.torch_archs.split(","):
+    for arch in [t for t in a.torch_archs.split(",") if t]:
         net = models[arch].half().cuda().to(memory_format=torch.channels_last)
         xs = {b: torch.rand(b, 3, IMGSZ, IMGSZ, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
               for b in batches}
