@@ -9,7 +9,7 @@
 // the whole detection path: upload (page-locked frames: DMA; pageable: staging copy), GPU letterbox,
 // model, decode, NMS, detections copied back to the host. Frame-to-detection latency = the time the
 // detections are on the host − the time the frame was due. After --warmup-s, --seconds are measured;
-// frames still queued at the end are counted as unserved. A stream count "holds" when no frame is
+// frames still queued one budget after the end are counted as unserved. A stream count "holds" when no frame is
 // unserved and p99 latency <= --budget-ms. The sweep stops at the first count that does not hold.
 //
 // Frames: --frame FILE.npy (H×W×3 uint8 BGR, e.g. a 1920×1080 picture) or a synthetic gradient of
@@ -197,9 +197,9 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, std::vector<Worker>& work
     }
     q.cv.notify_one();
   }
-  // Let the last frames finish (a real-time pipeline has at most the budget to do so).
+  // Let the last frames finish: a real-time pipeline has the budget to do so.
   std::this_thread::sleep_until(end + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double, std::milli>(a.budget_ms * 4)));
+                                          std::chrono::duration<double, std::milli>(a.budget_ms)));
   stop = true;
   for (DeviceQueue& q : queues) {
     std::lock_guard<std::mutex> lock(q.mu);

@@ -322,6 +322,62 @@ TEST(Detector, OptionsApplyAndBadImagesAreNamed) {
   EXPECT_NE(refused.status().message().find("fixed at 64x64"), std::string::npos) << refused.status();
 }
 
+TEST(Detector, FramesWithRowPitchDetectLikeImagesAndDeviceFramesAreRefusedOnTheHost) {
+  DetectorOptions options;
+  options.engine.batch = 2;
+  auto engine = infer::Engine::FromGraph(FakeYolo(DType::kFloat32), options.engine, "fake_yolo");
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto detector = Detector::Create(*std::move(engine), options);
+  ASSERT_TRUE(detector.ok()) << detector.status();
+  EXPECT_FALSE((*detector)->uses_gpu_stages());
+  const std::vector<Image> images = {FakeImage(5, 51, 102, 51, 51, 204, 0), FakeImage(74, 255, 255, 51, 51, 0, 153),
+                                     FakeImage(5, 51, 102, 51, 51, 204, 0)};
+  // The same pixels with 40 bytes of junk after every row.
+  constexpr int64_t kPitch = 64 * 3 + 40;
+  std::vector<std::vector<uint8_t>> pitched;
+  std::vector<FrameRef> frames;
+  for (const Image& im : images) {
+    std::vector<uint8_t> rows(static_cast<size_t>(kPitch) * 64, 0xAB);
+    for (int y = 0; y < 64; ++y) std::copy_n(im.bgr.data() + y * 64 * 3, 64 * 3, rows.data() + y * kPitch);
+    pitched.push_back(std::move(rows));
+    frames.push_back({.bgr = pitched.back().data(), .width = 64, .height = 64, .pitch = kPitch});
+  }
+  auto want = (*detector)->Detect(images);
+  ASSERT_TRUE(want.ok()) << want.status();
+  std::vector<DetectTiming> timing;
+  auto got = (*detector)->DetectFrames(frames, &timing);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 3u);
+  ASSERT_EQ(timing.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ((*got)[i].size(), 1u) << i;
+    ASSERT_EQ((*want)[i].size(), 1u) << i;
+    EXPECT_EQ((*got)[i][0].x1, (*want)[i][0].x1);
+    EXPECT_EQ((*got)[i][0].y2, (*want)[i][0].y2);
+    EXPECT_EQ((*got)[i][0].score, (*want)[i][0].score);
+    EXPECT_EQ((*got)[i][0].class_id, (*want)[i][0].class_id);
+  }
+  EXPECT_NEAR((*got)[1][0].x1, 57.6, 1e-4);  // FakeImage B, worked out in the test above
+
+  FrameRef device = frames[0];
+  device.memory = FrameMemory::kDevice;
+  const FrameRef mixed[] = {frames[0], device};
+  auto refused = (*detector)->DetectFrames(mixed);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("frame 1 is in device memory"), std::string::npos) << refused.status();
+  FrameRef short_pitch = frames[0];
+  short_pitch.pitch = 64 * 3 - 1;
+  auto bad = (*detector)->DetectFrames({&short_pitch, 1});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("frame 0"), std::string::npos) << bad.status();
+  auto on_device = (*detector)->DetectOnDevice({frames.data(), 1});
+  ASSERT_FALSE(on_device.ok());
+  EXPECT_EQ(on_device.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*detector)->Synchronize().ok());
+}
+
 TEST(Detector, RejectsBadOptionsAndFiles) {
   DetectorOptions bad_conf;
   bad_conf.conf = 1.5f;
