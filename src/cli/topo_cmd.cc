@@ -1,4 +1,5 @@
 // `vigil topo`: the machine's GPU / NUMA / CPU / NIC topology, Kubernetes labels, a placement plan.
+#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -162,8 +163,20 @@ int RunTopo(const TopoArgs& a) {
       std::fprintf(stderr, "vigil topo --plan: %s\n", std::string(streams.status().message()).c_str());
       return 2;
     }
-    planned_on = pipeline::PlanningTopology(*topo, a.gpus);
-    if (planned_on.gpus.size() != topo->gpus.size()) notes.push_back(planned_on.notes.back() + " (--gpus plans them)");
+    // A model on CUDA device N (model.device "cuda[:N]") is planned the way the edge plans it: that GPU only.
+    int ordinal = -1;
+    if (edge_config->device.rfind("cuda", 0) == 0) {
+      ordinal = 0;
+      if (const size_t colon = edge_config->device.find(':'); colon != std::string::npos) {
+        const std::string& d = edge_config->device;
+        std::from_chars(d.data() + colon + 1, d.data() + d.size(), ordinal);
+      }
+    }
+    const bool use_gpus = a.gpus || ordinal >= 0;
+    planned_on = pipeline::PlanningTopology(*topo, use_gpus, ordinal);
+    if (planned_on.gpus.size() != topo->gpus.size()) {
+      notes.push_back(planned_on.notes.back() + (use_gpus ? "" : " (--gpus plans them)"));
+    }
     plan = topology::MakePlan(planned_on, *streams, a.plan);
     if (!plan.ok()) {
       std::fprintf(stderr, "vigil topo: plan: %s\n", std::string(plan.status().message()).c_str());
@@ -187,7 +200,8 @@ int RunTopo(const TopoArgs& a) {
     }
   }
   if (a.json) {
-    std::cout << topology::ToJson(*topo, plan.ok() ? &*plan : nullptr) << "\n";
+    // With a plan, the topology it was made on (its device indexes refer to that one's GPUs).
+    std::cout << topology::ToJson(plan.ok() ? planned_on : *topo, plan.ok() ? &*plan : nullptr) << "\n";
   } else {
     std::cout << topology::FormatTopologyText(*topo);
     if (plan.ok()) std::cout << "\n" << topology::FormatPlanText(planned_on, *plan);

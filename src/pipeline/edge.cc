@@ -165,7 +165,10 @@ void Edge::Place() {
   std::vector<std::string> notes;
   std::vector<topology::StreamSpec> specs = PlanStreams(config_, probed, gflop, &notes);
   for (const std::string& n : notes) spdlog::info("placement: {}", n);
-  placement_ = std::make_unique<EdgePlacement>(config_.placement, specs, /*use_gpus=*/false, config_.state_dir);
+  // On a GPU, the plan keeps the Detector's GPU: threads (and the staging the worker allocates) on its node.
+  const infer::DeviceIo* io = detector_->uses_gpu_stages() ? detector_->engine().device_io() : nullptr;
+  placement_ = std::make_unique<EdgePlacement>(config_.placement, specs, /*use_gpus=*/io != nullptr,
+                                               config_.state_dir, io != nullptr ? io->device : -1);
 }
 
 void Edge::StartReaders() {

@@ -12,6 +12,9 @@
 #include <spdlog/spdlog.h>
 
 #include "vigil/pipeline/edge_state.h"
+#if VIGIL_HAVE_CUDA
+#include "infer/cuda/device.h"
+#endif
 #include "vigil/topology/numa_stats.h"
 #include "vigil/topology/report.h"
 
@@ -92,31 +95,62 @@ std::vector<topology::StreamSpec> PlanStreams(const EdgeConfig& config, const st
   return out;
 }
 
-topology::Topology PlanningTopology(topology::Topology topo, bool use_gpus) {
+topology::Topology PlanningTopology(topology::Topology topo, bool use_gpus, int cuda_ordinal) {
   if (!use_gpus && !topo.gpus.empty()) {
     topo.notes.push_back(StrCat("inference runs on the CPU: the ", topo.gpus.size(), " GPU(s) are left out of the plan"));
     topo.gpus.clear();
     topo.nvlinks.clear();
   }
+  if (use_gpus && cuda_ordinal >= 0 && !topo.gpus.empty()) {
+    auto same = [&](const topology::Gpu& g) { return g.cuda_ordinal == cuda_ordinal; };
+    std::string how = StrCat("CUDA device ", cuda_ordinal);
+    if (std::none_of(topo.gpus.begin(), topo.gpus.end(), same)) {
+      // No CUDA ordinals in the topology (no CUDA OS devices, no CUDA runtime here): PCI bus order,
+      // which is CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID.
+      how = StrCat("GPU ", cuda_ordinal, " in PCI bus order (CUDA ordinals unknown)");
+      const int index = cuda_ordinal;
+      std::erase_if(topo.gpus, [&](const topology::Gpu& g) { return g.index != index; });
+    } else {
+      std::erase_if(topo.gpus, [&](const topology::Gpu& g) { return !same(g); });
+    }
+    topo.nvlinks.clear();  // one GPU left: no GPU pair to plan around
+    if (topo.gpus.empty()) {
+      topo.notes.push_back(StrCat("the model's ", how, " is not in this topology: CPU plan"));
+    } else {
+      topo.notes.push_back(StrCat("inference runs on one GPU: planning on ", how, " only (GPU ", topo.gpus[0].index,
+                                  ", ", topo.gpus[0].pci.bus_id, ", is GPU 0 of the plan)"));
+      topo.gpus[0].index = 0;  // planner and reports index topo.gpus by Gpu::index
+    }
+  }
   return topo;
 }
 
 EdgePlacement::EdgePlacement(const PlacementConfig& config, const std::vector<topology::StreamSpec>& streams,
-                             bool use_gpus, std::string state_dir)
+                             bool use_gpus, std::string state_dir, int cuda_ordinal)
     : streams_(streams),
       report_path_(state_dir.empty() ? std::string() : (std::filesystem::path(state_dir) / "placement.json").string()) {
-  Decide(config, use_gpus);
+  Decide(config, use_gpus, cuda_ordinal);
   WriteReport(ReportLocked());  // replaces a previous run's report at once
 }
 
-void EdgePlacement::Decide(const PlacementConfig& config, bool use_gpus) {
+void EdgePlacement::Decide(const PlacementConfig& config, bool use_gpus, int cuda_ordinal) {
   StatusOr<topology::Topology> topo = topology::Discover({config.topology});
   if (!topo.ok()) {
     note_ = StrCat("topology unreadable: ", topo.status().message());
     spdlog::info("placement: skipped: {}", note_);
     return;
   }
-  topo_ = PlanningTopology(std::move(*topo), use_gpus);
+#if VIGIL_HAVE_CUDA
+  if (use_gpus && topo->is_this_system) {  // match CUDA ordinals to the GPUs by PCI bus id
+    std::string why;
+    std::vector<std::pair<int, std::string>> ordinals;
+    for (const cuda::DeviceInfo& d : cuda::ListDevices(&why)) ordinals.emplace_back(d.ordinal, d.pci_bus_id);
+    if (Status st = topology::AssignCudaOrdinals(&*topo, ordinals); !st.ok()) {
+      spdlog::info("placement: CUDA ordinals not matched to the topology: {}", std::string(st.message()));
+    }
+  }
+#endif
+  topo_ = PlanningTopology(std::move(*topo), use_gpus, cuda_ordinal);
   StatusOr<topology::Plan> plan = topology::MakePlan(*topo_, streams_, {});
   if (!plan.ok()) {
     note_ = StrCat("no plan: ", plan.status().message());

@@ -94,6 +94,21 @@ def test_cuda_gpu_and_infiniband_share_node_1(tmp_path):
     assert "the 3 GPU(s) are left out of the plan (--gpus plans them)" in p.stdout
 
 
+def test_model_on_one_cuda_device_plans_on_that_gpu_only(tmp_path):
+    # The edge with model.device cuda:0 runs one Detector there: the plan keeps the GPU that carries
+    # cuda0 (84:00.0, node 1) and puts every stream's threads on its node, as `vigil edge` does.
+    cfg = edge_yaml(tmp_path, cameras(3), "placement: {gflop_per_frame: 8.7}",
+                    model="/nonexistent.onnx, device: 'cuda:0'")
+    j = plan_json("--plan", cfg, "--topology", topology("32em64t-2n8c2t-pci-normalio.xml"))
+    assert [g["bus_id"] for g in j["topology"]["gpus"]] == ["0000:84:00.0"]
+    (d,) = j["plan"]["devices"]
+    node1 = set(range(8, 16)) | set(range(24, 32))
+    assert d["numa_node"] == 1 and len(d["streams"]) == 3 and d["nic"] == "mlx5_0"
+    assert set(d["worker_cpus"]) <= node1 and set(d["decode_cpus"]) <= node1
+    p = vigil("topo", "--plan", cfg, "--topology", topology("32em64t-2n8c2t-pci-normalio.xml"))
+    assert "planning on CUDA device 0 only (GPU 2, 0000:84:00.0, is GPU 0 of the plan)" in p.stdout, describe(p)
+
+
 def test_gpus_seen_only_on_pci_are_planned(tmp_path):
     cfg = edge_yaml(tmp_path, cameras(3), "placement: {gflop_per_frame: 8.7}")
     j = plan_json("--plan", cfg, "--topology", topology("24em64t-2n6c2t-pci.xml"), "--gpus")

@@ -297,6 +297,45 @@ TEST(ModelGflops, MatchesPublishedFigures) {
   }
 }
 
+// Inference on one CUDA device: the plan keeps that GPU only. In 32em64t-2n8c2t-pci-normalio.xml the three
+// GPUs are 03:00.0 (node 0), 83:00.0 and 84:00.0 (node 1), and only 84:00.0 carries a CUDA OS device
+// ("cuda0"); node 1 holds PUs 8-15 and 24-31.
+TEST(EdgePlacementUnit, OneCudaDevicePlansOnItsGpuAndNode) {
+  ScopedEnv env("DISABLE_NUMA_BIND", nullptr);
+  const fs::path xml = fs::path(VIGIL_SOURCE_DIR).parent_path() / "shared" / "topologies" / "32em64t-2n8c2t-pci-normalio.xml";
+  if (!fs::exists(xml)) GTEST_SKIP() << xml << " is missing";
+  PlacementConfig config;
+  config.topology = xml.string();
+  const std::vector<topology::StreamSpec> streams = {{"s0", 1920, 1080, 30, 8.7}, {"s1", 1920, 1080, 30, 8.7}};
+  EdgePlacement on_cuda0(config, streams, /*use_gpus=*/true, "", /*cuda_ordinal=*/0);
+  ASSERT_NE(on_cuda0.plan(), nullptr);
+  const topology::Plan& p = *on_cuda0.plan();
+  ASSERT_EQ(p.devices.size(), 1u);
+  EXPECT_EQ(p.devices[0].numa_node, 1);
+  EXPECT_EQ(p.stream_device, (std::vector<int>{0, 0}));
+  CpuList node1;
+  for (int c = 8; c < 16; ++c) node1.push_back(c);
+  for (int c = 24; c < 32; ++c) node1.push_back(c);
+  for (int c : p.devices[0].decode_cpus) EXPECT_TRUE(std::count(node1.begin(), node1.end(), c)) << c;
+  for (int c : p.devices[0].worker_cpus) EXPECT_TRUE(std::count(node1.begin(), node1.end(), c)) << c;
+
+  StatusOr<topology::Topology> topo = topology::Discover({xml.string()});
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  const topology::Topology cuda0 = PlanningTopology(*topo, true, 0);
+  ASSERT_EQ(cuda0.gpus.size(), 1u);
+  EXPECT_EQ(cuda0.gpus[0].pci.bus_id, "0000:84:00.0");
+  EXPECT_THAT(cuda0.notes.back(), HasSubstr("planning on CUDA device 0 only"));
+  // No GPU has CUDA ordinal 1 in the file: PCI bus order picks the second GPU, 83:00.0.
+  const topology::Topology second = PlanningTopology(*topo, true, 1);
+  ASSERT_EQ(second.gpus.size(), 1u);
+  EXPECT_EQ(second.gpus[0].pci.bus_id, "0000:83:00.0");
+  EXPECT_THAT(second.notes.back(), HasSubstr("PCI bus order"));
+  const topology::Topology none = PlanningTopology(*topo, true, 7);
+  EXPECT_TRUE(none.gpus.empty());
+  EXPECT_THAT(none.notes.back(), HasSubstr("not in this topology: CPU plan"));
+  EXPECT_EQ(PlanningTopology(*topo, true).gpus.size(), 3u);  // every GPU when no ordinal is given
+}
+
 // An unreadable topology: no plan, nothing bound, the reason in the report; threads are still named.
 TEST(EdgePlacementUnit, UnreadableTopologySkipsWithTheReason) {
   ScopedEnv env("DISABLE_NUMA_BIND", nullptr);

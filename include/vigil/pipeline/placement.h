@@ -8,9 +8,12 @@
 //   vigil-feed-<i>  stream i's feeder into the batcher    → decode PUs of the stream's device
 //   vigil-worker    the inference thread (one Detector serves every device today, so it takes the union
 //                   of the devices' worker PUs; its OpenMP team inherits them)
-// While inference runs on the CPU (the only backend the edge runs today), the plan is the planner's
-// machine-without-GPUs plan, one CPU worker group per NUMA node: streams spread over the nodes, and
-// each stream's threads stay on its node's cores (use_gpus false).
+// While inference runs on the CPU, the plan is the planner's machine-without-GPUs plan, one CPU worker
+// group per NUMA node: streams spread over the nodes, and each stream's threads stay on its node's
+// cores (use_gpus false). When it runs on CUDA device N (the Detector's GPU stages), the plan has that
+// GPU only (matched by PCI bus id; PCI order when the topology has no CUDA ordinals): every thread on
+// the cores of the GPU's NUMA node. The GPU stages' page-locked staging buffers are allocated by the
+// bound inference thread at its first batch, so first-touch places them on that node too.
 //
 // Binding is skipped — with one line in the log, never an error — when placement.bind is false,
 // DISABLE_NUMA_BIND=1 is set, the machine has one NUMA node (unless bind_single_numa), the plan comes
@@ -51,9 +54,12 @@ std::vector<topology::StreamSpec> PlanStreams(const EdgeConfig& config, const st
                                               double gflop_per_frame, std::vector<std::string>* notes);
 
 // The topology the edge plans on: `topo` itself when inference runs on its GPUs (use_gpus), else `topo`
-// without its GPUs, so that the planner makes CPU worker groups per NUMA node. The edge plans with
-// MakePlan(PlanningTopology(topo, use_gpus), PlanStreams(...), {}) and so does `vigil topo --plan`.
-topology::Topology PlanningTopology(topology::Topology topo, bool use_gpus);
+// without its GPUs, so that the planner makes CPU worker groups per NUMA node. With use_gpus and
+// cuda_ordinal >= 0 (one Detector on that CUDA device) only that GPU stays: the one whose
+// Gpu::cuda_ordinal matches, else the one whose index (PCI bus order) does, renumbered GPU 0 of the
+// plan (the note names its machine number and bus id); none → a CPU plan, said in the topology's notes. The edge plans with MakePlan(PlanningTopology(topo, use_gpus, ordinal),
+// PlanStreams(...), {}) and so does `vigil topo --plan`.
+topology::Topology PlanningTopology(topology::Topology topo, bool use_gpus, int cuda_ordinal = -1);
 
 enum class ThreadRole { kDecode, kFeed, kWorker };
 
@@ -62,8 +68,9 @@ class EdgePlacement {
   // Reads the topology (placement.topology or this machine), plans `streams` (GPU devices only when
   // use_gpus), decides binding and logs what it decided, once. `state_dir` (may be "") receives
   // placement.json, the PlacementReport, whenever a thread is placed. Never fails.
+  // cuda_ordinal: the CUDA device inference runs on (use_gpus), -1 for every GPU of the topology.
   EdgePlacement(const PlacementConfig& config, const std::vector<topology::StreamSpec>& streams, bool use_gpus,
-                std::string state_dir);
+                std::string state_dir, int cuda_ordinal = -1);
 
   // Names the calling thread for `role` (stream index for decode/feed) and binds it to its planned PUs.
   void PlaceThread(ThreadRole role, size_t stream = 0);
@@ -73,7 +80,7 @@ class EdgePlacement {
   topology::PlacementReport Report() const;
 
  private:
-  void Decide(const PlacementConfig& config, bool use_gpus);  // topology, plan, binder, note; logs
+  void Decide(const PlacementConfig& config, bool use_gpus, int cuda_ordinal);  // topology, plan, binder, note; logs
   topology::PlacementReport ReportLocked() const;  // REQUIRES: mu_ held (or no other thread yet)
   void WriteReport(const topology::PlacementReport& report) const;  // to report_path_, when set
 
