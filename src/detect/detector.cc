@@ -167,10 +167,11 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::DetectFrames(std::span<c
     std::vector<Image> images(frames.size());
     for (size_t i = 0; i < frames.size(); ++i) {
       const FrameRef& f = frames[i];
-      if (f.memory == FrameMemory::kDevice) {
+      if (f.memory == FrameMemory::kDevice || f.format != PixelFormat::kBgr24) {
         return absl::FailedPreconditionError(
-            StrCat("frame ", i, " is in device memory; this detector runs its stages on the host (",
-                   engine_->summary().path, ", device ", options_.engine.device, ")"));
+            StrCat("frame ", i, f.memory == FrameMemory::kDevice ? " is in device memory" : " is NV12",
+                   "; this detector runs its stages on the host (", engine_->summary().path, ", device ",
+                   options_.engine.device, ")"));
       }
       const int64_t row = static_cast<int64_t>(f.width) * 3;
       if (f.bgr == nullptr || f.width <= 0 || f.height <= 0 || (f.pitch != 0 && f.pitch < row)) {

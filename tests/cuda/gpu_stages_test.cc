@@ -160,6 +160,115 @@ INSTANTIATE_TEST_SUITE_P(
                       256}),
     [](const ::testing::TestParamInfo<LetterboxCase>& i) { return std::string(i.param.name); });
 
+// ---- NV12 (NVDEC's output) ---------------------------------------------------------------------------
+
+struct Nv12 {
+  int width = 0, height = 0;
+  std::vector<uint8_t> y, uv;  // compact planes
+};
+
+// The conversion detect_kernels.h documents, in double: the reference for the kernel's float version.
+Image Nv12ToBgr(const Nv12& f, double kr, double kb, bool full_range) {
+  Image img{f.width, f.height, std::vector<uint8_t>(static_cast<size_t>(f.width) * f.height * 3)};
+  const double kg = 1 - kr - kb;
+  auto byte = [](double v) { return static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.0, 255.0)); };
+  for (int y = 0; y < f.height; ++y) {
+    for (int x = 0; x < f.width; ++x) {
+      double l = f.y[static_cast<size_t>(y) * f.width + x];
+      const size_t c = static_cast<size_t>(y / 2) * f.width + (x / 2) * 2;
+      double cb = f.uv[c] - 128.0, cr = f.uv[c + 1] - 128.0;
+      if (!full_range) {
+        l = (l - 16) * 255 / 219;
+        cb *= 255.0 / 224;
+        cr *= 255.0 / 224;
+      }
+      uint8_t* px = img.bgr.data() + (static_cast<size_t>(y) * f.width + x) * 3;
+      px[2] = byte(l + 2 * (1 - kr) * cr);
+      px[0] = byte(l + 2 * (1 - kb) * cb);
+      px[1] = byte(l - 2 * kb * (1 - kb) / kg * cb - 2 * kr * (1 - kr) / kg * cr);
+    }
+  }
+  return img;
+}
+
+// BGR → NV12 (BT.601 limited range, chroma of the top-left pixel of each 2×2 block), for feeding real
+// pictures through the NV12 path.
+Nv12 BgrToNv12(const Image& img) {
+  Nv12 f{img.width & ~1, img.height & ~1, {}, {}};
+  f.y.resize(static_cast<size_t>(f.width) * f.height);
+  f.uv.resize(static_cast<size_t>(f.width) * f.height / 2);
+  for (int y = 0; y < f.height; ++y) {
+    for (int x = 0; x < f.width; ++x) {
+      const uint8_t* px = img.bgr.data() + (static_cast<size_t>(y) * img.width + x) * 3;
+      const double b = px[0], g = px[1], r = px[2];
+      const double l = 0.299 * r + 0.587 * g + 0.114 * b;
+      f.y[static_cast<size_t>(y) * f.width + x] = static_cast<uint8_t>(std::nearbyint(16 + l * 219 / 255));
+      if (x % 2 == 0 && y % 2 == 0) {
+        const size_t c = static_cast<size_t>(y / 2) * f.width + x;
+        f.uv[c] = static_cast<uint8_t>(std::clamp(std::nearbyint(128 + (b - l) / 1.772 * 224 / 255), 0.0, 255.0));
+        f.uv[c + 1] = static_cast<uint8_t>(std::clamp(std::nearbyint(128 + (r - l) / 1.402 * 224 / 255), 0.0, 255.0));
+      }
+    }
+  }
+  return f;
+}
+
+TEST(GpuLetterboxNv12, EqualsHostLetterboxOfTheConvertedFrame) {
+  VIGIL_REQUIRE_GPU();
+  const uint32_t seed = infer::testing::FreshSeed();
+  SCOPED_TRACE(StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  struct Case {
+    int w, h;
+    bool bt709, full_range;
+  };
+  for (const Case& c : {Case{1920, 1080, true, false}, Case{640, 640, false, false}, Case{1280, 720, false, true},
+                        Case{318, 242, true, true}}) {
+    SCOPED_TRACE(StrCat(c.w, "x", c.h, c.bt709 ? " bt709" : " bt601", c.full_range ? " full" : " limited"));
+    // Smooth luma and chroma with noise, covering the whole code range (clamping included).
+    const Image src = RandomImage(rng, c.w, c.h);
+    Nv12 f{c.w, c.h, std::vector<uint8_t>(static_cast<size_t>(c.w) * c.h), std::vector<uint8_t>(static_cast<size_t>(c.w) * c.h / 2)};
+    for (size_t i = 0; i < f.y.size(); ++i) f.y[i] = src.bgr[i * 3 + 1];
+    for (size_t i = 0; i < f.uv.size(); ++i) f.uv[i] = src.bgr[i * 3 + (i % 2 == 0 ? 0 : 2)];
+    const double kr = c.bt709 ? 0.2126 : 0.299, kb = c.bt709 ? 0.0722 : 0.114;
+    const Image ref = Nv12ToBgr(f, kr, kb, c.full_range);
+    Tensor host(DType::kFloat32, {1, 3, 640, 640});
+    auto info = Letterbox(ref, LetterboxStyle::kUltralytics, host, 0);
+    ASSERT_TRUE(info.ok()) << info.status();
+    // Device planes with padded rows, as NVDEC surfaces have.
+    const int64_t pitch = c.w + 128;
+    std::vector<uint8_t> y_rows(static_cast<size_t>(pitch) * c.h, 7), uv_rows(static_cast<size_t>(pitch) * c.h / 2, 9);
+    for (int r = 0; r < c.h; ++r) std::copy_n(f.y.data() + static_cast<size_t>(r) * c.w, c.w, y_rows.data() + r * pitch);
+    for (int r = 0; r < c.h / 2; ++r) std::copy_n(f.uv.data() + static_cast<size_t>(r) * c.w, c.w, uv_rows.data() + r * pitch);
+    DeviceBuffer y_dev = Upload(y_rows.data(), y_rows.size()), uv_dev = Upload(uv_rows.data(), uv_rows.size());
+    cuda::SlotGeometry g = Geometry(*info, static_cast<const uint8_t*>(y_dev.get()), pitch);
+    g.uv = static_cast<const uint8_t*>(uv_dev.get());
+    g.uv_pitch = pitch;
+    g.kr = static_cast<float>(kr);
+    g.kb = static_cast<float>(kb);
+    g.full_range = c.full_range;
+    DeviceBuffer slot = Upload(&g, sizeof(g));
+    auto out = DeviceBuffer::Allocate(host.nbytes(), "test");
+    ASSERT_TRUE(out.ok());
+    const cuda::LetterboxParams p{.batch = 1, .channels = 3, .height = 640, .width = 640};
+    ASSERT_EQ(cuda::Letterbox(static_cast<const cuda::SlotGeometry*>(slot.get()), p, out->get(), nullptr), cudaSuccess);
+    Tensor gpu(DType::kFloat32, host.shape());
+    ASSERT_EQ(cudaMemcpy(gpu.raw(), out->get(), gpu.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    // The kernel converts in float32, the reference in double: a value at a .5 boundary may round the
+    // other way (1 level), and the resize may add the one level of the BGR case: at most 2.
+    double worst = 0;
+    int64_t off = 0;
+    for (int64_t i = 0; i < host.numel(); ++i) {
+      const double d = std::fabs(gpu.data<float>()[i] - host.data<float>()[i]) * 255;
+      worst = std::max(worst, d);
+      off += d > 1e-3;
+    }
+    EXPECT_LE(worst, 2.0 + 1e-3);
+    std::printf("[ INFO     ] NV12 %dx%d: largest difference %.3f grey levels, %.2f%% of values differ\n", c.w, c.h,
+                worst, 100.0 * static_cast<double>(off) / static_cast<double>(host.numel()));
+  }
+}
+
 // ---- decode + NMS -----------------------------------------------------------------------------------
 
 struct NmsCase {
@@ -479,6 +588,33 @@ TEST(GpuDetector, SameDetectionsAsHostStagesOnRealModels) {
     }
     cudaFreeHost(pinned);
     cudaFree(dev);
+
+    // The same picture as an NV12 device frame (BT.601 limited range, as a decoder would deliver it):
+    // chroma subsampling changes the pixels a little, so firm detections must survive (IoU >= 0.9 and a
+    // score within 0.02 is the bar for the BGR paths; here the bar is IoU >= 0.8, score within 0.05).
+    const Nv12 nv = BgrToNv12(img);
+    void* planes = nullptr;
+    ASSERT_EQ(cudaMalloc(&planes, nv.y.size() + nv.uv.size()), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(planes, nv.y.data(), nv.y.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(static_cast<uint8_t*>(planes) + nv.y.size(), nv.uv.data(), nv.uv.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    const FrameRef nv12{.bgr = static_cast<uint8_t*>(planes), .width = nv.width, .height = nv.height,
+                        .memory = FrameMemory::kDevice, .format = PixelFormat::kNv12,
+                        .uv = static_cast<uint8_t*>(planes) + nv.y.size()};
+    auto from_nv12 = (*gpu)->DetectFrames({&nv12, 1});
+    ASSERT_TRUE(from_nv12.ok()) << from_nv12.status();
+    size_t firm_bgr = 0, kept = 0;
+    for (const Detection& d : (*each)[0]) {
+      if (d.score < firm) continue;
+      ++firm_bgr;
+      kept += std::any_of((*from_nv12)[0].begin(), (*from_nv12)[0].end(), [&](const Detection& e) {
+        return e.class_id == d.class_id && IoU(d, e) >= 0.8f && std::fabs(e.score - d.score) <= 0.05f;
+      });
+    }
+    std::printf("[ INFO     ] %s: NV12 frame keeps %zu of %zu firm detections of the BGR frame\n", path.c_str(), kept,
+                firm_bgr);
+    EXPECT_EQ(kept, firm_bgr);
+    cudaFree(planes);
   }
 }
 
@@ -500,6 +636,11 @@ TEST(GpuDetector, BadFramesAreRefusedByName) {
   r = (*det)->DetectFrames({&host_as_device, 1});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("frame 0"), std::string::npos) << r.status();
+  const FrameRef host_nv12{.bgr = pixels.data(), .width = 64, .height = 48, .format = PixelFormat::kNv12,
+                           .uv = pixels.data() + 64 * 48};
+  r = (*det)->DetectFrames({&host_nv12, 1});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("NV12 frames are taken from device memory only"), std::string::npos) << r.status();
   // The detector still works after refusing them.
   const FrameRef good{.bgr = pixels.data(), .width = 64, .height = 48};
   EXPECT_TRUE((*det)->DetectFrames({&good, 1}).ok());

@@ -366,6 +366,11 @@ TEST(Detector, FramesWithRowPitchDetectLikeImagesAndDeviceFramesAreRefusedOnTheH
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("frame 1 is in device memory"), std::string::npos) << refused.status();
+  FrameRef nv12 = frames[0];
+  nv12.format = PixelFormat::kNv12;
+  auto not_bgr = (*detector)->DetectFrames({&nv12, 1});
+  ASSERT_FALSE(not_bgr.ok());
+  EXPECT_NE(not_bgr.status().message().find("frame 0 is NV12"), std::string::npos) << not_bgr.status();
   FrameRef short_pitch = frames[0];
   short_pitch.pitch = 64 * 3 - 1;
   auto bad = (*detector)->DetectFrames({&short_pitch, 1});

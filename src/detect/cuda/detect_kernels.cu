@@ -32,6 +32,30 @@ __device__ void LinearTap(int d, double scale, int size, int& s0, int& s1, int& 
   w0 = __float2int_rn((1.0f - f) * kCoefScale);
 }
 
+__device__ int ClampByte(float v) { return min(max(__float2int_rn(v), 0), 255); }
+
+// The 8-bit B, G, R of source pixel (x, y): stored (BGR) or converted from NV12 (detect_kernels.h).
+__device__ void FetchBgr(const SlotGeometry& g, int x, int y, int bgr[3]) {
+  if (g.uv == nullptr) {
+    const uint8_t* px = g.bgr + y * g.pitch + x * 3;
+    bgr[0] = px[0];
+    bgr[1] = px[1];
+    bgr[2] = px[2];
+    return;
+  }
+  const uint8_t* c = g.uv + (y / 2) * g.uv_pitch + (x / 2) * 2;
+  float luma = g.bgr[y * g.pitch + x], cb = static_cast<float>(c[0]) - 128.0f, cr = static_cast<float>(c[1]) - 128.0f;
+  if (!g.full_range) {
+    luma = (luma - 16.0f) * (255.0f / 219.0f);
+    cb *= 255.0f / 224.0f;
+    cr *= 255.0f / 224.0f;
+  }
+  const float kg = 1.0f - g.kr - g.kb;
+  bgr[2] = ClampByte(luma + 2.0f * (1.0f - g.kr) * cr);
+  bgr[0] = ClampByte(luma + 2.0f * (1.0f - g.kb) * cb);
+  bgr[1] = ClampByte(luma - (2.0f * g.kb * (1.0f - g.kb) / kg) * cb - (2.0f * g.kr * (1.0f - g.kr) / kg) * cr);
+}
+
 __global__ void LetterboxKernel(const SlotGeometry* slots, LetterboxParams p, void* out) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y;
@@ -43,8 +67,7 @@ __global__ void LetterboxKernel(const SlotGeometry* slots, LetterboxParams p, vo
   const int rx = x - g.pad_left, ry = y - g.pad_top;
   if (!blank && rx >= 0 && ry >= 0 && rx < g.resized_width && ry < g.resized_height) {
     if (g.resized_width == g.source_width && g.resized_height == g.source_height) {
-      const uint8_t* px = g.bgr + ry * g.pitch + rx * 3;
-      for (int c = 0; c < 3; ++c) bgr[c] = px[c];
+      FetchBgr(g, rx, ry, bgr);
     } else {
       // cv::resize computes scale as 1 / (dst / src) in double.
       const double sx_scale = 1.0 / (static_cast<double>(g.resized_width) / g.source_width);
@@ -52,11 +75,14 @@ __global__ void LetterboxKernel(const SlotGeometry* slots, LetterboxParams p, vo
       int x0, x1, wx, y0, y1, wy;
       LinearTap(rx, sx_scale, g.source_width, x0, x1, wx);
       LinearTap(ry, sy_scale, g.source_height, y0, y1, wy);
-      const uint8_t* r0 = g.bgr + y0 * g.pitch;
-      const uint8_t* r1 = g.bgr + y1 * g.pitch;
+      int p00[3], p01[3], p10[3], p11[3];
+      FetchBgr(g, x0, y0, p00);
+      FetchBgr(g, x1, y0, p01);
+      FetchBgr(g, x0, y1, p10);
+      FetchBgr(g, x1, y1, p11);
       for (int c = 0; c < 3; ++c) {
-        const int top = r0[x0 * 3 + c] * wx + r0[x1 * 3 + c] * (kCoefScale - wx);
-        const int bottom = r1[x0 * 3 + c] * wx + r1[x1 * 3 + c] * (kCoefScale - wx);
+        const int top = p00[c] * wx + p01[c] * (kCoefScale - wx);
+        const int bottom = p10[c] * wx + p11[c] * (kCoefScale - wx);
         const int v = (top * wy + bottom * (kCoefScale - wy) + (1 << (2 * kCoefBits - 1))) >> (2 * kCoefBits);
         bgr[c] = min(max(v, 0), 255);
       }

@@ -17,8 +17,13 @@ namespace vigil::detect::cuda {
 
 // One slot of a batch: where its frame is and where it goes in the model input.
 struct SlotGeometry {
-  const uint8_t* bgr = nullptr;  // device, 8-bit BGR rows of `pitch` bytes; nullptr = blank slot (zeros)
-  int64_t pitch = 0;             // bytes from one row to the next (>= width * 3)
+  const uint8_t* bgr = nullptr;  // device, 8-bit BGR rows of `pitch` bytes (NV12: the Y plane);
+                                 // nullptr = blank slot (zeros)
+  int64_t pitch = 0;             // bytes from one row to the next (>= width * 3; NV12 >= width)
+  const uint8_t* uv = nullptr;   // NV12 only: interleaved U, V rows (height / 2 of them); nullptr = BGR
+  int64_t uv_pitch = 0;
+  float kr = 0.299f, kb = 0.114f;  // NV12: the matrix's luma weights of R and B (BT.601, BT.709)
+  bool full_range = false;         // NV12: full instead of limited range
   int source_width = 0, source_height = 0;    // frame pixels
   int resized_width = 0, resized_height = 0;  // letterbox.h LetterboxInfo
   int pad_left = 0, pad_top = 0;
@@ -35,10 +40,15 @@ struct LetterboxParams {
 };
 
 // Writes `params.batch` slots of the [batch, channels, height, width] tensor at `out`.
+// NV12 slots are converted to 8-bit BGR per source pixel first (below), then resized like BGR ones.
 // Resize: cv::resize INTER_LINEAR's geometry (source x = (x + 0.5) · scale − 0.5, clamped at the
 // borders the way OpenCV's resize does) and its 11-bit fixed-point weights, summed in integers and
 // rounded once; OpenCV's own vertical pass truncates in two steps, so values may differ from the host
 // letterbox by 1 grey level, never more. Padding 114, blank slots 0.
+// NV12 → BGR per pixel (ITU-R BT.601/709 equations; chroma of the 2×2 block, not interpolated, as
+// nearest-neighbour 4:2:0 upsampling): limited range y = (Y − 16)·255/219, c = (C − 128)·255/224; full
+// range y = Y, c = C − 128; R = y + 2(1−Kr)·cr, B = y + 2(1−Kb)·cb, G = (y − Kr·R − Kb·B)/(1−Kr−Kb),
+// each rounded to nearest and clamped to 0..255 (float32 arithmetic).
 cudaError_t Letterbox(const SlotGeometry* slots, const LetterboxParams& params, void* out, cudaStream_t stream);
 
 enum class Layout : int { kUltralytics = 0, kYoloV5 = 1, kYolox = 2, kEnd2End = 3 };

@@ -56,10 +56,20 @@ Status CheckFrame(const FrameRef& f, size_t index, int device) {
         StrCat("frame ", index, ": ", f.width, "x", f.height, " at ", f.bgr == nullptr ? "null" : "a buffer",
                " is empty"));
   }
-  const int64_t row = static_cast<int64_t>(f.width) * 3;
+  const bool nv12 = f.format == PixelFormat::kNv12;
+  const int64_t row = static_cast<int64_t>(f.width) * (nv12 ? 1 : 3);
   if (f.pitch != 0 && f.pitch < row) {
-    return absl::InvalidArgumentError(
-        StrCat("frame ", index, ": pitch ", f.pitch, " bytes is less than width*3 = ", row));
+    return absl::InvalidArgumentError(StrCat("frame ", index, ": pitch ", f.pitch, " bytes is less than ",
+                                             nv12 ? "width" : "width*3", " = ", row));
+  }
+  if (nv12) {
+    if (f.memory != FrameMemory::kDevice) {
+      return absl::InvalidArgumentError(StrCat("frame ", index, ": NV12 frames are taken from device memory only"));
+    }
+    if (f.uv == nullptr || f.width % 2 != 0 || f.height % 2 != 0 || (f.uv_pitch != 0 && f.uv_pitch < f.width)) {
+      return absl::InvalidArgumentError(StrCat("frame ", index, ": NV12 ", f.width, "x", f.height,
+                                               " needs even sizes and a UV plane with pitch >= width"));
+    }
   }
   if (f.memory == FrameMemory::kDevice) {
     cudaPointerAttributes a{};
@@ -286,7 +296,15 @@ StatusOr<std::vector<LetterboxInfo>> GpuStages::Enqueue(std::span<const FrameRef
         break;
       case FrameMemory::kDevice:
         s.bgr = f.bgr;
-        s.pitch = static_cast<int64_t>(pitch);
+        s.pitch = static_cast<int64_t>(f.pitch != 0 ? f.pitch : (f.format == PixelFormat::kNv12 ? f.width : f.width * 3));
+        if (f.format == PixelFormat::kNv12) {
+          s.uv = f.uv;
+          s.uv_pitch = f.uv_pitch != 0 ? f.uv_pitch : s.pitch;
+          const bool bt709 = f.matrix == ColorMatrix::kBt709;
+          s.kr = bt709 ? 0.2126f : 0.299f;
+          s.kb = bt709 ? 0.0722f : 0.114f;
+          s.full_range = f.full_range;
+        }
         break;
     }
     s.source_width = f.width;
