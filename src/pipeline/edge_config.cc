@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "vigil/common/config.h"
+#include "vigil/video/source.h"
 
 namespace vigil::pipeline {
 namespace {
@@ -48,6 +49,14 @@ void ReadRules(const ConfigMap& m, RulesConfig* r) {
   if (std::optional<ConfigMap> s = m.Map("severity")) {
     s->Get("critical", &r->critical, 0.0, 1.0);
     s->Get("warning", &r->warning, 0.0, 1.0);
+  }
+}
+
+// Reads `key` of `m` into *out when present; a value video::ParseHwaccel rejects is an error at the key.
+void ReadHwaccel(const ConfigMap& m, std::string_view key, const std::string& context, std::string* out) {
+  if (!m.Get(key, out)) return;
+  if (StatusOr<std::optional<int>> device = video::ParseHwaccel(*out); !device.ok()) {
+    m.Error(key, StrCat(context, std::string(device.status().message())));
   }
 }
 
@@ -95,6 +104,8 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     if (p->Has("topology") && cfg.placement.topology.empty()) p->Error("topology", "must not be empty");
     p->Get("gflop_per_frame", &cfg.placement.gflop_per_frame, 0.0, 1e6);
   }
+  std::string default_hwaccel;
+  ReadHwaccel(root, "hwaccel", "", &default_hwaccel);
   std::vector<ConfigMap> streams = root.Maps("streams", ConfigMap::kRequired);
   if (root.Has("streams") && streams.empty()) root.Error("streams", "at least one stream is required");
   std::set<std::string> ids;
@@ -108,6 +119,8 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     s.Get("realtime", &sc.realtime);
     s.Get("loop", &sc.loop);
     s.Get("target_fps", &sc.target_fps, 0.0, 1000.0);
+    sc.hwaccel = default_hwaccel;
+    ReadHwaccel(s, "hwaccel", StrCat("stream '", sc.id, "': "), &sc.hwaccel);
     s.Get("save_frames", &sc.save_frames);
     if (std::optional<ConfigMap> r = s.Map("rules")) ReadRules(*r, &sc.rules);
     if (std::optional<ConfigMap> p = s.Map("placement")) {

@@ -3,6 +3,7 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/buffer.h>
 #include <libavutil/error.h>
 #include <libavutil/frame.h>
 #include <libswscale/swscale.h>
@@ -18,6 +19,7 @@ void FormatOutputDeleter::operator()(AVFormatContext* c) const noexcept {
 void CodecContextDeleter::operator()(AVCodecContext* c) const noexcept { avcodec_free_context(&c); }
 void FrameDeleter::operator()(AVFrame* f) const noexcept { av_frame_free(&f); }
 void PacketDeleter::operator()(AVPacket* p) const noexcept { av_packet_free(&p); }
+void BufferRefDeleter::operator()(AVBufferRef* b) const noexcept { av_buffer_unref(&b); }
 void SwsContextDeleter::operator()(SwsContext* c) const noexcept { sws_freeContext(c); }
 
 std::string AvErrorString(int errnum) {

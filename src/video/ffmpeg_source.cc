@@ -1,11 +1,13 @@
 // Files and network streams through FFmpeg 5.1: libavformat demuxes, libavcodec decodes (send/receive
-// API), libswscale converts to BGR24, OpenCV rotates by the display matrix. source.h states the contract.
+// API; on a GPU with FFmpeg's CUDA hwaccel when asked), libswscale converts to BGR24, OpenCV rotates by the
+// display matrix. source.h states the contract; frame.h the device frames and DownloadBgr.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -17,6 +19,8 @@ extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/display.h>
+#include <libavutil/hwcontext.h>
+#include <libavutil/imgutils.h>
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 }
@@ -35,10 +39,22 @@ int64_t SteadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
+// Set: FFmpeg's error messages on this thread are appended here too (one per line), to say why a call
+// failed where its error code does not (a missing driver comes back as EPERM).
+thread_local std::string* ffmpeg_errors = nullptr;
+
 // FFmpeg's log lines go to spdlog (warnings and errors at debug, info at trace): the Source reports what
 // matters itself, with counters, and a corrupt stream would otherwise print for every frame.
 void LogToSpdlog(void* avcl, int level, const char* fmt, va_list args) {
   if (level > AV_LOG_INFO) return;
+  if (ffmpeg_errors != nullptr && level <= AV_LOG_ERROR) {
+    va_list copy;
+    va_copy(copy, args);
+    char message[512];
+    std::vsnprintf(message, sizeof(message), fmt, copy);
+    va_end(copy);
+    ffmpeg_errors->append(message);
+  }
   const auto spd_level = level <= AV_LOG_WARNING ? spdlog::level::debug : spdlog::level::trace;
   if (!spdlog::default_logger_raw()->should_log(spd_level)) return;
   thread_local std::string line;
@@ -102,12 +118,110 @@ AVPixelFormat PlainFormat(AVPixelFormat format, bool* full_range) {
   }
 }
 
+// What libswscale converts a picture from: its pixel format (a "J" format as its plain twin), colour
+// matrix and range. The one place that reads a picture's colour, for host and device frames alike.
+struct Colour {
+  AVPixelFormat format;
+  int sws_colorspace;
+  bool full_range;
+};
+Colour ColourOf(const AVFrame& f) {
+  bool full_range = f.color_range == AVCOL_RANGE_JPEG;
+  const AVPixelFormat format = PlainFormat(AVPixelFormat(f.format), &full_range);
+  return {format, SwsColorspace(f.colorspace, f.height), full_range};
+}
+
+YuvMatrix MatrixOf(int sws_colorspace) {
+  switch (sws_colorspace) {
+    case SWS_CS_ITU709: return YuvMatrix::kBt709;
+    case SWS_CS_FCC: return YuvMatrix::kFcc;
+    case SWS_CS_SMPTE240M: return YuvMatrix::kSmpte240m;
+    case SWS_CS_BT2020: return YuvMatrix::kBt2020;
+    default: return YuvMatrix::kBt601;
+  }
+}
+
+// A host picture to BGR24 with libswscale (SWS_BILINEAR) in the picture's colour matrix and range; a width
+// other than the picture's resamples it horizontally (to square pixels). Keeps its context between calls.
+class BgrConverter {
+ public:
+  // Writes f.height rows of width * 3 bytes to `dst`. Unimplemented when libswscale cannot read the format.
+  Status Convert(const AVFrame& f, int width, uint8_t* dst) {
+    const Colour c = ColourOf(f);
+    sws_.reset(sws_getCachedContext(sws_.release(), f.width, f.height, c.format, width, f.height, AV_PIX_FMT_BGR24,
+                                    SWS_BILINEAR, nullptr, nullptr, nullptr));
+    if (!sws_) {
+      const char* name = av_get_pix_fmt_name(c.format);
+      return absl::UnimplementedError(StrCat("cannot convert pixel format ", name ? name : "?", " to bgr24"));
+    }
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(c.format);
+    if (desc != nullptr && !(desc->flags & AV_PIX_FMT_FLAG_RGB) &&
+        (sws_.get() != configured_ || c.sws_colorspace != colorspace_ || int(c.full_range) != full_range_)) {
+      sws_setColorspaceDetails(sws_.get(), sws_getCoefficients(c.sws_colorspace), c.full_range,
+                               sws_getCoefficients(SWS_CS_DEFAULT), /*dstRange=*/1, /*brightness=*/0,
+                               /*contrast=*/1 << 16, /*saturation=*/1 << 16);
+      configured_ = sws_.get();
+      colorspace_ = c.sws_colorspace;
+      full_range_ = c.full_range;
+    }
+    uint8_t* planes[1] = {dst};
+    const int strides[1] = {width * 3};
+    sws_scale(sws_.get(), f.data, f.linesize, 0, f.height, planes, strides);
+    return absl::OkStatus();
+  }
+
+ private:
+  SwsContextPtr sws_;
+  SwsContext* configured_ = nullptr;  // the context whose colour details were last set, and for what
+  int colorspace_ = -1, full_range_ = -1;
+};
+
+AVPixelFormat SwFormat(const AVFrame& f) {
+  return f.hw_frames_ctx ? reinterpret_cast<const AVHWFramesContext*>(f.hw_frames_ctx->data)->sw_format
+                         : AV_PIX_FMT_NONE;
+}
+
+// A CUDA picture copied to host memory (av_hwframe_transfer_data) with its properties (timestamps, colour,
+// side data), cropped as the CPU decoder crops (FFmpeg applies only the right/bottom crop to GPU frames).
+// NV12 comes back as yuv420p, the chroma plane deinterleaved (lossless): the format the CPU decoder gives,
+// so that the conversion to BGR takes the same libswscale path (its unscaled 4:2:0 converter; NV12 would
+// take the scaler's, which filters chroma differently) and equals the CPU decode's.
+StatusOr<AVFramePtr> HostPicture(const AVFrame& hw) {
+  AVFramePtr host(av_frame_alloc()), planar(av_frame_alloc());
+  if (!host || !planar) return absl::ResourceExhaustedError("out of memory");
+  int r = av_hwframe_transfer_data(host.get(), &hw, 0);
+  if (r >= 0) r = av_frame_copy_props(host.get(), &hw);
+  if (r >= 0) r = av_frame_apply_cropping(host.get(), AV_FRAME_CROP_UNALIGNED);
+  if (r < 0) return absl::InternalError(StrCat("cannot copy the picture from the GPU: ", AvErrorString(r)));
+  if (host->format != AV_PIX_FMT_NV12) return host;
+  planar->format = AV_PIX_FMT_YUV420P;
+  planar->width = host->width;
+  planar->height = host->height;
+  if ((r = av_frame_get_buffer(planar.get(), 0)) < 0 || (r = av_frame_copy_props(planar.get(), host.get())) < 0) {
+    return absl::ResourceExhaustedError(StrCat("cannot allocate a host picture: ", AvErrorString(r)));
+  }
+  av_image_copy_plane(planar->data[0], planar->linesize[0], host->data[0], host->linesize[0], host->width,
+                      host->height);
+  for (int y = 0; y < (host->height + 1) / 2; ++y) {
+    const uint8_t* uv = host->data[1] + size_t(y) * host->linesize[1];
+    uint8_t* u = planar->data[1] + size_t(y) * planar->linesize[1];
+    uint8_t* v = planar->data[2] + size_t(y) * planar->linesize[2];
+    for (int x = 0; x < (host->width + 1) / 2; ++x) {
+      u[x] = uv[2 * x];
+      v[x] = uv[2 * x + 1];
+    }
+  }
+  return planar;
+}
+
 double Seconds(int64_t ns) { return double(ns) * 1e-9; }
 
 class FfmpegSource final : public Source {
  public:
   FfmpegSource(SourceOptions options, std::string url, bool live)
-      : Source(std::move(options), live), url_(std::move(url)) {}
+      : Source(std::move(options), live),
+        url_(std::move(url)),
+        cuda_device_(ParseHwaccel(options_.hwaccel).value_or(std::nullopt)) {}
 
   // Opens and probes the input and prepares its video decoder.
   Status Open();
@@ -119,6 +233,14 @@ class FfmpegSource final : public Source {
 
  private:
   static int InterruptCallback(void* opaque);
+  // libavcodec's get_format: CUDA frames when offered for 8-bit 4:2:0 pictures, else a software format.
+  static AVPixelFormat GetFormat(AVCodecContext* codec, const AVPixelFormat* formats);
+  // Makes `codec` decode on cuda_device_ (before avcodec_open2), or records why it cannot.
+  void SetUpHwaccel(AVCodecContext* codec, const AVCodec* decoder);
+  void DecodeOnCpu(const std::string& why);
+  void WarnOnce(const std::string& message);
+  // Moves the CUDA picture in frame_ into `out` as a device frame.
+  Status MakeDeviceFrame(Frame& out);
   void SetDeadline(std::chrono::milliseconds timeout) {
     deadline_ns_.store(SteadyNowNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count(),
                        std::memory_order_relaxed);
@@ -140,10 +262,13 @@ class FfmpegSource final : public Source {
   CodecContextPtr codec_;
   PacketPtr packet_{av_packet_alloc()};
   AVFramePtr frame_{av_frame_alloc()};
-  SwsContextPtr sws_;
-  SwsContext* sws_configured_ = nullptr;  // the context whose colour details were last set, and for what
-  int sws_colorspace_ = -1, sws_full_range_ = -1;
+  BgrConverter converter_;
   std::vector<uint8_t> scratch_;  // the unrotated picture when a rotation applies
+  // GPU decoding (hwaccel): the device, opened at the first Open() that needs it; never retried on failure.
+  const std::optional<int> cuda_device_;
+  BufferRefPtr hw_device_;
+  std::string hw_device_error_;
+  bool warned_hwaccel_ = false;
   int64_t decoder_ns_ = 0;        // time in libavcodec since the last picture was handed out (Frame::decode_ns)
 
   // Per open input.
@@ -215,6 +340,7 @@ Status FfmpegSource::Open() {
   if ((r = avcodec_parameters_to_context(codec.get(), stream->codecpar)) < 0) return fail(r, "bad codec parameters");
   codec->pkt_timebase = stream->time_base;
   codec->thread_count = options_.decoder_threads;
+  if (cuda_device_) SetUpHwaccel(codec.get(), decoder);
   if ((r = avcodec_open2(codec.get(), decoder, nullptr)) < 0) {
     return fail(r, StrCat("cannot open the ", decoder->name, " decoder"));
   }
@@ -353,6 +479,103 @@ StatusOr<bool> FfmpegSource::ReadPicture() {
   }
 }
 
+void FfmpegSource::WarnOnce(const std::string& message) {
+  if (warned_hwaccel_) return;
+  warned_hwaccel_ = true;
+  spdlog::warn("{}: hwaccel {}: {}", who(), options_.hwaccel, message);
+}
+
+void FfmpegSource::DecodeOnCpu(const std::string& why) {
+  stats_.SetHwaccel(StrCat("cpu (", why, ")"));
+  WarnOnce(StrCat("decoding on the CPU: ", why));
+}
+
+void FfmpegSource::SetUpHwaccel(AVCodecContext* codec, const AVCodec* decoder) {
+  bool has_cuda = false;
+  for (int i = 0; const AVCodecHWConfig* config = avcodec_get_hw_config(decoder, i); ++i) {
+    has_cuda |= config->device_type == AV_HWDEVICE_TYPE_CUDA &&
+                (config->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX);
+  }
+  if (!has_cuda) return DecodeOnCpu(StrCat("the ", decoder->name, " decoder has no CUDA hwaccel in this FFmpeg"));
+  if (!hw_device_ && hw_device_error_.empty()) {
+    // The primary context: the one the CUDA runtime API uses, so that its kernels can read the frames.
+    AVBufferRef* device = nullptr;
+    AVDictionary* options = nullptr;
+    av_dict_set(&options, "primary_ctx", "1", 0);
+    std::string said;
+    ffmpeg_errors = &said;
+    const int r =
+        av_hwdevice_ctx_create(&device, AV_HWDEVICE_TYPE_CUDA, std::to_string(*cuda_device_).c_str(), options, 0);
+    ffmpeg_errors = nullptr;
+    av_dict_free(&options);
+    while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+    for (size_t p = said.find('\n'); p != std::string::npos; p = said.find('\n', p)) said.replace(p, 1, "; ");
+    if (r < 0) {
+      hw_device_error_ = StrCat("cannot open CUDA device ", *cuda_device_, ": ", said.empty() ? AvErrorString(r) : said);
+    }
+    hw_device_.reset(r < 0 ? nullptr : device);
+  }
+  if (!hw_device_) return DecodeOnCpu(hw_device_error_);
+  codec->hw_device_ctx = av_buffer_ref(hw_device_.get());
+  codec->opaque = this;
+  codec->get_format = &GetFormat;
+  stats_.SetHwaccel(StrCat("cuda:", *cuda_device_));
+}
+
+AVPixelFormat FfmpegSource::GetFormat(AVCodecContext* codec, const AVPixelFormat* formats) {
+  auto* self = static_cast<FfmpegSource*>(codec->opaque);
+  bool cuda_offered = false;
+  const AVPixelFormat* software = nullptr;
+  for (const AVPixelFormat* p = formats; *p != AV_PIX_FMT_NONE; ++p) {
+    cuda_offered |= *p == AV_PIX_FMT_CUDA;
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(*p);
+    if (software == nullptr && desc != nullptr && !(desc->flags & AV_PIX_FMT_FLAG_HWACCEL)) software = p;
+  }
+  // libavcodec sets sw_pix_fmt to what the CPU would decode to; NVDEC gives NV12 for 8-bit 4:2:0 only.
+  const AVPixelFormat sw = codec->sw_pix_fmt;
+  if (cuda_offered && (sw == AV_PIX_FMT_YUV420P || sw == AV_PIX_FMT_YUVJ420P)) {
+    self->stats_.SetHwaccel(StrCat("cuda:", *self->cuda_device_));
+    return AV_PIX_FMT_CUDA;
+  }
+  const char* name = av_get_pix_fmt_name(sw);
+  self->DecodeOnCpu(cuda_offered ? StrCat(name ? name : "?", " pictures: GPU frames are 8-bit 4:2:0 only")
+                                 : StrCat("the ", codec->codec->name, " decoder does not offer CUDA frames for this ",
+                                          name ? name : "?", " stream (a profile NVDEC does not take, or NVDEC failed "
+                                          "to start: see the ffmpeg log at debug level)"));
+  return software != nullptr ? *software : AV_PIX_FMT_NONE;
+}
+
+Status FfmpegSource::MakeDeviceFrame(Frame& out) {
+  AVFramePtr ref(av_frame_alloc());
+  if (!ref) return absl::ResourceExhaustedError("out of memory");
+  av_frame_move_ref(ref.get(), frame_.get());
+  // A buffer of our own: FFmpeg 5.1 hands out NVDEC's mapped output surface itself, one of a fixed set
+  // (ulNumOutputSurfaces), so frames held by consumers would make decoding fail. av_frame_make_writable
+  // copies the picture on the GPU into a buffer of the frames context's pool (unbounded for CUDA) and
+  // unmaps the surface; that buffer comes at the pool's full (coded) size, hence the size restored after.
+  const int width = ref->width, height = ref->height;
+  if (const int r = av_frame_make_writable(ref.get()); r < 0) {
+    return absl::InternalError(StrCat("cannot copy the picture on the GPU: ", AvErrorString(r)));
+  }
+  ref->width = width;
+  ref->height = height;
+  const Colour colour = ColourOf(*ref);
+  out.width = ref->width;
+  out.height = ref->height;
+  out.device = DeviceFrame{.device = *cuda_device_,
+                           .y = ref->data[0],
+                           .uv = ref->data[1],
+                           .y_pitch = ref->linesize[0],
+                           .uv_pitch = ref->linesize[1],
+                           .matrix = MatrixOf(colour.sws_colorspace),
+                           .full_range = colour.full_range,
+                           .keepalive = std::shared_ptr<void>(ref.release(), [](void* p) {
+                             auto* f = static_cast<AVFrame*>(p);
+                             av_frame_free(&f);
+                           })};
+  return absl::OkStatus();
+}
+
 int FfmpegSource::RotationFromMatrix(const uint8_t* data, size_t size) {
   if (data == nullptr || size < 9 * sizeof(int32_t)) return 0;
   int32_t m[9];
@@ -382,53 +605,7 @@ StatusOr<Source::Picture> FfmpegSource::ConvertFrame() {
     stats_.DecodeError(StrCat(who(), ": picture ", pictures_this_input_, " of this ", live() ? "connection" : "pass",
                               " decoded with concealed errors"));
   }
-  const AVFrameSideData* side = av_frame_get_side_data(f, AV_FRAME_DATA_DISPLAYMATRIX);
-  const int rotation = side ? RotationFromMatrix(side->data, side->size) : stream_rotation_;
-
-  // Square pixels: widen (SAR > 1) or narrow (SAR < 1) to the display aspect ratio.
-  AVRational sar = f->sample_aspect_ratio.num > 0 ? f->sample_aspect_ratio : stream_sample_aspect_;
-  int width = f->width;
-  if (options_.apply_sample_aspect && sar.num > 0 && sar.den > 0 && sar.num != sar.den) {
-    width = std::max(1, int(std::lround(double(f->width) * sar.num / sar.den)));
-  }
-  const int height = f->height;
-  bool full_range = f->color_range == AVCOL_RANGE_JPEG;
-  const AVPixelFormat format = PlainFormat(AVPixelFormat(f->format), &full_range);
-  sws_.reset(sws_getCachedContext(sws_.release(), f->width, f->height, format, width, height, AV_PIX_FMT_BGR24,
-                                  SWS_BILINEAR, nullptr, nullptr, nullptr));
-  if (!sws_) {
-    const char* name = av_get_pix_fmt_name(format);
-    return absl::UnimplementedError(StrCat(who(), ": cannot convert pixel format ", name ? name : "?", " to bgr24"));
-  }
-  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
-  const int colorspace = SwsColorspace(f->colorspace, height);
-  if (desc != nullptr && !(desc->flags & AV_PIX_FMT_FLAG_RGB) &&
-      (sws_.get() != sws_configured_ || colorspace != sws_colorspace_ || int(full_range) != sws_full_range_)) {
-    sws_setColorspaceDetails(sws_.get(), sws_getCoefficients(colorspace), full_range, sws_getCoefficients(SWS_CS_DEFAULT),
-                             /*dstRange=*/1, /*brightness=*/0, /*contrast=*/1 << 16, /*saturation=*/1 << 16);
-    sws_configured_ = sws_.get();
-    sws_colorspace_ = colorspace;
-    sws_full_range_ = full_range;
-  }
-
   Picture picture;
-  Frame& out = picture.frame;
-  const bool transposed = rotation == 90 || rotation == 270;
-  out.width = transposed ? height : width;
-  out.height = transposed ? width : height;
-  out.stride = out.width * 3;
-  out.rotation = rotation;
-  out.bgr.resize(size_t(out.height) * out.stride);
-  if (rotation != 0) scratch_.resize(size_t(height) * width * 3);
-  uint8_t* dst[1] = {rotation == 0 ? out.bgr.data() : scratch_.data()};
-  const int dst_stride[1] = {width * 3};
-  sws_scale(sws_.get(), f->data, f->linesize, 0, f->height, dst, dst_stride);
-  if (rotation != 0) {
-    cv::Mat upright(out.height, out.width, CV_8UC3, out.bgr.data());
-    cv::rotate(cv::Mat(height, width, CV_8UC3, scratch_.data()), upright,
-               rotation == 90 ? cv::ROTATE_90_CLOCKWISE : rotation == 180 ? cv::ROTATE_180 : cv::ROTATE_90_COUNTERCLOCKWISE);
-  }
-
   const int64_t ts = f->best_effort_timestamp;
   if (ts != AV_NOPTS_VALUE) {
     if (start_pts_ == AV_NOPTS_VALUE) start_pts_ = ts;
@@ -438,10 +615,58 @@ StatusOr<Source::Picture> FfmpegSource::ConvertFrame() {
   picture.discontinuity = new_input_;
   new_input_ = false;
   picture.nominal_duration_ns = nominal_duration_ns_;
-  av_frame_unref(f);
-  out.decode_ns = decoder_ns_ + (SteadyNowNs() - t0);
-  decoder_ns_ = 0;
-  return picture;
+  const AVFrameSideData* side = av_frame_get_side_data(f, AV_FRAME_DATA_DISPLAYMATRIX);
+  const int rotation = side ? RotationFromMatrix(side->data, side->size) : stream_rotation_;
+
+  // Square pixels: widen (SAR > 1) or narrow (SAR < 1) to the display aspect ratio.
+  const AVRational sar = f->sample_aspect_ratio.num > 0 ? f->sample_aspect_ratio : stream_sample_aspect_;
+  const bool resample = options_.apply_sample_aspect && sar.num > 0 && sar.den > 0 && sar.num != sar.den;
+  Frame& out = picture.frame;
+  auto finish = [&] {
+    av_frame_unref(f);
+    out.decode_ns = decoder_ns_ + (SteadyNowNs() - t0);
+    decoder_ns_ = 0;
+    return picture;
+  };
+
+  if (f->format == AV_PIX_FMT_CUDA) {  // decoded on the GPU: deliver it there, or go on with a host copy
+    std::string host_because;
+    if (rotation != 0) host_because = "a display rotation";
+    else if (resample) host_because = "non-square pixels";
+    else if (SwFormat(*f) != AV_PIX_FMT_NV12) host_because = "a GPU format other than NV12";
+    else if (f->crop_left != 0 || f->crop_top != 0) host_because = "a crop at the left or top";
+    if (options_.deliver_device_frames && host_because.empty()) {
+      if (Status made = MakeDeviceFrame(out); !made.ok()) return Annotate(made, who());
+      return finish();
+    }
+    if (options_.deliver_device_frames) {
+      WarnOnce(StrCat("pictures with ", host_because, " are decoded on the GPU and delivered in host memory"));
+    }
+    StatusOr<AVFramePtr> host = HostPicture(*f);
+    if (!host.ok()) return Annotate(host.status(), who());
+    av_frame_unref(f);
+    av_frame_move_ref(f, host->get());
+  }
+  const int width = resample ? std::max(1, int(std::lround(double(f->width) * sar.num / sar.den))) : f->width;
+  const int height = f->height;
+
+  const bool transposed = rotation == 90 || rotation == 270;
+  out.width = transposed ? height : width;
+  out.height = transposed ? width : height;
+  out.stride = out.width * 3;
+  out.rotation = rotation;
+  out.bgr.resize(size_t(out.height) * out.stride);
+  if (rotation != 0) scratch_.resize(size_t(height) * width * 3);
+  if (Status converted = converter_.Convert(*f, width, rotation == 0 ? out.bgr.data() : scratch_.data());
+      !converted.ok()) {
+    return Annotate(converted, who());
+  }
+  if (rotation != 0) {
+    cv::Mat upright(out.height, out.width, CV_8UC3, out.bgr.data());
+    cv::rotate(cv::Mat(height, width, CV_8UC3, scratch_.data()), upright,
+               rotation == 90 ? cv::ROTATE_90_CLOCKWISE : rotation == 180 ? cv::ROTATE_180 : cv::ROTATE_90_COUNTERCLOCKWISE);
+  }
+  return finish();
 }
 
 void FfmpegSource::CheckTruncation() {
@@ -471,8 +696,11 @@ StatusOr<std::optional<Source::Picture>> FfmpegSource::DecodeNext() {
     }
     StatusOr<bool> got = ReadPicture();
     if (got.ok() && *got) {
-      VIGIL_ASSIGN_OR_RETURN(Picture picture, ConvertFrame());
-      return std::optional<Picture>(std::move(picture));
+      StatusOr<Picture> picture = ConvertFrame();
+      if (picture.ok()) return std::optional<Picture>(*std::move(picture));
+      if (!absl::IsInternal(picture.status())) return picture.status();
+      stats_.DecodeError(std::string(picture.status().message()));  // a failed GPU copy loses one picture
+      continue;
     }
     if (interrupted()) return Cancelled();
     if (live()) {  // a camera does not end: reconnect
@@ -505,3 +733,25 @@ StatusOr<std::unique_ptr<Source>> OpenFfmpegSource(SourceOptions options, std::s
 }
 
 }  // namespace vigil::video::internal
+
+namespace vigil::video {
+
+Status DownloadBgr(Frame& frame) {
+  if (!frame.device) return absl::OkStatus();
+  const int64_t t0 = internal::SteadyNowNs();
+  const auto* hw = static_cast<const AVFrame*>(frame.device->keepalive.get());
+  const std::string who = StrCat("stream '", frame.stream_id, "' frame ", frame.seq);
+  if (hw == nullptr) return absl::InvalidArgumentError(StrCat(who, ": device frame without its FFmpeg frame"));
+  StatusOr<internal::AVFramePtr> host = internal::HostPicture(*hw);
+  if (!host.ok()) return Annotate(host.status(), who);
+  std::vector<uint8_t> bgr(size_t(frame.height) * size_t(frame.width) * 3);
+  thread_local internal::BgrConverter converter;
+  VIGIL_RETURN_IF_ERROR(Annotate(converter.Convert(**host, frame.width, bgr.data()), who));
+  frame.bgr = std::move(bgr);
+  frame.stride = frame.width * 3;
+  frame.device.reset();
+  frame.decode_ns += internal::SteadyNowNs() - t0;
+  return absl::OkStatus();
+}
+
+}  // namespace vigil::video

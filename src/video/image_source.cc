@@ -19,6 +19,9 @@ class ImageSource final : public Source {
         interval_ns_(static_cast<int64_t>(1e9 / options_.image_fps)) {
     probed_.fps = options_.image_fps;
     declared_frames_ = paths_.size();
+    if (StatusOr<std::optional<int>> device = ParseHwaccel(options_.hwaccel); device.ok() && *device) {
+      stats_.SetHwaccel("cpu (images are decoded with OpenCV)");
+    }
   }
 
  protected:

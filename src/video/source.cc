@@ -80,6 +80,7 @@ Status ValidateOptions(const SourceOptions& o) {
     return bad("reconnect delays must satisfy 0 < initial_delay <= max_delay");
   }
   if (o.reconnect.max_attempts < 0) return bad("reconnect max_attempts is negative");
+  if (StatusOr<std::optional<int>> device = ParseHwaccel(o.hwaccel); !device.ok()) return bad(std::string(device.status().message()));
   return absl::OkStatus();
 }
 
@@ -91,6 +92,18 @@ std::chrono::nanoseconds BackoffDelay(const ReconnectPolicy& policy, int n, doub
   const double cap = std::min(max, initial * std::ldexp(1.0, std::clamp(n, 0, 62)));
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(std::clamp(u, 0.0, 1.0) * cap));
+}
+
+StatusOr<std::optional<int>> ParseHwaccel(const std::string& hwaccel) {
+  if (hwaccel.empty() || hwaccel == "cpu") return std::optional<int>();
+  if (hwaccel == "cuda") return std::optional<int>(0);
+  const std::string_view digits = std::string_view(hwaccel).substr(std::min<size_t>(5, hwaccel.size()));
+  if (hwaccel.rfind("cuda:", 0) == 0 && !digits.empty() && digits.size() <= 4 &&
+      digits.find_first_not_of("0123456789") == std::string_view::npos && std::stoi(std::string(digits)) < 1024) {
+    return std::optional<int>(std::stoi(std::string(digits)));
+  }
+  return absl::InvalidArgumentError(
+      StrCat("hwaccel '", hwaccel, "' is not one of: cpu or \"\" (decode on the CPU), cuda, cuda:N (NVIDIA GPU N, 0..1023)"));
 }
 
 SourceKind ClassifyUri(const std::string& uri) {

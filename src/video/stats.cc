@@ -52,6 +52,11 @@ void StatsRecorder::SetLastError(std::string_view message) {
   last_error_.assign(message.data(), message.size());
 }
 
+void StatsRecorder::SetHwaccel(std::string_view hwaccel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hwaccel_.assign(hwaccel.data(), hwaccel.size());
+}
+
 StreamStats StatsRecorder::Snapshot() const {
   StreamStats s;
   constexpr auto kRelaxed = std::memory_order_relaxed;
@@ -69,6 +74,7 @@ StreamStats StatsRecorder::Snapshot() const {
   s.state = state_;
   s.state_changes = state_changes_;
   s.last_error = last_error_;
+  s.hwaccel = hwaccel_;
   return s;
 }
 

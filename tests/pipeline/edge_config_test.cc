@@ -152,5 +152,38 @@ TEST(EdgeConfig, PlacementErrorsNameKeyAndLine) {
   EXPECT_NE(e.find("streams[0].placement.fps"), std::string::npos) << e;
 }
 
+TEST(EdgeConfig, HwaccelDefaultAndPerStream) {
+  StatusOr<EdgeConfig> d = ParseEdgeConfig(kGood, "edge.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->streams[0].hwaccel, "") << "absent: decode on the CPU";
+  EXPECT_EQ(d->streams[1].hwaccel, "");
+
+  std::string text = kGood;
+  text.replace(text.find("streams:"), 8, "hwaccel: cuda\nstreams:");
+  text.replace(text.find("    realtime: true"), 18, "    hwaccel: cuda:3\n    realtime: true");
+  StatusOr<EdgeConfig> c = ParseEdgeConfig(text, "edge.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->streams[0].hwaccel, "cuda:3") << "the stream's own value";
+  EXPECT_EQ(c->streams[1].hwaccel, "cuda") << "the top-level default";
+
+  text.replace(text.find("    hwaccel: cuda:3"), 19, "    hwaccel: cpu");
+  c = ParseEdgeConfig(text, "edge.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->streams[0].hwaccel, "cpu") << "a stream opts out of the default";
+}
+
+TEST(EdgeConfig, BadHwaccelNamesStreamKeyLineAndValue) {
+  std::string e = ErrorWith("    save_frames: /tmp/frames", "    hwaccel: vulkan");
+  EXPECT_NE(e.find("edge.yaml:21:"), std::string::npos) << e;
+  EXPECT_NE(e.find("streams[1].hwaccel"), std::string::npos) << e;
+  EXPECT_NE(e.find("stream 'imgs': hwaccel 'vulkan' is not"), std::string::npos) << e;
+  EXPECT_NE(e.find("cuda:N"), std::string::npos) << e;
+  e = ErrorWith("http_port: 9100", "hwaccel: cuda:x");
+  EXPECT_NE(e.find("edge.yaml:5:"), std::string::npos) << e;
+  EXPECT_NE(e.find("hwaccel 'cuda:x' is not"), std::string::npos) << e;
+  e = ErrorWith("    realtime: true", "    hwaccel: [cuda]");
+  EXPECT_NE(e.find("streams[0].hwaccel"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace vigil::pipeline

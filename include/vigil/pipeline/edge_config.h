@@ -14,9 +14,13 @@
 //     bind_single_numa: false        # bind also on a machine with a single NUMA node
 //     topology: machine.xml          # plan with this hwloc XML instead of this machine; binding is then off
 //     gflop_per_frame: 8.7           # model cost per frame; 0 = counted from the model (2 x multiply-adds)
+//   hwaccel: cuda                    # default of the streams' hwaccel (below); Default: cpu
 //   streams:
 //     - id: door                     # unique, required
 //       source: /videos/door.mp4     # file path, URL, folder or glob (required)
+//       hwaccel: cuda:1              # decode on: cpu, cuda (= cuda:0) or cuda:N (NVDEC on NVIDIA GPU N);
+//                                    # falls back to the CPU with a warning where the GPU cannot decode
+//                                    # the stream (video/source.h); image folders ignore it
 //       realtime: false
 //       loop: false
 //       target_fps: 0                # 0 = every frame
@@ -69,6 +73,7 @@ struct StreamConfig {
   bool realtime = false;
   bool loop = false;
   double target_fps = 0;
+  std::string hwaccel;      // video::SourceOptions::hwaccel: "" or "cpu", "cuda", "cuda:N"
   std::string save_frames;  // "" = off
   RulesConfig rules;
   int width = 0, height = 0;  // placement: frame size in pixels, 1..16384; 0 = probed / default

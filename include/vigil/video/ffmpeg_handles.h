@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+struct AVBufferRef;
 struct AVFormatContext;
 struct AVCodecContext;
 struct AVFrame;
@@ -45,6 +46,11 @@ struct SwsContextDeleter {
   void operator()(SwsContext* c) const noexcept;  // sws_freeContext
 };
 using SwsContextPtr = std::unique_ptr<SwsContext, SwsContextDeleter>;
+
+struct BufferRefDeleter {
+  void operator()(AVBufferRef* b) const noexcept;  // av_buffer_unref (e.g. a hardware device context)
+};
+using BufferRefPtr = std::unique_ptr<AVBufferRef, BufferRefDeleter>;
 
 // av_strerror's text for an AVERROR code ("Connection refused", "Invalid data found when processing input").
 std::string AvErrorString(int errnum);

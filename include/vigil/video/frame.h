@@ -10,6 +10,10 @@
 // starting at byte y * stride, pixel x of that row at byte x * 3 in the order blue, green, red (OpenCV's
 // CV_8UC3). The picture is upright: the stream's display rotation has been applied (`rotation` says by how
 // much) and non-square pixels have been resampled to square ones, so width/height are display pixels.
+// Or, only from a Source with SourceOptions::hwaccel and deliver_device_frames set, in GPU memory: then
+// `device` is set, `bgr` is empty and `stride` is 0 (DeviceFrame below; DownloadBgr turns it into the
+// host form). Such a Source may still deliver some frames in host memory (see source.h): a consumer
+// handles both forms.
 //
 // Times: pts_ns is the presentation time on the stream's own timeline, in ns from the start of the stream
 // (the first frame of a file's first pass or of a network source's first connection is near 0); it is
@@ -21,17 +25,70 @@
 //
 // decode_ns is the time the Source spent turning this picture into pixels, on the steady clock: for FFmpeg
 // inputs the libavcodec send/receive calls since the previous picture plus the conversion to BGR and the
-// rotation (demuxing, network waits, pacing and pictures skipped by target_fps are not included); for
-// images, cv::imread (reading the file and decoding it).
+// rotation (demuxing, network waits, pacing and pictures skipped by target_fps are not included), plus, for
+// pictures decoded on a GPU, the copy to host memory when they are delivered or downloaded in host form;
+// for images, cv::imread (reading the file and decoding it).
 //
-// Thread-safety: a Frame is a plain value (movable, copyable).
+// Thread-safety: a Frame is a plain value (movable, copyable); copies of a device frame share its GPU
+// pixels (read-only), which stay valid while any copy holds them.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "vigil/common/status.h"
+
 namespace vigil::video {
+
+// The Y'CbCr -> R'G'B' matrix of a picture, by its luma weights Kr and Kb (Kg = 1 - Kr - Kb):
+//   R = Y + 2(1 - Kr) Cr,  B = Y + 2(1 - Kb) Cb,  G = Y - (2 Kb (1 - Kb) Cb + 2 Kr (1 - Kr) Cr) / Kg
+// with Y in [0, 1] and Cb, Cr in [-0.5, 0.5] after range scaling (ITU-R BT.601-7 §2.5, BT.709-6 §3).
+// It is the matrix the picture declares; unspecified: BT.709 from 720 lines up, else BT.601 (the choice
+// the host conversion makes, so a GPU conversion that follows this matches it).
+enum class YuvMatrix {
+  kBt601,      // ITU-R BT.601 (also BT.470BG, SMPTE 170M): Kr 0.299, Kb 0.114
+  kBt709,      // ITU-R BT.709: Kr 0.2126, Kb 0.0722
+  kFcc,        // FCC 73.682 (US 1953): Kr 0.30, Kb 0.11
+  kSmpte240m,  // SMPTE 240M: Kr 0.212, Kb 0.087
+  kBt2020,     // ITU-R BT.2020 non-constant luminance (also used for constant): Kr 0.2627, Kb 0.0593
+};
+
+// A picture in GPU memory as NVDEC decoded it (FFmpeg's CUDA hwaccel, AV_PIX_FMT_CUDA with sw_format NV12).
+// Layout: NV12, 8 bits per sample. The luma plane is Frame::height rows of Frame::width bytes, row r at
+// byte y + r * y_pitch. The chroma plane is (height + 1) / 2 rows of (width + 1) / 2 interleaved (Cb, Cr)
+// byte pairs, row r at byte uv + r * uv_pitch, pair c of it at byte 2c (Cb) and 2c + 1 (Cr). Pitches are
+// in bytes (>= width). The picture is never rotated and has square pixels (a picture needing either is
+// delivered in host form); rotation is 0.
+// Values: studio swing (Y 16..235, Cb/Cr 16..240) unless full_range (0..255); convert with `matrix`. The
+// host conversion (DownloadBgr, libswscale's unscaled 4:2:0 path) gives luma pixel (x, y) the chroma pair
+// (x / 2, y / 2), without interpolation; a GPU conversion doing the same agrees with it up to rounding.
+//
+// Memory: device pointers (CUdeviceptr values) in the *primary* CUDA context of device `device` (the
+// context the CUDA runtime API uses), so runtime-API kernels on that device read them directly.
+// Ordering: FFmpeg wrote the planes with asynchronous copies on that context's legacy default stream
+// (cudaStreamLegacy) before the Frame was delivered. Work enqueued later on the legacy default stream or
+// on a blocking stream (created without cudaStreamNonBlocking) runs after those copies; a non-blocking
+// stream must first wait for them (cudaStreamWaitEvent on an event recorded on cudaStreamLegacy, or
+// cudaStreamSynchronize(cudaStreamLegacy)).
+// Lifetime: `keepalive` owns a reference to FFmpeg's frame (an AVFrame): the planes stay valid and
+// unchanged while any copy of it lives, also after later frames are decoded and after the Source is
+// destroyed. Releasing the last copy returns the surface to FFmpeg's pool (a dynamic pool: holding
+// frames costs GPU memory, ~1.5 bytes per pixel each, and never stalls the decoder); release it only
+// after GPU work reading the planes has completed. Consumers treat the planes as read-only.
+// Thread-safety: any thread may read the planes and release the keepalive.
+struct DeviceFrame {
+  int device = 0;              // CUDA device ordinal (as CUDA_VISIBLE_DEVICES numbers them)
+  const uint8_t* y = nullptr;  // device pointer: luma plane
+  const uint8_t* uv = nullptr;  // device pointer: interleaved chroma plane
+  int y_pitch = 0;             // bytes per luma row
+  int uv_pitch = 0;            // bytes per chroma row
+  YuvMatrix matrix = YuvMatrix::kBt601;
+  bool full_range = false;     // true: full range ("JPEG"/"pc"); false: studio swing ("MPEG"/"tv")
+  std::shared_ptr<void> keepalive;  // owns FFmpeg's frame; opaque to consumers
+};
 
 struct Frame {
   std::string stream_id;
@@ -43,9 +100,20 @@ struct Frame {
   int64_t decode_ns = 0;         // decoding + conversion time of this picture, ns (above)
   int width = 0;                 // pixels, upright
   int height = 0;                // pixels, upright
-  int stride = 0;                // bytes per row; width * 3 (rows are not padded)
+  int stride = 0;                // bytes per row; width * 3 (rows are not padded); 0 for a device frame
   int rotation = 0;              // degrees clockwise applied to the decoded picture: 0, 90, 180 or 270
-  std::vector<uint8_t> bgr;      // height * stride bytes, layout above
+  std::vector<uint8_t> bgr;      // height * stride bytes, layout above; empty for a device frame
+  std::optional<DeviceFrame> device;  // set: the pixels are in GPU memory (above), not in `bgr`
 };
+
+// Turns a device frame into the host form: copies the picture to host memory (av_hwframe_transfer_data),
+// converts it to BGR exactly as a CPU-decoded picture of the stream is converted (same libswscale path,
+// matrix and range: the result equals the CPU decode wherever the decoded Y'CbCr samples do), fills
+// `bgr` and `stride`, resets `device` and adds the time taken to decode_ns. A host frame is left as it is.
+// Errors (the message names the stream and seq; the frame is left unchanged): Internal (the copy from the
+// GPU failed), ResourceExhausted (no host memory), InvalidArgument (`device` without FFmpeg's frame in
+// keepalive, i.e. not made by a Source).
+// Thread-safety: any thread; distinct Frames concurrently (not the same Frame).
+Status DownloadBgr(Frame& frame);
 
 }  // namespace vigil::video

@@ -40,6 +40,27 @@
 // counted (containers without a declared length, such as MPEG-TS, MPEG-PS and Ogg, cannot tell a cut;
 // an MP4 cut before its index fails to open, DataLoss); nothing blocks longer than the timeouts.
 //
+// GPU decode (hwaccel "cuda[:N]", files and network sources; image folders ignore it): libavcodec's own
+// decoder for the codec (h264, hevc, ...) decodes with FFmpeg's CUDA hwaccel (NVDEC) on device N, in its
+// primary CUDA context. With deliver_device_frames, an 8-bit 4:2:0 picture (NV12 on the GPU) that needs no
+// rotation, no sample-aspect resampling and no left/top crop is delivered in GPU memory (Frame::device,
+// frame.h; the first picture that cannot be is logged once); every other picture is copied to host memory
+// and goes through the steps above like a CPU-decoded one (DownloadBgr's path: the same BGR as the CPU
+// decoder's wherever the decoded samples are the same). GPU decoding never fails a stream: where it cannot
+// be used, the stream is decoded on the CPU as without hwaccel, one warning per Source names the stream
+// and the reason, and StreamStats::hwaccel says so ("cpu (reason)"). The reasons: the device cannot be
+// opened (no driver, no such GPU; FFmpeg's own message is quoted; checked once per Source), the codec has
+// no CUDA hwaccel in this FFmpeg, the decoder does not offer CUDA frames for the stream (an unsupported
+// profile, or NVDEC failed to start), or the pictures are not 8-bit 4:2:0 (10-bit, 4:2:2, 4:4:4 would come
+// as P010/YUV444 surfaces). The decision is made again for each pass of a looped file and each connection.
+// A GPU picture that cannot be copied (a CUDA error) is counted as a decode error and skipped.
+// The primary context: FFmpeg 5.1 wants it with flags CU_CTX_SCHED_BLOCKING_SYNC and sets them when it is
+// the first to use the device; if the process has already made the context active with other flags (the
+// CUDA runtime's default is cudaDeviceScheduleAuto), opening fails ("Primary context already active with
+// incompatible flags") and the stream decodes on the CPU. A process that also uses the CUDA runtime opens
+// its hwaccel sources before its first CUDA call on that device, or calls
+// cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) before it.
+//
 // Thread-safety: Next() from one thread at a time. Interrupt() and Stats() from any thread, any time.
 // Errors (Next / OpenSource), each message naming the stream and its URI (passwords redacted):
 //   NotFound (missing file, empty folder or glob), InvalidArgument (no video stream, bad options),
@@ -87,6 +108,12 @@ struct SourceOptions {
   int64_t max_pts_jump_ns = 10'000'000'000;  // a larger forward pts jump is a discontinuity. Default: 10 s
   bool apply_sample_aspect = true;           // resample non-square pixels to square ones
   int decoder_threads = 1;                   // libavcodec thread_count (0 = FFmpeg's choice)
+  // Where to decode (files, network): "" or "cpu" = on the CPU; "cuda" = CUDA device 0; "cuda:N" = CUDA
+  // device N (NVDEC through FFmpeg's CUDA hwaccel; above). Anything else: InvalidArgument. Default: ""
+  std::string hwaccel;
+  // With hwaccel: deliver pictures that can stay in GPU memory as device frames (Frame::device, bgr empty).
+  // false: every picture is copied to host memory and converted to BGR before Next() returns. Default: false
+  bool deliver_device_frames = false;
   // Network sources.
   std::string rtsp_transport = "tcp";                  // FFmpeg rtsp_transport: tcp, udp, udp_multicast, http
   std::chrono::milliseconds connect_timeout{10000};    // open + stream probing, each attempt. Default: 10 s
@@ -99,6 +126,10 @@ enum class SourceKind { kFile, kNetwork, kImages };
 // kNetwork for "<scheme>://..." other than file://; kImages for a directory, a path with glob
 // characters (*?[) or a path with an image extension; kFile otherwise.
 SourceKind ClassifyUri(const std::string& uri);
+
+// The CUDA device a SourceOptions::hwaccel value names: nullopt for "" and "cpu", 0 for "cuda", N for
+// "cuda:N" (N decimal, 0..1023). Errors: InvalidArgument naming the option and the value.
+StatusOr<std::optional<int>> ParseHwaccel(const std::string& hwaccel);
 
 // "rtsp://user:secret@host/x" -> "rtsp://user:***@host/x"; other strings unchanged.
 std::string RedactUri(const std::string& uri);

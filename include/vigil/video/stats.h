@@ -44,6 +44,8 @@ struct StreamStats {
   uint64_t state_changes = 0;
   uint64_t queue_depth = 0;         // StreamReader: frames waiting to be popped
   std::string last_error;           // the most recent error or warning, naming the input; empty if none
+  std::string hwaccel;              // SourceOptions::hwaccel requested: where the current input decodes,
+                                    // "cuda:N", or "cpu (why not on the GPU)"; empty when not requested
 };
 
 class StatsRecorder {
@@ -60,6 +62,7 @@ class StatsRecorder {
   // first 5 and then every power of two, so a broken stream does not flood the log).
   void DecodeError(std::string_view message);
   void SetLastError(std::string_view message);
+  void SetHwaccel(std::string_view hwaccel);
   StreamStats Snapshot() const;
 
  private:
@@ -67,6 +70,7 @@ class StatsRecorder {
   StreamState state_ ABSL_GUARDED_BY(mu_) = StreamState::kIdle;
   uint64_t state_changes_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  std::string hwaccel_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace vigil::video
