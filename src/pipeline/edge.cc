@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -91,6 +92,8 @@ class Edge {
   metrics::Registry& reg_;
   std::optional<EdgeState> state_;
   std::unique_ptr<detect::Detector> detector_;
+  std::vector<std::shared_ptr<void>> decode_devices_;  // FFmpeg's CUDA contexts, held before the model loads
+  int gpu_frames_device_ = -1;  // CUDA device whose NVDEC frames the Detector takes in place; -1 none
   std::unique_ptr<transport::Publisher> publisher_;
   std::unique_ptr<EdgePlacement> placement_;
   std::vector<Stream> streams_;
@@ -132,6 +135,12 @@ Status Edge::OpenStreams(const std::vector<std::string>& names) {
     so.realtime = sc.realtime;
     so.loop = sc.loop;
     so.target_fps = sc.target_fps;
+    so.hwaccel = sc.hwaccel;
+    // Frames decoded on the Detector's GPU stay there (NV12 into the GPU letterbox); save_frames needs
+    // host pixels, so such a stream gets host frames.
+    const StatusOr<std::optional<int>> decode_gpu = video::ParseHwaccel(sc.hwaccel);
+    so.deliver_device_frames = gpu_frames_device_ >= 0 && decode_gpu.ok() && *decode_gpu == gpu_frames_device_ &&
+                               sc.save_frames.empty();
     s.progress.emplace(sc.id, s.saved.run);
     if (!sc.save_frames.empty()) {
       std::error_code ec;
@@ -235,18 +244,47 @@ void Edge::SaveFrame(const Stream& s, const video::Frame& f) {
   }
 }
 
+// The Detector's view of a frame: NV12 in GPU memory as NVDEC left it, or host BGR.
+detect::FrameRef FrameRefOf(const video::Frame& f) {
+  if (!f.device) {
+    return {.bgr = f.bgr.data(), .width = f.width, .height = f.height, .pitch = f.stride,
+            .memory = detect::FrameMemory::kHost};
+  }
+  const video::DeviceFrame& d = *f.device;
+  const video::LumaWeights w = video::LumaWeightsOf(d.matrix);
+  return {.bgr = d.y, .width = f.width, .height = f.height, .pitch = d.y_pitch, .memory = detect::FrameMemory::kDevice,
+          .format = detect::PixelFormat::kNv12, .uv = d.uv, .uv_pitch = d.uv_pitch, .kr = static_cast<float>(w.kr),
+          .kb = static_cast<float>(w.kb), .full_range = d.full_range};
+}
+
 void Edge::Process(std::vector<Item>& batch) {
   const int64_t t0 = SteadyNs();
-  std::vector<detect::Image> images(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    video::Frame& f = batch[i].frame;
-    if (const Stream& s = streams_[batch[i].stream]; !s.config.save_frames.empty()) SaveFrame(s, f);
-    images[i].width = f.width;
-    images[i].height = f.height;
-    images[i].bgr = std::move(f.bgr);
-  }
   std::vector<detect::DetectTiming> timing;
-  StatusOr<std::vector<std::vector<detect::Detection>>> dets = detector_->Detect(images, &timing);
+  StatusOr<std::vector<std::vector<detect::Detection>>> dets = absl::UnknownError("not run");
+  if (detector_->uses_gpu_stages()) {
+    // GPU stages: frames are read where they are (host BGR uploaded, NVDEC frames in place); the
+    // device frames' surfaces stay held by `batch` until DetectFrames has waited for the GPU.
+    std::vector<detect::FrameRef> frames(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const video::Frame& f = batch[i].frame;
+      if (const Stream& s = streams_[batch[i].stream]; !s.config.save_frames.empty() && !f.device) SaveFrame(s, f);
+      frames[i] = FrameRefOf(f);
+    }
+    dets = detector_->DetectFrames(frames, &timing);
+  } else {
+    std::vector<detect::Image> images(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      video::Frame& f = batch[i].frame;
+      if (f.device) {  // not asked for (deliver_device_frames is off without GPU stages), but handled
+        if (Status st = video::DownloadBgr(f); !st.ok()) spdlog::warn("{}", std::string(st.message()));
+      }
+      if (const Stream& s = streams_[batch[i].stream]; !s.config.save_frames.empty()) SaveFrame(s, f);
+      images[i].width = f.width;
+      images[i].height = f.height;
+      images[i].bgr = std::move(f.bgr);
+    }
+    dets = detector_->Detect(images, &timing);
+  }
   if (!dets.ok()) {
     spdlog::error("detection of a batch of {} frames failed: {}", batch.size(), std::string(dets.status().message()));
     for (const Item& item : batch) {
@@ -406,7 +444,22 @@ Status Edge::Run(const EdgeRunOptions& options) {
   dopt.conf = static_cast<float>(config_.conf);
   dopt.iou = static_cast<float>(config_.iou);
   dopt.max_det = config_.max_det;
+  // Streams decoded by NVDEC: FFmpeg must make each GPU's primary CUDA context (with its flags) before the
+  // model's CUDA runtime touches that GPU; the runtime then shares it (video::RetainCudaDecodeDevice).
+  std::set<int> decode_gpus;
+  for (const StreamConfig& sc : config_.streams) {
+    if (StatusOr<std::optional<int>> d = video::ParseHwaccel(sc.hwaccel); d.ok() && *d) decode_gpus.insert(**d);
+  }
+  for (int gpu : decode_gpus) {
+    StatusOr<std::shared_ptr<void>> held = video::RetainCudaDecodeDevice(gpu);
+    if (held.ok()) {
+      decode_devices_.push_back(std::move(*held));
+    } else {
+      spdlog::warn("hwaccel: {}; its streams decode on the CPU", std::string(held.status().message()));
+    }
+  }
   VIGIL_ASSIGN_OR_RETURN(detector_, detect::Detector::Load(config_.model_path, dopt));
+  if (detector_->uses_gpu_stages() && !decode_devices_.empty()) gpu_frames_device_ = detector_->engine().device_io()->device;
   std::vector<std::string> names;
   for (int64_t c = 0; c < detector_->model().num_classes; ++c) names.push_back(detector_->ClassName(static_cast<int>(c)));
   transport::TcpPublisherOptions popt;

@@ -69,6 +69,25 @@ void LogToSpdlog(void* avcl, int level, const char* fmt, va_list args) {
   }
 }
 
+// FFmpeg's CUDA device (NVDEC) on CUDA device `device`, in its primary context — the one the CUDA runtime
+// uses, so that runtime kernels can read the frames. Errors quote FFmpeg's reason.
+StatusOr<BufferRefPtr> OpenCudaDevice(int device) {
+  AVBufferRef* ctx = nullptr;
+  AVDictionary* options = nullptr;
+  av_dict_set(&options, "primary_ctx", "1", 0);
+  std::string said;
+  ffmpeg_errors = &said;
+  const int r = av_hwdevice_ctx_create(&ctx, AV_HWDEVICE_TYPE_CUDA, std::to_string(device).c_str(), options, 0);
+  ffmpeg_errors = nullptr;
+  av_dict_free(&options);
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  for (size_t p = said.find('\n'); p != std::string::npos; p = said.find('\n', p)) said.replace(p, 1, "; ");
+  if (r < 0) {
+    return absl::UnavailableError(StrCat("cannot open CUDA device ", device, ": ", said.empty() ? AvErrorString(r) : said));
+  }
+  return BufferRefPtr(ctx);
+}
+
 void InitFfmpegOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -498,22 +517,12 @@ void FfmpegSource::SetUpHwaccel(AVCodecContext* codec, const AVCodec* decoder) {
   }
   if (!has_cuda) return DecodeOnCpu(StrCat("the ", decoder->name, " decoder has no CUDA hwaccel in this FFmpeg"));
   if (!hw_device_ && hw_device_error_.empty()) {
-    // The primary context: the one the CUDA runtime API uses, so that its kernels can read the frames.
-    AVBufferRef* device = nullptr;
-    AVDictionary* options = nullptr;
-    av_dict_set(&options, "primary_ctx", "1", 0);
-    std::string said;
-    ffmpeg_errors = &said;
-    const int r =
-        av_hwdevice_ctx_create(&device, AV_HWDEVICE_TYPE_CUDA, std::to_string(*cuda_device_).c_str(), options, 0);
-    ffmpeg_errors = nullptr;
-    av_dict_free(&options);
-    while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
-    for (size_t p = said.find('\n'); p != std::string::npos; p = said.find('\n', p)) said.replace(p, 1, "; ");
-    if (r < 0) {
-      hw_device_error_ = StrCat("cannot open CUDA device ", *cuda_device_, ": ", said.empty() ? AvErrorString(r) : said);
+    StatusOr<BufferRefPtr> device = OpenCudaDevice(*cuda_device_);
+    if (device.ok()) {
+      hw_device_ = std::move(*device);
+    } else {
+      hw_device_error_ = std::string(device.status().message());
     }
-    hw_device_.reset(r < 0 ? nullptr : device);
   }
   if (!hw_device_) return DecodeOnCpu(hw_device_error_);
   codec->hw_device_ctx = av_buffer_ref(hw_device_.get());
@@ -752,6 +761,15 @@ Status DownloadBgr(Frame& frame) {
   frame.device.reset();
   frame.decode_ns += internal::SteadyNowNs() - t0;
   return absl::OkStatus();
+}
+
+StatusOr<std::shared_ptr<void>> RetainCudaDecodeDevice(int device) {
+  internal::InitFfmpegOnce();
+  VIGIL_ASSIGN_OR_RETURN(internal::BufferRefPtr ctx, internal::OpenCudaDevice(device));
+  return std::shared_ptr<void>(ctx.release(), [](void* p) {
+    AVBufferRef* b = static_cast<AVBufferRef*>(p);
+    av_buffer_unref(&b);
+  });
 }
 
 }  // namespace vigil::video

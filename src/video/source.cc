@@ -266,4 +266,15 @@ StatusOr<std::unique_ptr<Source>> OpenSource(SourceOptions options) {
   return absl::InternalError("unknown source kind");
 }
 
+LumaWeights LumaWeightsOf(YuvMatrix matrix) {
+  switch (matrix) {
+    case YuvMatrix::kBt601: return {0.299, 0.114};
+    case YuvMatrix::kBt709: return {0.2126, 0.0722};
+    case YuvMatrix::kFcc: return {0.30, 0.11};
+    case YuvMatrix::kSmpte240m: return {0.212, 0.087};
+    case YuvMatrix::kBt2020: return {0.2627, 0.0593};
+  }
+  return {0.299, 0.114};
+}
+
 }  // namespace vigil::video

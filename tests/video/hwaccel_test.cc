@@ -225,6 +225,22 @@ TEST(Hwaccel, DownloadBgrLeavesHostFramesAlone) {
 // GPU machine only: 1080p H.264 decoded by NVDEC into device frames. All 40 frames are held until the end,
 // so each picture must survive the decoding of up to 39 later ones (keepalive; more frames than NVDEC has
 // decode surfaces for H.264), then DownloadBgr must give exactly the CPU decode's pixels (see above).
+// RetainCudaDecodeDevice agrees with what a Source finds: where a Source falls back because the device
+// does not open, so does it, with the same reason; where a Source decodes on the GPU, it holds the device.
+TEST(Hwaccel, RetainCudaDecodeDeviceSaysWhatASourceSays) {
+  const std::string why = CudaUnavailable();
+  StatusOr<std::shared_ptr<void>> device = RetainCudaDecodeDevice(0);
+  if (why.empty()) {
+    ASSERT_TRUE(device.ok()) << device.status();
+    EXPECT_NE(device->get(), nullptr);
+    return;
+  }
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kUnavailable);
+  // The Source says "cpu (cannot open CUDA device 0: <FFmpeg's words>)".
+  EXPECT_EQ(why, StrCat("cpu (", device.status().message(), ")"));
+}
+
 TEST(GpuDecode, DeviceFramesMatchCpuDecode) {
   if (const std::string why = CudaUnavailable(); !why.empty()) GTEST_SKIP() << "no usable CUDA device: " << why;
   TempDir dir;

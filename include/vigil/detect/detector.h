@@ -74,22 +74,23 @@ enum class PixelFormat {
            // covers luma pixels (2i..2i+1, 2j..2j+1)): what NVDEC decodes H.264/HEVC 8-bit into.
            // GPU stages only, device memory only.
 };
-// Y'CbCr → R'G'B' matrix of an NV12 frame (ITU-R BT.601 / BT.709: Kr, Kb = 0.299, 0.114 / 0.2126,
-// 0.0722), with limited (Y 16–235, C 16–240) or full range.
-enum class ColorMatrix { kBt601, kBt709 };
 
 // A borrowed frame whose rows are `pitch` bytes apart.
 struct FrameRef {
   const uint8_t* bgr = nullptr;  // kBgr24: the pixels; kNv12: the Y plane. Not owned; must stay valid
                                  // until the call returns (DetectOnDevice: until Synchronize)
-  int width = 0, height = 0;     // pixels, > 0 (kNv12: even)
+  int width = 0, height = 0;     // pixels, > 0
   int64_t pitch = 0;             // bytes per row, >= width * 3 (kNv12: >= width); 0 = the minimum
   FrameMemory memory = FrameMemory::kHost;
   PixelFormat format = PixelFormat::kBgr24;
-  const uint8_t* uv = nullptr;   // kNv12: the interleaved U, V plane, height / 2 rows
+  const uint8_t* uv = nullptr;   // kNv12: the interleaved U, V plane: (height + 1) / 2 rows of (width + 1) / 2 pairs
   int64_t uv_pitch = 0;          // kNv12: bytes per UV row (>= width); 0 = pitch
-  ColorMatrix matrix = ColorMatrix::kBt601;  // kNv12
-  bool full_range = false;                   // kNv12: JPEG/full range instead of limited (video) range
+  // kNv12: the Y'CbCr → R'G'B' matrix by its luma weights Kr, Kb (R = Y + 2(1−Kr)Cr, B = Y + 2(1−Kb)Cb,
+  // G from Kg = 1 − Kr − Kb; ITU-R BT.601: 0.299, 0.114 — the default; BT.709: 0.2126, 0.0722; the
+  // video module's LumaWeights gives them for a decoded picture), and limited (Y 16–235, C 16–240) or
+  // full range.
+  float kr = 0.299f, kb = 0.114f;
+  bool full_range = false;
 };
 
 // Detections of one batch in the GPU's memory (DetectOnDevice). rows: float32 [images, max_det, 6],

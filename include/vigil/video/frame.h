@@ -56,6 +56,12 @@ enum class YuvMatrix {
   kBt2020,     // ITU-R BT.2020 non-constant luminance (also used for constant): Kr 0.2627, Kb 0.0593
 };
 
+// The luma weights {Kr, Kb} of `matrix`, as listed above.
+struct LumaWeights {
+  double kr = 0, kb = 0;
+};
+LumaWeights LumaWeightsOf(YuvMatrix matrix);
+
 // A picture in GPU memory as NVDEC decoded it (FFmpeg's CUDA hwaccel, AV_PIX_FMT_CUDA with sw_format NV12).
 // Layout: NV12, 8 bits per sample. The luma plane is Frame::height rows of Frame::width bytes, row r at
 // byte y + r * y_pitch. The chroma plane is (height + 1) / 2 rows of (width + 1) / 2 interleaved (Cb, Cr)

@@ -131,6 +131,14 @@ SourceKind ClassifyUri(const std::string& uri);
 // "cuda:N" (N decimal, 0..1023). Errors: InvalidArgument naming the option and the value.
 StatusOr<std::optional<int>> ParseHwaccel(const std::string& hwaccel);
 
+// Opens FFmpeg's CUDA device (NVDEC) on CUDA device `device` in its primary context, with FFmpeg's context
+// flags (CU_CTX_SCHED_BLOCKING_SYNC), and keeps that context alive while the returned handle (or a copy)
+// lives. FFmpeg cannot use a primary context that the CUDA runtime has already made active with other
+// flags, so a process that decodes with hwaccel and also runs the CUDA runtime on that device (the edge
+// with its model on the GPU) calls this before its first runtime call there; the runtime then shares the
+// context. Errors: Unavailable quoting FFmpeg's reason (no driver, no such device, flags). Thread-safe.
+StatusOr<std::shared_ptr<void>> RetainCudaDecodeDevice(int device);
+
 // "rtsp://user:secret@host/x" -> "rtsp://user:***@host/x"; other strings unchanged.
 std::string RedactUri(const std::string& uri);
 

@@ -70,9 +70,13 @@ Status CheckFrame(const FrameRef& f, size_t index, int device) {
     if (f.memory != FrameMemory::kDevice) {
       return absl::InvalidArgumentError(StrCat("frame ", index, ": NV12 frames are taken from device memory only"));
     }
-    if (f.uv == nullptr || f.width % 2 != 0 || f.height % 2 != 0 || (f.uv_pitch != 0 && f.uv_pitch < f.width)) {
-      return absl::InvalidArgumentError(StrCat("frame ", index, ": NV12 ", f.width, "x", f.height,
-                                               " needs even sizes and a UV plane with pitch >= width"));
+    if (f.uv == nullptr || (f.uv_pitch != 0 && f.uv_pitch < f.width + f.width % 2)) {
+      return absl::InvalidArgumentError(
+          StrCat("frame ", index, ": NV12 ", f.width, "x", f.height, " needs a UV plane with pitch >= its row"));
+    }
+    if (!(f.kr > 0 && f.kb > 0 && f.kr + f.kb < 1)) {
+      return absl::InvalidArgumentError(StrCat("frame ", index, ": luma weights Kr ", f.kr, ", Kb ", f.kb,
+                                               " are not a Y'CbCr matrix (need Kr, Kb > 0, Kr + Kb < 1)"));
     }
   }
   if (f.memory == FrameMemory::kDevice) {
@@ -311,9 +315,8 @@ StatusOr<std::vector<LetterboxInfo>> GpuStages::Enqueue(std::span<const FrameRef
         if (f.format == PixelFormat::kNv12) {
           s.uv = f.uv;
           s.uv_pitch = f.uv_pitch != 0 ? f.uv_pitch : s.pitch;
-          const bool bt709 = f.matrix == ColorMatrix::kBt709;
-          s.kr = bt709 ? 0.2126f : 0.299f;
-          s.kb = bt709 ? 0.0722f : 0.114f;
+          s.kr = f.kr;
+          s.kb = f.kb;
           s.full_range = f.full_range;
         }
         break;
