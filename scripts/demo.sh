@@ -14,7 +14,23 @@ if [[ ! -f $model ]]; then
 fi
 model=$(realpath "$model")
 scripts/deps.sh build
-scripts/build.sh >/dev/null
+echo "building vigil (the CLI only; a first build takes ~15-20 minutes on 2 cores)"
+build_log=$(mktemp)
+VIGIL_BUILD_TARGETS=vigil scripts/build.sh >"$build_log" 2>&1 &
+build_pid=$!
+ticks=0
+while kill -0 "$build_pid" 2>/dev/null; do  # one progress line a minute
+  sleep 5
+  ticks=$((ticks + 1))
+  if ((ticks % 12 == 0)); then
+    grep -oE '^\[[0-9]+/[0-9]+\]' "$build_log" | tail -n 1 | sed 's/^/  build step /' || true
+  fi
+done
+if ! wait "$build_pid"; then
+  tail -n 40 "$build_log" >&2
+  echo "demo.sh: the build failed (full log: $build_log)" >&2
+  exit 1
+fi
 vigil=$PWD/build/src/vigil
 out=$PWD/runs/demo
 rm -rf "$out" && mkdir -p "$out"
@@ -48,7 +64,7 @@ agg_pid=$!
 trap 'kill $agg_pid 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q "vigil aggregator" "$out/aggregator.out" 2>/dev/null && break; sleep 0.1; done
 echo "aggregator: 127.0.0.1:$agg_port (HTTP http://127.0.0.1:$http_port/api/stats)"
-echo "edge: vtest.avi (795 frames) + darknet images, model $(basename "$model") — this takes a minute or two on 2 cores"
+echo "edge: vtest.avi (795 frames) + darknet images, model $(basename "$model") — about 2 minutes on 2 cores"
 "$vigil" --log-level warn edge --config "$out/edge.yaml" 2> "$out/edge.log"
 python3 - "$http_port" > "$out/stats.json" <<'PY' || true
 import sys, urllib.request
@@ -57,7 +73,7 @@ PY
 kill $agg_pid; wait $agg_pid 2>/dev/null || true
 trap - EXIT
 # Annotated video and sample images (vigil detect, one-shot mode; a progress line on a terminal).
-echo "annotating vtest.avi with vigil detect"
+echo "annotating vtest.avi (795 frames) and 3 sample images with vigil detect — about 5 minutes on 2 cores"
 "$vigil" --log-level warn detect --model "$model" --output-dir "$out/annotated" --threads "$(nproc)" "$video" \
   /usr/share/darknet/data/{dog,person,horses}.jpg
 
@@ -66,7 +82,7 @@ echo "SQLite database : $out/vigil.db   (tables frames, events, detections)"
 echo "statistics      : $out/stats.json"
 echo "annotated video : $out/annotated/$(basename "${video%.*}").mp4"
 echo "annotated images: $out/annotated/ (and detections.jsonl: one line per image detection or video frame)"
-echo "logs            : $out/edge.log, $out/aggregator.log"
+echo "logs            : $out/edge.log, $out/aggregator.log (warnings and errors only)"
 echo
 python3 - "$out/vigil.db" <<'PY'
 import sqlite3, sys
@@ -79,6 +95,7 @@ for s, n, ev, span in frames:
 print()
 rows = con.execute("SELECT label, COUNT(*), ROUND(AVG(score), 2) FROM detections GROUP BY label "
                    "ORDER BY COUNT(*) DESC").fetchall()
+print("detections the aggregator stored (the edge's rules keep score >= 0.4; vigil detect above lists conf > 0.25):")
 print(f"{'class':<16}{'detections':>11}{'mean score':>12}")
 for label, n, mean in rows:
     print(f"{label:<16}{n:>11}{mean:>12}")

@@ -4,17 +4,19 @@
 // N streams at --fps each deliver a frame every 1/fps s, their phases spread evenly (frame j of the
 // whole set is due at t0 + j / (N · fps), from stream j mod N). Stream s goes to device s mod D
 // (equal streams: the planner's balanced assignment). Each device has its own queue and
-// --workers-per-device Detectors (each its own engine, CUDA stream and graph, batch --batch); a
-// worker takes whatever frames are queued, up to the batch, and runs Detector::DetectFrames on them —
+// --workers-per-device Detectors (each its own engine, CUDA stream and graph; batch: the model's fixed
+// batch, else --batch, default 16); a worker takes whatever frames are queued, up to the batch, and runs
+// Detector::DetectFrames on them —
 // the whole detection path: upload (page-locked frames: DMA; pageable: staging copy), GPU letterbox,
 // model, decode, NMS, detections copied back to the host. Frame-to-detection latency = the time the
 // detections are on the host − the time the frame was due. After --warmup-s, --seconds are measured;
-// frames still queued one budget after the end are counted as unserved. A stream count "holds" when no frame is
-// unserved and p99 latency <= --budget-ms. The sweep stops at the first count that does not hold.
+// frames still queued one budget after the end are counted as unserved. A stream count "holds" when no
+// frame is unserved and p99 latency <= --budget-ms. The sweep stops at the first count that does not hold.
 //
 // Frames: --frame FILE.npy (H×W×3 uint8 BGR, e.g. a 1920×1080 picture) or a synthetic gradient of
-// --width × --height. Up to 16 copies are made (in page-locked memory with --memory pinned) and the
-// streams take turns over them, so uploads do not all read one cache-hot buffer.
+// --width × --height. Up to 16 copies are made (in page-locked memory with --memory pinned, the default
+// when every device is a GPU) and the streams take turns over them, so uploads do not all read one
+// cache-hot buffer.
 // Exit codes as cli/commands.h. Output: a table, or with --json one object per stream count and a
 // summary object.
 #include <algorithm>
@@ -54,11 +56,11 @@ struct BenchStreamsArgs {
   double fps = 30;
   double seconds = 8;
   double warmup_s = 2;
-  int64_t batch = 16;
+  int64_t batch = 0;  // 0: 16 for a symbolic batch, else the model's fixed batch
   int workers_per_device = 2;
   std::string frame;
   int width = 1920, height = 1080;
-  std::string memory = "pinned";
+  std::string memory = "auto";
   double budget_ms = 25;
   bool json = false;
 };
@@ -248,14 +250,17 @@ nlohmann::json ToJson(const TrialResult& r) {
   return j;
 }
 
+int Run(const BenchStreamsArgs& a, const std::vector<std::string>& devices, const std::vector<int>& stream_counts,
+        infer::Precision precision);
+
 int BenchStreams(const BenchStreamsArgs& a) {
   auto counts = ParseList(a.streams);
   if (!counts.ok()) {
     std::fprintf(stderr, "vigil bench streams: %s\n", std::string(counts.status().message()).c_str());
     return 2;
   }
-  if (a.memory != "pinned" && a.memory != "host") {
-    std::fprintf(stderr, "vigil bench streams: --memory '%s' is not 'pinned' or 'host'\n", a.memory.c_str());
+  if (a.memory != "auto" && a.memory != "pinned" && a.memory != "host") {
+    std::fprintf(stderr, "vigil bench streams: --memory '%s' is not 'auto', 'pinned' or 'host'\n", a.memory.c_str());
     return 2;
   }
   auto precision = infer::ParsePrecision(a.precision);
@@ -273,6 +278,34 @@ int BenchStreams(const BenchStreamsArgs& a) {
     std::fprintf(stderr, "vigil bench streams: --devices is empty\n");
     return 2;
   }
+  // Page-locked frames need the CUDA driver: "auto" takes them when every device is a GPU.
+  BenchStreamsArgs args = a;
+  const bool all_gpus = std::all_of(devices.begin(), devices.end(), [](const std::string& d) { return d.rfind("cuda", 0) == 0; });
+  if (args.memory == "auto") args.memory = all_gpus ? "pinned" : "host";
+  if (args.memory == "pinned" && !all_gpus) {
+    std::fprintf(stderr, "vigil bench streams: --memory pinned needs CUDA devices only (got --devices %s)\n",
+                 a.devices.c_str());
+    return 2;
+  }
+  // A model with a fixed batch runs it; a symbolic batch gets --batch (16 when not given).
+  if (StatusOr<infer::ModelSummary> summary = infer::InspectModel(a.model); summary.ok() && !summary->inputs.empty() &&
+                                                                       !summary->inputs[0].dims.empty()) {
+    const infer::Dim& d0 = summary->inputs[0].dims[0];
+    if (d0.value > 0) {
+      if (args.batch > 0 && args.batch != d0.value) {
+        std::fprintf(stderr, "vigil bench streams: %s has a fixed batch of %lld; --batch %lld ignored\n", a.model.c_str(),
+                     static_cast<long long>(d0.value), static_cast<long long>(args.batch));
+      }
+      args.batch = d0.value;
+    }
+  }
+  if (args.batch == 0) args.batch = 16;
+  return Run(args, devices, *counts, *precision);
+}
+
+int Run(const BenchStreamsArgs& a, const std::vector<std::string>& devices, const std::vector<int>& stream_counts,
+        infer::Precision precision) {
+  const std::vector<int>* counts = &stream_counts;
   // The frame.
   int width = a.width, height = a.height;
   std::vector<uint8_t> base;
@@ -305,7 +338,7 @@ int BenchStreams(const BenchStreamsArgs& a) {
       loaders.emplace_back([&, w] {
         detect::DetectorOptions o;
         o.engine.device = devices[workers[w].device];
-        o.engine.precision = *precision;
+        o.engine.precision = precision;
         o.engine.batch = a.batch;
         auto d = detect::Detector::Load(a.model, o);
         if (d.ok()) {
@@ -362,7 +395,7 @@ int BenchStreams(const BenchStreamsArgs& a) {
     std::printf("%s: %dx%d frames at %.0f FPS per stream, %zu device(s) x %d workers, batch %lld, %s frames, GPU stages %s\n",
                 a.model.c_str(), width, height, a.fps, devices.size(), a.workers_per_device,
                 static_cast<long long>(d0.model().batch), a.memory.c_str(), d0.uses_gpu_stages() ? "on" : "off");
-    std::printf("%8s %10s %10s %9s %9s %9s %9s %8s %10s %6s\n", "streams", "offered", "served", "p50 ms", "p99 ms",
+    std::printf("%8s %10s %10s %9s %9s %9s %9s %8s %10s %6s\n", "streams", "offered/s", "served/s", "p50 ms", "p99 ms",
                 "max ms", "unserved", "batch", "cpu ms/fr", "holds");
   }
   for (int n : *counts) {
@@ -413,12 +446,14 @@ void AddBenchStreamsCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--fps", a->fps, "frames per second per stream")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--seconds", a->seconds, "measured seconds per stream count")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--warmup-s", a->warmup_s, "unmeasured seconds first")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--batch", a->batch, "engine batch (frames per inference at most)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--batch", a->batch, "engine batch, frames per inference at most (default: the model's fixed batch, else 16)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--workers-per-device", a->workers_per_device, "detectors per device")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--frame", a->frame, "H x W x 3 uint8 BGR .npy frame (default: synthetic)")->check(CLI::ExistingFile);
   cmd->add_option("--width", a->width, "synthetic frame width")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--height", a->height, "synthetic frame height")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--memory", a->memory, "frames in 'pinned' (page-locked) or 'host' (pageable) memory")->capture_default_str();
+  cmd->add_option("--memory", a->memory, "frames in 'pinned' (page-locked) or 'host' (pageable) memory; 'auto': pinned for GPUs")
+      ->capture_default_str();
   cmd->add_option("--budget-ms", a->budget_ms, "p99 frame-to-detection budget")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->callback([a, exit_code] { *exit_code = BenchStreams(*a); });

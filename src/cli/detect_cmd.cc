@@ -520,7 +520,8 @@ void AddDetectCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-det", a->max_det, "detections per image")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--agnostic", a->agnostic, "class-agnostic NMS");
   cmd->add_option("--classes", a->classes, "keep only these class ids, e.g. 0,2")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->allow_extra_args(false);  // one (comma-separated) value: the image paths after it stay paths
   cmd->add_option("--imgsz", a->imgsz, "input size H,W (or one size) for models with symbolic H/W");
   cmd->add_option("--batch", a->batch, "images per inference for a symbolic batch (0 = the model's, 1 if symbolic)")
       ->check(CLI::NonNegativeNumber);

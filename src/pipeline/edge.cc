@@ -469,6 +469,12 @@ Status Edge::Run(const EdgeRunOptions& options) {
   popt.port = config_.aggregator_port;
   VIGIL_ASSIGN_OR_RETURN(publisher_, transport::MakeTcpPublisher(popt));
   VIGIL_RETURN_IF_ERROR(OpenStreams(names));
+  if (!config_.streams.empty() &&
+      std::none_of(streams_.begin(), streams_.end(), [](const Stream& st) { return st.source != nullptr; })) {
+    // Nothing to run: fail loudly so that a supervisor restarts or alerts (each reason was logged above).
+    return absl::FailedPreconditionError(StrCat("none of the ", config_.streams.size(),
+                                                " configured streams could be opened (see the errors above)"));
+  }
   Place();
   RegisterNumaMetrics(reg_);
   StartReaders();

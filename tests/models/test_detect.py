@@ -15,6 +15,7 @@ from flipping the verdict.
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -148,6 +149,18 @@ def _detector():
     if (MODELS_DIR / "yolov8n_640_b1_op17.onnx").is_file():
         return MODELS_DIR / "yolov8n_640_b1_op17.onnx"
     pytest.skip("no detector model (shared yolov8n or generated yolov8n_640_b1_op17)")
+
+
+def test_classes_before_the_paths_keeps_the_paths():
+    """`--classes 16 dog.jpg`: the option takes one (comma-separated) value, the image stays a path."""
+    model = shared_model("yolov8n_coco_640_int8dyn.onnx")
+    dog = oracle.DARKNET_DATA / "dog.jpg"
+    if not dog.is_file():
+        pytest.skip("dog.jpg missing: apt-get install darknet")
+    p = vigil("detect", "--model", model, "--classes", "16,1", dog, "--no-save", "--json", "-")
+    assert p.returncode == 0, describe(p)
+    got = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert {d["class_id"] for d in got} == {16, 1}, got  # dog and bicycle; the car/truck filtered out
 
 
 def test_unreadable_image_among_good(tmp_path):

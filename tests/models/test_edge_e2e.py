@@ -431,3 +431,17 @@ streams:
             except subprocess.TimeoutExpired:
                 edge.kill()
         agg.kill(signal.SIGTERM)
+
+
+def test_edge_with_no_openable_stream_fails(tmp_path):
+    """Every stream fails to open: the edge exits non-zero naming why, so a supervisor notices."""
+    from common import describe, shared_model, vigil
+
+    cfg = tmp_path / "edge.yaml"
+    cfg.write_text(f"edge: e1\naggregator: 127.0.0.1:{free_port()}\n"
+                   f"model: {{path: {shared_model('yolov8n_coco_640_int8dyn.onnx')}}}\n"
+                   f"state_dir: {tmp_path / 'state'}\nstreams:\n  - {{id: a, source: {tmp_path / 'absent.avi'}}}\n")
+    p = vigil("edge", "--config", cfg, timeout=120)
+    assert p.returncode == 2, describe(p)
+    assert "none of the 1 configured streams could be opened" in p.stderr, describe(p)
+    assert "absent.avi" in p.stderr, describe(p)

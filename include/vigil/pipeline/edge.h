@@ -44,8 +44,9 @@
 // vigil_thread_cpu_seconds_total (it hooks the registry: use a fresh registry per RunEdge).
 //
 // Thread-safety: Run from one thread; `stop` may be set from any thread (a signal handler sets an atomic).
-// Errors: Run returns the model's Load error, a state dir error, or a bad publisher/rules option;
-// stream failures are not errors of Run.
+// Errors: Run returns the model's Load error, a state dir error, a bad publisher/rules option, or
+// FailedPrecondition when none of the configured streams could be opened; the failure of some streams
+// (at open, or later) is not an error of Run: it is logged and counted in vigil_edge_stream_errors_total.
 #pragma once
 
 #include <atomic>
