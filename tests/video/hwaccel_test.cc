@@ -20,6 +20,7 @@
 namespace vigil::video {
 namespace {
 
+using testing::ReadAll;
 using testing::TempDir;
 
 constexpr char kVtest[] = "/usr/share/doc/opencv-doc/examples/data/vtest.avi";
@@ -64,16 +65,6 @@ std::unique_ptr<Source> MustOpen(const std::string& uri, const std::string& hwac
   return source.ok() ? *std::move(source) : nullptr;
 }
 
-std::vector<Frame> Read(Source& source, size_t max_frames) {
-  std::vector<Frame> frames;
-  while (frames.size() < max_frames) {
-    StatusOr<std::optional<Frame>> next = source.Next();
-    EXPECT_TRUE(next.ok()) << next.status();
-    if (!next.ok() || !next->has_value()) break;
-    frames.push_back(std::move(**next));
-  }
-  return frames;
-}
 
 // Counts the warnings logged while it lives that contain `text` (a sink on the default logger).
 class WarningCounter {
@@ -171,7 +162,7 @@ TEST(Hwaccel, CodecWithoutCudaFallsBackToIdenticalCpuFrames) {
   ASSERT_TRUE(plain && gpu);
   EXPECT_EQ(plain->Stats().hwaccel, "") << "not requested";
   EXPECT_EQ(gpu->Stats().hwaccel, "cpu (the msmpeg4 decoder has no CUDA hwaccel in this FFmpeg)");
-  const std::vector<Frame> want = Read(*plain, 40), got = Read(*gpu, 40);
+  const std::vector<Frame> want = ReadAll(*plain, 40), got = ReadAll(*gpu, 40);
   ASSERT_EQ(got.size(), 40u);
   ASSERT_EQ(want.size(), 40u);
   for (size_t i = 0; i < got.size(); ++i) ExpectSamePixels(got[i], want[i], i);
@@ -194,7 +185,7 @@ TEST(Hwaccel, H264HostFramesEqualCpuDecodeAcrossLoops) {
   auto plain = MustOpen(clip, "", false, /*loop=*/true);
   auto gpu = MustOpen(clip, "cuda:0", /*device_frames=*/false, /*loop=*/true);
   ASSERT_TRUE(plain && gpu);
-  const std::vector<Frame> want = Read(*plain, 36), got = Read(*gpu, 36);
+  const std::vector<Frame> want = ReadAll(*plain, 36), got = ReadAll(*gpu, 36);
   ASSERT_EQ(got.size(), 36u);
   ASSERT_EQ(want.size(), 36u);
   for (size_t i = 0; i < got.size(); ++i) ExpectSamePixels(got[i], want[i], i);
@@ -247,7 +238,7 @@ TEST(GpuDecode, DeviceFramesMatchCpuDecode) {
   const std::string clip = WritePatternClip(dir / "pattern1080.mp4", 1920, 1080, 40);
   auto gpu = MustOpen(clip, "cuda", /*device_frames=*/true);
   ASSERT_TRUE(gpu);
-  std::vector<Frame> frames = Read(*gpu, 40);
+  std::vector<Frame> frames = ReadAll(*gpu, 40);
   EXPECT_EQ(gpu->Stats().hwaccel, "cuda:0");
   ASSERT_EQ(frames.size(), 40u);
   for (size_t i = 0; i < frames.size(); ++i) {
@@ -270,7 +261,7 @@ TEST(GpuDecode, DeviceFramesMatchCpuDecode) {
   EXPECT_NE(frames[0].device->y, frames[1].device->y) << "two held frames share a surface";
   auto cpu = MustOpen(clip, "");
   ASSERT_TRUE(cpu);
-  const std::vector<Frame> want = Read(*cpu, 40);
+  const std::vector<Frame> want = ReadAll(*cpu, 40);
   ASSERT_EQ(want.size(), 40u);
   for (size_t i = 0; i < frames.size(); ++i) {
     const int64_t decode_ns = frames[i].decode_ns;
@@ -288,7 +279,7 @@ TEST(GpuDecode, DeviceFrameOutlivesItsSource) {
   const std::string clip = WritePatternClip(dir / "pattern.mp4", 320, 240, 12);
   auto gpu = MustOpen(clip, "cuda", /*device_frames=*/true);
   ASSERT_TRUE(gpu);
-  std::vector<Frame> frames = Read(*gpu, 12);
+  std::vector<Frame> frames = ReadAll(*gpu, 12);
   ASSERT_EQ(frames.size(), 12u);
   gpu.reset();
   Frame copy = frames[11];
@@ -297,7 +288,7 @@ TEST(GpuDecode, DeviceFrameOutlivesItsSource) {
   ASSERT_TRUE(DownloadBgr(copy).ok());
   auto cpu = MustOpen(clip, "");
   ASSERT_TRUE(cpu);
-  const std::vector<Frame> want = Read(*cpu, 12);
+  const std::vector<Frame> want = ReadAll(*cpu, 12);
   ASSERT_EQ(want.size(), 12u);
   ExpectSamePixels(copy, want[11], 11);
 }

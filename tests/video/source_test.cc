@@ -19,6 +19,7 @@ namespace {
 
 using testing::Ffmpeg;
 using testing::QuadrantFilter;
+using testing::ReadAll;
 using testing::TempDir;
 using Bgr = std::array<int, 3>;
 
@@ -55,17 +56,6 @@ SourceOptions Options(const std::string& uri) {
   return o;
 }
 
-// Reads up to `max_frames` frames; fails the test on an error.
-std::vector<Frame> ReadAll(Source& source, size_t max_frames = 100000) {
-  std::vector<Frame> frames;
-  while (frames.size() < max_frames) {
-    StatusOr<std::optional<Frame>> next = source.Next();
-    EXPECT_TRUE(next.ok()) << next.status();
-    if (!next.ok() || !next->has_value()) break;
-    frames.push_back(std::move(**next));
-  }
-  return frames;
-}
 
 // 30 fps testsrc clip of `seconds`, H.264 with a keyframe every 10 frames.
 std::string TestClip(const TempDir& dir, const std::string& name, double seconds, const std::string& extra = "") {

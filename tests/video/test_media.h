@@ -35,6 +35,8 @@
 
 #include <gtest/gtest.h>
 
+#include "vigil/video/source.h"
+
 extern char** environ;
 
 namespace vigil::video::testing {
@@ -307,5 +309,17 @@ class RtspRelay {
   std::atomic<bool> running_{false};
   std::thread thread_;
 };
+
+// Reads up to `max_frames` frames from `source`; fails the test on an error.
+inline std::vector<Frame> ReadAll(Source& source, size_t max_frames = 100000) {
+  std::vector<Frame> frames;
+  while (frames.size() < max_frames) {
+    StatusOr<std::optional<Frame>> next = source.Next();
+    EXPECT_TRUE(next.ok()) << next.status();
+    if (!next.ok() || !next->has_value()) break;
+    frames.push_back(std::move(**next));
+  }
+  return frames;
+}
 
 }  // namespace vigil::video::testing
