@@ -250,8 +250,9 @@ nlohmann::json ToJson(const TrialResult& r) {
   return j;
 }
 
-int Run(const BenchStreamsArgs& a, const std::vector<std::string>& devices, const std::vector<int>& stream_counts,
-        infer::Precision precision);
+// The sweep itself, with the arguments checked and resolved (memory, batch) by BenchStreams.
+int RunSweep(const BenchStreamsArgs& a, const std::vector<std::string>& devices, const std::vector<int>& counts,
+             infer::Precision precision);
 
 int BenchStreams(const BenchStreamsArgs& a) {
   auto counts = ParseList(a.streams);
@@ -300,12 +301,11 @@ int BenchStreams(const BenchStreamsArgs& a) {
     }
   }
   if (args.batch == 0) args.batch = 16;
-  return Run(args, devices, *counts, *precision);
+  return RunSweep(args, devices, *counts, *precision);
 }
 
-int Run(const BenchStreamsArgs& a, const std::vector<std::string>& devices, const std::vector<int>& stream_counts,
-        infer::Precision precision) {
-  const std::vector<int>* counts = &stream_counts;
+int RunSweep(const BenchStreamsArgs& a, const std::vector<std::string>& devices, const std::vector<int>& counts,
+             infer::Precision precision) {
   // The frame.
   int width = a.width, height = a.height;
   std::vector<uint8_t> base;
@@ -358,7 +358,7 @@ int Run(const BenchStreamsArgs& a, const std::vector<std::string>& devices, cons
   }
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
   // Frame copies.
-  const size_t copies = std::min<size_t>(16, static_cast<size_t>(*std::max_element(counts->begin(), counts->end())));
+  const size_t copies = std::min<size_t>(16, static_cast<size_t>(*std::max_element(counts.begin(), counts.end())));
   std::vector<FrameBuffer> frames(copies);
   for (FrameBuffer& f : frames) {
 #if VIGIL_HAVE_CUDA
@@ -398,7 +398,7 @@ int Run(const BenchStreamsArgs& a, const std::vector<std::string>& devices, cons
     std::printf("%8s %10s %10s %9s %9s %9s %9s %8s %10s %6s\n", "streams", "offered/s", "served/s", "p50 ms", "p99 ms",
                 "max ms", "unserved", "batch", "cpu ms/fr", "holds");
   }
-  for (int n : *counts) {
+  for (int n : counts) {
     TrialResult r = RunTrial(a, n, workers, devices.size(), frames, width, height);
     if (r.holds) holding = std::max(holding, n);
     trials.push_back(ToJson(r));

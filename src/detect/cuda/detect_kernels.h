@@ -20,7 +20,7 @@ struct SlotGeometry {
   const uint8_t* bgr = nullptr;  // device, 8-bit BGR rows of `pitch` bytes (NV12: the Y plane);
                                  // nullptr = blank slot (zeros)
   int64_t pitch = 0;             // bytes from one row to the next (>= width * 3; NV12 >= width)
-  const uint8_t* uv = nullptr;   // NV12 only: interleaved U, V rows (height / 2 of them); nullptr = BGR
+  const uint8_t* uv = nullptr;   // NV12 only: interleaved U, V rows ((height + 1) / 2 of them); nullptr = BGR
   int64_t uv_pitch = 0;
   float kr = 0.299f, kb = 0.114f;  // NV12: the matrix's luma weights of R and B (BT.601, BT.709)
   bool full_range = false;         // NV12: full instead of limited range

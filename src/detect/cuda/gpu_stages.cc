@@ -224,7 +224,6 @@ StatusOr<std::unique_ptr<GpuStages>> GpuStages::Create(infer::Engine& engine, co
   std::unique_ptr<GpuStages> g(new GpuStages());
   g->engine_ = &engine;
   g->model_ = model;
-  g->options_ = options;
   g->device_ = io->device;
   g->stream_ = io->stream;
   g->buffers_ = std::make_unique<Buffers>();
@@ -347,7 +346,6 @@ StatusOr<std::vector<LetterboxInfo>> GpuStages::Enqueue(std::span<const FrameRef
   VIGIL_RETURN_IF_ERROR(engine_->EnqueueOnDevice());
   VIGIL_RETURN_IF_ERROR(b.post->Enqueue(io->outputs[0], engine_->outputs()[0].dtype == DType::kFloat16, images,
                                         slots_dev, stream));
-  images_ = images;
   return infos;
 }
 

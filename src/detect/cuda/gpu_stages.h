@@ -88,10 +88,8 @@ class GpuStages {
 
   infer::Engine* engine_ = nullptr;
   ModelInfo model_;
-  DetectorOptions options_;
   int device_ = 0;
   void* stream_ = nullptr;
-  int images_ = 0;        // frames in the last batch
   bool pending_ = false;  // work enqueued and not yet waited for
   std::unique_ptr<Buffers> buffers_;
   std::mutex mu_;
