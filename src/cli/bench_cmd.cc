@@ -9,7 +9,10 @@
 // machine it shows what a run costs when wall time is inflated by other processes.
 // Peak RSS (getrusage ru_maxrss) is read after the timed runs. The profile comes from a second engine
 // loaded with profiling on (after the first is freed), so clock reads never touch the timed runs:
-// one warm-up run, then kProfileIters runs whose per-node times are averaged.
+// one warm-up run, then kProfileIters runs whose per-node times are averaged. With --profile-range N (CUDA
+// devices) that second load is skipped; instead N device-resident runs after the timed ones are bracketed by
+// cudaProfilerStart/Stop, so `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi`
+// records exactly those (scripts/gpu-check.sh's `profile` stage), not the load's cuDNN plan timing.
 // The input is deterministic: uniform [0, 1) from std::mt19937 seeded with 0 (zeros for integer inputs).
 // --json prints the same fields as one object, plus "nodes": every node's time per run in graph order.
 #include <sched.h>
@@ -36,6 +39,9 @@
 #include "cli/commands.h"
 #include "infer/backend.h"
 #include "vigil/infer/engine.h"
+#if VIGIL_HAVE_CUDA
+#include "infer/cuda/device.h"
+#endif
 
 namespace vigil::cli {
 namespace {
@@ -54,6 +60,7 @@ struct BenchEngineArgs {
   std::string device = "cpu";
   std::string precision = "fp32";
   bool no_cuda_graph = false;
+  int profile_range = 0;  // > 0: that many device-resident runs inside cudaProfilerStart/Stop, no per-op profile
 };
 
 double PeakRssMiB() {
@@ -278,25 +285,42 @@ int BenchEngine(const BenchEngineArgs& args) {
         return 1;
       }
       r.pipelined_throughput = static_cast<double>(r.batch) * args.iters * 1000.0 / MsSince(t);
+#if VIGIL_HAVE_CUDA
+      if (args.profile_range > 0) {  // for an external profiler (ncu/nsys), after warm-up and timing
+        std::string err = cuda::ProfilerStart();
+        for (int i = 0; i < args.profile_range && st.ok() && err.empty(); ++i) {
+          st = (*engine)->EnqueueOnDevice();
+          if (st.ok()) st = (*engine)->SynchronizeDevice();
+        }
+        if (err.empty()) err = cuda::ProfilerStop();
+        if (!st.ok() || !err.empty()) {
+          std::fprintf(stderr, "vigil bench engine: profiler range: %s\n",
+                       err.empty() ? std::string(st.message()).c_str() : err.c_str());
+          return 1;
+        }
+      }
+#endif
     }
     r.throughput = static_cast<double>(r.batch) * 1000.0 / r.latency.mean;
     r.peak_rss_mib = PeakRssMiB();
     r.arena_mib = static_cast<double>((*engine)->ArenaBytes()) / (1024.0 * 1024.0);
   }
-  options.profile = true;
-  StatusOr<std::unique_ptr<infer::Engine>> profiled = infer::Engine::Load(args.model, options);
-  if (!profiled.ok() || !(*profiled)->Run(inputs, &outputs).ok()) {
-    std::fprintf(stderr, "vigil bench engine: profiled run failed\n");
-    return 1;
-  }
-  const std::vector<infer::NodeTiming> before = (*profiled)->Profile();
-  for (int i = 0; i < kProfileIters; ++i) {
-    if (Status st = (*profiled)->Run(inputs, &outputs); !st.ok()) {
-      std::fprintf(stderr, "vigil bench engine: %s\n", std::string(st.message()).c_str());
+  if (args.profile_range == 0) {  // with --profile-range the external profiler is the profile
+    options.profile = true;
+    StatusOr<std::unique_ptr<infer::Engine>> profiled = infer::Engine::Load(args.model, options);
+    if (!profiled.ok() || !(*profiled)->Run(inputs, &outputs).ok()) {
+      std::fprintf(stderr, "vigil bench engine: profiled run failed\n");
       return 1;
     }
+    const std::vector<infer::NodeTiming> before = (*profiled)->Profile();
+    for (int i = 0; i < kProfileIters; ++i) {
+      if (Status st = (*profiled)->Run(inputs, &outputs); !st.ok()) {
+        std::fprintf(stderr, "vigil bench engine: %s\n", std::string(st.message()).c_str());
+        return 1;
+      }
+    }
+    AddProfile(before, (*profiled)->Profile(), kProfileIters, &r);
   }
-  AddProfile(before, (*profiled)->Profile(), kProfileIters, &r);
   if (args.json) {
     std::cout << ToJson(r).dump(2) << "\n";
   } else {
@@ -320,6 +344,11 @@ CLI::App* AddBenchCommands(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   engine->add_option("--iters", args->iters, "timed runs")->check(CLI::PositiveNumber)->capture_default_str();
   engine->add_option("--warmup", args->warmup, "untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  engine->add_option("--profile-range", args->profile_range,
+                     "CUDA: after timing, run the engine this many times between cudaProfilerStart and Stop (for "
+                     "`ncu --profile-from-start off` / `nsys --capture-range=cudaProfilerApi`) and skip the per-op "
+                     "profile")
+      ->check(CLI::NonNegativeNumber);
   engine->add_option("--imgsz", args->imgsz, "input size H,W (or one size) for symbolic H/W");
   engine->add_flag("--reference-only", args->reference_only, "reference kernels only (no oneDNN)");
   engine->add_flag("--json", args->json, "print one JSON object");

@@ -53,6 +53,7 @@ struct Stream {
   std::deque<std::pair<uint64_t, int64_t>> unacked;  // (seq, source_steady_ns) of reported frames
   uint64_t frames = 0, fps_frames = 0;
   video::StreamStats last_stats;  // for counter deltas
+  std::string decoder;  // the vigil_edge_stream_decoder series at 1 ("" before the first report)
   metrics::Counter* frames_total = nullptr;
   metrics::Counter* errors_total = nullptr;
   metrics::Gauge* fps = nullptr;
@@ -202,7 +203,9 @@ void Edge::Feed(size_t index) {
         spdlog::error("{}", std::string(st.message()));  // the message names the stream
         s.errors_total->Inc();
       } else {
-        spdlog::info("stream '{}': ended", s.config.id);
+        const video::StreamStats stats = s.reader->Stats();
+        spdlog::info("stream '{}': ended; decoded on {}, {} decode errors", s.config.id,
+                     stats.hwaccel.empty() ? std::string("cpu") : stats.hwaccel, stats.decode_errors);
       }
       break;
     }
@@ -387,6 +390,19 @@ void Edge::Periodic(bool force) {
     reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue",
                   {{"queue", "reader"}, {"stream", s.config.id}})
         .Set(static_cast<double>(st.queue_depth));
+    // Where the stream decodes, Prometheus' "info" pattern: 1 on the current decoder's series, 0 on an old one.
+    // A stream with hwaccel reports nothing until its Source has decided (StreamStats::hwaccel set at open).
+    const bool gpu_requested = !s.config.hwaccel.empty() && s.config.hwaccel != "cpu";
+    const std::string where = !st.hwaccel.empty() ? st.hwaccel : gpu_requested ? std::string() : std::string("cpu");
+    if (!where.empty() && where != s.decoder) {
+      auto decoder = [&](const std::string& d) -> metrics::Gauge& {
+        return reg_.GetGauge("vigil_edge_stream_decoder", "1 on where the stream decodes now: cpu, cuda:N, cpu (why)",
+                             {{"stream", s.config.id}, {"decoder", d}});
+      };
+      if (!s.decoder.empty()) decoder(s.decoder).Set(0);
+      decoder(where).Set(1);
+      s.decoder = where;
+    }
     auto delta = [](uint64_t now_v, uint64_t before) { return static_cast<double>(now_v - before); };
     reg_.GetCounter("vigil_edge_frames_dropped_total", "Frames dropped, by reason",
                     {{"stream", s.config.id}, {"reason", "queue_full"}})

@@ -270,6 +270,7 @@ def test_every_frame_accounted_persons_and_dog(vtest200, tmp_path):
     for stream in ("vtest", "images"):
         assert metric(m, "vigil_edge_frames_dropped_total", stream=stream, reason="queue_full") == 0
         assert metric(m, "vigil_edge_decode_errors_total", stream=stream) == 0
+        assert metric(m, "vigil_edge_stream_decoder", stream=stream, decoder="cpu") == 1
         assert metric(m, "vigil_edge_reconnects_total", stream=stream) == 0
         assert metric(m, "vigil_edge_stream_errors_total", stream=stream) == 0
         assert metric(m, "vigil_edge_fps", stream=stream) >= 0
@@ -431,6 +432,28 @@ streams:
             except subprocess.TimeoutExpired:
                 edge.kill()
         agg.kill(signal.SIGTERM)
+
+
+def test_hwaccel_cuda_decodes_where_it_can_and_says_where(vtest200, tmp_path):
+    """`hwaccel: cuda` for every stream: where FFmpeg cannot open CUDA device 0 (no NVIDIA driver, as in CI),
+    the stream decodes on the CPU and still delivers every frame; either way the edge says where it decoded,
+    in /metrics (vigil_edge_stream_decoder, one series at 1) and in the stream's "ended" log line."""
+    agg = Aggregator(tmp_path, free_port())
+    agg.start()
+    try:
+        cfg = write_edge_config(tmp_path, agg.port, vtest200, with_images=False)
+        cfg.write_text(cfg.read_text() + "hwaccel: cuda\n")
+        wait_edge(start_edge(cfg, tmp_path), tmp_path)
+        assert_accounted_once(agg.db, "vtest", FRAMES)
+    finally:
+        agg.kill(signal.SIGTERM)
+    m = read_metrics(tmp_path / "edge.prom")
+    series = {dict(k[1])["decoder"]: v for k, v in m.items() if k[0] == "vigil_edge_stream_decoder"}
+    assert [d for d, v in series.items() if v == 1] == list(series), series  # one series, at 1
+    (decoder,) = series
+    assert decoder == "cuda:0" or decoder.startswith("cpu (cannot open CUDA device 0: "), decoder
+    log = (tmp_path / "edge.log").read_text()
+    assert f"stream 'vtest': ended; decoded on {decoder}, 0 decode errors" in log, log[-2000:]
 
 
 def test_edge_with_no_openable_stream_fails(tmp_path):

@@ -1,3 +1,4 @@
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include "infer/cuda/device.h"
@@ -20,6 +21,16 @@ std::vector<DeviceInfo> ListDevices(std::string* error) {
     out.push_back({i, prop.name, bus, prop.major, prop.minor, prop.totalGlobalMem});
   }
   return out;
+}
+
+std::string ProfilerStart() {
+  const cudaError_t st = cudaProfilerStart();
+  return st == cudaSuccess ? std::string() : cudaGetErrorString(st);
+}
+
+std::string ProfilerStop() {
+  const cudaError_t st = cudaProfilerStop();
+  return st == cudaSuccess ? std::string() : cudaGetErrorString(st);
 }
 
 }  // namespace vigil::cuda

@@ -19,4 +19,9 @@ struct DeviceInfo {
 // Visible CUDA devices; empty with `*error` set when the runtime reports none.
 std::vector<DeviceInfo> ListDevices(std::string* error);
 
+// cudaProfilerStart / cudaProfilerStop: the range that `ncu --profile-from-start off` and
+// `nsys profile --capture-range=cudaProfilerApi` record. Errors are the runtime's string ("" on success).
+std::string ProfilerStart();
+std::string ProfilerStop();
+
 }  // namespace vigil::cuda
