@@ -140,6 +140,9 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
     tail -n 3 "$OUT/$stage.log" 2>/dev/null | sed 's/^/   /' | tee -a "$OUT/summary.txt"
     [ "$rc" = 0 ] || failed=1
   done
+  # At most 8 files come back from a device call: everything but the summary goes into one archive.
+  (cd "$OUT" && tar -czf results.tgz --exclude=results.tgz --exclude=summary.txt -- * &&
+    find . -mindepth 1 -maxdepth 1 ! -name results.tgz ! -name summary.txt -exec rm -rf {} +)
   return $failed
 }
 
@@ -179,46 +182,90 @@ nvdec() {
     --streams "${STREAMS_CPUDEC:-16,32,48,64}" >"$OUT/cpudec-1gpu.json"
 }
 
-# `edge`: the edge process with NVDEC streams and the model on the GPU, against a local aggregator.
-edge() {
-  local model clip="$DEV/media/vtest_1080p30.mp4" n="${EDGE_STREAMS:-16}" dir=/tmp/edge-check i
-  model=$(yolov8n)
+# `edge`: the edge process with NVDEC streams and the model on the GPU, against a local aggregator; then one
+# stream decoded on the CPU with the same model, whose detections the NVDEC run must reproduce.
+edge_run() {  # edge_run DIR STREAMS HWACCEL MODEL PORT
+  local dir=$1 n=$2 hw=$3 model=$4 port=$5 i rc=0
   rm -rf "$dir" && mkdir -p "$dir"
-  printf 'listen: 127.0.0.1:17500\nhttp: 127.0.0.1:17501\ndb: %s/vigil.db\n' "$dir" >"$dir/agg.yaml"
+  printf 'listen: 127.0.0.1:%s\nhttp: 127.0.0.1:%s\ndb: %s/vigil.db\n' "$port" $((port + 1)) "$dir" >"$dir/agg.yaml"
   {
-    printf 'edge: gpu-edge\naggregator: 127.0.0.1:17500\nmodel: {path: %s, device: cuda:0, precision: fp16}\n' "$model"
-    printf 'batching: {max_batch: 16, max_wait_ms: 10}\nstate_dir: %s/state\nhwaccel: cuda\nstreams:\n' "$dir"
-    for i in $(seq "$n"); do printf '  - {id: cam%02d, source: %s, realtime: true}\n' "$i" "$clip"; done
+    printf 'edge: gpu-edge\naggregator: 127.0.0.1:%s\nmodel: {path: %s, device: cuda:0, precision: fp16}\n' "$port" "$model"
+    printf 'batching: {max_batch: 16, max_wait_ms: 10}\nstate_dir: %s/state\nhwaccel: %s\nstreams:\n' "$dir" "$hw"
+    for i in $(seq "$n"); do
+      printf '  - {id: cam%02d, source: %s, realtime: true, rules: {min_score: 0.3}}\n' "$i" "$DEV/media/vtest_1080p30.mp4"
+    done
   } >"$dir/edge.yaml"
-  "$DEV/bin/vigil" aggregator --config "$dir/agg.yaml" >"$OUT/edge-aggregator.log" 2>&1 &
-  local agg=$!
+  "$DEV/bin/vigil" aggregator --config "$dir/agg.yaml" >"$dir/aggregator.log" 2>&1 &
+  local agg=$! t0=$SECONDS
   sleep 2
-  local t0=$SECONDS rc=0
-  "$DEV/bin/vigil" --log-level info edge --config "$dir/edge.yaml" --metrics-out "$OUT/edge.prom" \
-    >"$OUT/edge-process.log" 2>&1 || rc=$?
-  echo "edge exit $rc after $((SECONDS - t0)) s"
-  curl -s http://127.0.0.1:17501/api/stats >"$OUT/edge-aggregator-stats.json" 2>/dev/null ||
-    python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:17501/api/stats").read().decode())' \
-      >"$OUT/edge-aggregator-stats.json"
+  "$DEV/bin/vigil" --log-level info edge --config "$dir/edge.yaml" --metrics-out "$dir/edge.prom" \
+    >"$dir/edge.log" 2>&1 || rc=$?
+  echo "edge ($n streams, hwaccel $hw): exit $rc after $((SECONDS - t0)) s"
   kill "$agg"; wait "$agg" 2>/dev/null
-  python3 - "$dir/vigil.db" "$OUT/edge.prom" "$n" >"$OUT/edge.json" <<'PY'
+  return $rc
+}
+
+edge() {
+  local model="$DEV/models/yolov8n_coco_640_int8dyn.onnx" rc=0
+  [ -f "$model" ] || model=$(yolov8n)
+  edge_run /tmp/edge-nvdec "${EDGE_STREAMS:-16}" cuda "$model" 17500 || rc=1
+  edge_run /tmp/edge-cpu 1 cpu "$model" 17510 || rc=1
+  for d in nvdec cpu; do cp /tmp/edge-$d/edge.log "$OUT/edge-$d.log"; cp /tmp/edge-$d/edge.prom "$OUT/edge-$d.prom"; done
+  python3 - /tmp/edge-nvdec /tmp/edge-cpu "${EDGE_STREAMS:-16}" >"$OUT/edge.json" <<'PY' || rc=1
 import json, re, sqlite3, sys
-db, prom, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-con = sqlite3.connect(db)
-frames = dict(con.execute("SELECT s.stream, COUNT(*) FROM frames f JOIN streams s ON s.id = f.stream_id GROUP BY s.stream"))
-detections = con.execute("SELECT COUNT(*) FROM detections").fetchone()[0]
-decoders = {}
-for line in open(prom):
-    m = re.match(r'vigil_edge_stream_decoder\{(.*)\} (\S+)', line)
-    if m and float(m.group(2)) == 1:
-        d = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))["decoder"]
-        decoders[d] = decoders.get(d, 0) + 1
-ok = len(frames) == n and all(v == 300 for v in frames.values())
-print(json.dumps({"streams": n, "frames_per_stream": frames, "detections": detections, "decoders": decoders,
-                  "every_frame_stored": ok}, indent=1))
+nv, cpu, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def db(d): return sqlite3.connect(f"{d}/vigil.db")
+def frames(d):
+    return dict(db(d).execute("SELECT s.stream, COUNT(*) FROM frames f JOIN streams s ON s.id = f.stream_id GROUP BY s.stream"))
+def dets(d, stream):
+    out = {}
+    for seq, cls, score, *box in db(d).execute(
+            "SELECT e.seq, d.class_id, d.score, d.x1, d.y1, d.x2, d.y2 FROM detections d JOIN events e "
+            "ON e.id = d.event_id JOIN streams s ON s.id = e.stream_id WHERE s.stream = ?", (stream,)):
+        out.setdefault(seq, []).append((cls, score, box))
+    return out
+def iou(a, b):
+    w = max(0, min(a[2], b[2]) - max(a[0], b[0])); h = max(0, min(a[3], b[3]) - max(a[1], b[1]))
+    u = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+    return w * h / u if u > 0 else 0
+def unmatched(x, y, firm=0.4):  # detections of x with score >= firm that y lacks (same class, IoU >= 0.9)
+    miss = total = 0
+    for seq, ds in x.items():
+        for cls, score, box in ds:
+            if score < firm: continue
+            total += 1
+            if not any(c == cls and iou(box, b) >= 0.9 for c, _, b in y.get(seq, [])): miss += 1
+    return miss, total
+def decoders(d):
+    out = {}
+    for line in open(f"{d}/edge.prom"):
+        m = re.match(r'vigil_edge_stream_decoder\{(.*)\} (\S+)', line)
+        if m and float(m.group(2)) == 1:
+            k = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))["decoder"]; out[k] = out.get(k, 0) + 1
+    return out
+def stage_means(d):
+    sums = {}
+    for line in open(f"{d}/edge.prom"):
+        m = re.match(r'vigil_edge_stage_seconds_(sum|count)\{stage="(\w+)"\} (\S+)', line)
+        if m: sums.setdefault(m.group(2), {})[m.group(1)] = float(m.group(3))
+    return {k: round(1e3 * v["sum"] / v["count"], 2) for k, v in sums.items() if v.get("count")}
+f_nv, f_cpu = frames(nv), frames(cpu)
+a, b = dets(nv, "cam01"), dets(cpu, "cam01")
+miss_nv, firm_cpu = unmatched(b, a)
+miss_cpu, firm_nv = unmatched(a, b)
+ok = (len(f_nv) == n and all(v == 300 for v in f_nv.values()) and f_cpu == {"cam01": 300}
+      and firm_cpu > 0 and miss_nv <= 0.02 * firm_cpu and miss_cpu <= 0.02 * firm_nv)
+print(json.dumps({
+    "nvdec_run": {"streams": n, "frames_per_stream": sorted(set(f_nv.values())), "decoders": decoders(nv),
+                  "detections": db(nv).execute("SELECT COUNT(*) FROM detections").fetchone()[0],
+                  "stage_mean_ms": stage_means(nv)},
+    "cpu_run": {"frames": f_cpu, "decoders": decoders(cpu), "stage_mean_ms": stage_means(cpu)},
+    "cam01_nvdec_vs_cpu": {"firm_score": 0.4, "iou": 0.9, "cpu_firm": firm_cpu, "missing_in_nvdec": miss_nv,
+                           "nvdec_firm": firm_nv, "missing_in_cpu": miss_cpu},
+    "ok": ok}, indent=1))
 sys.exit(0 if ok else 1)
 PY
-  return $((rc | $?))
+  return $rc
 }
 
 # `profile`: ncu over one batch-64 inference, and the card's ceilings.
