@@ -142,13 +142,21 @@ struct Candidate {
   int64_t engine = -1;
 };
 
-// Finalizes an execution plan for `cfg`. Error when it does not finalize or needs more workspace than
-// `limit`.
+// Finalizes an execution plan for `cfg`. Unimplemented when cuDNN says the config cannot run the
+// graph (NOT_SUPPORTED or BAD_PARAM: the same every time), ResourceExhausted when it needs more
+// workspace than `limit`, Internal for anything that may pass another time (compilation, allocation).
 StatusOr<Candidate> FinalizePlan(Descriptors& ds, cudnnHandle_t handle, cudnnBackendDescriptor_t cfg, size_t limit) {
   VIGIL_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t plan, ds.Make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
   VIGIL_RETURN_IF_ERROR(Set(plan, kPlanHandle, CUDNN_TYPE_HANDLE, &handle));
   VIGIL_RETURN_IF_ERROR(Set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &cfg));
-  VIGIL_CUDNN(cudnnBackendFinalize(plan));
+  if (const cudnnStatus_t st = cudnnBackendFinalize(plan); st != CUDNN_STATUS_SUCCESS) {
+    const Status s = CudnnStatus(st, "cudnnBackendFinalize(execution plan)");
+    const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(st));
+    if (category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM) {
+      return absl::UnimplementedError(s.message());
+    }
+    return s;
+  }
   int64_t ws = 0, n = 0;
   VIGIL_CUDNN(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws));
   if (ws < 0 || static_cast<size_t>(ws) > limit) {
@@ -380,11 +388,15 @@ StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(cudnnHandle_t handle, con
   VIGIL_CUDA(cudaEventCreate(&stop));
   Candidate best;
   int tried = 0;
+  bool transient = false;  // a plan failed in a way that may pass another time
   Status last = absl::NotFoundError("no cuDNN engine supports this convolution");
   for (int64_t i = 0; i < count && tried < spec.max_candidates; ++i) {
     if (spec.data_type == CUDNN_DATA_FLOAT && !spec.allow_tensor_core_fp32 && UsesReducedFp32(cfgs[i])) continue;
     StatusOr<Candidate> cand = FinalizePlan(ds, handle, cfgs[i], spec.workspace_limit);
-    if (!cand.ok()) continue;
+    if (!cand.ok()) {
+      transient = transient || cand.status().code() == absl::StatusCode::kInternal;
+      continue;
+    }
     auto pack = VariantPack(ds, bias_in_plan, x, w, bias, y, scratch);
     if (!pack.ok()) return pack.status();
     if (cudnnBackendExecute(handle, cand->plan, *pack) != CUDNN_STATUS_SUCCESS) {  // warm-up; some plans fail here
@@ -407,8 +419,8 @@ StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(cudnnHandle_t handle, con
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   if (best.plan == nullptr) {
-    // Only "no engine" is remembered: an execution failure may be transient.
-    if (lookup.cache != nullptr && absl::IsNotFound(last)) lookup.cache->Put(key, PlanChoice{});
+    // "No engine" is remembered only when every config was refused as unsupported.
+    if (lookup.cache != nullptr && absl::IsNotFound(last) && !transient) lookup.cache->Put(key, PlanChoice{});
     return last;
   }
   if (lookup.cache != nullptr) {
