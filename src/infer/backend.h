@@ -28,6 +28,7 @@ struct CompileOptions {
   bool fp16 = false;        // 4-D activations and convolutions in float16 (else float32)
   bool allow_tf32 = false;  // let float32 convolutions use TF32 tensor cores (off: results within rounding)
   bool cuda_graph = true;   // capture Run into a CUDA graph after the first call (off while profiling)
+  std::string cudnn_plan_cache;  // EngineOptions::cudnn_plan_cache
 };
 
 class CompiledModel {

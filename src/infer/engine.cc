@@ -132,6 +132,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::FromGraph(Graph graph, const EngineOpt
   compile.fp16 = options.precision == Precision::kFp16;
   compile.allow_tf32 = options.allow_tf32;
   compile.cuda_graph = options.cuda_graph;
+  compile.cudnn_plan_cache = options.cudnn_plan_cache;
   StatusOr<std::unique_ptr<CompiledModel>> compiled = backend->Compile(graph, compile);
   if (!compiled.ok()) return Annotate(compiled.status(), context);
   engine->compiled_ = *std::move(compiled);

@@ -61,6 +61,10 @@ struct EngineOptions {
   Precision precision = Precision::kFp32;  // CUDA only (the CPU backend computes in float32)
   bool allow_tf32 = false;     // CUDA: TF32 tensor cores for float32 convolutions
   bool cuda_graph = true;      // CUDA: replay Run as one CUDA graph after the first call
+  // CUDA: a file keeping the cuDNN plan choices between processes ("" = $VIGIL_CUDNN_PLAN_CACHE, else
+  // none); read at load, rewritten atomically after a load that timed a convolution. Within a process
+  // the choices are always shared by all Engines. See docs/architecture.md, "cuDNN plan cache".
+  std::string cudnn_plan_cache;
 };
 
 // Where a device backend keeps a model's inputs and outputs (CUDA: device pointers, row-major in the

@@ -24,6 +24,7 @@
 #include "infer/cuda/cuda_util.h"
 #include "infer/cuda/cudnn_conv.h"
 #include "infer/cuda/kernels.h"
+#include "infer/cuda/plan_cache.h"
 #include "infer/op_registry.h"
 #include "infer/ops/op_util.h"
 #include "infer/passes/memory_plan.h"
@@ -102,6 +103,7 @@ struct Resources {
   bool fp16 = false;
   bool allow_tf32 = false;
   int autotune_candidates = 6;  // cuDNN plans timed per convolution (VIGIL_CUDNN_AUTOTUNE)
+  cuda::PlanLookup plan_lookup;  // the process's plan cache and this Compile's counts (Compile only)
   cudaStream_t stream = nullptr;
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
@@ -350,10 +352,12 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeConv(Build& b) {
     VIGIL_ASSIGN_OR_RETURN(bias_dt, b.res.UploadTensor(*bias, dt, node.name + " bias"));
   }
   spec.fuse_epilogue = bias != nullptr || act != cuda::ConvActivation::kNone;
-  auto conv = cuda::CudnnConv::Create(b.res.cudnn, spec, xin.ptr, wdev, bias_dt, y.ptr, b.res.autotune.get(), b.res.stream);
+  auto conv = cuda::CudnnConv::Create(b.res.cudnn, spec, xin.ptr, wdev, bias_dt, y.ptr, b.res.autotune.get(), b.res.stream,
+                                   b.res.plan_lookup);
   if (!conv.ok() && spec.fuse_epilogue) {
     spec.fuse_epilogue = false;
-    conv = cuda::CudnnConv::Create(b.res.cudnn, spec, xin.ptr, wdev, nullptr, y.ptr, b.res.autotune.get(), b.res.stream);
+    conv = cuda::CudnnConv::Create(b.res.cudnn, spec, xin.ptr, wdev, nullptr, y.ptr, b.res.autotune.get(), b.res.stream,
+                                   b.res.plan_lookup);
     if (conv.ok()) {
       void* bias_f = nullptr;
       if (bias) {
@@ -833,6 +837,22 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
     }
   }
   const DType compute = options.fp16 ? DType::kFloat16 : DType::kFloat32;
+  // cuDNN plan choices: the process's cache, merged with the file when one is named.
+  std::string plan_file = options.cudnn_plan_cache;
+  if (const char* env = std::getenv("VIGIL_CUDNN_PLAN_CACHE"); plan_file.empty() && env != nullptr) plan_file = env;
+  cuda::PlanCache& plan_cache = cuda::PlanCache::Global();
+  if (!plan_file.empty()) {
+    if (Status st = plan_cache.Load(plan_file); !st.ok()) {
+      spdlog::warn("{}; ignored (rewritten after this load)", std::string(st.message()));
+    }
+  }
+  cuda::PlanCacheStats plan_stats;
+  cuda::PlanLookup plan_lookup;
+  if (StatusOr<std::string> sig = cuda::DeviceSignature(options.device_ordinal); sig.ok()) {
+    plan_lookup = {&plan_cache, *sig, &plan_stats};
+  } else {
+    spdlog::warn("cuDNN plan cache unused: {}", std::string(sig.status().message()));
+  }
   std::unordered_set<size_t> keep_nchw;
   for (;;) {
     std::unique_ptr<CudaCompiledModel> model(new CudaCompiledModel());
@@ -843,6 +863,7 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
     res.device = options.device_ordinal;
     res.fp16 = options.fp16;
     res.allow_tf32 = options.allow_tf32;
+    res.plan_lookup = plan_lookup;
     if (const char* env = std::getenv("VIGIL_CUDNN_AUTOTUNE"); env != nullptr && std::atoi(env) > 0) {
       res.autotune_candidates = std::atoi(env);
     }
@@ -940,6 +961,16 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
       for (cudaEvent_t& ev : model->events_) VIGIL_CUDA(cudaEventCreate(&ev));
     }
     VIGIL_CUDA(cudaStreamSynchronize(res.stream));
+    res.plan_lookup = {};  // its counts are this function's
+    plan_cache.Record(plan_stats);
+    if (plan_stats.hits + plan_stats.timed > 0) {
+      spdlog::info("CUDA backend: cuDNN plans: {} from cache, {} timed{}", plan_stats.hits, plan_stats.timed,
+                   plan_stats.failed_restores > 0 ? StrCat(" (", plan_stats.failed_restores, " cached plans did not rebuild)")
+                                                  : std::string());
+    }
+    if (!plan_file.empty() && plan_stats.timed > 0) {
+      if (Status st = plan_cache.Save(plan_file); !st.ok()) spdlog::warn("{}", std::string(st.message()));
+    }
     return std::unique_ptr<CompiledModel>(std::move(model));
   }
 }

@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <mutex>
+#include <optional>
 
 #include <cuda_runtime_api.h>
+#include <spdlog/spdlog.h>
 
 #include "infer/cuda/cuda_util.h"
 
@@ -132,7 +135,127 @@ constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_H
 constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
 #pragma GCC diagnostic pop
 
+struct Candidate {
+  cudnnBackendDescriptor_t plan = nullptr, cfg = nullptr;
+  size_t workspace = 0;
+  float ms = std::numeric_limits<float>::infinity();
+  int64_t engine = -1;
+};
+
+// Finalizes an execution plan for `cfg`. Unimplemented when cuDNN says the config cannot run the
+// graph (NOT_SUPPORTED or BAD_PARAM: the same every time), ResourceExhausted when it needs more
+// workspace than `limit`, Internal for anything that may pass another time (compilation, allocation).
+StatusOr<Candidate> FinalizePlan(Descriptors& ds, cudnnHandle_t handle, cudnnBackendDescriptor_t cfg, size_t limit) {
+  VIGIL_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t plan, ds.Make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
+  VIGIL_RETURN_IF_ERROR(Set(plan, kPlanHandle, CUDNN_TYPE_HANDLE, &handle));
+  VIGIL_RETURN_IF_ERROR(Set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &cfg));
+  if (const cudnnStatus_t st = cudnnBackendFinalize(plan); st != CUDNN_STATUS_SUCCESS) {
+    const Status s = CudnnStatus(st, "cudnnBackendFinalize(execution plan)");
+    const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(st));
+    if (category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM) {
+      return absl::UnimplementedError(s.message());
+    }
+    return s;
+  }
+  int64_t ws = 0, n = 0;
+  VIGIL_CUDNN(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws));
+  if (ws < 0 || static_cast<size_t>(ws) > limit) {
+    return absl::ResourceExhaustedError(StrCat("plan needs ", ws, " bytes of workspace, limit ", limit));
+  }
+  Candidate c;
+  c.plan = plan;
+  c.cfg = cfg;
+  c.workspace = static_cast<size_t>(ws);
+  return c;
+}
+
+// The engine and knob settings of a (heuristics') engine config: what rebuilds it.
+StatusOr<PlanChoice> ChoiceOf(cudnnBackendDescriptor_t cfg, int64_t engine) {
+  if (engine < 0) return absl::InternalError("engine global index unavailable");
+  Descriptors ds;  // the knob descriptors are only read here
+  std::array<cudnnBackendDescriptor_t, CUDNN_KNOB_TYPE_COUNTS> knobs{};
+  for (auto& k : knobs) {
+    VIGIL_ASSIGN_OR_RETURN(k, ds.Make(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
+  }
+  int64_t n = 0;
+  VIGIL_CUDNN(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                       static_cast<int64_t>(knobs.size()), &n, knobs.data()));
+  if (n < 0 || n > static_cast<int64_t>(knobs.size())) return absl::InternalError(StrCat(n, " knob choices"));
+  PlanChoice c;
+  c.engine = engine;
+  for (int64_t i = 0; i < n; ++i) {
+    cudnnBackendKnobType_t type = CUDNN_KNOB_TYPE_COUNTS;
+    int64_t value = 0, m = 0;
+    VIGIL_CUDNN(cudnnBackendGetAttribute(knobs[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
+                                         CUDNN_TYPE_KNOB_TYPE, 1, &m, &type));
+    VIGIL_CUDNN(cudnnBackendGetAttribute(knobs[static_cast<size_t>(i)], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE,
+                                         CUDNN_TYPE_INT64, 1, &m, &value));
+    c.knobs.emplace_back(static_cast<int64_t>(type), value);
+  }
+  return c;
+}
+
+// Rebuilds the engine config of `choice` on `graph` (engine by global index, then its knobs, as
+// cudnn-frontend's EngineBuilder / EngineConfigBuilder do), finalizes its plan and runs it once on the
+// buffers: the checks a timed candidate passes.
+StatusOr<Candidate> Restore(Descriptors& ds, cudnnHandle_t handle, cudnnBackendDescriptor_t graph, const ConvSpec& spec,
+                            const PlanChoice& choice, bool has_bias, const void* x, const void* w, const void* bias,
+                            void* y, void* scratch) {
+  VIGIL_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t engine, ds.Make(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
+  VIGIL_RETURN_IF_ERROR(Set(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &graph));
+  VIGIL_RETURN_IF_ERROR(Set(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, &choice.engine));
+  VIGIL_CUDNN(cudnnBackendFinalize(engine));
+  std::vector<cudnnBackendDescriptor_t> knobs;
+  for (const auto& [type, value] : choice.knobs) {
+    if (type < 0 || type >= CUDNN_KNOB_TYPE_COUNTS) return absl::InvalidArgumentError(StrCat("knob type ", type));
+    const auto t = static_cast<cudnnBackendKnobType_t>(type);
+    VIGIL_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t k, ds.Make(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
+    VIGIL_RETURN_IF_ERROR(Set(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, &t));
+    VIGIL_RETURN_IF_ERROR(Set(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, &value));
+    VIGIL_CUDNN(cudnnBackendFinalize(k));
+    knobs.push_back(k);
+  }
+  VIGIL_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t cfg, ds.Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+  VIGIL_RETURN_IF_ERROR(Set(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, &engine));
+  if (!knobs.empty()) {
+    VIGIL_RETURN_IF_ERROR(Set(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, knobs.data(),
+                              static_cast<int64_t>(knobs.size())));
+  }
+  VIGIL_CUDNN(cudnnBackendFinalize(cfg));
+  if (spec.data_type == CUDNN_DATA_FLOAT && !spec.allow_tensor_core_fp32 && UsesReducedFp32(cfg)) {
+    return absl::FailedPreconditionError("the engine reduces float32 precision");
+  }
+  VIGIL_ASSIGN_OR_RETURN(Candidate c, FinalizePlan(ds, handle, cfg, spec.workspace_limit));
+  VIGIL_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t pack, VariantPack(ds, has_bias, x, w, bias, y, scratch));
+  VIGIL_CUDNN(cudnnBackendExecute(handle, c.plan, pack));
+  c.engine = choice.engine;
+  return c;
+}
+
+void Count(const PlanLookup& lookup, int64_t PlanCacheStats::*field) {
+  if (lookup.stats != nullptr) ++(lookup.stats->*field);
+}
+
 }  // namespace
+
+StatusOr<std::string> DeviceSignature(int ordinal) {
+  cudaDeviceProp p{};
+  VIGIL_CUDA(cudaGetDeviceProperties(&p, ordinal));
+  return StrCat(p.name, "|sm", p.major, p.minor, "|", p.multiProcessorCount, "sm|cudnn", cudnnGetVersion());
+}
+
+std::string PlanKey(const ConvSpec& s, const std::string& device) {
+  const auto list = [](const auto& a) {
+    std::string out;
+    for (size_t i = 0; i < a.size(); ++i) out += StrCat(i ? "," : "", a[i]);
+    return out;
+  };
+  return StrCat(device, "|x", list(s.x_dims), "/", list(s.x_strides), "|w", list(s.w_dims), "/", list(s.w_strides),
+                "|y", list(s.y_dims), "/", list(s.y_strides), "|pad", list(s.pre_pad), "/", list(s.post_pad), "|stride",
+                list(s.stride), "|dil", list(s.dilation), "|dt", static_cast<int>(s.data_type), "|fuse",
+                int{s.fuse_epilogue}, "|bias", int{s.has_bias}, "|act", static_cast<int>(s.activation), "|tf32",
+                int{s.allow_tensor_core_fp32}, "|cand", s.max_candidates, "|ws", s.workspace_limit);
+}
 
 CudnnConv::~CudnnConv() {
   for (auto d : owned_) cudnnBackendDestroyDescriptor(d);
@@ -140,7 +263,7 @@ CudnnConv::~CudnnConv() {
 
 StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(cudnnHandle_t handle, const ConvSpec& spec, const void* x,
                                                        const void* w, const void* bias, void* y, void* scratch,
-                                                       cudaStream_t stream) {
+                                                       cudaStream_t stream, const PlanLookup& lookup) {
   Descriptors ds;
   const bool fused = spec.fuse_epilogue && (spec.has_bias || spec.activation != ConvActivation::kNone);
   VIGIL_ASSIGN_OR_RETURN(auto xd, TensorDesc(ds, kX, spec.data_type, spec.x_dims, spec.x_strides, false));
@@ -209,6 +332,42 @@ StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(cudnnHandle_t handle, con
   VIGIL_RETURN_IF_ERROR(Set(graph, kGraphHandle, CUDNN_TYPE_HANDLE, &handle));
   VIGIL_CUDNN(cudnnBackendFinalize(graph));
 
+  const bool bias_in_plan = fused && spec.has_bias;
+  const auto finish = [&](const Candidate& c) {
+    std::unique_ptr<CudnnConv> out(new CudnnConv());
+    out->handle_ = handle;
+    out->plan_ = c.plan;
+    out->workspace_ = c.workspace;
+    out->has_bias_ = bias_in_plan;
+    out->engine_ = StrCat("cudnn_engine_", c.engine, fused ? "_fused" : "");
+    // Keep every descriptor: the plan refers to the graph, the configs and the tensors.
+    out->owned_ = std::move(ds.list);
+    ds.list.clear();
+    return out;
+  };
+  const std::string key = lookup.cache != nullptr ? PlanKey(spec, lookup.device) : std::string();
+  if (lookup.cache != nullptr) {
+    if (std::optional<PlanChoice> cached = lookup.cache->Find(key)) {
+      if (cached->engine < 0) {
+        Count(lookup, &PlanCacheStats::hits);
+        return absl::NotFoundError("no cuDNN engine supports this convolution (plan cache)");
+      }
+      StatusOr<Candidate> c = Restore(ds, handle, graph, spec, *cached, bias_in_plan, x, w, bias, y, scratch);
+      if (c.ok()) {
+        Count(lookup, &PlanCacheStats::hits);
+        return finish(*c);
+      }
+      Count(lookup, &PlanCacheStats::failed_restores);
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        spdlog::warn("cuDNN plan cache: cached engine {} did not rebuild ({}); such convolutions are timed again and "
+                     "their entries replaced",
+                     cached->engine, std::string(c.status().message()));
+      });
+    }
+    Count(lookup, &PlanCacheStats::timed);
+  }
+
   VIGIL_ASSIGN_OR_RETURN(auto heur, ds.Make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
   const cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
   VIGIL_RETURN_IF_ERROR(Set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &graph));
@@ -227,56 +386,47 @@ StatusOr<std::unique_ptr<CudnnConv>> CudnnConv::Create(cudnnHandle_t handle, con
   cudaEvent_t start = nullptr, stop = nullptr;
   VIGIL_CUDA(cudaEventCreate(&start));
   VIGIL_CUDA(cudaEventCreate(&stop));
-  struct Candidate {
-    cudnnBackendDescriptor_t plan = nullptr;
-    size_t workspace = 0;
-    float ms = std::numeric_limits<float>::infinity();
-    int64_t engine = -1;
-  };
   Candidate best;
   int tried = 0;
+  bool transient = false;  // a plan failed in a way that may pass another time
   Status last = absl::NotFoundError("no cuDNN engine supports this convolution");
   for (int64_t i = 0; i < count && tried < spec.max_candidates; ++i) {
     if (spec.data_type == CUDNN_DATA_FLOAT && !spec.allow_tensor_core_fp32 && UsesReducedFp32(cfgs[i])) continue;
-    auto plan = ds.Make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    if (!plan.ok()) return plan.status();
-    if (!Set(*plan, kPlanHandle, CUDNN_TYPE_HANDLE, &handle).ok() ||
-        !Set(*plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &cfgs[i]).ok() ||
-        cudnnBackendFinalize(*plan) != CUDNN_STATUS_SUCCESS) {
+    StatusOr<Candidate> cand = FinalizePlan(ds, handle, cfgs[i], spec.workspace_limit);
+    if (!cand.ok()) {
+      transient = transient || cand.status().code() == absl::StatusCode::kInternal;
       continue;
     }
-    int64_t ws = 0, n = 0;
-    VIGIL_CUDNN(cudnnBackendGetAttribute(*plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws));
-    if (static_cast<size_t>(ws) > spec.workspace_limit) continue;
-    auto pack = VariantPack(ds, fused && spec.has_bias, x, w, bias, y, scratch);
+    auto pack = VariantPack(ds, bias_in_plan, x, w, bias, y, scratch);
     if (!pack.ok()) return pack.status();
-    if (cudnnBackendExecute(handle, *plan, *pack) != CUDNN_STATUS_SUCCESS) {  // warm-up; some plans fail here
+    if (cudnnBackendExecute(handle, cand->plan, *pack) != CUDNN_STATUS_SUCCESS) {  // warm-up; some plans fail here
       last = absl::InternalError("cudnnBackendExecute failed for every finalized plan");
       continue;
     }
     ++tried;
     VIGIL_CUDA(cudaEventRecord(start, stream));
-    for (int r = 0; r < 3; ++r) VIGIL_CUDNN(cudnnBackendExecute(handle, *plan, *pack));
+    for (int r = 0; r < 3; ++r) VIGIL_CUDNN(cudnnBackendExecute(handle, cand->plan, *pack));
     VIGIL_CUDA(cudaEventRecord(stop, stream));
     VIGIL_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
     VIGIL_CUDA(cudaEventElapsedTime(&ms, start, stop));
-    if (ms < best.ms) best = {*plan, static_cast<size_t>(ws), ms, EngineIndex(cfgs[i])};
+    if (ms < best.ms) {
+      best = *cand;
+      best.ms = ms;
+      best.engine = EngineIndex(cfgs[i]);
+    }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  if (best.plan == nullptr) return last;
-
-  std::unique_ptr<CudnnConv> out(new CudnnConv());
-  out->handle_ = handle;
-  out->plan_ = best.plan;
-  out->workspace_ = best.workspace;
-  out->has_bias_ = fused && spec.has_bias;
-  out->engine_ = StrCat("cudnn_engine_", best.engine, fused ? "_fused" : "");
-  // Keep every descriptor: the plan refers to the graph, the configs and the tensors.
-  out->owned_ = std::move(ds.list);
-  ds.list.clear();
-  return out;
+  if (best.plan == nullptr) {
+    // "No engine" is remembered only when every config was refused as unsupported.
+    if (lookup.cache != nullptr && absl::IsNotFound(last) && !transient) lookup.cache->Put(key, PlanChoice{});
+    return last;
+  }
+  if (lookup.cache != nullptr) {
+    if (StatusOr<PlanChoice> choice = ChoiceOf(best.cfg, best.engine); choice.ok()) lookup.cache->Put(key, *choice);
+  }
+  return finish(best);
 }
 
 Status CudnnConv::Bind(const void* x, const void* w, const void* bias, void* y, void* workspace) {

@@ -15,6 +15,10 @@
 // With `allow_tensor_core_fp32` false, plans whose engine carries the TENSOR_CORE or
 // DOWN_CONVERT_INPUTS numerical note are skipped for float32 data (no TF32), so fp32 results stay
 // within rounding of the reference.
+// With a PlanLookup (plan_cache.h) the choice is first looked up by PlanKey: a hit rebuilds the
+// cached engine with its knobs (one plan finalized and run once to check it, nothing timed); a miss,
+// or an entry that does not rebuild, times as above and records the winner (or that no engine
+// supports the graph).
 // Thread-safety: a CudnnConv is used by one stream at a time. Errors: Status naming the cuDNN call.
 #pragma once
 
@@ -26,6 +30,7 @@
 
 #include <cudnn.h>
 
+#include "infer/cuda/plan_cache.h"
 #include "vigil/common/status.h"
 
 namespace vigil::cuda {
@@ -46,6 +51,19 @@ struct ConvSpec {
   size_t workspace_limit = size_t{256} << 20;
 };
 
+// The plan cache CudnnConv::Create consults (all optional).
+struct PlanLookup {
+  PlanCache* cache = nullptr;       // null: always time
+  std::string device;               // DeviceSignature of the handle's device
+  PlanCacheStats* stats = nullptr;  // counts of the caller's load
+};
+
+// "<name>|sm<major><minor>|<SMs>sm|cudnn<cudnnGetVersion()>" of CUDA device `ordinal`: identical GPUs
+// share entries (a plan chosen on GPU 0 serves GPU 1); a MIG slice (fewer SMs) does not.
+StatusOr<std::string> DeviceSignature(int ordinal);
+// The cache key: `device` and every ConvSpec field, as readable text.
+std::string PlanKey(const ConvSpec& spec, const std::string& device);
+
 class CudnnConv {
  public:
   ~CudnnConv();
@@ -54,7 +72,7 @@ class CudnnConv {
   // NotFound when no engine supports the graph (the caller then falls back).
   static StatusOr<std::unique_ptr<CudnnConv>> Create(cudnnHandle_t handle, const ConvSpec& spec, const void* x,
                                                      const void* w, const void* bias, void* y, void* scratch,
-                                                     cudaStream_t stream);
+                                                     cudaStream_t stream, const PlanLookup& lookup = {});
   size_t workspace_bytes() const { return workspace_; }
   const std::string& engine_name() const { return engine_; }
   // Fixes the buffers (the plan's variant pack). REQUIRES: workspace of workspace_bytes().
