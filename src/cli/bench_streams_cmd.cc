@@ -1,5 +1,6 @@
 // `vigil bench streams` — how many live camera streams one or more devices hold in real time
-// (issue #4's pipeline benchmark, issue #6's scaling run), from pre-decoded frames in host memory.
+// (issue #4's pipeline benchmark, issue #6's scaling run), from pre-decoded frames in host memory or, with
+// --video, from streams that each decode a video file.
 //
 // N streams at --fps each deliver a frame every 1/fps s, their phases spread evenly (frame j of the
 // whole set is due at t0 + j / (N · fps), from stream j mod N). Stream s goes to device s mod D
@@ -20,7 +21,8 @@
 //
 // Or, in builds with video (the `vigil` binary; not `vigil-engine`), --video FILE: every stream decodes
 // the file itself (looped), like a camera whose encoded frame k arrives when it is due. Each stream has
-// its own video::Source and decoding thread; the thread waits until frame k is due, then decodes it
+// its own video::Source (opened anew for every stream count; decoders start inside --warmup-s) and its
+// own decoding thread, as the edge's StreamReaders do; the thread waits until frame k is due, then decodes it
 // (Source::Next, realtime off: the stream clock paces) and queues it for its device, so decode time is
 // part of the latency. Decoding that falls behind makes frames late, never skipped. --hwaccel cuda
 // decodes on the GPU of the stream's device (NVDEC, SourceOptions::hwaccel "cuda:N"; a CPU device: GPU 0),
@@ -32,7 +34,8 @@
 // detected: it waits for one to finish before decoding the next (the wait counts as latency). FFmpeg's
 // CUDA pool grows on demand (ffmpeg_source.cc MakeDeviceFrame), so the bound is on GPU memory:
 // 4 × 1.5 bytes per coded pixel, ~12 MB per 1080p stream. Also reported: decode errors, the decode time
-// per frame (Frame::decode_ns) of the frames due in the measured window, and the video's frame size.
+// per frame (Frame::decode_ns) of the frames due in the measured window, and the video's frame size
+// (JSON: "decode" in each trial, "video" and "frame" in the summary).
 // A file that does not open fails the run (exit 2, naming the file); a stream that fails during a trial
 // ends that trial with its error (naming the stream), which then does not hold.
 // Exit codes as cli/commands.h. Output: a table, or with --json one object per stream count and a
