@@ -19,6 +19,7 @@
 #include "vigil/detect/detector.h"
 #include "vigil/pipeline/batcher.h"
 #include "vigil/pipeline/edge_state.h"
+#include "vigil/pipeline/frame_ref.h"
 #include "vigil/pipeline/placement.h"
 #include "vigil/pipeline/progress.h"
 #include "vigil/pipeline/rules.h"
@@ -245,19 +246,6 @@ void Edge::SaveFrame(const Stream& s, const video::Frame& f) {
   if (Status st = WriteNpy(path, pixels); !st.ok()) {
     spdlog::warn("stream '{}': save_frames: {}", s.config.id, std::string(st.message()));
   }
-}
-
-// The Detector's view of a frame: NV12 in GPU memory as NVDEC left it, or host BGR.
-detect::FrameRef FrameRefOf(const video::Frame& f) {
-  if (!f.device) {
-    return {.bgr = f.bgr.data(), .width = f.width, .height = f.height, .pitch = f.stride,
-            .memory = detect::FrameMemory::kHost};
-  }
-  const video::DeviceFrame& d = *f.device;
-  const video::LumaWeights w = video::LumaWeightsOf(d.matrix);
-  return {.bgr = d.y, .width = f.width, .height = f.height, .pitch = d.y_pitch, .memory = detect::FrameMemory::kDevice,
-          .format = detect::PixelFormat::kNv12, .uv = d.uv, .uv_pitch = d.uv_pitch, .kr = static_cast<float>(w.kr),
-          .kb = static_cast<float>(w.kb), .full_range = d.full_range};
 }
 
 void Edge::Process(std::vector<Item>& batch) {

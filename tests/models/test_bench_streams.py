@@ -2,14 +2,64 @@
 
 The same command measures GPUs on the GPU machine (scripts/gpu-check.sh streams); here one CPU worker
 shows that a load it can carry holds and one it cannot is reported as unserved, and that the sweep stops
-at the first count that does not hold.
-Needs: VIGIL_BIN; the shared YOLOv8n model (skips with a message when absent).
+at the first count that does not hold. With --video every stream decodes an H.264 clip itself (here on
+the CPU; --hwaccel cuda on this GPU-less machine must fall back to the CPU and say so).
+Needs: VIGIL_BIN; the shared YOLOv8n model; for --video the generated yolov8n_320_b1_op17.onnx and the
+ffmpeg CLI (libx264) to write the clip (each skips with a message when absent).
 """
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+from pathlib import Path
 
-from common import describe, shared_model, vigil
+import pytest
+
+from common import MODELS_DIR, describe, shared_model, vigil
+
+CLIP_W, CLIP_H = 320, 240
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    """2 s of ffmpeg's testsrc2 at 30 FPS, 320x240, H.264 (yuv420p) in MP4."""
+    if not shutil.which("ffmpeg"):
+        pytest.skip("ffmpeg missing (apt install ffmpeg)")
+    out = tmp_path_factory.mktemp("media") / "clip.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", f"testsrc2=size={CLIP_W}x{CLIP_H}:rate=30",
+                    "-t", "2", "-c:v", "libx264", "-pix_fmt", "yuv420p", str(out)], check=True, timeout=60)
+    return out
+
+
+def small_model() -> Path:
+    p = MODELS_DIR / "yolov8n_320_b1_op17.onnx"
+    if not p.is_file():
+        pytest.skip(f"{p} missing: run tools/testmodels/make_models.py --out {MODELS_DIR}")
+    return p
+
+
+def bench_video(clip: Path, hwaccel: str):
+    # 2 streams at 5 FPS for 2 s: 20 frames due in the measured window.
+    return vigil("bench", "streams", "--model", small_model(), "--video", clip, "--hwaccel", hwaccel, "--devices", "cpu",
+                 "--streams", "2", "--fps", "5", "--seconds", "2", "--warmup-s", "0.5", "--workers-per-device", "1",
+                 "--budget-ms", "2000", "--json", timeout=120)
+
+
+def check_decoded_trial(j: dict, clip: Path) -> dict:
+    assert j["frame"]["width"] == CLIP_W and j["frame"]["height"] == CLIP_H and j["frame"]["file"] == str(clip)
+    assert len(j["trials"]) == 1
+    t = j["trials"][0]
+    assert t["streams"] == 2 and t["offered_fps"] == 10
+    assert t["served"] == 20 and t["unserved"] == 0 and t["holds"], t
+    d = t["decode"]
+    # Every frame due in the window was decoded once and detected once.
+    assert d["frames"] == t["served"] and d["errors"] == 0, d
+    assert 0 < d["ms"]["p50"] <= d["ms"]["p99"] <= d["ms"]["max"], d
+    # A frame's latency includes its decoding, frame by frame, so every order statistic does too.
+    assert t["latency_ms"]["p50"] >= d["ms"]["p50"] and t["latency_ms"]["max"] >= d["ms"]["max"], t
+    assert sum(d["hwaccel"].values()) == 2
+    return d
 
 
 def test_sweep_holds_a_light_load_and_stops_at_an_impossible_one(tmp_path):
@@ -47,3 +97,36 @@ def test_bad_arguments_are_named(tmp_path):
     bad.write_bytes(b"not a numpy file")
     p = vigil("bench", "streams", "--model", model, "--devices", "cpu", "--frame", bad)
     assert p.returncode == 2 and str(bad) in p.stderr, describe(p)
+
+
+def test_video_streams_decode_on_the_cpu(clip):
+    p = bench_video(clip, "cpu")
+    assert p.returncode == 0, describe(p)
+    j = json.loads(p.stdout)
+    assert j["video"] == {"file": str(clip), "hwaccel": "cpu", "max_frames_in_flight_per_stream": 4}
+    assert check_decoded_trial(j, clip)["hwaccel"] == {"cpu": 2}
+
+
+def test_video_streams_fall_back_to_the_cpu_without_a_gpu(clip):
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has an NVIDIA GPU: NVDEC would be used")
+    p = bench_video(clip, "cuda")
+    assert p.returncode == 0, describe(p)
+    assert "its streams decode on the CPU" in p.stderr, describe(p)
+    d = check_decoded_trial(json.loads(p.stdout), clip)
+    assert all(where.startswith("cpu (") for where in d["hwaccel"]), d
+
+
+def test_video_that_does_not_open_is_named(clip, tmp_path):
+    model = small_model()
+    missing = tmp_path / "missing.mp4"
+    p = vigil("bench", "streams", "--model", model, "--devices", "cpu", "--video", missing)
+    assert p.returncode == 2 and str(missing) in p.stderr, describe(p)
+    garbage = tmp_path / "garbage.mp4"
+    garbage.write_bytes(b"not a video" * 100)
+    p = vigil("bench", "streams", "--model", model, "--devices", "cpu", "--video", garbage)
+    assert p.returncode == 2 and str(garbage) in p.stderr and "--video" in p.stderr, describe(p)
+    p = vigil("bench", "streams", "--model", model, "--devices", "cpu", "--video", clip, "--hwaccel", "vaapi")
+    assert p.returncode == 2 and "--hwaccel 'vaapi'" in p.stderr, describe(p)
+    p = vigil("bench", "streams", "--model", model, "--devices", "cpu", "--video", clip, "--frame", garbage)
+    assert p.returncode == 2 and "--frame" in p.stderr, describe(p)
