@@ -10,7 +10,8 @@
 # msmpeg4v3 (vtest.avi), mjpeg, with the NVDEC hwaccels for h264 and hevc (FFmpeg's CUDA hwcontext,
 # nv-codec-headers from Debian's libffmpeg-nvenc-dev: the driver's libcuda/libnvcuvid are loaded at run time);
 # the libx264 and mpeg4 encoders and the mp4/avi muxers (video::VideoWriter, the tests' clips); libswscale;
-# the file protocol; nothing autodetected (no VAAPI, VDPAU, X11, zlib). Assembly on (nasm), as in Debian's build, so CPU decoding is as fast as the packaged one.
+# the file protocol; nothing autodetected (no VAAPI, VDPAU, X11, zlib); no network protocols (the GPU machine
+# reads files). Assembly on (nasm), as in Debian's build, so CPU decoding is as fast as the packaged one.
 # Needs: apt deb-src entries for bookworm (added here if missing), dpkg-dev, nasm, libx264-dev,
 # libffmpeg-nvenc-dev. Takes ~4 min on 2 cores.
 set -euo pipefail

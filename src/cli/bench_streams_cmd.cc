@@ -13,6 +13,7 @@
 // detections are on the host − the time the frame was due. After --warmup-s, --seconds are measured;
 // frames still queued one budget after the end are counted as unserved. A stream count "holds" when no
 // frame is unserved and p99 latency <= --budget-ms. The sweep stops at the first count that does not hold.
+// CPU ms per frame: the process's CPU time (getrusage user + system) over the measured window / frames served.
 //
 // Frames: --frame FILE.npy (H×W×3 uint8 BGR, e.g. a 1920×1080 picture) or a synthetic gradient of
 // --width × --height. Up to 16 copies are made (in page-locked memory with --memory pinned, the default
@@ -319,7 +320,7 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, std::vector<Worker>& work
     }
     q.cv.notify_one();
   };
-  const double cpu0 = ProcessCpuMs();
+  double cpu0 = -1;  // process CPU time at the start of the measured window (the warm-up is not counted)
 #if VIGIL_HAVE_FFMPEG
   // --video: one decoding thread per stream, the camera model of the header comment.
   for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
@@ -360,8 +361,15 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, std::vector<Worker>& work
     const auto due = due_at(j);
     if (due >= end || stop.load()) break;
     std::this_thread::sleep_until(due);
+    if (cpu0 < 0 && due >= measure_from) cpu0 = ProcessCpuMs();
     enqueue({.stream = static_cast<int>(j % n), .due = due});
   }
+  if (cpu0 < 0) {
+    std::this_thread::sleep_until(measure_from);
+    cpu0 = ProcessCpuMs();
+  }
+  std::this_thread::sleep_until(end);
+  const double cpu_ms = ProcessCpuMs() - cpu0;
   // Let the last frames finish: a real-time pipeline has the budget to do so.
   std::this_thread::sleep_until(end + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double, std::milli>(a.budget_ms)));
@@ -371,7 +379,6 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, std::vector<Worker>& work
     for (const Item& it : q.items) r.unserved += it.due >= measure_from && it.due < end;
   }
   for (std::thread& t : threads) t.join();
-  const double cpu_ms = ProcessCpuMs() - cpu0;
   std::vector<double> all;
   int64_t batches = 0;
   r.served_fps_per_device.assign(num_devices, 0);
