@@ -62,9 +62,9 @@ enum class FrameMemory {
   kHost,        // ordinary (pageable) host memory
   kPinnedHost,  // page-locked host memory (cudaMallocHost / cudaHostRegister, HostBufferPool with a
                 // pinner): uploaded by DMA without a staging copy
-  kDevice,      // device memory of the detector's GPU (e.g. a frame decoded by NVDEC). The detector reads
-                // it after all work already enqueued on the legacy default stream (where FFmpeg's CUDA
-                // hwaccel writes its frames); work on other non-blocking streams must be complete.
+  kDevice,      // device memory of the detector's GPU (e.g. a frame decoded by NVDEC), complete when passed:
+                // the detector reads it on its own non-blocking stream without waiting for other work
+                // (video::Source delivers device frames complete: frame.h).
 };
 
 // Pixel layout of a FrameRef.

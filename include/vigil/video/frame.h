@@ -74,11 +74,10 @@ LumaWeights LumaWeightsOf(YuvMatrix matrix);
 //
 // Memory: device pointers (CUdeviceptr values) in the *primary* CUDA context of device `device` (the
 // context the CUDA runtime API uses), so runtime-API kernels on that device read them directly.
-// Ordering: FFmpeg wrote the planes with asynchronous copies on that context's legacy default stream
-// (cudaStreamLegacy) before the Frame was delivered. Work enqueued later on the legacy default stream or
-// on a blocking stream (created without cudaStreamNonBlocking) runs after those copies; a non-blocking
-// stream must first wait for them (cudaStreamWaitEvent on an event recorded on cudaStreamLegacy, or
-// cudaStreamSynchronize(cudaStreamLegacy)).
+// Ordering: the planes are complete when the Frame is delivered. (In builds with CUDA each GPU-decoding
+// Source has a non-blocking stream of its own for FFmpeg's mapping and copies, synchronised before Next()
+// returns, so decoders never wait for one another and consumers need no wait. In builds without CUDA,
+// FFmpeg copies on the legacy default stream: a consumer on a non-blocking stream must first wait for it.)
 // Lifetime: `keepalive` owns a reference to FFmpeg's frame (an AVFrame): the planes stay valid and
 // unchanged while any copy of it lives, also after later frames are decoded and after the Source is
 // destroyed. Releasing the last copy returns the surface to FFmpeg's pool (a dynamic pool: holding

@@ -19,9 +19,7 @@ struct GpuStages::Buffers {
   PinnedBuffer slots_host;        // batch × SlotGeometry
   DeviceBuffer slots;
   std::unique_ptr<GpuPostprocess> post;
-  cudaEvent_t legacy_done = nullptr;  // recorded on the legacy default stream before reading device frames
   ~Buffers() {
-    if (legacy_done != nullptr) cudaEventDestroy(legacy_done);
   }
 };
 
@@ -234,7 +232,6 @@ StatusOr<std::unique_ptr<GpuStages>> GpuStages::Create(infer::Engine& engine, co
   VIGIL_ASSIGN_OR_RETURN(b.slots_host, PinnedBuffer::Allocate(batch * sizeof(cuda::SlotGeometry), what));
   VIGIL_ASSIGN_OR_RETURN(b.slots, DeviceBuffer::Allocate(batch * sizeof(cuda::SlotGeometry), what));
   VIGIL_ASSIGN_OR_RETURN(b.post, GpuPostprocess::Create(model, options, iou, g->device_));
-  VIGIL_CUDA(cudaEventCreateWithFlags(&b.legacy_done, cudaEventDisableTiming));
   return g;
 }
 
@@ -271,12 +268,6 @@ StatusOr<std::vector<LetterboxInfo>> GpuStages::Enqueue(std::span<const FrameRef
   VIGIL_RETURN_IF_ERROR(EnsureFrameCapacity(largest));
   Buffers& b = *buffers_;
   const cudaStream_t stream = AsStream(stream_);
-  // Device frames may still be being written on the legacy default stream (FFmpeg's CUDA hwaccel copies
-  // NVDEC's output there); the engine's stream is non-blocking, so order it after that work explicitly.
-  if (std::any_of(frames.begin(), frames.end(), [](const FrameRef& f) { return f.memory == FrameMemory::kDevice; })) {
-    VIGIL_CUDA(cudaEventRecord(b.legacy_done, cudaStreamLegacy));
-    VIGIL_CUDA(cudaStreamWaitEvent(stream, b.legacy_done, 0));
-  }
   auto* slots = static_cast<cuda::SlotGeometry*>(b.slots_host.get());
   std::vector<LetterboxInfo> infos(frames.size());
   for (int64_t i = 0; i < model_.batch; ++i) slots[i] = cuda::SlotGeometry{};
