@@ -284,10 +284,10 @@ profile() {
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   python3 "$ROOT/tools/gpu/ceilings.py" >"$OUT/ceilings.json" || rc=1
   local bench=("$DEV/bin/vigil-engine" --log-level info bench engine --model "$model" --device cuda:0 --precision fp16
-    --batch 64 --warmup 5 --iters 50 --json)
+    --batch 64 --warmup 5 --json)
   rm -f /tmp/plan-cache-b64.json
-  for run in cold warm; do
-    VIGIL_CUDNN_PLAN_CACHE=/tmp/plan-cache-b64.json "${bench[@]}" >"$OUT/b64-$run.json" 2>"$OUT/b64-$run.log" || rc=1
+  for run in ${PROFILE_LOADS:-cold warm}; do
+    VIGIL_CUDNN_PLAN_CACHE=/tmp/plan-cache-b64.json "${bench[@]}" --iters 50 >"$OUT/b64-$run.json" 2>"$OUT/b64-$run.log" || rc=1
     grep -h "cuDNN plans" "$OUT/b64-$run.log" | head -2
   done
   VIGIL_CUDNN_PLAN_CACHE=/tmp/plan-cache-b64.json timeout "${NCU_TIMEOUT:-300}" "$ncu" --profile-from-start off \
