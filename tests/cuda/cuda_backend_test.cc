@@ -125,6 +125,19 @@ std::vector<Case> Cases() {
                      b.Output("out");
                      b.Output("gate");
                    }, {"cudnn", "cuda", "copy"}});
+  // Nearest upsampling of 12 NHWC channels: whole 16-byte groups in float32 (4 channels), not in float16 (8),
+  // so the grouped and the element-wise resize kernels both run (yolo_like_chain's 8 channels: grouped in both).
+  cases.push_back({"resize_after_conv_12ch", [](GraphBuilder& b, std::mt19937& rng) {
+                     b.Input("x", {2, 3, 9, 7});
+                     Conv(b, rng, "x", "c", 3, 12, 3, 1, 1, 1, "SiLU");
+                     b.Initializer("scales", Tensor::FromVector<float>({1, 1, 2, 2}, {4}));
+                     Node& up = b.Add("Resize", {"c", "", "scales"}, {"up"});
+                     up.attrs["mode"] = std::string("nearest");
+                     up.attrs["coordinate_transformation_mode"] = std::string("asymmetric");
+                     up.attrs["nearest_mode"] = std::string("floor");
+                     Conv(b, rng, "up", "y", 12, 8, 1, 1, 0, 1, "SiLU");
+                     b.Output("y");
+                   }, {"cudnn", "cuda"}});
   cases.push_back({"broadcast_elementwise", [](GraphBuilder& b, std::mt19937& rng) {
                      b.Input("x", {2, 3, 4, 5});
                      b.Initializer("bias", RandomTensor(rng, {3, 1, 1}));

@@ -398,6 +398,26 @@ cudaError_t ResizeNearest(void* out, const void* in, ElemType type, int64_t n, i
                           const Strides4d& out_strides, cudaStream_t stream) {
   const int64_t total = n * c * out_pixels;
   if (total == 0) return cudaSuccess;
+  // NHWC with whole 16-byte channel groups (8 fp16 or 4 fp32 channels, every pixel 16-byte aligned): the
+  // same kernel moves uint4 groups, one thread per group instead of per element. The element-wise form is
+  // bound by its index arithmetic, not by memory (ncu, batch-64 YOLOv8n on an H200: 320 GB/s, SM 78 %).
+  const int64_t v = 16 / static_cast<int64_t>(type == ElemType::kF16 ? sizeof(__half) : sizeof(float));
+  const auto whole = [v](const Strides4d& s) { return s.c == 1 && s.n % v == 0 && s.h % v == 0 && s.w % v == 0; };
+  if (c % v == 0 && whole(in_strides) && whole(out_strides) && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    const auto groups = [v](const Strides4d& s) { return Strides4d{s.n / v, 1, s.h / v, s.w / v}; };
+    const Strides4d is = groups(in_strides), os = groups(out_strides);
+    const int64_t total16 = total / v;
+    if (n * os.n < (int64_t{1} << 30) && n * is.n < (int64_t{1} << 30)) {
+      ResizeNearestKernel<int, uint4><<<Blocks(total16), kThreads, 0, stream>>>(
+          static_cast<uint4*>(out), static_cast<const uint4*>(in), static_cast<int>(c / v), static_cast<int>(in_w),
+          static_cast<int>(out_w), static_cast<int>(out_pixels), source, is, os, static_cast<int>(total16));
+    } else {
+      ResizeNearestKernel<int64_t, uint4><<<Blocks(total16), kThreads, 0, stream>>>(
+          static_cast<uint4*>(out), static_cast<const uint4*>(in), c / v, in_w, out_w, out_pixels, source, is, os, total16);
+    }
+    return cudaGetLastError();
+  }
   return ForType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     if (n * out_strides.n < (int64_t{1} << 30) && n * in_strides.n < (int64_t{1} << 30)) {
