@@ -224,6 +224,39 @@ __global__ void MaxPoolKernel(To* out, const Ti* in, Pool2d p, I total) {
   }
 }
 
+// MaxPoolKernel on NHWC data in whole 16-byte channel groups (p in group units: c and strides divided by the
+// lanes per group): one thread per group of 16 / sizeof(T) channels, one uint4 load per window element.
+template <typename I, typename T>
+__global__ void MaxPoolGroupKernel(uint4* out, const uint4* in, Pool2d p, I total) {
+  constexpr int kLanes = 16 / sizeof(T);
+  const I pc = static_cast<I>(p.c), pow = static_cast<I>(p.ow), poh = static_cast<I>(p.oh);
+  for (I i = blockIdx.x * static_cast<I>(blockDim.x) + threadIdx.x; i < total; i += static_cast<I>(blockDim.x) * gridDim.x) {
+    I r = i;
+    const I c = r % pc; r /= pc;
+    const I ow = r % pow; r /= pow;
+    const I oh = r % poh;
+    const I n = r / poh;
+    float best[kLanes];
+    for (int j = 0; j < kLanes; ++j) best[j] = -FLT_MAX;
+    const I base = n * static_cast<I>(p.in.n) + c;
+    for (I ky = 0; ky < static_cast<I>(p.kh); ++ky) {
+      const I y = oh * static_cast<I>(p.sh) - static_cast<I>(p.ph) + ky * static_cast<I>(p.dh);
+      if (y < 0 || y >= static_cast<I>(p.h)) continue;
+      for (I kx = 0; kx < static_cast<I>(p.kw); ++kx) {
+        const I x = ow * static_cast<I>(p.sw) - static_cast<I>(p.pw) + kx * static_cast<I>(p.dw);
+        if (x < 0 || x >= static_cast<I>(p.w)) continue;
+        const uint4 raw = in[base + y * static_cast<I>(p.in.h) + x * static_cast<I>(p.in.w)];
+        const T* lanes = reinterpret_cast<const T*>(&raw);
+        for (int j = 0; j < kLanes; ++j) best[j] = fmaxf(best[j], Load(lanes, j));
+      }
+    }
+    alignas(16) T result[kLanes];
+    for (int j = 0; j < kLanes; ++j) Store(result, j, best[j]);
+    out[n * static_cast<I>(p.out.n) + c + oh * static_cast<I>(p.out.h) + ow * static_cast<I>(p.out.w)] =
+        *reinterpret_cast<const uint4*>(result);
+  }
+}
+
 template <typename I, typename T>
 __global__ void ResizeNearestKernel(T* out, const T* in, I c, I in_w, I out_w, I out_pixels, const int32_t* source,
                                     Strides4d is, Strides4d os, I total) {
@@ -377,6 +410,27 @@ cudaError_t MaxPool2d(void* out, ElemType out_type, const void* in, ElemType in_
                       cudaStream_t stream) {
   const int64_t total = p.n * p.c * p.oh * p.ow;
   if (total == 0) return cudaSuccess;
+  // NHWC in whole 16-byte channel groups, same type in and out: a thread per group (as ResizeNearest).
+  const int64_t v = 16 / static_cast<int64_t>(in_type == ElemType::kF16 ? sizeof(__half) : sizeof(float));
+  const auto whole = [v](const Strides4d& s) { return s.c == 1 && s.n % v == 0 && s.h % v == 0 && s.w % v == 0; };
+  if (out_type == in_type && p.c % v == 0 && whole(p.in) && whole(p.out) && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    Pool2d g = p;
+    g.c = p.c / v;
+    g.in = Strides4d{p.in.n / v, 1, p.in.h / v, p.in.w / v};
+    g.out = Strides4d{p.out.n / v, 1, p.out.h / v, p.out.w / v};
+    const int64_t groups = total / v;
+    return ForType(in_type, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      if (g.n * g.in.n < (int64_t{1} << 30) && g.n * g.out.n < (int64_t{1} << 30)) {
+        MaxPoolGroupKernel<int, T><<<Blocks(groups), kThreads, 0, stream>>>(
+            static_cast<uint4*>(out), static_cast<const uint4*>(in), g, static_cast<int>(groups));
+      } else {
+        MaxPoolGroupKernel<int64_t, T><<<Blocks(groups), kThreads, 0, stream>>>(static_cast<uint4*>(out),
+                                                                                static_cast<const uint4*>(in), g, groups);
+      }
+    });
+  }
   return ForType(out_type, [&](auto* to) {
     using To = std::remove_pointer_t<decltype(to)>;
     ForType(in_type, [&](auto* ti) {
