@@ -118,7 +118,7 @@ def main() -> int:
     ap.add_argument("--vigil-batches", default="", help="batches vigil is timed at (default: --batches)")
     ap.add_argument("--compile", default="default", help="'default' or 'none'")
     ap.add_argument("--autotune-b32", action="store_true")
-    ap.add_argument("--torch-archs", default="yolov8n", help="architectures also timed in PyTorch")
+    ap.add_argument("--torch-archs", default="yolov8n", help="architectures also timed in PyTorch ('none': none)")
     ap.add_argument("--quick-archs", default="", help="architectures timed by vigil only at the first and last "
                     "batch, with VIGIL_CUDNN_AUTOTUNE=2 (shorter loads)")
     ap.add_argument("--export-only", action="store_true", help="only write the ONNX files into --work")
@@ -149,7 +149,7 @@ def main() -> int:
             emit({"arch": arch, "batch": b, "runner": "vigil fp16" + (" (autotune 2)" if arch in quick else ""),
                   **bench_vigil(a.engine, onnx, b, 200 if b <= 8 else 50)})
         os.environ.pop("VIGIL_CUDNN_AUTOTUNE", None)
-    for arch in [t for t in a.torch_archs.split(",") if t]:
+    for arch in [t for t in a.torch_archs.split(",") if t and t != "none"]:
         net = models[arch].half().cuda().to(memory_format=torch.channels_last)
         xs = {b: torch.rand(b, 3, IMGSZ, IMGSZ, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
               for b in batches}
