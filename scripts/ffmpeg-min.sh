@@ -21,14 +21,19 @@ version="$(dpkg-query -W -f '${Version}' libavcodec59)"
 work="${FFMPEG_MIN_WORK:-/tmp/ffmpeg-min}"
 mkdir -p "$work" "$dest"
 if ! ls "$work"/src/configure >/dev/null 2>&1; then
+  cd "$work"
+  rm -rf ffmpeg_* src
   if ! apt-get source --download-only -qq "ffmpeg=$version" -o APT::Sandbox::User=root >/dev/null 2>&1; then
-    src_list=/etc/apt/sources.list.d/vigil-deb-src.sources
-    sed -e 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources >"$src_list"
+    [ -f /etc/apt/sources.list.d/debian.sources ] || {
+      echo "ffmpeg-min: no deb-src entries and no /etc/apt/sources.list.d/debian.sources to derive them from;" \
+        "add deb-src lines for bookworm and bookworm-security" >&2; exit 1; }
+    sed -e 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
+      >/etc/apt/sources.list.d/vigil-deb-src.sources
     apt-get update -qq
+    apt-get source --download-only -qq "ffmpeg=$version" -o APT::Sandbox::User=root >/dev/null
   fi
   apt-get install -y -qq dpkg-dev nasm libx264-dev libffmpeg-nvenc-dev >/dev/null
-  (cd "$work" && apt-get source --download-only -qq "ffmpeg=$version" -o APT::Sandbox::User=root >/dev/null &&
-    rm -rf src && dpkg-source -x ffmpeg_*.dsc src >/dev/null)
+  dpkg-source -x ffmpeg_*.dsc src >/dev/null
 fi
 cd "$work/src"
 ./configure --prefix="$dest" --enable-shared --disable-static --disable-programs --disable-doc \
@@ -38,7 +43,7 @@ cd "$work/src"
   --enable-decoder=h264,hevc,mpeg4,msmpeg4v3,mjpeg --enable-parser=h264,hevc,mpeg4video,mjpeg \
   --enable-hwaccel=h264_nvdec,hevc_nvdec --enable-bsf=null,h264_mp4toannexb,hevc_mp4toannexb \
   --enable-encoder=libx264,mpeg4 --enable-muxer=mp4,mov,avi >"$work/configure.log"
-make -j"$(nproc)" >"$work/make.log" 2>&1
+make -j"$(nproc)" >"$work/make.log" 2>&1 || { tail -n 50 "$work/make.log" >&2; exit 1; }
 make install >/dev/null
 rm -rf "$dest/include" "$dest/lib/pkgconfig"
 ls -la "$dest/lib"

@@ -61,6 +61,9 @@ pack() {
   bash "$ROOT/scripts/ffmpeg-min.sh" "$ffmin"
   python3 "$ROOT/tools/gpu/stub_libs.py" --consumer "$lib/libopencv_imgcodecs.so.406" --out "$stubs" \
     --return-zero GDALAllRegister "$lib/libgdal.so.32" "$lib/libgdcmMSFF.so.3.0" "$lib/libgdcmDSED.so.3.0"
+  if LD_LIBRARY_PATH="$stubs" ldd -r "$lib/libopencv_imgcodecs.so.406" 2>&1 | grep "undefined symbol"; then
+    echo "pack: the stubs leave imports of imgcodecs unresolved (above)" >&2; return 1
+  fi
   rm -rf "$DEV/bin" "$DEV/models" "$DEV/images" "$DEV/media" "$DEV/libs.tar.xz" "$DEV/bin.tar.xz"
   mkdir -p "$DEV/bin" "$DEV/models" "$DEV/images" "$DEV/media" "$DEV/whl"
   cp "$build/src/vigil" "$build/src/vigil-engine" "$build/tests/vigil_cuda_tests" "$build/tests/vigil_video_tests" \
@@ -97,7 +100,12 @@ pack() {
 
 run() {
   : "${OUT:=$ROOT/out/gpu}"
+  export OUT
   mkdir -p "$OUT"
+  # Packed into one archive at the end only when this run starts with an empty $OUT (never deletes files
+  # it did not write).
+  local pack_results=0
+  [ -z "$(ls -A "$OUT")" ] && pack_results=1
   local stages="${*:-export tests sanitize models bench placement streams video nvdec edge profile}" failed=0
   mkdir -p /tmp/vl "$DEV/bin" && tar -xJf "$DEV/libs.tar.xz" -C /tmp/vl && tar -xJf "$DEV/bin.tar.xz" -C "$DEV/bin"
   local cudnn
@@ -148,8 +156,10 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
     [ "$rc" = 0 ] || failed=1
   done
   # At most 8 files come back from a device call: everything but the summary goes into one archive.
-  (cd "$OUT" && tar -czf results.tgz --exclude=results.tgz --exclude=summary.txt -- * &&
-    find . -mindepth 1 -maxdepth 1 ! -name results.tgz ! -name summary.txt -exec rm -rf {} +)
+  if [ "$pack_results" = 1 ]; then
+    (cd "$OUT" && tar -czf results.tgz --exclude=results.tgz --exclude=summary.txt -- * &&
+      find . -mindepth 1 -maxdepth 1 ! -name results.tgz ! -name summary.txt -exec rm -rf {} +)
+  fi
   return $failed
 }
 
@@ -168,14 +178,16 @@ streams() {
   model=$(yolov8n)
   gpus=$(nvidia-smi -L | wc -l)
   local args=(--model "$model" --frame "$frame" --precision fp16 --json ${STREAMS_ARGS:-})
+  local rc=0
   "$DEV/bin/vigil-engine" bench streams "${args[@]}" --devices cuda:0 \
-    --streams "${STREAMS_ONE:-32,64,96,128,160,176,192,208,224,256}" >"$OUT/streams-1gpu.json"
+    --streams "${STREAMS_ONE:-32,64,96,128,160,176,192,208,224,256}" >"$OUT/streams-1gpu.json" || rc=1
   if [ "$gpus" -gt 1 ]; then
     local devs
     devs=$(seq -s, 0 $((gpus - 1)) | sed 's/\([0-9]*\)/cuda:\1/g')
     "$DEV/bin/vigil-engine" bench streams "${args[@]}" --devices "$devs" \
-      --streams "${STREAMS_MULTI:-64,128,192,256,320,352,384,416,448,512}" >"$OUT/streams-${gpus}gpu.json"
+      --streams "${STREAMS_MULTI:-64,128,192,256,320,352,384,416,448,512}" >"$OUT/streams-${gpus}gpu.json" || rc=1
   fi
+  return $rc
 }
 
 # `nvdec`: the streams sweep on GPU 0 with every stream decoding the H.264 clip (NVDEC, then the CPU).
@@ -183,10 +195,12 @@ nvdec() {
   local model clip="$DEV/media/vtest_1080p30.mp4"
   model=$(yolov8n)
   local args=(--model "$model" --video "$clip" --precision fp16 --json --devices cuda:0 ${STREAMS_ARGS:-})
+  local rc=0
   "$DEV/bin/vigil" bench streams "${args[@]}" --hwaccel cuda \
-    --streams "${STREAMS_NVDEC:-64,128,160,192,208,224}" >"$OUT/nvdec-1gpu.json"
+    --streams "${STREAMS_NVDEC:-64,128,160,192,208,224}" >"$OUT/nvdec-1gpu.json" || rc=1
   "$DEV/bin/vigil" bench streams "${args[@]}" --hwaccel cpu \
-    --streams "${STREAMS_CPUDEC:-16,32,48,64}" >"$OUT/cpudec-1gpu.json"
+    --streams "${STREAMS_CPUDEC:-8,16,32}" >"$OUT/cpudec-1gpu.json" || rc=1
+  return $rc
 }
 
 # `edge`: the edge process with NVDEC streams and the model on the GPU, against a local aggregator; then one

@@ -106,13 +106,12 @@ cudaStream_t StreamOf(const BufferRefPtr& device) {
 // decoder of the process would then share: one stream's pictures would wait for every other stream's, and a
 // consumer ordering itself after that stream waits for all of them (measured: 64 NVDEC streams on an H200
 // held 2 s p99 latency that way). The stream is destroyed with the device context (AVHWDeviceContext::free).
+// The calling thread's current CUDA device becomes `ordinal` (never another device: touching a device's
+// primary context through the runtime before FFmpeg has set its flags would make FFmpeg refuse it).
 Status UseOwnStream(const BufferRefPtr& device, int ordinal) {
-  int previous = 0;
-  cudaGetDevice(&previous);
   cudaStream_t stream = nullptr;
   cudaError_t e = cudaSetDevice(ordinal);
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  cudaSetDevice(previous);
   if (e != cudaSuccess) {
     return absl::UnavailableError(StrCat("cannot create a CUDA stream on device ", ordinal, ": ", cudaGetErrorString(e)));
   }
@@ -568,8 +567,7 @@ void FfmpegSource::SetUpHwaccel(AVCodecContext* codec, const AVCodec* decoder) {
   if (!hw_device_) return DecodeOnCpu(hw_device_error_);
   codec->hw_device_ctx = av_buffer_ref(hw_device_.get());
   codec->opaque = this;
-  codec->get_format = &GetFormat;
-  stats_.SetHwaccel(StrCat("cuda:", *cuda_device_));
+  codec->get_format = &GetFormat;  // says "cuda:N" (or why not) once the decoder has offered its formats
 }
 
 AVPixelFormat FfmpegSource::GetFormat(AVCodecContext* codec, const AVPixelFormat* formats) {
@@ -610,8 +608,11 @@ Status FfmpegSource::MakeDeviceFrame(Frame& out) {
   ref->width = width;
   ref->height = height;
 #if VIGIL_HAVE_CUDA
-  // The copy is asynchronous on this Source's stream: the picture is complete when it is delivered.
-  if (const cudaError_t e = cudaStreamSynchronize(StreamOf(hw_device_)); e != cudaSuccess) {
+  // The copy is asynchronous on this Source's stream: the picture is complete when it is delivered. (The
+  // thread's current device is set to the decoding GPU first, so the runtime touches no other device.)
+  cudaError_t e = cudaSetDevice(*cuda_device_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(StreamOf(hw_device_));
+  if (e != cudaSuccess) {
     return absl::InternalError(StrCat("cannot copy the picture on the GPU: ", cudaGetErrorString(e)));
   }
 #endif

@@ -30,7 +30,7 @@ KINDS = [
     ("copy: Concat/Split/Slice/layout (StridedCopy, CopyRows)", r"StridedCopyKernel|CopyRowsKernel"),
     ("elementwise binary (Add, Mul, ...)", r"BinaryKernel|BinaryFlatKernel"),
     ("elementwise unary / bias+activation", r"UnaryKernel|BiasActivationKernel"),
-    ("MaxPool", r"MaxPoolKernel"),
+    ("MaxPool", r"MaxPool(Group)?Kernel"),
     ("Resize (nearest)", r"ResizeNearestKernel"),
     ("Softmax", r"SoftmaxKernel"),
     ("detector stages (letterbox, decode, NMS)", r"LetterboxKernel|DecodeKernel|NmsKernel|MapKernel|SegmentOffsets|cub::|DeviceSegmentedRadixSort"),

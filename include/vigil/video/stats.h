@@ -45,7 +45,8 @@ struct StreamStats {
   uint64_t queue_depth = 0;         // StreamReader: frames waiting to be popped
   std::string last_error;           // the most recent error or warning, naming the input; empty if none
   std::string hwaccel;              // SourceOptions::hwaccel requested: where the current input decodes,
-                                    // "cuda:N", or "cpu (why not on the GPU)"; empty when not requested
+                                    // "cuda:N", or "cpu (why not on the GPU)"; empty when not requested and
+                                    // until the decoder has offered its formats (at the first picture)
 };
 
 class StatsRecorder {
