@@ -379,7 +379,7 @@ void Edge::Periodic(bool force) {
                   {{"queue", "reader"}, {"stream", s.config.id}})
         .Set(static_cast<double>(st.queue_depth));
     // Where the stream decodes, Prometheus' "info" pattern: 1 on the current decoder's series, 0 on an old one.
-    // A stream with hwaccel reports nothing until its Source has decided (StreamStats::hwaccel set at open).
+    // A stream with hwaccel reports nothing until its Source has decided (StreamStats::hwaccel, first picture).
     const bool gpu_requested = !s.config.hwaccel.empty() && s.config.hwaccel != "cpu";
     const std::string where = !st.hwaccel.empty() ? st.hwaccel : gpu_requested ? std::string() : std::string("cpu");
     if (!where.empty() && where != s.decoder) {
