@@ -54,6 +54,12 @@
 // profile, or NVDEC failed to start), or the pictures are not 8-bit 4:2:0 (10-bit, 4:2:2, 4:4:4 would come
 // as P010/YUV444 surfaces). The decision is made again for each pass of a looped file and each connection.
 // A GPU picture that cannot be copied (a CUDA error) is counted as a decode error and skipped.
+// StreamStats::hwaccel says "cuda:N" from the pass's first picture on (when the decoder has offered CUDA
+// frames); until then it keeps the previous pass's value ("" before the first). In builds with CUDA each
+// GPU-decoding Source has a non-blocking CUDA stream of its own for FFmpeg's mapping and copies (not the
+// legacy default stream that all decoders would share) and synchronises it before Next() returns a device
+// frame, so the frame is complete; opening such a Source and Next() make device N the calling thread's
+// current CUDA device (runtime API) and touch no other device.
 // The primary context: FFmpeg 5.1 wants it with flags CU_CTX_SCHED_BLOCKING_SYNC and sets them when it is
 // the first to use the device; if the process has already made the context active with other flags (the
 // CUDA runtime's default is cudaDeviceScheduleAuto), opening fails ("Primary context already active with
