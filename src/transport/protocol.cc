@@ -59,9 +59,29 @@ struct BodyEncoder {
     w.Str(m.edge);
     w.U64(m.epoch);
     w.U16(m.protocol_version);
+    w.U8(m.flags);
+    w.U32(static_cast<uint32_t>(m.class_names.size()));
+    for (const std::string& n : m.class_names) w.Str(n);
+    w.U32(static_cast<uint32_t>(m.streams.size()));
+    for (const HelloStream& st : m.streams) {
+      w.Str(st.stream);
+      w.U64(st.run);
+    }
     return MessageType::kHello;
   }
-  MessageType operator()(const Report& m) {
+  MessageType operator()(const Welcome& m) {
+    w.U64(m.epoch);
+    w.U32(static_cast<uint32_t>(m.streams.size()));
+    for (const WelcomeStream& st : m.streams) {
+      w.Str(st.stream);
+      w.U64(st.run);
+      w.I64(st.contiguous_through);
+      w.I64(st.highest_seq);
+    }
+    return MessageType::kWelcome;
+  }
+  MessageType operator()(const Report& m) { return ReportWith(m, m.detections); }
+  MessageType ReportWith(const Report& m, std::span<const ReportDetection> rows) {
     w.Str(m.edge);
     w.Str(m.stream);
     w.U64(m.run);
@@ -76,15 +96,14 @@ struct BodyEncoder {
     w.U32(m.width);
     w.U32(m.height);
     w.Str(m.rule);
-    w.U32(static_cast<uint32_t>(m.detections.size()));
-    for (const ReportDetection& d : m.detections) {
-      w.I32(d.class_id);
-      w.F32(d.score);
+    w.U32(static_cast<uint32_t>(rows.size()));
+    for (const ReportDetection& d : rows) {
       w.F32(d.x1);
       w.F32(d.y1);
       w.F32(d.x2);
       w.F32(d.y2);
-      w.Str(d.label);
+      w.F32(d.score);
+      w.F32(d.class_id);
     }
     return MessageType::kReport;
   }
@@ -169,9 +188,44 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
     case MessageType::kHello: {
       Reader r(body, "Hello");
       Hello m;
-      r.Str("edge", &m.edge) && r.Int("epoch", &m.epoch) && r.Int("protocol_version", &m.protocol_version);
+      uint32_t classes = 0, streams = 0;
+      // A peer of another version may lay the rest out differently: stop after the version field and let
+      // the receiver answer kUnsupportedVersion.
+      bool ok = r.Str("edge", &m.edge) && r.Int("epoch", &m.epoch) && r.Int("protocol_version", &m.protocol_version);
+      if (ok && m.protocol_version != kProtocolVersion) return Message(std::move(m));
+      ok = ok && r.Int("flags", &m.flags) && r.Int("class_count", &classes);
+      // Each name takes at least 2 bytes, each stream at least 10: check before allocating for a hostile count.
+      if (ok && (classes > kMaxClasses || size_t{classes} * 2 > r.left())) {
+        ok = r.Fail(StrCat("class_count ", classes, " does not fit the ", r.left(), " bytes left"));
+      }
+      for (uint32_t i = 0; ok && i < classes; ++i) ok = r.Str("class name", &m.class_names.emplace_back());
+      ok = ok && r.Int("stream_count", &streams);
+      if (ok && (streams > kMaxHelloStreams || size_t{streams} * 10 > r.left())) {
+        ok = r.Fail(StrCat("stream_count ", streams, " does not fit the ", r.left(), " bytes left"));
+      }
+      for (uint32_t i = 0; ok && i < streams; ++i) {
+        HelloStream& st = m.streams.emplace_back();
+        ok = r.Str("stream", &st.stream) && r.Int("run", &st.run);
+      }
       VIGIL_RETURN_IF_ERROR(r.Finish());
-      if (m.edge.empty()) return absl::InvalidArgumentError("Hello body: empty edge id");
+      VIGIL_RETURN_IF_ERROR(Annotate(ValidateHello(m), "Hello body"));
+      return Message(std::move(m));
+    }
+    case MessageType::kWelcome: {
+      Reader r(body, "Welcome");
+      Welcome m;
+      uint32_t streams = 0;
+      bool ok = r.Int("epoch", &m.epoch) && r.Int("stream_count", &streams);
+      if (ok && (streams > kMaxHelloStreams || size_t{streams} * 26 > r.left())) {
+        ok = r.Fail(StrCat("stream_count ", streams, " does not fit the ", r.left(), " bytes left"));
+      }
+      for (uint32_t i = 0; ok && i < streams; ++i) {
+        WelcomeStream& st = m.streams.emplace_back();
+        ok = r.Str("stream", &st.stream) && r.Int("run", &st.run) &&
+             r.Int("contiguous_through", &st.contiguous_through) && r.Int("highest_seq", &st.highest_seq);
+      }
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      if (m.epoch == 0) return absl::InvalidArgumentError("Welcome body: epoch 0 (epochs start at 1)");
       return Message(std::move(m));
     }
     case MessageType::kReport: {
@@ -184,14 +238,14 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
                 r.Int("kind", &kind) && r.Int("severity", &severity) && r.Int("capture_ns", &m.capture_ns) &&
                 r.Int("pts_ns", &m.pts_ns) && r.Int("publish_ns", &m.publish_ns) && r.Int("width", &m.width) &&
                 r.Int("height", &m.height) && r.Str("rule", &m.rule) && r.Int("detection_count", &n);
-      // Each detection takes at least 26 bytes: check before allocating for a hostile count.
-      if (ok && (n > kMaxDetections || size_t{n} * 26 > r.left())) {
+      // Each detection takes 24 bytes: check before allocating for a hostile count.
+      if (ok && (n > kMaxDetections || size_t{n} * sizeof(ReportDetection) > r.left())) {
         ok = r.Fail(StrCat("detection_count ", n, " does not fit the ", r.left(), " bytes left"));
       }
       for (uint32_t i = 0; ok && i < n; ++i) {
         ReportDetection& d = m.detections.emplace_back();
-        ok = r.Int("class_id", &d.class_id) && r.F32("score", &d.score) && r.F32("x1", &d.x1) && r.F32("y1", &d.y1) &&
-             r.F32("x2", &d.x2) && r.F32("y2", &d.y2) && r.Str("label", &d.label);
+        ok = r.F32("x1", &d.x1) && r.F32("y1", &d.y1) && r.F32("x2", &d.x2) && r.F32("y2", &d.y2) &&
+             r.F32("score", &d.score) && r.F32("class", &d.class_id);
       }
       VIGIL_RETURN_IF_ERROR(r.Finish());
       m.kind = static_cast<ReportKind>(kind);
@@ -216,7 +270,7 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
           r.Int("seq_first", &m.seq_first) && r.Int("seq_last", &m.seq_last) && r.Int("epoch", &m.epoch) &&
           r.Str("detail", &m.detail);
       VIGIL_RETURN_IF_ERROR(r.Finish());
-      if (reason < 1 || reason > 4) return absl::InvalidArgumentError(StrCat("Reject body: unknown reason ", reason));
+      if (reason < 1 || reason > 5) return absl::InvalidArgumentError(StrCat("Reject body: unknown reason ", reason));
       m.reason = static_cast<RejectReason>(reason);
       return Message(std::move(m));
     }
@@ -263,6 +317,22 @@ std::string_view ToString(RejectReason r) {
       return "unsupported_version";
     case RejectReason::kProtocolError:
       return "protocol_error";
+    case RejectReason::kFenced:
+      return "fenced";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(ReportKind k) {
+  switch (k) {
+    case ReportKind::kEvent:
+      return "event";
+    case ReportKind::kProgress:
+      return "progress";
+    case ReportKind::kDropped:
+      return "dropped";
+    case ReportKind::kLost:
+      return "lost";
   }
   return "unknown";
 }
@@ -283,8 +353,8 @@ Status ValidateReport(const Report& r) {
   if (r.seq_first > r.seq_last) return bad("seq_first > seq_last");
   if (r.kind == ReportKind::kEvent) {
     if (r.seq_first != r.seq_last) return bad("an event covers exactly one frame");
-  } else if (r.kind == ReportKind::kProgress) {
-    if (!r.detections.empty()) return bad("a progress report carries no detections");
+  } else if (r.kind == ReportKind::kProgress || r.kind == ReportKind::kDropped || r.kind == ReportKind::kLost) {
+    if (!r.detections.empty()) return bad(StrCat("a ", ToString(r.kind), " report carries no detections"));
   } else {
     return bad(StrCat("unknown kind ", static_cast<int>(r.kind)));
   }
@@ -299,15 +369,37 @@ Status ValidateReport(const Report& r) {
         !std::isfinite(d.y2)) {
       return bad("a detection has a non-finite score or coordinate");
     }
-    if (d.label.size() > 65535) return bad("label over 65535 bytes");
+    if (!(d.class_id >= 0 && d.class_id < 16777216.0f) || d.class_id != std::floor(d.class_id)) {
+      return bad(StrCat("a detection has class ", d.class_id, ", not an integer in [0, 2^24)"));
+    }
   }
   return absl::OkStatus();
 }
 
-void AppendFrame(const Message& m, std::string* out) {
-  const size_t start = out->size();
-  out->append(kHeaderBytes, '\0');
-  const MessageType type = std::visit(BodyEncoder{Writer(out)}, m);
+Status ValidateHello(const Hello& h) {
+  auto bad = [&](std::string reason) {
+    return absl::InvalidArgumentError(StrCat("Hello of edge '", h.edge.substr(0, 200), "': ", reason));
+  };
+  if (h.edge.empty() || h.edge.size() > 65535) return bad("edge id must be 1..65535 bytes");
+  if ((h.flags & ~kHelloPromote) != 0) return bad(StrCat("unknown flags ", static_cast<int>(h.flags)));
+  if (h.class_names.size() > kMaxClasses) return bad(StrCat(h.class_names.size(), " class names, more than ", kMaxClasses));
+  if (h.streams.size() > kMaxHelloStreams) return bad(StrCat(h.streams.size(), " streams, more than ", kMaxHelloStreams));
+  size_t bytes = 2 + h.edge.size() + 8 + 2 + 1 + 4 + 4;
+  for (const std::string& n : h.class_names) {
+    if (n.size() > 65535) return bad("a class name over 65535 bytes");
+    bytes += 2 + n.size();
+  }
+  for (const HelloStream& s : h.streams) {
+    if (s.stream.empty() || s.stream.size() > 65535) return bad("a stream id must be 1..65535 bytes");
+    bytes += 2 + s.stream.size() + 8;
+  }
+  if (bytes > kMaxBodyBytes) return bad(StrCat("encodes to ", bytes, " bytes, over the ", kMaxBodyBytes, " limit"));
+  return absl::OkStatus();
+}
+
+namespace {
+// Writes the header of the frame whose body follows `start + kHeaderBytes` in `out`.
+void FinishFrame(MessageType type, size_t start, std::string* out) {
   const size_t body = out->size() - start - kHeaderBytes;
   std::string header;
   Writer h(&header);
@@ -318,6 +410,19 @@ void AppendFrame(const Message& m, std::string* out) {
   h.U32(static_cast<uint32_t>(body));
   h.U32(Crc32(std::string_view(*out).substr(start + kHeaderBytes), Crc32(header)));
   out->replace(start, kHeaderBytes, header);
+}
+}  // namespace
+
+void AppendFrame(const Message& m, std::string* out) {
+  const size_t start = out->size();
+  out->append(kHeaderBytes, '\0');
+  FinishFrame(std::visit(BodyEncoder{Writer(out)}, m), start, out);
+}
+
+void AppendReportFrame(const Report& report, std::span<const ReportDetection> rows, std::string* out) {
+  const size_t start = out->size();
+  out->append(kHeaderBytes, '\0');
+  FinishFrame(BodyEncoder{Writer(out)}.ReportWith(report, rows), start, out);
 }
 
 std::string EncodeFrame(const Message& m) {

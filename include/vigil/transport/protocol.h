@@ -1,16 +1,18 @@
-// vigil/transport/protocol.h — the edge ↔ aggregator report protocol, version 1.
+// vigil/transport/protocol.h — the edge ↔ aggregator report protocol, version 2.
 //
-// A connection is a byte stream of frames. The edge (publisher) opens it and sends Hello first, then
-// Reports and Heartbeats; the aggregator (receiver) answers each stored Report with an Ack, a refused
-// one with a Reject, and echoes Heartbeats. Delivery is at-least-once: the publisher re-sends every
-// Report not yet acknowledged after a reconnect, and the aggregator stores a frame once, keyed by
-// (edge, stream, run, seq) (docs/architecture.md: "exactly-once by idempotence").
+// A connection (a session) is a byte stream of frames. The edge opens it and sends Hello first; the
+// aggregator answers Welcome (it admits the edge and says which epoch the session holds) or Reject
+// (kFenced, kUnsupportedVersion, kProtocolError) and closes. After the Welcome the edge sends Reports and
+// Heartbeats; the aggregator answers each stored Report with an Ack, a refused one with a Reject, and
+// echoes Heartbeats. Delivery is at-least-once: the edge re-sends every Report not yet acknowledged after
+// a reconnect (on any link), and the aggregator stores a frame once, keyed by (edge, stream, run, seq)
+// (docs/architecture.md: "exactly-once by idempotence").
 //
 // Frame layout (all integers little-endian, floats IEEE-754 binary32 little-endian):
 //
 //   offset size  field
 //   0      4     magic        'V' 'G' 'I' 'L' (bytes 56 47 49 4C)
-//   4      1     version      kProtocolVersion (1); a frame of another version is refused
+//   4      1     version      kProtocolVersion (2); a frame of another version is refused
 //   5      1     type         MessageType
 //   6      2     flags        0 (reserved; non-zero is refused)
 //   8      4     body_length  N bytes, ≤ kMaxBodyBytes
@@ -20,29 +22,45 @@
 //
 // Body field encodings: u8/u16/u32/u64/i64 fixed width; f32; str = u16 byte length + UTF-8 bytes.
 //
-//   Hello     str edge, u64 epoch, u16 protocol_version
+//   Hello     str edge, u64 epoch, u16 protocol_version, u8 flags (bit 0: kHelloPromote; others 0),
+//             u32 class_count, class_count × str class name (index = class id),
+//             u32 stream_count, stream_count × (str stream, u64 run)
+//   Welcome   u64 epoch, u32 stream_count, stream_count × (str stream, u64 run, i64 contiguous_through,
+//             i64 highest_seq)
 //   Report    str edge, str stream, u64 run, u64 seq_first, u64 seq_last, u64 epoch, u8 kind, u8 severity,
 //             i64 capture_ns, i64 pts_ns, i64 publish_ns, u32 width, u32 height, str rule,
-//             u32 detection_count, then per detection: i32 class_id, f32 score, f32 x1, f32 y1,
-//             f32 x2, f32 y2, str label
+//             u32 detection_count, then detection_count rows of 6 f32: x1, y1, x2, y2, score, class
+//             (the DetectionTensor row layout [max_det, 6] of docs/architecture.md, so a row is copied
+//             from device or host memory as it is)
 //   Ack       str stream, u64 run, u64 epoch, u64 seq_first, u64 seq_last, i64 contiguous_through
 //   Reject    u8 reason, str stream, u64 run, u64 seq_first, u64 seq_last, u64 epoch, str detail
 //   Heartbeat i64 sent_ns
 //
 // Semantics:
 //  - seq counts a stream's frames from 0 within a run; run changes only when a stream starts over
-//    from scratch; epoch changes at every edge start (fencing token). An event report covers one frame
-//    (seq_first == seq_last); a progress report covers frames seq_first..seq_last that produced no
-//    event (coalesced marks, no detections). Every seq of a run must be reported exactly by one
-//    report kind or another, or the aggregator shows a gap.
+//    from scratch (its id is the epoch granted in the session where it started); epoch is the fencing
+//    token, granted by the aggregator. Every seq of a run is reported exactly once by one kind or another,
+//    or the aggregator shows a gap:
+//      kEvent     one frame whose detections raised an event (seq_first == seq_last), with its detections;
+//      kProgress  frames seq_first..seq_last processed without an event (coalesced marks);
+//      kDropped   frames numbered but not processed (`rule` says why: queue_full, detect_error,
+//                 backpressure), so a drop is not mistaken for loss;
+//      kLost      frames numbered by an edge instance that died before delivering them (`rule` =
+//                 "lost_on_restart"), reported once by the next instance.
+//  - Epochs (Hello → Welcome): Hello.epoch is the epoch the edge holds, 0 for a new instance. The
+//    aggregator grants a new epoch, strictly larger than any it granted that edge id and stored durably
+//    before the Welcome, for epoch 0 and for kHelloPromote; it re-admits the current epoch; it refuses any
+//    lower epoch with Reject(kFenced). Granting evicts every older session of that edge id at once
+//    (Reject(kFenced) with an empty stream, then the connection closes), and a Report whose epoch is not
+//    its session's is refused with Reject(kStaleEpoch).
+//  - Welcome lists, for each (stream, run) the Hello named, what the aggregator stored of it:
+//    contiguous_through (highest S with 0..S all stored, -1 none) and highest_seq (-1 none).
 //  - Ack answers one Report (its stream, run, seq_first..seq_last, epoch) once the aggregator's storage
 //    transaction holding it has committed (also when every frame was a duplicate), and carries
-//    contiguous_through: the highest seq S of (edge, stream, run) such that all of 0..S are stored,
-//    -1 when seq 0 is not stored yet. The edge persists it as its resume cursor.
-//  - Reject answers a Report that will never be stored: kStaleEpoch when its epoch is older than the
-//    newest the aggregator has seen for (edge, stream) (epoch = that newest), kInvalid for a malformed
-//    one. Reject with an empty stream refers to the connection (kUnsupportedVersion, kProtocolError);
-//    the receiver closes the connection after it.
+//    contiguous_through for (edge, stream, run). The edge persists it as its resume cursor.
+//  - Reject answers a Report that will never be stored: kStaleEpoch (epoch = the edge's current epoch),
+//    kInvalid. Reject with an empty stream refers to the connection (kFenced, kUnsupportedVersion,
+//    kProtocolError); the sender closes the connection after it.
 //  - Times are nanoseconds: capture_ns and publish_ns on the edge's CLOCK_REALTIME (Unix epoch),
 //    pts_ns the source's presentation time. Boxes are in source-image pixels (width × height).
 //
@@ -54,6 +72,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -63,35 +82,71 @@
 
 namespace vigil::transport {
 
-inline constexpr uint8_t kProtocolVersion = 1;
+inline constexpr uint8_t kProtocolVersion = 2;
 inline constexpr uint32_t kMagic = 0x4C494756;  // "VGIL" read as a little-endian u32
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxBodyBytes = 1 << 20;  // 1 MiB: a report with 300 detections is ~10 KB
 inline constexpr size_t kMaxDetections = 10000;
+inline constexpr size_t kMaxClasses = 65535;    // class names in a Hello
+inline constexpr size_t kMaxHelloStreams = 65535;
+inline constexpr uint8_t kHelloPromote = 1;     // Hello flag: a standby taking over asks for a new epoch
 
-enum class MessageType : uint8_t { kHello = 1, kReport = 2, kAck = 3, kReject = 4, kHeartbeat = 5 };
-enum class ReportKind : uint8_t { kEvent = 1, kProgress = 2 };
+enum class MessageType : uint8_t { kHello = 1, kReport = 2, kAck = 3, kReject = 4, kHeartbeat = 5, kWelcome = 6 };
+enum class ReportKind : uint8_t { kEvent = 1, kProgress = 2, kDropped = 3, kLost = 4 };
 enum class Severity : uint8_t { kNone = 0, kInfo = 1, kWarning = 2, kCritical = 3 };
-enum class RejectReason : uint8_t { kStaleEpoch = 1, kInvalid = 2, kUnsupportedVersion = 3, kProtocolError = 4 };
+enum class RejectReason : uint8_t {
+  kStaleEpoch = 1,
+  kInvalid = 2,
+  kUnsupportedVersion = 3,
+  kProtocolError = 4,
+  kFenced = 5,
+};
 
 std::string_view ToString(Severity s);      // "none", "info", "warning", "critical"
-std::string_view ToString(RejectReason r);  // "stale_epoch", "invalid", "unsupported_version", "protocol_error"
+std::string_view ToString(RejectReason r);  // "stale_epoch", "invalid", "unsupported_version", "protocol_error", "fenced"
+std::string_view ToString(ReportKind k);    // "event", "progress", "dropped", "lost"
+
+// A (stream, run) the edge resumes, named in its Hello.
+struct HelloStream {
+  std::string stream;
+  uint64_t run = 0;
+  bool operator==(const HelloStream&) const = default;
+};
 
 struct Hello {
   std::string edge;  // edge id, non-empty
-  uint64_t epoch = 0;
+  uint64_t epoch = 0;  // the epoch the edge holds; 0 = a new instance
   uint16_t protocol_version = kProtocolVersion;
+  uint8_t flags = 0;                     // kHelloPromote or 0
+  std::vector<std::string> class_names;  // the model's classes, index = class id (labels of detections)
+  std::vector<HelloStream> streams;      // (stream, run) pairs the edge resumes
   bool operator==(const Hello&) const = default;
 };
 
-// One detection: box corners in source-image pixels, score in [0, 1].
+// What the aggregator stored of one (stream, run) named in a Hello.
+struct WelcomeStream {
+  std::string stream;
+  uint64_t run = 0;
+  int64_t contiguous_through = -1;  // highest S with 0..S all stored; -1 none
+  int64_t highest_seq = -1;         // highest stored seq; -1 none
+  bool operator==(const WelcomeStream&) const = default;
+};
+
+struct Welcome {
+  uint64_t epoch = 0;  // the epoch this session holds (granted or re-admitted)
+  std::vector<WelcomeStream> streams;
+  bool operator==(const Welcome&) const = default;
+};
+
+// One detection, the DetectionTensor row: box corners in source-image pixels, score in [0, 1], class id
+// as a float (an integer 0..2^24). Standard layout, 24 bytes: rows are copied as they are.
 struct ReportDetection {
-  int32_t class_id = 0;
-  float score = 0;
   float x1 = 0, y1 = 0, x2 = 0, y2 = 0;
-  std::string label;  // class name, "" when unknown
+  float score = 0;
+  float class_id = 0;
   bool operator==(const ReportDetection&) const = default;
 };
+static_assert(sizeof(ReportDetection) == 6 * sizeof(float));
 
 struct Report {
   std::string edge, stream;  // non-empty
@@ -104,8 +159,8 @@ struct Report {
   int64_t pts_ns = 0;                       // presentation timestamp of seq_first in the source, ns
   int64_t publish_ns = 0;                   // when the edge handed the report to its publisher, CLOCK_REALTIME ns
   uint32_t width = 0, height = 0;           // source image size, pixels
-  std::string rule;                         // rule that raised the event ("" for progress)
-  std::vector<ReportDetection> detections;  // empty for progress
+  std::string rule;                         // event: the rule that raised it; dropped/lost: the reason; progress: ""
+  std::vector<ReportDetection> detections;  // events only
   bool operator==(const Report&) const = default;
 };
 
@@ -121,7 +176,7 @@ struct Reject {
   RejectReason reason = RejectReason::kInvalid;
   std::string stream;  // "" = the connection
   uint64_t run = 0, seq_first = 0, seq_last = 0;
-  uint64_t epoch = 0;  // kStaleEpoch: the newest epoch the aggregator knows for the stream
+  uint64_t epoch = 0;  // kStaleEpoch, kFenced: the edge's current epoch at the aggregator
   std::string detail;
   bool operator==(const Reject&) const = default;
 };
@@ -131,16 +186,26 @@ struct Heartbeat {
   bool operator==(const Heartbeat&) const = default;
 };
 
-using Message = std::variant<Hello, Report, Ack, Reject, Heartbeat>;
+using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat>;
 
 // OK when `r` satisfies the field rules above (non-empty ids, seq_first ≤ seq_last, an event covers
-// one frame, progress has no detections, kind/severity known, strings ≤ 65535 bytes, finite scores).
+// one frame, only events carry detections, kind/severity known, strings ≤ 65535 bytes, finite boxes and
+// scores, class ids integers in [0, 2^24)).
 Status ValidateReport(const Report& r);
 
+// OK when `h` has a non-empty edge id, ≤ kMaxClasses names and ≤ kMaxHelloStreams streams, strings
+// ≤ 65535 bytes, known flags, and encodes within kMaxBodyBytes.
+Status ValidateHello(const Hello& h);
+
 // Appends the frame for `m` to `out`. REQUIRES: strings ≤ 65535 bytes, body ≤ kMaxBodyBytes (a Report
-// that passes ValidateReport with ≤ kMaxDetections detections always fits).
+// that passes ValidateReport with ≤ kMaxDetections detections always fits; a Hello that passes
+// ValidateHello fits).
 void AppendFrame(const Message& m, std::string* out);
 std::string EncodeFrame(const Message& m);
+// Appends a Report frame whose detections are `rows` (report.detections is ignored): a link encodes a
+// message whose rows lived elsewhere (a staging copy of device memory) without building the vector.
+// REQUIRES: as AppendFrame.
+void AppendReportFrame(const Report& report, std::span<const ReportDetection> rows, std::string* out);
 
 // CRC-32 (IEEE 802.3) of `data`, continuing from `crc` (0 to start). Crc32("123456789") = 0xCBF43926.
 uint32_t Crc32(std::string_view data, uint32_t crc = 0);

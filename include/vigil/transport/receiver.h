@@ -1,19 +1,30 @@
 // vigil/transport/receiver.h — the aggregator side: accepts edges over TCP and hands over their reports.
 //
-// One accept thread, one thread per connection (an aggregator serves tens of edges, not thousands).
-// A connection must start with Hello (protocol version kProtocolVersion); then Reports and Heartbeats
-// (echoed at once). A frame that does not decode (bad magic, CRC, version, truncated body, invalid
-// report), a Report from another edge id than the Hello's, or any other protocol violation gets a
-// Reject (empty stream, reason kProtocolError / kUnsupportedVersion) and closes that connection only,
-// counted in ReceiverStats; nothing a client sends can stop the receiver or the process.
+// One accept thread; per connection one reader thread and one writer thread (an aggregator serves tens of
+// edges, not thousands). A connection must start with Hello (protocol version kProtocolVersion). The
+// handler decides on it — on its own time, e.g. after granting an epoch durably — and calls
+// Session::Admit (sends Welcome) or Session::Refuse (sends Reject, closes). Until admitted, anything but
+// Heartbeats is a protocol violation. After the Welcome, Reports and Heartbeats (echoed at once); a Report
+// whose epoch is not the session's is answered Reject(kStaleEpoch) by the receiver and never reaches the
+// handler. A frame that does not decode (bad magic, CRC, version, truncated body, invalid report), a
+// Report from another edge id than the Hello's, or any other protocol violation gets a Reject (empty
+// stream, reason kProtocolError / kUnsupportedVersion) and closes that connection only, counted in
+// ReceiverStats; nothing a client sends can stop the receiver or the process.
 // A connection silent for `peer_timeout` is closed (publishers send heartbeats).
 //
+// Sending never blocks the caller on a socket: Admit, Refuse and Enqueue append to the session's send
+// queue, which its writer thread drains. A session whose queue exceeds `max_send_queue_bytes`, or whose
+// socket accepts nothing for `write_timeout` (the edge stopped reading), is closed: its edge reconnects
+// and re-sends, and the aggregator's commit thread never waits on an edge.
+//
 // Thread-safety: ReceiverHandler callbacks run on connection threads, concurrently for different
-// connections and in arrival order for one connection. Session::Send is thread-safe.
+// connections and in arrival order for one connection. Session methods are thread-safe.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,38 +39,57 @@ namespace vigil::transport {
 // One accepted connection after its Hello; made by the receiver, shared with the handler.
 class Session {
  public:
-  Session(uint64_t id, std::shared_ptr<Connection> conn, Hello hello, std::chrono::milliseconds write_timeout)
-      : id_(id), conn_(std::move(conn)), hello_(std::move(hello)), write_timeout_(write_timeout) {}
+  Session(uint64_t id, std::shared_ptr<Connection> conn, Hello hello, size_t max_send_queue_bytes);
 
   uint64_t id() const { return id_; }  // unique per receiver
   const std::string& edge() const { return hello_.edge; }
-  uint64_t epoch() const { return hello_.epoch; }
+  const Hello& hello() const { return hello_; }  // as received: held epoch, flags, class names, streams
   std::string peer() const { return conn_->peer(); }
+  // The epoch the session was admitted with; 0 before Admit.
+  uint64_t epoch() const;
+  bool admitted() const { return epoch() != 0; }
 
-  // Sends encoded frames (one or more, e.g. a batch of Acks). A send that cannot complete within the
-  // receiver's write_timeout (the edge is not reading) shuts the session down, so a stalled edge
-  // cannot stall its caller for longer. Errors: Unavailable / DeadlineExceeded.
-  Status SendFrames(std::string_view frames);
-  Status Send(const Message& m) { return SendFrames(EncodeFrame(m)); }
+  // Admits the session with welcome.epoch (≥ 1) and queues the Welcome. Later calls are ignored.
+  void Admit(const Welcome& welcome);
+  // Queues Reject(reason, empty stream, detail, epoch) and closes the connection once it is written
+  // (fenced: another instance was admitted; or the Hello was refused).
+  void Refuse(RejectReason reason, uint64_t epoch, std::string detail);
+  // Queues encoded frames (one or more, e.g. a batch of Acks) for the writer thread; never blocks.
+  // false when the session is closed, or the queue would exceed max_send_queue_bytes (the session is then
+  // closed: its edge re-sends after reconnecting).
+  bool Enqueue(std::string frames);
   // Closes the connection (the receiver then ends it and calls OnClose).
-  void Close() { conn_->Shutdown(); }
+  void Close();
+  bool closed() const;
 
  private:
+  friend class TcpReceiver;
+  // Writer thread: sends queued frames until closed. Returns when the queue is drained after Close.
+  void WriterLoop(std::chrono::milliseconds write_timeout);
+
   const uint64_t id_;
   const std::shared_ptr<Connection> conn_;
   const Hello hello_;
-  const std::chrono::milliseconds write_timeout_;
-  std::mutex write_mu_;  // one writer at a time: frames are never interleaved
+  const size_t max_queue_bytes_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;  // GUARDED_BY(mu_)
+  size_t queue_bytes_ = 0;         // GUARDED_BY(mu_)
+  uint64_t epoch_ = 0;             // GUARDED_BY(mu_)
+  bool closing_ = false;           // GUARDED_BY(mu_) close after the queue drains (Refuse)
+  bool closed_ = false;            // GUARDED_BY(mu_)
 };
 
 class ReceiverHandler {
  public:
   virtual ~ReceiverHandler() = default;
-  // A connection said Hello. A non-OK status refuses it: the edge gets Reject(kProtocolError, message)
-  // and the connection closes.
+  // A connection said Hello (valid, this protocol version). The handler must eventually Admit or Refuse
+  // the session (or Close it). A non-OK status refuses it at once: the edge gets
+  // Reject(kProtocolError, message) and the connection closes.
   virtual Status OnHello(const std::shared_ptr<Session>& session) = 0;
-  // A valid Report whose edge is the session's. May block to apply backpressure (the connection is
-  // not read meanwhile). The handler answers with Ack/Reject through the session, now or later.
+  // A valid Report whose edge is the session's and whose epoch is the session's admitted epoch. May block
+  // to apply backpressure (the connection is not read meanwhile). The handler answers with Ack/Reject
+  // through Session::Enqueue, now or later.
   virtual void OnReport(const std::shared_ptr<Session>& session, Report report) = 0;
   // The connection ended (`why`: peer closed, timeout, protocol error, receiver stopping).
   virtual void OnClose(const std::shared_ptr<Session>& session, const Status& why) = 0;
@@ -71,6 +101,7 @@ struct ReceiverOptions {
   int max_connections = 256;                      // more are accepted and closed at once (counted). Default: 256
   std::chrono::milliseconds peer_timeout{10000};  // close a connection silent this long. Default: 10 s
   std::chrono::milliseconds write_timeout{1000};  // a send blocked this long closes the connection. Default: 1 s
+  size_t max_send_queue_bytes = 64 << 20;         // per session, queued and not yet written. Default: 64 MiB
 };
 
 struct ReceiverStats {
@@ -79,6 +110,7 @@ struct ReceiverStats {
   uint64_t active = 0;           // open now
   uint64_t protocol_errors = 0;  // connections closed for a malformed frame or a protocol violation
   uint64_t timeouts = 0;         // connections closed after peer_timeout of silence
+  uint64_t stale_reports = 0;    // reports refused because their epoch was not their session's
   uint64_t frames = 0;           // frames decoded
   uint64_t bytes = 0;            // bytes received
 };

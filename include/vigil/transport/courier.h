@@ -1,0 +1,104 @@
+// vigil/transport/courier.h — drains an Outbox to the aggregator over an ordered list of Links.
+//
+// One sender thread runs sessions one after another. For each it tries the links in the configured
+// order (the first that opens wins), sends Hello (edge id, the epoch it holds — 0 until the first
+// Welcome —, the handler's class names and resumed streams), and hands the Welcome to the handler
+// before sending anything else. Then it sends every pending Outbox message from the oldest on, in id
+// order, and after that each new one as it is pushed; a reader thread passes Acks and Rejects to the
+// Outbox (Complete) and to the handler. A session that breaks (error, or `peer_timeout` with nothing
+// received while heartbeats go out every `heartbeat_interval`) is closed, and the next session — on the
+// same link or the next one in the list — starts again from the oldest pending message: at-least-once
+// delivery, in order, across links. After every failure of all links the sender waits with exponential
+// backoff and jitter (Backoff); a session that delivered anything resets the backoff, and each new
+// session tries the preferred link first again (fail-back).
+//
+// Fencing: a Hello answered with Reject(kFenced), or a Reject(kFenced) during a session (a newer instance
+// of this edge id was admitted), ends the courier: OnFenced is called once, nothing more is sent, and
+// Stats().fenced is true. The edge then stops publishing and exits non-zero (a standby demotes instead).
+//
+// Thread-safety: all methods are thread-safe. Handler callbacks run on the courier's threads, never
+// concurrently with each other for OnWelcome/OnFenced; OnAck runs on the reader thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "vigil/common/status.h"
+#include "vigil/transport/link.h"
+#include "vigil/transport/outbox.h"
+#include "vigil/transport/protocol.h"
+
+namespace vigil::transport {
+
+class CourierHandler {
+ public:
+  virtual ~CourierHandler() = default;
+  // The Hello for a new session, without edge id and epoch (the courier fills them): class names and the
+  // (stream, run) pairs to resume. Called before every session.
+  virtual Hello MakeHello() = 0;
+  // The aggregator admitted a session; called before any message of it is sent. `link`: the link's kind.
+  virtual void OnWelcome(const Welcome& welcome, std::string_view link) = 0;
+  // An Ack arrived (after the Outbox completed its message).
+  virtual void OnAck(const Ack& ack) = 0;
+  // A Report was refused (after the Outbox completed its message): counted by the caller.
+  virtual void OnReject(const Reject& reject) = 0;
+  // Another instance of this edge id holds a newer epoch; the courier has stopped. `why` names it.
+  virtual void OnFenced(const Status& why) = 0;
+};
+
+struct CourierOptions {
+  std::string edge;                         // edge id, 1..65535 bytes
+  std::vector<std::shared_ptr<Link>> links;  // in order of preference; at least one
+  std::chrono::milliseconds backoff_initial{100};      // Default: 100 ms
+  std::chrono::milliseconds backoff_max{5000};         // Default: 5 s
+  std::chrono::milliseconds connect_timeout{2000};     // Open (connect + Welcome). Default: 2 s
+  std::chrono::milliseconds heartbeat_interval{1000};  // Default: 1 s
+  std::chrono::milliseconds peer_timeout{5000};        // silence that ends a session. Default: 5 s
+  size_t max_batch = 256;                              // messages per Send call. Default: 256
+};
+
+struct CourierStats {
+  uint64_t sessions = 0;          // sessions admitted (Welcome received)
+  uint64_t open_failures = 0;     // Open attempts that failed (any link)
+  uint64_t disconnects = 0;       // admitted sessions that ended other than by Close
+  uint64_t sent = 0;              // messages written, re-sends included
+  uint64_t resent = 0;            // messages written again in a later session
+  uint64_t link_switches = 0;     // sessions on another link than the previous session's
+  uint64_t epoch = 0;             // the epoch held; 0 before the first Welcome
+  std::string link;               // kind of the link of the current session; "" when none
+  bool connected = false;
+  bool fenced = false;
+  std::string last_error;
+};
+
+class Courier {
+ public:
+  // Validates the options (InvalidArgument naming the field) and starts the sender thread. `outbox` and
+  // `handler` must outlive the Courier.
+  static StatusOr<std::unique_ptr<Courier>> Start(CourierOptions options, Outbox* outbox, CourierHandler* handler);
+  virtual ~Courier() = default;
+  virtual CourierStats Stats() const = 0;
+  // Stops the threads and closes the session; pending messages stay in the Outbox. Idempotent.
+  virtual void Close() = 0;
+};
+
+// Exponential backoff with "equal jitter": attempt k waits uniformly in [d/2, d] with
+// d = min(max, initial · 2^k) (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015).
+// Not thread-safe.
+class Backoff {
+ public:
+  Backoff(std::chrono::milliseconds initial, std::chrono::milliseconds max, uint64_t seed);
+  std::chrono::milliseconds Next();
+  void Reset() { attempt_ = 0; }
+
+ private:
+  std::chrono::milliseconds initial_, max_;
+  int attempt_ = 0;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace vigil::transport

@@ -1,0 +1,103 @@
+// vigil/transport/outbox.h — the edge's ordered window of unacknowledged messages.
+//
+// The stream ledger (pipeline/ledger.h) owns one Outbox; a Courier (courier.h) drains it over whichever
+// Link is up. The Outbox is the retransmit window: a message stays until the aggregator acknowledges (or
+// refuses) it, so a session that breaks — on any link — loses nothing: the next session re-sends every
+// message still pending, in publish order. Ordering and the window live here, above the links, so a
+// switch between links neither loses nor reorders anything.
+//
+// A message is typed: a Report header plus its detection rows, which live either in host memory
+// (Report::detections) or in device memory (DevicePayload: a link that can send device memory sends it
+// from there; one that cannot calls `download` into its own staging buffer). Edge id and epoch are
+// stamped by the link from its session, not stored here.
+//
+// Thread-safety: every method is thread-safe. Push may block (see there); WaitEmpty and WaitBeyond block
+// up to their timeout.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vigil/common/status.h"
+#include "vigil/transport/protocol.h"
+
+namespace vigil::transport {
+
+// Detection rows that live in device memory: `count` rows of the ReportDetection layout.
+struct DevicePayload {
+  uint32_t count = 0;
+  int device = -1;                  // CUDA device ordinal
+  const void* device_rows = nullptr;  // count × 24 bytes in device memory (valid while keepalive lives)
+  // Waits for the rows' ready event and copies them to `dst` (host, count rows). Set by the producer.
+  std::function<Status(ReportDetection* dst)> download;
+  std::shared_ptr<const void> keepalive;  // keeps the device memory alive until the message completes
+};
+
+struct OutboxMessage {
+  uint64_t id = 0;  // publish order: consecutive from 0 in one Outbox
+  Report report;    // edge and epoch left empty (the link stamps them); detections on the host, or empty
+  std::optional<DevicePayload> device;  // rows in device memory instead of report.detections
+};
+
+struct OutboxStats {
+  uint64_t pushed = 0;        // messages accepted
+  uint64_t acked = 0;         // completed by an Ack
+  uint64_t rejected = 0;      // completed by a Reject (never stored)
+  uint64_t backpressure = 0;  // Push calls that found no room within their wait
+  uint64_t pending = 0;       // messages waiting for an ack now
+};
+
+class Outbox {
+ public:
+  // REQUIRES: capacity ≥ 1 (messages held at most).
+  explicit Outbox(size_t capacity);
+
+  // Appends `report` (and its device rows). Waits up to `wait` for room while `capacity` messages are
+  // pending. Errors: InvalidArgument (ValidateReport fails; edge/epoch are not checked), ResourceExhausted
+  // (still full after `wait`, counted), Cancelled (after Close). Returns the message's id.
+  StatusOr<uint64_t> Push(Report report, std::chrono::milliseconds wait,
+                          std::optional<DevicePayload> device = std::nullopt);
+
+  // The pending messages with id ≥ from_id, oldest first, at most `max` of them. Shared pointers: a
+  // completed message stays valid for the caller that is sending it.
+  std::vector<std::shared_ptr<const OutboxMessage>> PendingFrom(uint64_t from_id, size_t max) const;
+  // Id of the oldest pending message (= next_id() when none is pending).
+  uint64_t front_id() const;
+  // Id the next Push gets.
+  uint64_t next_id() const;
+
+  // Completes the oldest pending message of (stream, run) whose seq_first is `seq_first` (acked: true for
+  // an Ack, false for a Reject). false when there is none (an Ack for a message already completed).
+  bool Complete(const std::string& stream, uint64_t run, uint64_t seq_first, bool acked);
+
+  // Waits until a message with id ≥ id exists (or Close, or the timeout); true when one does.
+  bool WaitBeyond(uint64_t id, std::chrono::milliseconds timeout) const;
+  // Waits until nothing is pending; false when the timeout passed first.
+  bool WaitEmpty(std::chrono::milliseconds timeout) const;
+  // Makes Push fail with Cancelled and wakes every waiter. Pending messages stay readable. Idempotent.
+  void Close();
+  bool closed() const;
+
+  OutboxStats Stats() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::deque<std::shared_ptr<OutboxMessage>> pending_;  // GUARDED_BY(mu_) ascending id; done ones leave from the front
+  std::deque<bool> done_;                              // GUARDED_BY(mu_) parallel to pending_
+  uint64_t next_id_ = 0;                               // GUARDED_BY(mu_)
+  bool closed_ = false;                                // GUARDED_BY(mu_)
+  OutboxStats stats_;                                  // GUARDED_BY(mu_)
+};
+
+}  // namespace vigil::transport
