@@ -2,8 +2,10 @@
 // has ended or SIGINT/SIGTERM asks for a graceful stop (flush, wait for acks, persist cursors).
 // --metrics-out FILE writes the final metrics (Prometheus text, as /metrics serves them) when the run
 // ends, for batch runs and benchmarks that cannot scrape a process that has exited.
-// Exit code: 0 done, 1 the metrics file could not be written, 2 bad configuration, model or state dir. Without the pipeline module (a build
-// without FFmpeg) the command exists and says so.
+// Exit code: 0 done, 1 the metrics file could not be written, 2 bad configuration, model or state dir (also a
+// state dir locked by another edge), 3 fenced: the aggregator admitted a newer instance of this edge id, so
+// this one stopped publishing (a supervisor should not restart it blindly: two instances are configured).
+// Without the pipeline module (a build without FFmpeg) the command exists and says so.
 #include <csignal>
 
 #include <atomic>
@@ -66,7 +68,11 @@ void AddEdgeCommand(CLI::App& app, int* exit_code) {
     Status st = pipeline::RunEdge(*config, g_stop, registry, options);
     if (!st.ok()) {
       std::fprintf(stderr, "vigil edge: %s\n", std::string(st.message()).c_str());
-      *exit_code = 2;
+      *exit_code = absl::IsAborted(st) ? 3 : 2;
+      if (absl::IsAborted(st) && !metrics_out->empty()) {
+        std::ofstream out(*metrics_out, std::ios::trunc);
+        out << registry.Render();
+      }
       return;
     }
     *exit_code = 0;

@@ -15,15 +15,16 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <nlohmann/json.hpp>
+
 #include "vigil/common/npy.h"
 #include "vigil/detect/detector.h"
 #include "vigil/pipeline/batcher.h"
-#include "vigil/pipeline/edge_state.h"
 #include "vigil/pipeline/frame_ref.h"
+#include "vigil/pipeline/ledger.h"
 #include "vigil/pipeline/placement.h"
-#include "vigil/pipeline/progress.h"
 #include "vigil/pipeline/rules.h"
-#include "vigil/transport/publisher.h"
+#include "vigil/transport/courier.h"
 #include "vigil/video/source.h"
 #include "vigil/video/stream_reader.h"
 
@@ -34,30 +35,31 @@ using std::chrono::milliseconds;
 
 constexpr size_t kMaxUnackedTimes = 100000;  // frame times kept per stream for frame_to_ack
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-int64_t WallNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+int64_t SteadyNs() { return SystemClock()->SteadyNs(); }
+
+const char* const kDropReasons[] = {"queue_full", "detect_error", "backpressure", "shutdown"};
 
 struct Stream {
   StreamConfig config;
-  StreamCursor saved;
   std::unique_ptr<video::Source> source;        // opened, until its reader takes it
   std::unique_ptr<video::StreamReader> reader;  // null when the stream failed to open
   bool live = false;
-  std::optional<RuleEngine> rules;
-  std::optional<ProgressCoalescer> progress;
+  uint64_t run = 0;  // set once the ledger is admitted, before the reader starts
   std::deque<std::pair<uint64_t, int64_t>> unacked;  // (seq, source_steady_ns) of reported frames
   uint64_t frames = 0, fps_frames = 0;
   video::StreamStats last_stats;  // for counter deltas
+  LedgerCounters last_counters;   // for counter deltas
   std::string decoder;  // the vigil_edge_stream_decoder series at 1 ("" before the first report)
+  // Metric handles, looked up once.
   metrics::Counter* frames_total = nullptr;
   metrics::Counter* errors_total = nullptr;
+  metrics::Counter* decode_errors = nullptr;
+  metrics::Counter* reconnects = nullptr;
+  metrics::Counter* lost_on_restart = nullptr;
+  metrics::Counter* dropped[std::size(kDropReasons)] = {};
+  metrics::Counter* events[4] = {};  // by transport::Severity
   metrics::Gauge* fps = nullptr;
+  metrics::Gauge* reader_depth = nullptr;
 };
 
 struct Item {
@@ -65,7 +67,7 @@ struct Item {
   video::Frame frame;
 };
 
-class Edge {
+class Edge final : public transport::CourierHandler {
  public:
   Edge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& reg)
       : config_(config), stop_(stop), reg_(reg),
@@ -74,29 +76,71 @@ class Edge {
 
   Status Run(const EdgeRunOptions& options);
 
+  // ---- transport::CourierHandler (courier threads) ----
+  transport::Hello MakeHello() override {
+    transport::Hello h;
+    h.class_names = class_names_;
+    h.streams = ledger_->ResumedStreams();
+    return h;
+  }
+  void OnWelcome(const transport::Welcome& w, std::string_view link) override {
+    ledger_->Admit(w);
+    epoch_gauge_->Set(static_cast<double>(w.epoch));
+    spdlog::info("edge '{}': admitted by the aggregator over {} with epoch {}", config_.edge, link, w.epoch);
+  }
+  void OnAck(const transport::Ack& a) override { ledger_->OnAck(a); }
+  void OnReject(const transport::Reject& r) override {
+    rejected_->Inc();
+    spdlog::error("edge '{}': report {}/{} seq {}..{} refused by the aggregator ({}): {}", config_.edge, r.stream,
+                  r.run, r.seq_first, r.seq_last, transport::ToString(r.reason), r.detail);
+  }
+  void OnFenced(const Status& why) override {
+    {
+      std::lock_guard lock(fence_mu_);
+      fence_reason_ = std::string(why.message());
+    }
+    fenced_ = true;
+    fenced_gauge_->Set(1);
+    spdlog::error("edge '{}': fenced, stopping: {}", config_.edge, std::string(why.message()));
+    ledger_->outbox().Close();  // nothing more leaves; a waiting Record returns at once
+  }
+
  private:
+  bool Stopping() const { return stop_.load() || fenced_.load(); }
   metrics::Histogram& Stage(const char* stage) {
     return reg_.GetHistogram("vigil_edge_stage_seconds", "Edge latency per pipeline stage, seconds",
                              metrics::LatencyBuckets(), {{"stage", stage}});
   }
-  Status OpenStreams(const std::vector<std::string>& names);
+  metrics::Counter& Dropped(Stream& s, std::string_view reason) {
+    for (size_t r = 0; r < std::size(kDropReasons); ++r) {
+      if (reason == kDropReasons[r]) return *s.dropped[r];
+    }
+    return *s.dropped[0];
+  }
+  Status OpenStreams();
+  Status OpenLedger(const std::vector<std::string>& names);
+  Status StartCourier();
+  bool WaitAdmitted();
   void Place();
   void StartReaders();
   void Feed(size_t index);
   void Process(std::vector<Item>& batch);
   void SaveFrame(const Stream& s, const video::Frame& f);
-  void Publish(transport::Report report, const Stream& s);
   void Periodic(bool force);
   void StartHttp();
 
   const EdgeConfig& config_;
   const std::atomic<bool>& stop_;
   metrics::Registry& reg_;
-  std::optional<EdgeState> state_;
   std::unique_ptr<detect::Detector> detector_;
+  std::vector<std::string> class_names_;
   std::vector<std::shared_ptr<void>> decode_devices_;  // FFmpeg's CUDA contexts, held before the model loads
   int gpu_frames_device_ = -1;  // CUDA device whose NVDEC frames the Detector takes in place; -1 none
-  std::unique_ptr<transport::Publisher> publisher_;
+  std::unique_ptr<StreamLedger> ledger_;
+  std::unique_ptr<transport::Courier> courier_;
+  std::atomic<bool> fenced_{false};
+  std::mutex fence_mu_;
+  std::string fence_reason_;  // GUARDED_BY(fence_mu_)
   std::unique_ptr<EdgePlacement> placement_;
   std::vector<Stream> streams_;
   Batcher<Item> batcher_;
@@ -105,35 +149,38 @@ class Edge {
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   int http_port_ = 0;
+  // Edge-wide metric handles, looked up once (Run).
+  metrics::Gauge* epoch_gauge_ = nullptr;
+  metrics::Gauge* fenced_gauge_ = nullptr;
+  metrics::Counter* rejected_ = nullptr;
 };
 
-Status Edge::OpenStreams(const std::vector<std::string>& names) {
+Status Edge::OpenStreams() {
   for (const StreamConfig& sc : config_.streams) {
     Stream s;
     s.config = sc;
     const metrics::Labels labels{{"stream", sc.id}};
     s.frames_total = &reg_.GetCounter("vigil_edge_frames_total", "Frames processed and reported", labels);
     s.errors_total = &reg_.GetCounter("vigil_edge_stream_errors_total", "Streams that failed to open or ended with an error", labels);
-    s.fps = &reg_.GetGauge("vigil_edge_fps", "Frames processed per second, per stream", labels);
-    StatusOr<RuleEngine> rules = RuleEngine::Create(sc.rules, names);
-    if (!rules.ok()) return Annotate(rules.status(), "stream '" + sc.id + "'");
-    s.rules = std::move(*rules);
-    StatusOr<std::optional<StreamCursor>> loaded = state_->Load(sc.id);
-    if (!loaded.ok()) spdlog::warn("stream '{}': {}; starting a new run", sc.id, std::string(loaded.status().message()));
-    video::SourceOptions so;
-    if (loaded.ok() && *loaded && (*loaded)->source == sc.source) {
-      s.saved = **loaded;
-      so.start_after_seq = s.saved.cursor;
-      spdlog::info("stream '{}': resuming run {} after seq {}", sc.id, s.saved.run,
-                   s.saved.cursor ? std::to_string(*s.saved.cursor) : "none");
-    } else {
-      s.saved = {state_->epoch(), std::nullopt, sc.source};
-      if (Status st = state_->Save(sc.id, s.saved); !st.ok()) spdlog::warn("stream '{}': {}", sc.id, std::string(st.message()));
-      spdlog::info("stream '{}': new run {}", sc.id, s.saved.run);
+    s.decode_errors = &reg_.GetCounter("vigil_edge_decode_errors_total", "Corrupt packets, frames or images, per stream", labels);
+    s.reconnects = &reg_.GetCounter("vigil_edge_reconnects_total", "Successful reconnects of network sources", labels);
+    s.lost_on_restart = &reg_.GetCounter("vigil_edge_frames_lost_on_restart_total",
+                                         "Seqs a previous instance numbered and never delivered (reported as lost)", labels);
+    for (size_t r = 0; r < std::size(kDropReasons); ++r) {
+      s.dropped[r] = &reg_.GetCounter("vigil_edge_frames_dropped_total", "Frames numbered but not processed, by reason",
+                                      {{"stream", sc.id}, {"reason", kDropReasons[r]}});
     }
+    for (transport::Severity sev : {transport::Severity::kNone, transport::Severity::kInfo, transport::Severity::kWarning,
+                                    transport::Severity::kCritical}) {
+      s.events[static_cast<int>(sev)] = &reg_.GetCounter(
+          "vigil_edge_events_total", "Events raised", {{"stream", sc.id}, {"severity", std::string(transport::ToString(sev))}});
+    }
+    s.fps = &reg_.GetGauge("vigil_edge_fps", "Frames processed per second, per stream", labels);
+    s.reader_depth = &reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue",
+                                    {{"queue", "reader"}, {"stream", sc.id}});
+    video::SourceOptions so;
     so.uri = sc.source;
     so.stream_id = sc.id;
-    so.run = s.saved.run;
     so.realtime = sc.realtime;
     so.loop = sc.loop;
     so.target_fps = sc.target_fps;
@@ -143,7 +190,6 @@ Status Edge::OpenStreams(const std::vector<std::string>& names) {
     const StatusOr<std::optional<int>> decode_gpu = video::ParseHwaccel(sc.hwaccel);
     so.deliver_device_frames = gpu_frames_device_ >= 0 && decode_gpu.ok() && *decode_gpu == gpu_frames_device_ &&
                                sc.save_frames.empty();
-    s.progress.emplace(sc.id, s.saved.run);
     if (!sc.save_frames.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(sc.save_frames, ec);
@@ -152,6 +198,7 @@ Status Edge::OpenStreams(const std::vector<std::string>& names) {
             StrCat("stream '", sc.id, "': save_frames ", sc.save_frames, ": cannot create the folder: ", ec.message()));
       }
     }
+    s.live = video::ClassifyUri(sc.source) == video::SourceKind::kNetwork;
     StatusOr<std::unique_ptr<video::Source>> source = video::OpenSource(std::move(so));
     if (!source.ok()) {
       spdlog::error("{}", std::string(source.status().message()));  // the message names the stream
@@ -163,6 +210,55 @@ Status Edge::OpenStreams(const std::vector<std::string>& names) {
     streams_.push_back(std::move(s));
   }
   return absl::OkStatus();
+}
+
+Status Edge::OpenLedger(const std::vector<std::string>& names) {
+  LedgerOptions lo;
+  VIGIL_ASSIGN_OR_RETURN(lo.store, OpenStateDir(config_.state_dir));
+  lo.max_outbox = static_cast<size_t>(config_.max_outbox);
+  lo.progress_flush = milliseconds(config_.progress_flush_ms);
+  std::vector<LedgerStream> specs;
+  for (const StreamConfig& sc : config_.streams) {
+    StatusOr<RuleEngine> rules = RuleEngine::Create(sc.rules, names);
+    if (!rules.ok()) return Annotate(rules.status(), "stream '" + sc.id + "'");
+    // Network sources are live (numbered after the high-water mark, never wait on the outbox).
+    specs.push_back({sc.id, sc.source, video::ClassifyUri(sc.source) == video::SourceKind::kNetwork, std::move(*rules)});
+  }
+  VIGIL_ASSIGN_OR_RETURN(ledger_, StreamLedger::Open(std::move(lo), std::move(specs)));
+  return absl::OkStatus();
+}
+
+Status Edge::StartCourier() {
+  transport::CourierOptions co;
+  co.edge = config_.edge;
+  for (const std::string& kind : config_.links) {
+    if (kind == "tcp") {
+      co.links.push_back(transport::MakeTcpLink(transport::MakeTcpDialer(config_.aggregator_host, config_.aggregator_port)));
+    }
+  }
+  VIGIL_ASSIGN_OR_RETURN(courier_, transport::Courier::Start(std::move(co), &ledger_->outbox(), this));
+  return absl::OkStatus();
+}
+
+// Waits for the aggregator to admit this instance (its epoch decides new runs). False: stopped or fenced.
+bool Edge::WaitAdmitted() {
+  spdlog::info("edge '{}': waiting for the aggregator at {}:{} to admit this instance", config_.edge,
+               config_.aggregator_host, config_.aggregator_port);
+  int64_t next_note = SteadyNs() + 10'000'000'000;
+  while (!ledger_->WaitAdmitted(milliseconds(100))) {
+    if (Stopping()) return false;
+    if (SteadyNs() >= next_note) {
+      const transport::CourierStats cs = courier_->Stats();
+      spdlog::warn("edge '{}': still not admitted by the aggregator at {}:{} ({}); streams wait", config_.edge,
+                   config_.aggregator_host, config_.aggregator_port, cs.last_error.empty() ? "no answer" : cs.last_error);
+      next_note = SteadyNs() + 30'000'000'000;
+    }
+  }
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    streams_[i].run = ledger_->run(i);
+    streams_[i].lost_on_restart->Inc(static_cast<double>(ledger_->resume(i).lost));
+  }
+  return !fenced_.load();
 }
 
 void Edge::Place() {
@@ -189,13 +285,28 @@ void Edge::StartReaders() {
     video::StreamReaderOptions ro;
     ro.queue_capacity = static_cast<size_t>(std::max(4, config_.max_batch));
     ro.on_thread_start = [this, i] { placement_->PlaceThread(ThreadRole::kDecode, i); };
+    // The ledger numbers every picture the Source delivers (and skips those a resumed file delivered).
+    ro.on_frame = [this, i](video::Frame& f) {
+      uint64_t seq = 0;
+      if (!ledger_->Number(i, &seq)) return false;
+      f.seq = seq;
+      f.run = streams_[i].run;
+      return true;
+    };
+    ro.on_drop = [this, i](const video::Frame& f, video::DropReason why) {
+      // A live frame that will never be processed travels as a drop mark; a file's unprocessed frame is
+      // re-read after a restart (it lies after the acknowledged cursor), so it is not marked.
+      if (streams_[i].live) {
+        ledger_->Dropped(i, f.seq, why == video::DropReason::kQueueFull ? "queue_full" : "shutdown");
+      }
+    };
     s.reader = std::make_unique<video::StreamReader>(std::move(s.source), ro);
   }
 }
 
 void Edge::Feed(size_t index) {
   Stream& s = streams_[index];
-  while (!stop_.load()) {
+  while (!Stopping()) {
     video::Frame frame;
     const video::StreamReader::PopResult r = s.reader->Pop(&frame, milliseconds(100));
     if (r == video::StreamReader::PopResult::kTimeout) continue;
@@ -210,28 +321,20 @@ void Edge::Feed(size_t index) {
       }
       break;
     }
-    if (!batcher_.Push({index, std::move(frame)})) break;
+    const uint64_t seq = frame.seq;
+    if (!batcher_.Push({index, std::move(frame)})) {
+      if (s.live) ledger_->Dropped(index, seq, "shutdown");
+      break;
+    }
   }
   s.reader->Stop();
-  if (--active_ == 0) batcher_.Close();
-}
-
-void Edge::Publish(transport::Report report, const Stream& s) {
-  const int64_t t0 = SteadyNs();
-  report.publish_ns = WallNs();
-  for (;;) {
-    const bool patient = !s.live && !stop_.load();
-    Status st = publisher_->Publish(report, patient ? milliseconds(500) : milliseconds(0));
-    if (st.ok()) break;
-    if (absl::IsResourceExhausted(st) && patient) continue;
-    reg_.GetCounter("vigil_edge_frames_dropped_total", "Frames dropped, by reason",
-                    {{"stream", s.config.id}, {"reason", absl::IsResourceExhausted(st) ? "backpressure" : "publish_error"}})
-        .Inc(static_cast<double>(report.seq_last - report.seq_first + 1));
-    spdlog::warn("stream '{}': report of seq {}..{} not published: {}", s.config.id, report.seq_first,
-                 report.seq_last, std::string(st.message()));
-    break;
+  if (s.live) {  // numbered and never processed: marked, so the next instance does not report them as lost
+    video::Frame frame;
+    while (s.reader->Pop(&frame, milliseconds(0)) == video::StreamReader::PopResult::kFrame) {
+      ledger_->Dropped(index, frame.seq, "shutdown");
+    }
   }
-  Stage("publish").Observe(static_cast<double>(SteadyNs() - t0) * 1e-9);
+  if (--active_ == 0) batcher_.Close();
 }
 
 void Edge::SaveFrame(const Stream& s, const video::Frame& f) {
@@ -279,9 +382,8 @@ void Edge::Process(std::vector<Item>& batch) {
   if (!dets.ok()) {
     spdlog::error("detection of a batch of {} frames failed: {}", batch.size(), std::string(dets.status().message()));
     for (const Item& item : batch) {
-      reg_.GetCounter("vigil_edge_frames_dropped_total", "Frames dropped, by reason",
-                      {{"stream", streams_[item.stream].config.id}, {"reason", "detect_error"}})
-          .Inc();
+      Dropped(streams_[item.stream], "detect_error").Inc();
+      ledger_->Dropped(item.stream, item.frame.seq, "detect_error");
     }
     return;
   }
@@ -304,37 +406,18 @@ void Edge::Process(std::vector<Item>& batch) {
   reg_.GetCounter("vigil_edge_engine_busy_seconds_total", "Time the inference engine spent running batches")
       .Inc(engine_ns * 1e-9);
   metrics::Histogram& rules_stage = Stage("rules");
+  metrics::Histogram& publish_stage = Stage("publish");
   for (size_t i = 0; i < batch.size(); ++i) {
     const video::Frame& f = batch[i].frame;
     Stream& s = streams_[batch[i].stream];
     const int64_t r0 = SteadyNs();
-    Verdict v = s.rules->Evaluate((*dets)[i], f.pts_ns);
-    rules_stage.Observe(static_cast<double>(SteadyNs() - r0) * 1e-9);
-    if (v.event) {
-      if (std::optional<transport::Report> marks = s.progress->Take()) Publish(std::move(*marks), s);
-      transport::Report r;
-      r.stream = s.config.id;
-      r.run = f.run;
-      r.seq_first = r.seq_last = f.seq;
-      r.kind = transport::ReportKind::kEvent;
-      r.severity = v.severity;
-      r.capture_ns = f.capture_time_ns;
-      r.pts_ns = f.pts_ns;
-      r.width = static_cast<uint32_t>(f.width);
-      r.height = static_cast<uint32_t>(f.height);
-      r.rule = "rules";
-      for (const detect::Detection& d : v.detections) {
-        r.detections.push_back({d.class_id, d.score, d.x1, d.y1, d.x2, d.y2, detector_->ClassName(d.class_id)});
-      }
-      reg_.GetCounter("vigil_edge_events_total", "Events raised",
-                      {{"stream", s.config.id}, {"severity", std::string(transport::ToString(v.severity))}})
-          .Inc();
-      Publish(std::move(r), s);
-    } else if (std::optional<transport::Report> marks =
-                   s.progress->Add(f.seq, f.capture_time_ns, f.pts_ns, static_cast<uint32_t>(f.width),
-                                   static_cast<uint32_t>(f.height), SteadyNs())) {
-      Publish(std::move(*marks), s);
-    }
+    const FrameInfo info{f.seq, f.capture_time_ns, f.pts_ns, static_cast<uint32_t>(f.width),
+                         static_cast<uint32_t>(f.height)};
+    const StreamLedger::Recorded rec = ledger_->Record(batch[i].stream, info, (*dets)[i]);
+    const double took = static_cast<double>(SteadyNs() - r0) * 1e-9;
+    rules_stage.Observe(took);
+    if (rec.published > 0) publish_stage.Observe(took);
+    if (rec.verdict.event) s.events[static_cast<int>(rec.verdict.severity)]->Inc();
     s.unacked.emplace_back(f.seq, f.source_steady_ns);
     if (s.unacked.size() > kMaxUnackedTimes) s.unacked.pop_front();  // acks stalled: forget the oldest
     ++s.frames;
@@ -346,38 +429,31 @@ void Edge::Periodic(bool force) {
   const int64_t now = SteadyNs();
   if (!force && now - last_periodic_ns_ < 100'000'000) return;
   last_periodic_ns_ = now;
+  ledger_->Tick(force);
   const bool fps_due = now - last_fps_ns_ >= 1'000'000'000;
   int active = 0;
-  for (Stream& s : streams_) {
-    if (std::optional<transport::Report> marks =
-            s.progress->TakeIfOlder(now, int64_t{config_.progress_flush_ms} * 1'000'000)) {
-      Publish(std::move(*marks), s);
-    }
-    std::optional<uint64_t> acked = publisher_->AckedThrough(s.config.id, s.saved.run);
-    if (acked && acked != s.saved.cursor) {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    Stream& s = streams_[i];
+    if (std::optional<uint64_t> acked = ledger_->acked_through(i)) {
       while (!s.unacked.empty() && s.unacked.front().first <= *acked) {
         Stage("frame_to_ack").Observe(static_cast<double>(now - s.unacked.front().second) * 1e-9);
         s.unacked.pop_front();
-      }
-      s.saved.cursor = acked;
-      if (Status st = state_->Save(s.config.id, s.saved); !st.ok()) {
-        spdlog::warn("stream '{}': cursor not saved: {}", s.config.id, std::string(st.message()));
       }
     }
     if (fps_due && last_fps_ns_ != 0) {
       s.fps->Set(static_cast<double>(s.frames - s.fps_frames) * 1e9 / static_cast<double>(now - last_fps_ns_));
     }
     if (fps_due) s.fps_frames = s.frames;
+    const LedgerCounters c = ledger_->counters(i);
+    Dropped(s, "backpressure").Inc(static_cast<double>(c.backpressure_drops - s.last_counters.backpressure_drops));
+    s.last_counters = c;
     if (!s.reader) continue;
     const video::StreamStats st = s.reader->Stats();
     if (st.state != video::StreamState::kEnded && st.state != video::StreamState::kFailed &&
         st.state != video::StreamState::kStopped) {
       ++active;
     }
-    const metrics::Labels labels{{"stream", s.config.id}};
-    reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue",
-                  {{"queue", "reader"}, {"stream", s.config.id}})
-        .Set(static_cast<double>(st.queue_depth));
+    s.reader_depth->Set(static_cast<double>(st.queue_depth));
     // Where the stream decodes, Prometheus' "info" pattern: 1 on the current decoder's series, 0 on an old one.
     // A stream with hwaccel reports nothing until its Source has decided (StreamStats::hwaccel, first picture).
     const bool gpu_requested = !s.config.hwaccel.empty() && s.config.hwaccel != "cpu";
@@ -392,34 +468,36 @@ void Edge::Periodic(bool force) {
       s.decoder = where;
     }
     auto delta = [](uint64_t now_v, uint64_t before) { return static_cast<double>(now_v - before); };
-    reg_.GetCounter("vigil_edge_frames_dropped_total", "Frames dropped, by reason",
-                    {{"stream", s.config.id}, {"reason", "queue_full"}})
-        .Inc(delta(st.dropped_queue_full, s.last_stats.dropped_queue_full));
-    reg_.GetCounter("vigil_edge_decode_errors_total", "Corrupt packets, frames or images, per stream", labels)
-        .Inc(delta(st.decode_errors, s.last_stats.decode_errors));
-    reg_.GetCounter("vigil_edge_reconnects_total", "Successful reconnects of network sources", labels)
-        .Inc(delta(st.reconnects, s.last_stats.reconnects));
+    Dropped(s, "queue_full").Inc(delta(st.dropped_queue_full, s.last_stats.dropped_queue_full));
+    s.decode_errors->Inc(delta(st.decode_errors, s.last_stats.decode_errors));
+    s.reconnects->Inc(delta(st.reconnects, s.last_stats.reconnects));
     s.last_stats = st;
   }
   if (fps_due) last_fps_ns_ = now;
-  const transport::PublisherStats ps = publisher_->Stats();
+  const transport::OutboxStats os = ledger_->outbox().Stats();
+  const transport::CourierStats cs = courier_->Stats();
   reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "batcher"}})
       .Set(static_cast<double>(batcher_.depth()));
   reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "outbox"}})
-      .Set(static_cast<double>(ps.outbox));
+      .Set(static_cast<double>(os.pending));
   reg_.GetGauge("vigil_edge_streams_active", "Streams still delivering frames").Set(active);
-  reg_.GetGauge("vigil_edge_aggregator_connected", "1 while connected to the aggregator").Set(ps.connected ? 1 : 0);
+  reg_.GetGauge("vigil_edge_aggregator_connected", "1 while a session with the aggregator is up").Set(cs.connected ? 1 : 0);
 }
 
 void Edge::StartHttp() {
   if (config_.http_port == 0) return;
   http_ = std::make_unique<httplib::Server>();
   http_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-    const transport::PublisherStats ps = publisher_->Stats();
-    res.set_content(std::string("{\"status\":\"ok\",\"edge\":\"") + config_.edge + "\",\"epoch\":" +
-                        std::to_string(state_->epoch()) + ",\"aggregator_connected\":" +
-                        (ps.connected ? "true" : "false") + ",\"outbox\":" + std::to_string(ps.outbox) + "}",
-                    "application/json");
+    const transport::CourierStats cs = courier_->Stats();
+    const transport::OutboxStats os = ledger_->outbox().Stats();
+    nlohmann::json j = {{"status", fenced_.load() ? "fenced" : "ok"},
+                        {"edge", config_.edge},
+                        {"epoch", cs.epoch},
+                        {"aggregator_connected", cs.connected},
+                        {"link", cs.link},
+                        {"outbox", os.pending}};
+    res.status = fenced_.load() ? 503 : 200;
+    res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(reg_.Render(), metrics::Registry::kContentType);
@@ -438,8 +516,9 @@ void Edge::StartHttp() {
 }
 
 Status Edge::Run(const EdgeRunOptions& options) {
-  VIGIL_ASSIGN_OR_RETURN(EdgeState state, EdgeState::Open(config_.state_dir));
-  state_ = std::move(state);
+  epoch_gauge_ = &reg_.GetGauge("vigil_edge_epoch", "Epoch granted by the aggregator to this instance (0: not yet)");
+  fenced_gauge_ = &reg_.GetGauge("vigil_edge_fenced", "1 once a newer instance of this edge id was admitted");
+  rejected_ = &reg_.GetCounter("vigil_edge_reports_rejected_total", "Reports the aggregator refused");
   detect::DetectorOptions dopt;
   dopt.engine.threads = config_.threads;
   dopt.engine.device = config_.device;
@@ -464,15 +543,12 @@ Status Edge::Run(const EdgeRunOptions& options) {
   }
   VIGIL_ASSIGN_OR_RETURN(detector_, detect::Detector::Load(config_.model_path, dopt));
   if (detector_->uses_gpu_stages() && !decode_devices_.empty()) gpu_frames_device_ = detector_->engine().device_io()->device;
-  std::vector<std::string> names;
-  for (int64_t c = 0; c < detector_->model().num_classes; ++c) names.push_back(detector_->ClassName(static_cast<int>(c)));
-  transport::TcpPublisherOptions popt;
-  popt.edge = config_.edge;
-  popt.epoch = state_->epoch();
-  popt.host = config_.aggregator_host;
-  popt.port = config_.aggregator_port;
-  VIGIL_ASSIGN_OR_RETURN(publisher_, transport::MakeTcpPublisher(popt));
-  VIGIL_RETURN_IF_ERROR(OpenStreams(names));
+  for (int64_t c = 0; c < detector_->model().num_classes; ++c) {
+    class_names_.push_back(detector_->ClassName(static_cast<int>(c)));
+  }
+  // The state dir is locked before anything else touches it: a second edge on it stops here.
+  VIGIL_RETURN_IF_ERROR(OpenLedger(class_names_));
+  VIGIL_RETURN_IF_ERROR(OpenStreams());
   if (!config_.streams.empty() &&
       std::none_of(streams_.begin(), streams_.end(), [](const Stream& st) { return st.source != nullptr; })) {
     // Nothing to run: fail loudly so that a supervisor restarts or alerts (each reason was logged above).
@@ -481,10 +557,30 @@ Status Edge::Run(const EdgeRunOptions& options) {
   }
   Place();
   RegisterNumaMetrics(reg_);
-  StartReaders();
-  spdlog::info("edge '{}': epoch {}, {} streams, aggregator {}:{}", config_.edge, state_->epoch(), streams_.size(),
-               config_.aggregator_host, config_.aggregator_port);
+  VIGIL_RETURN_IF_ERROR(StartCourier());
   StartHttp();
+  auto finish_http = [&] {
+    if (!http_) return;
+    // A stop() before the server thread is listening is lost: give it up to 2 s to get there.
+    for (int i = 0; i < 2000 && !http_->is_running(); ++i) std::this_thread::sleep_for(milliseconds(1));
+    http_->stop();
+    http_thread_.join();
+  };
+  auto fenced_error = [&] {
+    std::lock_guard lock(fence_mu_);
+    return absl::AbortedError(StrCat("fenced: ", fence_reason_));
+  };
+  if (!WaitAdmitted()) {
+    courier_->Close();
+    ledger_->Close();
+    finish_http();
+    if (fenced_.load()) return fenced_error();
+    spdlog::info("edge '{}': stopped before the aggregator admitted it", config_.edge);
+    return absl::OkStatus();
+  }
+  StartReaders();
+  spdlog::info("edge '{}': epoch {}, {} streams, aggregator {}:{}", config_.edge, ledger_->epoch(), streams_.size(),
+               config_.aggregator_host, config_.aggregator_port);
   if (options.on_started) options.on_started(static_cast<uint16_t>(http_port_));
 
   std::vector<std::thread> feeders;
@@ -513,27 +609,22 @@ Status Edge::Run(const EdgeRunOptions& options) {
   });
   worker.join();
   for (std::thread& t : feeders) t.join();
-  for (Stream& s : streams_) {
-    if (std::optional<transport::Report> marks = s.progress->Take()) Publish(std::move(*marks), s);
-  }
-  const bool flushed = publisher_->Flush(options.shutdown_timeout);
+  ledger_->Tick(/*force=*/true);
+  const bool flushed = fenced_.load() || ledger_->outbox().WaitEmpty(options.shutdown_timeout);
   Periodic(true);
-  const transport::PublisherStats ps = publisher_->Stats();
-  publisher_->Close();
+  const transport::OutboxStats os = ledger_->outbox().Stats();
+  courier_->Close();
+  ledger_->Close();  // the last state write
   if (!flushed) {
     spdlog::warn("edge '{}': {} reports not acknowledged within {} ms; a restart re-sends them", config_.edge,
-                 ps.outbox, options.shutdown_timeout.count());
+                 os.pending, options.shutdown_timeout.count());
   }
   uint64_t frames = 0;
   for (const Stream& s : streams_) frames += s.frames;
   spdlog::info("edge '{}': done: {} frames, {} reports published, {} acknowledged, {} rejected", config_.edge,
-               frames, ps.published, ps.acked, ps.rejected);
-  if (http_) {
-    // A stop() before the server thread is listening is lost: give it up to 2 s to get there.
-    for (int i = 0; i < 2000 && !http_->is_running(); ++i) std::this_thread::sleep_for(milliseconds(1));
-    http_->stop();
-    http_thread_.join();
-  }
+               frames, os.pushed, os.acked, os.rejected);
+  finish_http();
+  if (fenced_.load()) return fenced_error();
   return absl::OkStatus();
 }
 

@@ -97,6 +97,20 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
   root.Get("state_dir", &cfg.state_dir);
   if (root.Has("state_dir") && cfg.state_dir.empty()) root.Error("state_dir", "must not be empty");
   root.Get("progress_flush_ms", &cfg.progress_flush_ms, 1, 60000);
+  if (std::optional<ConfigMap> t = root.Map("transport")) {
+    if (t->Get("links", &cfg.links)) {
+      if (cfg.links.empty()) t->Error("links", "name at least one link (tcp)");
+      std::set<std::string> seen;
+      for (const std::string& l : cfg.links) {
+        if (l != "tcp") {
+          t->Error("links", StrCat("unknown link '", l, "' (this vigil has: tcp)"));
+        } else if (!seen.insert(l).second) {
+          t->Error("links", StrCat("link '", l, "' given twice"));
+        }
+      }
+    }
+    t->Get("max_outbox", &cfg.max_outbox, 1, 10000000);
+  }
   if (std::optional<ConfigMap> p = root.Map("placement")) {
     p->Get("bind", &cfg.placement.bind);
     p->Get("bind_single_numa", &cfg.placement.bind_single_numa);

@@ -11,7 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "vigil/pipeline/edge_state.h"
+#include "vigil/pipeline/atomic_file.h"
 #if VIGIL_HAVE_CUDA
 #include "infer/cuda/device.h"
 #endif

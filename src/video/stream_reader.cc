@@ -9,6 +9,8 @@ StreamReader::StreamReader(std::unique_ptr<Source> source, StreamReaderOptions o
       capacity_(std::max<size_t>(1, options.queue_capacity)),
       drop_oldest_(options.policy == QueuePolicy::kDropOldest ||
                    (options.policy == QueuePolicy::kAuto && source_->live())),
+      on_frame_(std::move(options.on_frame)),
+      on_drop_(std::move(options.on_drop)),
       thread_([this, start = std::move(options.on_thread_start)] {
         if (start) start();
         Run();
@@ -25,18 +27,28 @@ void StreamReader::Run() {
       break;
     }
     if (!next->has_value()) break;
+    Frame& frame = **next;
+    if (on_frame_ && !on_frame_(frame)) continue;
+    std::optional<Frame> dropped;
     std::unique_lock<std::mutex> lock(mu_);
     if (drop_oldest_) {
       if (queue_.size() >= capacity_) {
+        dropped = std::move(queue_.front());
         queue_.pop_front();
         ++dropped_;
       }
     } else {
       cv_.wait(lock, [this] { return stop_ || queue_.size() < capacity_; });
-      if (stop_) break;
+      if (stop_) {
+        lock.unlock();
+        if (on_drop_) on_drop_(frame, DropReason::kStopped);
+        break;
+      }
     }
-    queue_.push_back(std::move(**next));
+    queue_.push_back(std::move(frame));
     cv_.notify_all();
+    lock.unlock();
+    if (dropped && on_drop_) on_drop_(*dropped, DropReason::kQueueFull);
   }
   std::lock_guard<std::mutex> lock(mu_);
   finished_ = true;

@@ -30,12 +30,10 @@ Needs: VIGIL_BIN, the model in VIGIL_SHARED_MODELS (default <repo>/../shared/mod
 """
 from __future__ import annotations
 
+import json
 import os
-import re
 import shutil
 import signal
-import socket
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -44,6 +42,7 @@ import numpy as np
 import pytest
 
 from common import SHARED_DIR, THREADS, vigil_bin
+from edge_harness import Aggregator, free_port, metric, query, read_metrics, stored_frames
 
 VTEST = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
 DARKNET = Path("/usr/share/darknet/data")
@@ -51,12 +50,6 @@ MODEL = SHARED_DIR / "yolov8n_coco_640_int8dyn.onnx"
 YOLOX = SHARED_DIR / "yolox_nano_coco_416_fp32.onnx"
 FRAMES = 200
 IMAGES = sorted(p.name for p in DARKNET.glob("*.jpg")) if DARKNET.is_dir() else []
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -76,26 +69,6 @@ def vtest200(tmp_path_factory) -> Path:
                        text=True, timeout=60).stdout.strip()
     assert int(n) == FRAMES, f"the 200-frame copy decodes to {n} frames"
     return out
-
-
-class Aggregator:
-    def __init__(self, tmp: Path, port: int):
-        self.port = port
-        self.db = tmp / "agg.db"
-        self.config = tmp / "agg.yaml"
-        self.config.write_text(f"listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{free_port()}\ndb: {self.db}\n")
-        self.log = open(tmp / "agg.log", "ab")
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen([vigil_bin(), "aggregator", "--config", str(self.config)],
-                                     stdout=subprocess.PIPE, stderr=self.log)
-        line = self.proc.stdout.readline().decode()
-        assert line.startswith("vigil aggregator:"), f"aggregator did not start: {line!r}"
-
-    def kill(self, sig=signal.SIGKILL):
-        self.proc.send_signal(sig)
-        self.proc.wait(timeout=30)
 
 
 def write_edge_config(tmp: Path, agg_port: int, video: Path, with_images: bool, model: Path = MODEL,
@@ -134,24 +107,6 @@ def start_edge(cfg: Path, tmp: Path) -> subprocess.Popen:
     return subprocess.Popen([vigil_bin(), "--log-level", "info", "edge", "--config", str(cfg),
                              "--shutdown-timeout-ms", "60000", "--metrics-out", str(tmp / "edge.prom")],
                             stdout=log, stderr=log)
-
-
-def query(db: Path, sql: str, *args):
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-    try:
-        return con.execute(sql, args).fetchall()
-    finally:
-        con.close()
-
-
-def stored_frames(db: Path, stream: str) -> int:
-    if not db.exists():
-        return 0
-    try:
-        return query(db, "SELECT COUNT(*) FROM frames f JOIN streams s ON s.id = f.stream_id WHERE s.stream = ?",
-                     stream)[0][0]
-    except sqlite3.OperationalError:  # schema not created yet
-        return 0
 
 
 def assert_accounted_once(db: Path, stream: str, n: int):
@@ -215,23 +170,6 @@ def boxes_vs_ort(db: Path, frames_dir: Path, stream: str, model, n: int, iou: fl
 
 def describe_fails(fails: list[str], compared: int) -> str:
     return f"{len(fails)} mismatches over {compared} reference detections:\n" + "\n".join(fails[:20])
-
-
-def read_metrics(path: Path) -> dict[tuple[str, frozenset], float]:
-    """Prometheus text -> {(name, frozenset of (label, value)): value}."""
-    out = {}
-    for line in path.read_text().splitlines():
-        m = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
-        if m and not line.startswith("#"):
-            labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-            out[(m.group(1), labels)] = float(m.group(3))
-    return out
-
-
-def metric(metrics: dict, name: str, **labels) -> float:
-    key = (name, frozenset(labels.items()))
-    assert key in metrics, f"metric {name}{labels} missing; have {sorted(k for k in metrics if k[0] == name)}"
-    return metrics[key]
 
 
 def wait_edge(edge: subprocess.Popen, tmp: Path, timeout=300):
@@ -355,7 +293,7 @@ def test_edge_killed_and_restarted(vtest200, tmp_path):
         assert 0 < stored < FRAMES, f"{stored} frames stored before the kill: cannot test a kill mid-run"
         edge.kill()
         edge.wait(timeout=30)
-        state = (tmp_path / "state" / "streams" / "vtest.state").read_text()
+        state = json.loads((tmp_path / "state" / "ledger.json").read_text())
         edge = start_edge(cfg, tmp_path)
         wait_edge(edge, tmp_path)
     finally:
@@ -363,8 +301,11 @@ def test_edge_killed_and_restarted(vtest200, tmp_path):
             edge.kill()
         agg.kill(signal.SIGTERM)
     run, _ = assert_accounted_once(agg.db, "vtest", FRAMES)
-    assert state.startswith(f"run {run}\n"), f"state before the restart: {state!r}; stored run {run}"
-    assert (tmp_path / "state" / "epoch").read_text().strip() == "2"
+    (record,) = [s for s in state["streams"] if s["stream"] == "vtest"]
+    assert record["run"] == run, f"state before the restart: {state}; stored run {run}"
+    # The aggregator granted each start its own epoch; the resumed run kept the first one's id.
+    assert query(agg.db, "SELECT epoch FROM edges WHERE edge = 'e2e-edge'") == [(2,)]
+    assert run == 1
     epochs = {r[0] for r in query(agg.db, "SELECT DISTINCT f.epoch FROM frames f")}
     assert epochs == {1, 2}, f"frames stored from epochs {epochs}; want both edge starts"
     log = (tmp_path / "edge.log").read_text()

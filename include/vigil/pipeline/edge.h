@@ -2,17 +2,21 @@
 //
 // Data flow (docs/architecture.md): one video::StreamReader per stream (files block, live sources drop
 // the oldest frame) → a feeder thread per stream pushes frames into one cross-stream Batcher → the
-// inference thread takes batches (max_batch, max_wait_ms), runs detect::Detector, applies each stream's
-// RuleEngine → a frame that raises an event is published as an event report, every other frame as a
-// progress mark (ProgressCoalescer, flushed at least every progress_flush_ms) → transport::Publisher.
-// So every processed frame is reported once per (edge, stream, run, seq); the aggregator de-duplicates
-// re-sends.
+// inference thread takes batches (max_batch, max_wait_ms), runs detect::Detector, and hands each frame's
+// detections to the stream ledger (ledger.h), which applies the stream's rules and queues an event report
+// or a progress mark (coalesced, flushed at least every progress_flush_ms) in its outbox → a
+// transport::Courier drains the outbox over the configured links (transport.links: tcp).
+// So every frame the ledger numbers is reported once per (edge, stream, run, seq) — as an event, a progress
+// mark, a drop mark (queue_full / detect_error / backpressure / shutdown) or, after a crash, as
+// lost_on_restart; the aggregator de-duplicates re-sends.
 //
-// Identity and resume (edge_state.h): epoch = persisted counter + 1 at every start. Per stream the
-// run is kept while the source stays the same; the cursor (aggregator's "0..S stored", Publisher::
-// AckedThrough) is persisted whenever it advances, and a restarted edge opens the stream with
-// start_after_seq = cursor (same run). A stream without state, or whose source changed, starts a new
-// run (run = this epoch) from seq 0.
+// Start-up: the state_dir is locked (a second edge on it fails with FailedPrecondition), the streams are
+// opened, and the edge waits for the aggregator to admit it (Welcome: the epoch granted to this instance;
+// new runs take it as their id) before any stream is read. Identity and resume follow the ledger
+// (ledger.h): a file resumes after the acknowledged cursor, a live source after the larger of its
+// high-water mark and the aggregator's highest stored seq.
+// Fencing: when the aggregator admits a newer instance of this edge id, this one is told (courier.h), stops
+// publishing and reading, and Run returns Aborted ("fenced: …"; `vigil edge` exits 3).
 //
 // Failure isolation: a stream that cannot open or fails mid-way is logged and counted
 // (vigil_edge_stream_errors_total) and ends; the others go on. Run returns when every stream has
@@ -25,15 +29,18 @@
 //     queue: frame released by its Source → its batch starts;
 //     preprocess / inference / postprocess: detect::DetectTiming of the frame (its letterbox; the engine run
 //       of its chunk, i.e. the latency it waited, shared by the chunk; its decoding + NMS + mapping back);
-//     rules: its RuleEngine::Evaluate; publish: one Publisher::Publish call (waits while the outbox is full);
+//     rules: its StreamLedger::Record call (rules + queuing); publish: the same call when it queued a message
+//       (a file stream's call waits while the outbox is full);
 //     frame_to_ack: frame released → the aggregator acknowledged it, i.e. stored it (acks are polled every
 //       ~100 ms, so this over-states by up to that; the aggregator's own frame_to_stored is exact).
 //   vigil_edge_engine_busy_seconds_total   time the engine spent in runs (each run once, however many frames):
 //     ÷ vigil_edge_frames_total = inference time per frame; its rate = the engine's utilisation.
 //   vigil_edge_frames_total{stream}, vigil_edge_events_total{stream,severity}, vigil_edge_fps{stream}
 //   vigil_edge_queue_depth{queue=reader|batcher|outbox[,stream]}   gauges
-//   vigil_edge_frames_dropped_total{stream,reason=queue_full|backpressure|publish_error|detect_error}
-//     (queue_full: a live reader dropped it; backpressure: the outbox stayed full; both leave a gap),
+//   vigil_edge_frames_dropped_total{stream,reason=queue_full|detect_error|backpressure|shutdown}
+//     (queue_full: a live reader dropped it; backpressure: a live stream found the outbox full; each travels
+//     as a drop mark, so it is not a gap), vigil_edge_frames_lost_on_restart_total{stream},
+//   vigil_edge_epoch (granted epoch), vigil_edge_fenced (1 once fenced), vigil_edge_reports_rejected_total,
 //   vigil_edge_decode_errors_total{stream}, vigil_edge_reconnects_total{stream},
 //   vigil_edge_stream_errors_total{stream}, vigil_edge_streams_active, vigil_edge_aggregator_connected
 // Counters and gauges sampled from other modules (reader stats, outbox) are updated every ~100 ms.
@@ -44,8 +51,9 @@
 // vigil_thread_cpu_seconds_total (it hooks the registry: use a fresh registry per RunEdge).
 //
 // Thread-safety: Run from one thread; `stop` may be set from any thread (a signal handler sets an atomic).
-// Errors: Run returns the model's Load error, a state dir error, a bad publisher/rules option, or
-// FailedPrecondition when none of the configured streams could be opened; the failure of some streams
+// Errors: Run returns the model's Load error, a state dir error (FailedPrecondition when another edge holds
+// it), a bad rules option, FailedPrecondition when none of the configured streams could be opened, Aborted
+// when fenced; the failure of some streams
 // (at open, or later) is not an error of Run: it is logged and counted in vigil_edge_stream_errors_total.
 #pragma once
 

@@ -7,8 +7,12 @@
 //   batching: {max_batch: 4, max_wait_ms: 10}
 //   http_port: 0                     # /healthz and /metrics on 127.0.0.1; 0 = off
 //   http_host: 127.0.0.1
-//   state_dir: ./vigil-edge-state    # epoch, runs and cursors
-//   progress_flush_ms: 500           # pending progress marks are published at least this often
+//   state_dir: ./vigil-edge-state    # the stream ledger's runs, cursors and high-water marks; locked by
+//                                    # one edge process at a time
+//   progress_flush_ms: 500           # pending progress and drop marks are published at least this often
+//   transport:
+//     links: [tcp]                   # links to the aggregator in order of preference (tcp today)
+//     max_outbox: 4096               # reports held until the aggregator acknowledges them
 //   placement:                       # threads on the cores of their NUMA node (docs/architecture.md)
 //     bind: true                     # false (or DISABLE_NUMA_BIND=1 in the environment): no binding
 //     bind_single_numa: false        # bind also on a machine with a single NUMA node
@@ -104,6 +108,8 @@ struct EdgeConfig {
   uint16_t http_port = 0;
   std::string state_dir = "vigil-edge-state";
   int progress_flush_ms = 500;   // 1..60000
+  std::vector<std::string> links = {"tcp"};  // transport.links, in order of preference
+  int max_outbox = 4096;         // transport.max_outbox, 1..10^7
   PlacementConfig placement;
   std::vector<StreamConfig> streams;  // at least one, ids unique
 };

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -28,6 +29,10 @@
 namespace vigil::video {
 
 enum class QueuePolicy { kAuto, kBlock, kDropOldest };
+enum class DropReason {
+  kQueueFull,  // a live queue was full: the oldest queued frame made room (counted in dropped_queue_full)
+  kStopped,    // Stop() came while a blocking reader waited for room with this frame in hand
+};
 
 struct StreamReaderOptions {
   size_t queue_capacity = 4;  // frames; REQUIRES: >= 1. Default: 4
@@ -35,6 +40,13 @@ struct StreamReaderOptions {
   // Runs first on the reading thread, before the Source is read (e.g. to name the thread and bind it to
   // CPUs: threads the decoder creates inherit both). Default: none
   std::function<void()> on_thread_start;
+  // Runs on the reading thread for every frame the Source delivers, before it is queued; false discards the
+  // frame (e.g. the stream ledger numbers frames here and skips those a resumed file already delivered).
+  // Default: none (every frame is queued)
+  std::function<bool(Frame&)> on_frame;
+  // Runs on the reading thread, outside the queue's lock, for a frame that passed on_frame and will never
+  // be popped (DropReason). Default: none
+  std::function<void(const Frame&, DropReason)> on_drop;
 };
 
 class StreamReader {
@@ -67,6 +79,8 @@ class StreamReader {
   const std::unique_ptr<Source> source_;
   const size_t capacity_;
   const bool drop_oldest_;
+  const std::function<bool(Frame&)> on_frame_;
+  const std::function<void(const Frame&, DropReason)> on_drop_;
   mutable std::mutex mu_;
   std::condition_variable cv_;  // signalled on push, pop, finish and stop
   std::deque<Frame> queue_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,438 @@
+#include "vigil/pipeline/ledger.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <utility>
+
+namespace vigil::pipeline {
+
+using transport::Report;
+using transport::ReportKind;
+
+namespace {
+
+// A pending range of marks of one kind and reason (progress, or drops of one reason).
+struct PendingRange {
+  Report report;
+  int64_t started_ns = 0;  // clock->SteadyNs() when the range was started
+};
+
+bool Extends(const std::optional<PendingRange>& p, uint64_t seq) { return p && p->report.seq_last + 1 == seq; }
+
+}  // namespace
+
+struct StreamLedger::Stream {
+  LedgerStream spec;
+  std::optional<StreamRecord> loaded;  // as the store had it (only when the source is the same)
+  StreamRecord rec;                    // current, valid once admitted
+  StreamResume resume;
+  uint64_t pictures = 0;               // replayable: position of the next picture in the input
+  std::optional<PendingRange> progress;
+  std::optional<PendingRange> drops;    // consecutive drops of one reason
+  std::deque<Report> held;              // marks waiting for room in the outbox (live streams)
+  LedgerCounters counters;
+};
+
+struct StreamLedger::Impl {
+  LedgerOptions opt;
+  transport::Outbox outbox;
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;  // admitted, dirty, stop
+  std::vector<Stream> streams;         // GUARDED_BY(mu) (spec immutable)
+  std::map<std::string, size_t, std::less<>> index;  // immutable after Open
+  bool admitted = false;               // GUARDED_BY(mu)
+  uint64_t epoch = 0;                  // GUARDED_BY(mu)
+  bool dirty = false;                  // GUARDED_BY(mu)
+  bool stop = false;                   // GUARDED_BY(mu)
+  std::mutex save_mu;                  // serialises StateStore::Save
+  std::thread writer;
+
+  explicit Impl(LedgerOptions o) : opt(std::move(o)), outbox(opt.max_outbox) {}
+
+  std::vector<StreamRecord> Snapshot() const {  // REQUIRES: mu held
+    std::vector<StreamRecord> out;
+    for (const Stream& s : streams) {
+      if (admitted) {
+        out.push_back(s.rec);
+      } else if (s.loaded) {
+        out.push_back(*s.loaded);
+      }
+    }
+    return out;
+  }
+
+  Status Save(const std::vector<StreamRecord>& records) {
+    std::lock_guard lock(save_mu);
+    return opt.store->Save(records);
+  }
+
+  void WriterLoop() {
+    bool failing = false;
+    std::unique_lock lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || dirty; });
+      if (!dirty) return;  // stopping, nothing left to write
+      dirty = false;
+      std::vector<StreamRecord> snapshot = Snapshot();
+      lock.unlock();
+      const Status st = Save(snapshot);
+      lock.lock();
+      if (!st.ok()) {
+        dirty = true;
+        for (Stream& s : streams) ++s.counters.persist_failures;
+        if (!failing) spdlog::warn("ledger: cannot persist the stream state: {}; retrying", std::string(st.message()));
+        failing = true;
+        if (stop) return;
+      } else {
+        if (failing) spdlog::info("ledger: stream state persisted again in {}", opt.store->where());
+        failing = false;
+      }
+      cv.wait_for(lock, opt.persist_interval, [&] { return stop; });
+    }
+  }
+
+  // Hands `r` to the outbox under the stream's policy. REQUIRES: mu NOT held (Push may wait for acks).
+  void Push(size_t i, Report r) {
+    const bool live = streams[i].spec.live;  // spec is immutable
+    r.publish_ns = opt.clock->WallNs();
+    StatusOr<uint64_t> id = outbox.Push(r, live ? std::chrono::milliseconds(0) : opt.replayable_wait);
+    if (id.ok() || absl::IsCancelled(id.status())) return;
+    if (!absl::IsResourceExhausted(id.status())) {
+      spdlog::error("ledger: stream '{}': report of seq {}..{} refused: {}", r.stream, r.seq_first, r.seq_last,
+                    std::string(id.status().message()));
+      return;
+    }
+    // Full: the frames become a drop mark (reason "backpressure") held until there is room. A held mark
+    // that still finds no room goes back as it is.
+    std::lock_guard lock(mu);
+    Stream& s = streams[i];
+    if (r.kind == ReportKind::kDropped || r.kind == ReportKind::kLost) {
+      s.held.push_front(std::move(r));
+      return;
+    }
+    const uint64_t n = r.seq_last - r.seq_first + 1;
+    s.counters.backpressure_drops += n;
+    s.counters.dropped += n;
+    Report d = MarkOf(s, ReportKind::kDropped, r.seq_first, "backpressure");
+    d.seq_last = r.seq_last;
+    if (!s.held.empty() && s.held.back().kind == ReportKind::kDropped && s.held.back().rule == d.rule &&
+        s.held.back().seq_last + 1 == d.seq_first) {
+      s.held.back().seq_last = d.seq_last;
+    } else {
+      s.held.push_back(std::move(d));
+    }
+  }
+
+  Report MarkOf(const Stream& s, ReportKind kind, uint64_t seq, std::string_view reason) const {
+    Report r;
+    r.stream = s.spec.id;
+    r.run = s.rec.run;
+    r.seq_first = r.seq_last = seq;
+    r.kind = kind;
+    r.rule = std::string(reason);
+    return r;
+  }
+};
+
+namespace {
+
+bool IsReplayable(const LedgerStream& s) { return !s.live; }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StreamLedger>> StreamLedger::Open(LedgerOptions options, std::vector<LedgerStream> streams) {
+  if (!options.store) return absl::InvalidArgumentError("ledger: no state store");
+  if (options.clock == nullptr) return absl::InvalidArgumentError("ledger: no clock");
+  if (options.max_outbox == 0) return absl::InvalidArgumentError("ledger: max_outbox must be at least 1");
+  VIGIL_ASSIGN_OR_RETURN(std::vector<StreamRecord> records, options.store->Load());
+  auto impl = std::make_unique<Impl>(std::move(options));
+  for (LedgerStream& spec : streams) {
+    if (impl->index.count(spec.id) != 0) {
+      return absl::InvalidArgumentError(StrCat("ledger: stream '", spec.id, "' given twice"));
+    }
+    impl->index.emplace(spec.id, impl->streams.size());
+    Stream& s = impl->streams.emplace_back();
+    for (const StreamRecord& r : records) {
+      if (r.stream == spec.id && r.source == spec.source && r.run != 0) s.loaded = r;
+    }
+    s.spec = std::move(spec);
+  }
+  StreamLedger* ledger = new StreamLedger(std::move(impl));
+  Impl* d = ledger->impl_.get();
+  d->writer = std::thread([d] { d->WriterLoop(); });
+  return std::unique_ptr<StreamLedger>(ledger);
+}
+
+StreamLedger::StreamLedger(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StreamLedger::~StreamLedger() { Close(); }
+
+size_t StreamLedger::size() const { return impl_->streams.size(); }
+const std::string& StreamLedger::stream_id(size_t i) const { return impl_->streams[i].spec.id; }
+transport::Outbox& StreamLedger::outbox() { return impl_->outbox; }
+
+std::vector<transport::HelloStream> StreamLedger::ResumedStreams() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<transport::HelloStream> out;
+  for (const Stream& s : impl_->streams) {
+    const uint64_t run = impl_->admitted ? s.rec.run : s.loaded ? s.loaded->run : 0;
+    if (run != 0) out.push_back({s.spec.id, run});
+  }
+  return out;
+}
+
+void StreamLedger::Admit(const transport::Welcome& welcome) {
+  Impl& d = *impl_;
+  std::vector<std::pair<size_t, Report>> lost;
+  std::vector<StreamRecord> snapshot;
+  {
+    std::lock_guard lock(d.mu);
+    if (d.admitted) {
+      if (welcome.epoch != d.epoch) spdlog::info("ledger: epoch {} → {}", d.epoch, welcome.epoch);
+      d.epoch = welcome.epoch;
+      return;
+    }
+    d.epoch = welcome.epoch;
+    for (size_t i = 0; i < d.streams.size(); ++i) {
+      Stream& s = d.streams[i];
+      const transport::WelcomeStream* ws = nullptr;
+      for (const transport::WelcomeStream& w : welcome.streams) {
+        if (s.loaded && w.stream == s.spec.id && w.run == s.loaded->run) ws = &w;
+      }
+      const int64_t contiguous = ws ? ws->contiguous_through : -1;
+      const int64_t highest = ws ? ws->highest_seq : -1;
+      StreamResume& r = s.resume;
+      if (!s.loaded) {
+        s.rec = {s.spec.id, s.spec.source, welcome.epoch, std::nullopt, 0};
+        r = {StreamResume::kNewRun, welcome.epoch, std::nullopt, 0, 0};
+        spdlog::info("stream '{}': new run {}", s.spec.id, r.run);
+        continue;
+      }
+      s.rec = *s.loaded;
+      if (contiguous >= 0) {
+        s.rec.acked_through = std::max(s.rec.acked_through.value_or(0), static_cast<uint64_t>(contiguous));
+      }
+      r.run = s.rec.run;
+      if (IsReplayable(s.spec)) {
+        r.kind = StreamResume::kResumeReplayable;
+        r.skip_through = s.rec.acked_through;
+        spdlog::info("stream '{}': resuming run {} after seq {}", s.spec.id, r.run,
+                     r.skip_through ? std::to_string(*r.skip_through) : "none");
+        continue;
+      }
+      r.kind = StreamResume::kResumeLive;
+      const uint64_t above_stored = static_cast<uint64_t>(highest + 1);  // highest ≥ -1
+      r.first_seq = std::max(s.rec.next_seq, above_stored);
+      if (s.rec.next_seq > above_stored) {
+        r.lost = s.rec.next_seq - above_stored;
+        Report m = d.MarkOf(s, ReportKind::kLost, above_stored, "lost_on_restart");
+        m.seq_last = s.rec.next_seq - 1;
+        lost.emplace_back(i, std::move(m));
+        s.counters.lost_on_restart += r.lost;
+      }
+      s.rec.next_seq = r.first_seq;
+      spdlog::info("stream '{}' (live): resuming run {} at seq {} (aggregator stored up to {}; {} seqs lost on restart)",
+                   s.spec.id, r.run, r.first_seq, highest, r.lost);
+    }
+    d.admitted = true;
+    snapshot = d.Snapshot();
+    d.cv.notify_all();
+  }
+  // A new run must be durable before any of its frames leaves: a crash now would otherwise start yet another
+  // run for the same pictures.
+  if (Status st = d.Save(snapshot); !st.ok()) {
+    spdlog::warn("ledger: cannot persist the runs: {}; the writer retries", std::string(st.message()));
+    std::lock_guard lock(d.mu);
+    d.dirty = true;
+    d.cv.notify_all();
+  }
+  for (auto& [i, m] : lost) d.Push(i, std::move(m));
+}
+
+bool StreamLedger::admitted() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->admitted;
+}
+
+bool StreamLedger::WaitAdmitted(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(impl_->mu);
+  impl_->cv.wait_for(lock, timeout, [&] { return impl_->admitted || impl_->stop; });
+  return impl_->admitted;
+}
+
+uint64_t StreamLedger::epoch() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->epoch;
+}
+
+StreamResume StreamLedger::resume(size_t stream) const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->streams[stream].resume;
+}
+
+bool StreamLedger::Number(size_t stream, uint64_t* seq) {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.mu);
+  Stream& s = d.streams[stream];
+  if (!d.admitted) return false;
+  if (IsReplayable(s.spec)) {
+    const uint64_t position = s.pictures++;
+    s.rec.next_seq = std::max(s.rec.next_seq, position + 1);
+    if (s.resume.skip_through && position <= *s.resume.skip_through) {
+      ++s.counters.skipped_resume;
+      return false;
+    }
+    *seq = position;
+  } else {
+    *seq = s.rec.next_seq++;
+  }
+  d.dirty = true;
+  d.cv.notify_all();
+  return true;
+}
+
+void StreamLedger::Dropped(size_t stream, uint64_t seq, std::string_view reason) {
+  Impl& d = *impl_;
+  std::optional<Report> out;
+  {
+    std::lock_guard lock(d.mu);
+    Stream& s = d.streams[stream];
+    ++s.counters.dropped;
+    if (Extends(s.drops, seq) && s.drops->report.rule == reason) {
+      s.drops->report.seq_last = seq;
+      return;
+    }
+    if (s.drops) out = std::move(s.drops->report);
+    s.drops = PendingRange{d.MarkOf(s, ReportKind::kDropped, seq, reason), d.opt.clock->SteadyNs()};
+  }
+  if (out) d.Push(stream, std::move(*out));
+}
+
+StreamLedger::Recorded StreamLedger::Record(size_t stream, const FrameInfo& f,
+                                            std::span<const detect::Detection> detections) {
+  Impl& d = *impl_;
+  Verdict v;
+  std::vector<Report> out;
+  {
+    std::lock_guard lock(d.mu);
+    Stream& s = d.streams[stream];
+    v = s.spec.rules.Evaluate(std::vector<detect::Detection>(detections.begin(), detections.end()), f.pts_ns);
+    if (v.event || (s.progress && !Extends(s.progress, f.seq))) {
+      if (s.progress) out.push_back(std::move(s.progress->report));
+      s.progress.reset();
+    }
+    if (v.event) {
+      Report r = d.MarkOf(s, ReportKind::kEvent, f.seq, "rules");
+      r.severity = v.severity;
+      r.capture_ns = f.capture_ns;
+      r.pts_ns = f.pts_ns;
+      r.width = f.width;
+      r.height = f.height;
+      r.detections.reserve(v.detections.size());
+      for (const detect::Detection& det : v.detections) {
+        r.detections.push_back({det.x1, det.y1, det.x2, det.y2, det.score, static_cast<float>(det.class_id)});
+      }
+      out.push_back(std::move(r));
+      ++s.counters.events;
+    } else if (s.progress) {
+      s.progress->report.seq_last = f.seq;
+    } else {
+      Report r = d.MarkOf(s, ReportKind::kProgress, f.seq, "");
+      r.capture_ns = f.capture_ns;
+      r.pts_ns = f.pts_ns;
+      r.width = f.width;
+      r.height = f.height;
+      s.progress = PendingRange{std::move(r), d.opt.clock->SteadyNs()};
+    }
+    if (!v.event) ++s.counters.progress_marks;
+  }
+  for (Report& r : out) d.Push(stream, std::move(r));
+  return {std::move(v), static_cast<int>(out.size())};
+}
+
+void StreamLedger::Tick(bool force) {
+  Impl& d = *impl_;
+  std::vector<std::pair<size_t, Report>> out;
+  {
+    std::lock_guard lock(d.mu);
+    const int64_t now = d.opt.clock->SteadyNs();
+    const int64_t max_age = std::chrono::duration_cast<std::chrono::nanoseconds>(d.opt.progress_flush).count();
+    for (size_t i = 0; i < d.streams.size(); ++i) {
+      Stream& s = d.streams[i];
+      for (std::optional<PendingRange>* p : {&s.progress, &s.drops}) {
+        if (*p && (force || now - (*p)->started_ns >= max_age)) {
+          out.emplace_back(i, std::move((*p)->report));
+          p->reset();
+        }
+      }
+      while (!s.held.empty()) {
+        out.emplace_back(i, std::move(s.held.front()));
+        s.held.pop_front();
+      }
+    }
+  }
+  for (auto& [i, r] : out) d.Push(i, std::move(r));
+}
+
+void StreamLedger::OnAck(const transport::Ack& ack) {
+  Impl& d = *impl_;
+  if (ack.contiguous_through < 0) return;
+  auto it = d.index.find(ack.stream);
+  if (it == d.index.end()) return;
+  std::lock_guard lock(d.mu);
+  Stream& s = d.streams[it->second];
+  if (!d.admitted || ack.run != s.rec.run) return;
+  const uint64_t through = static_cast<uint64_t>(ack.contiguous_through);
+  if (!s.rec.acked_through || through > *s.rec.acked_through) {
+    s.rec.acked_through = through;
+    d.dirty = true;
+    d.cv.notify_all();
+  }
+}
+
+std::optional<uint64_t> StreamLedger::acked_through(size_t stream) const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->streams[stream].rec.acked_through;
+}
+
+uint64_t StreamLedger::run(size_t stream) const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->streams[stream].rec.run;
+}
+
+LedgerCounters StreamLedger::counters(size_t stream) const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->streams[stream].counters;
+}
+
+Status StreamLedger::Persist() {
+  Impl& d = *impl_;
+  std::vector<StreamRecord> snapshot;
+  {
+    std::lock_guard lock(d.mu);
+    snapshot = d.Snapshot();
+    d.dirty = false;
+  }
+  Status st = d.Save(snapshot);
+  if (!st.ok()) {
+    std::lock_guard lock(d.mu);
+    d.dirty = true;
+  }
+  return st;
+}
+
+void StreamLedger::Close() {
+  Impl& d = *impl_;
+  {
+    std::lock_guard lock(d.mu);
+    if (d.stop) return;
+    d.stop = true;
+    d.cv.notify_all();
+  }
+  d.outbox.Close();
+  d.writer.join();
+}
+
+}  // namespace vigil::pipeline

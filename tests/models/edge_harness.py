@@ -1,0 +1,78 @@
+"""Processes and readers shared by the edge/aggregator end-to-end suites (test tooling only)."""
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+from pathlib import Path
+
+from common import vigil_bin
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Aggregator:
+    def __init__(self, tmp: Path, port: int, extra: str = ""):
+        self.port = port
+        self.db = tmp / "agg.db"
+        self.config = tmp / "agg.yaml"
+        self.http_port = free_port()
+        self.config.write_text(f"listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{self.http_port}\ndb: {self.db}\n{extra}")
+        self.log = open(tmp / "agg.log", "ab")
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen([vigil_bin(), "aggregator", "--config", str(self.config)],
+                                     stdout=subprocess.PIPE, stderr=self.log)
+        line = self.proc.stdout.readline().decode()
+        assert line.startswith("vigil aggregator:"), f"aggregator did not start: {line!r}"
+
+    def kill(self, sig=signal.SIGKILL):
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=30)
+
+
+def query(db: Path, sql: str, *args):
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return con.execute(sql, args).fetchall()
+    finally:
+        con.close()
+
+
+def stored_frames(db: Path, stream: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        return query(db, "SELECT COUNT(*) FROM frames f JOIN streams s ON s.id = f.stream_id WHERE s.stream = ?",
+                     stream)[0][0]
+    except sqlite3.OperationalError:  # schema not created yet
+        return 0
+
+
+def read_metrics(path: Path) -> dict[tuple[str, frozenset], float]:
+    """A Prometheus text file -> {(name, frozenset of (label, value)): value}."""
+    return parse_metrics(path.read_text())
+
+
+def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
+    """Prometheus text -> {(name, frozenset of (label, value)): value}."""
+    out = {}
+    for line in text.splitlines():
+        m = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if m and not line.startswith("#"):
+            labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metric(metrics: dict, name: str, **labels) -> float:
+    key = (name, frozenset(labels.items()))
+    assert key in metrics, f"metric {name}{labels} missing; have {sorted(k for k in metrics if k[0] == name)}"
+    return metrics[key]

@@ -1,0 +1,337 @@
+// The stream ledger through a fake clock and an in-memory state store (pipeline/ledger.h), and the
+// state_dir store on disk.
+#include "vigil/pipeline/ledger.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace vigil::pipeline {
+namespace {
+
+using namespace std::chrono_literals;
+using transport::Report;
+using transport::ReportKind;
+
+const std::vector<std::string> kNames = {"person", "bicycle", "car"};
+
+RuleEngine PersonsOnly() {
+  RulesConfig c;
+  c.classes = {"person"};
+  return *RuleEngine::Create(c, kNames);
+}
+
+struct Fixture {
+  FakeClock clock;
+  std::shared_ptr<MemoryState> state = std::make_shared<MemoryState>();
+
+  std::unique_ptr<StreamLedger> Open(std::vector<LedgerStream> streams, size_t max_outbox = 64) {
+    LedgerOptions o;
+    o.clock = &clock;
+    o.store = MakeMemoryStateStore(state);
+    o.max_outbox = max_outbox;
+    o.progress_flush = 500ms;
+    o.persist_interval = 1h;  // the tests persist explicitly
+    o.replayable_wait = 0ms;
+    StatusOr<std::unique_ptr<StreamLedger>> l = StreamLedger::Open(std::move(o), std::move(streams));
+    EXPECT_TRUE(l.ok()) << l.status();
+    return std::move(*l);
+  }
+  void Seed(std::vector<StreamRecord> records) {
+    std::lock_guard lock(state->mu);
+    state->records = std::move(records);
+  }
+  std::vector<StreamRecord> Saved() {
+    std::lock_guard lock(state->mu);
+    return state->records;
+  }
+};
+
+LedgerStream File(const std::string& id) { return {id, "/videos/" + id + ".mp4", false, PersonsOnly()}; }
+LedgerStream Camera(const std::string& id) { return {id, "rtsp://10.0.0.1/" + id, true, PersonsOnly()}; }
+
+std::vector<Report> Pending(StreamLedger& l) {
+  std::vector<Report> out;
+  for (const auto& m : l.outbox().PendingFrom(0, 1000)) out.push_back(m->report);
+  return out;
+}
+
+FrameInfo Frame(uint64_t seq) { return {seq, 1000 + static_cast<int64_t>(seq), 40'000'000 * static_cast<int64_t>(seq), 640, 480}; }
+
+const detect::Detection kPerson{10, 20, 30, 40, 0.9f, 0};
+const detect::Detection kCar{1, 2, 3, 4, 0.8f, 2};
+
+TEST(StreamLedger, NewRunsTakeTheGrantedEpochAndNumberFromZero) {
+  Fixture f;
+  auto l = f.Open({File("a"), Camera("b")});
+  EXPECT_TRUE(l->ResumedStreams().empty());
+  uint64_t seq = 99;
+  EXPECT_FALSE(l->Number(0, &seq)) << "nothing is numbered before the aggregator admits the edge";
+  l->Admit({7, {}});
+  EXPECT_EQ(l->epoch(), 7u);
+  for (size_t i : {0u, 1u}) {
+    EXPECT_EQ(l->run(i), 7u);
+    EXPECT_EQ(l->resume(i).kind, StreamResume::kNewRun);
+    for (uint64_t want = 0; want < 3; ++want) {
+      ASSERT_TRUE(l->Number(i, &seq));
+      EXPECT_EQ(seq, want);
+    }
+  }
+  // The new runs were persisted by Admit itself (before any frame of them could leave).
+  std::vector<StreamRecord> saved = f.Saved();
+  ASSERT_EQ(saved.size(), 2u);
+  EXPECT_EQ(saved[0].run, 7u);
+  ASSERT_TRUE(l->Persist().ok());
+  saved = f.Saved();
+  EXPECT_EQ(saved[0], (StreamRecord{"a", "/videos/a.mp4", 7, std::nullopt, 3}));
+  EXPECT_EQ(saved[1], (StreamRecord{"b", "rtsp://10.0.0.1/b", 7, std::nullopt, 3}));
+  // A later Welcome (a reconnect) keeps the runs.
+  l->Admit({7, {}});
+  EXPECT_EQ(l->run(0), 7u);
+}
+
+TEST(StreamLedger, AFileResumesAfterTheLargerOfItsCursorAndTheAggregatorsContiguousPrefix) {
+  Fixture f;
+  f.Seed({{"a", "/videos/a.mp4", 3, 4, 10}, {"b", "/videos/other.mp4", 2, 9, 10}});
+  auto l = f.Open({File("a"), File("b")});
+  // b's source changed: only a resumes.
+  EXPECT_EQ(l->ResumedStreams(), (std::vector<transport::HelloStream>{{"a", 3}}));
+  l->Admit({9, {{"a", 3, 6, 8}}});
+  EXPECT_EQ(l->resume(0).kind, StreamResume::kResumeReplayable);
+  EXPECT_EQ(l->resume(0).skip_through, std::optional<uint64_t>(6));
+  EXPECT_EQ(l->run(0), 3u);
+  EXPECT_EQ(l->resume(1).kind, StreamResume::kNewRun);
+  EXPECT_EQ(l->run(1), 9u);
+  uint64_t seq = 0;
+  for (int i = 0; i <= 6; ++i) EXPECT_FALSE(l->Number(0, &seq)) << "position " << i << " was stored already";
+  ASSERT_TRUE(l->Number(0, &seq));
+  EXPECT_EQ(seq, 7u);
+  EXPECT_EQ(l->counters(0).skipped_resume, 7u);
+  EXPECT_EQ(l->acked_through(0), std::optional<uint64_t>(6));
+}
+
+TEST(StreamLedger, ALiveStreamNumbersAboveItsHighWaterMarkAndReportsWhatWasLost) {
+  Fixture f;
+  // Assigned up to seq 19; the aggregator stored up to 14 (acks for 12..14 never came back).
+  f.Seed({{"cam", "rtsp://10.0.0.1/cam", 5, 11, 20}});
+  auto l = f.Open({Camera("cam")});
+  l->Admit({6, {{"cam", 5, 14, 14}}});
+  const StreamResume r = l->resume(0);
+  EXPECT_EQ(r.kind, StreamResume::kResumeLive);
+  EXPECT_EQ(r.run, 5u);
+  EXPECT_EQ(r.first_seq, 20u);
+  EXPECT_EQ(r.lost, 5u);
+  EXPECT_EQ(l->counters(0).lost_on_restart, 5u);
+  EXPECT_EQ(l->acked_through(0), std::optional<uint64_t>(14));
+  std::vector<Report> out = Pending(*l);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, ReportKind::kLost);
+  EXPECT_EQ(out[0].rule, "lost_on_restart");
+  EXPECT_EQ(std::make_pair(out[0].seq_first, out[0].seq_last), std::make_pair(uint64_t{15}, uint64_t{19}));
+  EXPECT_EQ(out[0].run, 5u);
+  uint64_t seq = 0;
+  ASSERT_TRUE(l->Number(0, &seq));
+  EXPECT_EQ(seq, 20u) << "no picture is skipped and no seq reused";
+}
+
+TEST(StreamLedger, ALiveStreamWhoseHighWaterMarkLagsTheAggregatorNumbersAboveTheHighestStored) {
+  Fixture f;
+  f.Seed({{"cam", "rtsp://10.0.0.1/cam", 5, 11, 20}});  // persisted lazily: the dead instance got further
+  auto l = f.Open({Camera("cam")});
+  l->Admit({6, {{"cam", 5, 30, 31}}});
+  EXPECT_EQ(l->resume(0).first_seq, 32u);
+  EXPECT_EQ(l->resume(0).lost, 0u);
+  EXPECT_TRUE(Pending(*l).empty());
+}
+
+TEST(StreamLedger, ProgressMarksCoalesceAndFlushByAgeOnTheClock) {
+  Fixture f;
+  auto l = f.Open({File("a")});
+  l->Admit({1, {}});
+  for (uint64_t s = 0; s < 3; ++s) EXPECT_EQ(l->Record(0, Frame(s), {}).published, 0);
+  EXPECT_EQ(l->Record(0, Frame(3), std::vector{kCar}).published, 0) << "a car is not a person: a mark";
+  l->Tick();
+  EXPECT_TRUE(Pending(*l).empty()) << "younger than progress_flush";
+  f.clock.Advance(499'999'999);
+  l->Tick();
+  EXPECT_TRUE(Pending(*l).empty());
+  f.clock.Advance(1);
+  l->Tick();
+  std::vector<Report> out = Pending(*l);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, ReportKind::kProgress);
+  EXPECT_EQ(std::make_pair(out[0].seq_first, out[0].seq_last), std::make_pair(uint64_t{0}, uint64_t{3}));
+  EXPECT_EQ(out[0].capture_ns, 1000);
+  EXPECT_EQ(out[0].publish_ns, f.clock.WallNs());
+}
+
+TEST(StreamLedger, AnEventFlushesThePendingMarksFirstAndCarriesTheDetectionRows) {
+  Fixture f;
+  auto l = f.Open({File("a")});
+  l->Admit({1, {}});
+  l->Record(0, Frame(0), {});
+  l->Record(0, Frame(1), {});
+  const StreamLedger::Recorded r = l->Record(0, Frame(2), std::vector{kPerson, kCar});
+  EXPECT_TRUE(r.verdict.event);
+  EXPECT_EQ(r.published, 2);
+  std::vector<Report> out = Pending(*l);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].kind, ReportKind::kProgress);
+  EXPECT_EQ(out[0].seq_last, 1u);
+  EXPECT_EQ(out[1].kind, ReportKind::kEvent);
+  EXPECT_EQ(out[1].seq_first, 2u);
+  ASSERT_EQ(out[1].detections.size(), 1u) << "only the qualifying person";
+  EXPECT_EQ(out[1].detections[0], (transport::ReportDetection{10, 20, 30, 40, 0.9f, 0}));
+  EXPECT_EQ(out[1].width, 640u);
+  // A gap in seqs (frame 3 dropped) splits the marks.
+  l->Dropped(0, 3, "detect_error");
+  l->Record(0, Frame(4), {});
+  l->Record(0, Frame(5), {});
+  l->Tick(/*force=*/true);
+  out = Pending(*l);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[2].kind == ReportKind::kDropped ? out[2].rule : out[3].rule, "detect_error");
+  for (const Report& m : {out[2], out[3]}) {
+    if (m.kind == ReportKind::kProgress) {
+      EXPECT_EQ(std::make_pair(m.seq_first, m.seq_last), std::make_pair(uint64_t{4}, uint64_t{5}));
+    } else {
+      EXPECT_EQ(std::make_pair(m.seq_first, m.seq_last), std::make_pair(uint64_t{3}, uint64_t{3}));
+    }
+  }
+}
+
+TEST(StreamLedger, ConsecutiveDropsOfOneReasonBecomeOneMark) {
+  Fixture f;
+  auto l = f.Open({Camera("cam")});
+  l->Admit({1, {}});
+  for (uint64_t s : {5, 6, 7}) l->Dropped(0, s, "queue_full");
+  l->Dropped(0, 8, "shutdown");
+  l->Dropped(0, 10, "shutdown");
+  l->Tick(/*force=*/true);
+  std::vector<Report> out = Pending(*l);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].rule, "queue_full");
+  EXPECT_EQ(std::make_pair(out[0].seq_first, out[0].seq_last), std::make_pair(uint64_t{5}, uint64_t{7}));
+  EXPECT_EQ(out[1].rule, "shutdown");
+  EXPECT_EQ(out[1].seq_last, 8u);
+  EXPECT_EQ(out[2].seq_first, 10u);
+  EXPECT_EQ(l->counters(0).dropped, 5u);
+}
+
+TEST(StreamLedger, ALiveStreamNeverWaitsForAFullOutboxItsFramesBecomeDropMarks) {
+  Fixture f;
+  auto l = f.Open({Camera("cam")}, /*max_outbox=*/1);
+  l->Admit({1, {}});
+  EXPECT_EQ(l->Record(0, Frame(0), std::vector{kPerson}).published, 1);
+  l->Record(0, Frame(1), std::vector{kPerson});  // no room: held as a drop mark
+  l->Record(0, Frame(2), std::vector{kPerson});
+  EXPECT_EQ(l->counters(0).backpressure_drops, 2u);
+  ASSERT_EQ(Pending(*l).size(), 1u);
+  l->Tick();
+  ASSERT_EQ(Pending(*l).size(), 1u) << "still full: the mark stays held";
+  ASSERT_TRUE(l->outbox().Complete("cam", 1, 0, /*acked=*/true));
+  l->Tick();
+  std::vector<Report> out = Pending(*l);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, ReportKind::kDropped);
+  EXPECT_EQ(out[0].rule, "backpressure");
+  EXPECT_EQ(std::make_pair(out[0].seq_first, out[0].seq_last), std::make_pair(uint64_t{1}, uint64_t{2}));
+}
+
+TEST(StreamLedger, AcksAdvanceTheCursorOfTheCurrentRunOnly) {
+  Fixture f;
+  auto l = f.Open({File("a")});
+  l->Admit({4, {}});
+  l->OnAck({"a", 4, 4, 0, 0, 0});
+  EXPECT_EQ(l->acked_through(0), std::optional<uint64_t>(0));
+  l->OnAck({"a", 3, 4, 0, 9, 9});  // another run
+  l->OnAck({"a", 4, 4, 1, 1, -1});  // a gap before it: no cursor
+  l->OnAck({"zz", 4, 4, 0, 9, 9});  // unknown stream
+  EXPECT_EQ(l->acked_through(0), std::optional<uint64_t>(0));
+  l->OnAck({"a", 4, 4, 2, 5, 5});
+  l->OnAck({"a", 4, 4, 1, 1, 3});  // late and lower: ignored
+  EXPECT_EQ(l->acked_through(0), std::optional<uint64_t>(5));
+  l->Close();  // the last write
+  EXPECT_EQ(f.Saved()[0].acked_through, std::optional<uint64_t>(5));
+}
+
+TEST(StreamLedger, TheWriterPersistsInTheBackground) {
+  Fixture f;
+  LedgerOptions o;
+  o.clock = &f.clock;
+  o.store = MakeMemoryStateStore(f.state);
+  o.persist_interval = 1ms;
+  std::vector<LedgerStream> streams;
+  streams.push_back(Camera("cam"));
+  auto l = std::move(*StreamLedger::Open(std::move(o), std::move(streams)));
+  l->Admit({2, {}});
+  uint64_t seq = 0;
+  for (int i = 0; i < 10; ++i) l->Number(0, &seq);
+  for (int i = 0; i < 5000; ++i) {  // up to 5 s on a busy machine
+    if (f.Saved().size() == 1 && f.Saved()[0].next_seq == 10) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(f.Saved().size(), 1u);
+  EXPECT_EQ(f.Saved()[0].next_seq, 10u);
+}
+
+class StateDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("vigil_state_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(StateDirTest, ASecondEdgeOnTheSameStateDirIsRefused) {
+  StatusOr<std::unique_ptr<StateStore>> first = OpenStateDir(dir_.string());
+  ASSERT_TRUE(first.ok()) << first.status();
+  StatusOr<std::unique_ptr<StateStore>> second = OpenStateDir(dir_.string());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("in use by another vigil edge (pid " + std::to_string(::getpid())),
+            std::string_view::npos)
+      << second.status();
+  first->reset();
+  EXPECT_TRUE(OpenStateDir(dir_.string()).ok()) << "the lock goes with its holder";
+}
+
+TEST_F(StateDirTest, RecordsRoundTripThroughOneAtomicFile) {
+  auto store = std::move(*OpenStateDir(dir_.string()));
+  std::vector<StreamRecord> loaded = *store->Load();
+  EXPECT_TRUE(loaded.empty());
+  const std::vector<StreamRecord> records = {{"cam 1", "rtsp://u:p@h/x", 12, std::nullopt, 0},
+                                             {"door", "/v/door.mp4", 3, 1234, 1300}};
+  ASSERT_TRUE(store->Save(records).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "ledger.json.tmp"));
+  EXPECT_EQ(*store->Load(), records);
+  store.reset();
+  EXPECT_EQ(*(*OpenStateDir(dir_.string()))->Load(), records);
+}
+
+TEST_F(StateDirTest, MalformedFilesAreDataLossNamingTheFile) {
+  std::filesystem::create_directories(dir_);
+  std::ofstream(dir_ / "ledger.json") << "{\"version\": 1, \"streams\": [{\"stream\": \"a\"}]}";
+  StatusOr<std::vector<StreamRecord>> r = (*OpenStateDir(dir_.string()))->Load();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("ledger.json"), std::string_view::npos) << r.status();
+}
+
+TEST_F(StateDirTest, StateOfAnOlderVigilIsCarriedOver) {
+  std::filesystem::create_directories(dir_ / "streams");
+  std::ofstream(dir_ / "streams" / "cam%201.state") << "run 4\ncursor 17\nsource rtsp://h/x\n";
+  std::ofstream(dir_ / "streams" / "door.state") << "run 2\ncursor none\nsource /v/door.mp4\n";
+  std::vector<StreamRecord> r = *(*OpenStateDir(dir_.string()))->Load();
+  std::sort(r.begin(), r.end(), [](const StreamRecord& a, const StreamRecord& b) { return a.stream < b.stream; });
+  EXPECT_EQ(r, (std::vector<StreamRecord>{{"cam 1", "rtsp://h/x", 4, 17, 18}, {"door", "/v/door.mp4", 2, std::nullopt, 0}}));
+}
+
+}  // namespace
+}  // namespace vigil::pipeline
