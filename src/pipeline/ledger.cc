@@ -223,7 +223,9 @@ void StreamLedger::Admit(const transport::Welcome& welcome) {
         continue;
       }
       r.kind = StreamResume::kResumeLive;
-      const uint64_t above_stored = static_cast<uint64_t>(highest + 1);  // highest ≥ -1
+      // Above everything the aggregator stored — or acknowledged to this edge before, should it have lost it.
+      const uint64_t above_stored = std::max(static_cast<uint64_t>(highest + 1),  // highest ≥ -1
+                                             s.rec.acked_through ? *s.rec.acked_through + 1 : uint64_t{0});
       r.first_seq = std::max(s.rec.next_seq, above_stored);
       if (s.rec.next_seq > above_stored) {
         r.lost = s.rec.next_seq - above_stored;

@@ -146,6 +146,18 @@ TEST(StreamLedger, ALiveStreamWhoseHighWaterMarkLagsTheAggregatorNumbersAboveThe
   EXPECT_TRUE(Pending(*l).empty());
 }
 
+TEST(StreamLedger, ALiveStreamNeverReportsWhatWasAcknowledgedAsLost) {
+  Fixture f;
+  f.Seed({{"cam", "rtsp://10.0.0.1/cam", 5, 11, 20}});
+  auto l = f.Open({Camera("cam")});
+  l->Admit({6, {}});  // e.g. a replaced database: the aggregator knows nothing of run 5
+  EXPECT_EQ(l->resume(0).first_seq, 20u);
+  EXPECT_EQ(l->resume(0).lost, 8u) << "12..19: 0..11 were acknowledged";
+  std::vector<Report> out = Pending(*l);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seq_first, 12u);
+}
+
 TEST(StreamLedger, ProgressMarksCoalesceAndFlushByAgeOnTheClock) {
   Fixture f;
   auto l = f.Open({File("a")});
