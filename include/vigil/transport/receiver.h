@@ -64,7 +64,9 @@ class Session {
 
  private:
   friend class TcpReceiver;
-  // Writer thread: sends queued frames until closed. Returns when the queue is drained after Close.
+  // Writer thread: sends queued frames until closed (frames still queued at Close are dropped). After
+  // Refuse it closes the connection once the Reject is written. A failed or blocked (write_timeout)
+  // write closes the session.
   void WriterLoop(std::chrono::milliseconds write_timeout);
 
   const uint64_t id_;
