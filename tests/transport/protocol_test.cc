@@ -378,6 +378,12 @@ TEST(ProtocolTest, ValidateHelloRules) {
   Hello big = h;  // 20 names of 60000 bytes: each fits, the body does not
   big.class_names.assign(20, std::string(60000, 'c'));
   EXPECT_TRUE(Message_(ValidateHello(big)).ends_with("over the 1048576 limit")) << ValidateHello(big);
+  // 40000 streams fit a Hello (~520 KB) but not the Welcome that lists them with their cursors (~1.2 MB).
+  Hello streams = h;
+  for (int i = 0; i < 40000; ++i) streams.streams.push_back({StrCat("cam", i), 1});
+  EXPECT_TRUE(EncodeFrame(streams).size() < kMaxBodyBytes);
+  EXPECT_TRUE(Message_(ValidateHello(streams)).starts_with("Hello of edge 'edge-1': its streams make a Welcome of "))
+      << ValidateHello(streams);
   // A Hello that validates always encodes into a frame that decodes back.
   StatusOr<Message> back = DecodeFrame(EncodeFrame(h));
   ASSERT_TRUE(back.ok()) << back.status();
