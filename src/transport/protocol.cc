@@ -385,6 +385,7 @@ Status ValidateHello(const Hello& h) {
   if (h.class_names.size() > kMaxClasses) return bad(StrCat(h.class_names.size(), " class names, more than ", kMaxClasses));
   if (h.streams.size() > kMaxHelloStreams) return bad(StrCat(h.streams.size(), " streams, more than ", kMaxHelloStreams));
   size_t bytes = 2 + h.edge.size() + 8 + 2 + 1 + 4 + 4;
+  size_t welcome_bytes = 8 + 4;  // the Welcome lists every stream again, with two i64 cursors each
   for (const std::string& n : h.class_names) {
     if (n.size() > 65535) return bad("a class name over 65535 bytes");
     bytes += 2 + n.size();
@@ -392,8 +393,12 @@ Status ValidateHello(const Hello& h) {
   for (const HelloStream& s : h.streams) {
     if (s.stream.empty() || s.stream.size() > 65535) return bad("a stream id must be 1..65535 bytes");
     bytes += 2 + s.stream.size() + 8;
+    welcome_bytes += 2 + s.stream.size() + 8 + 8 + 8;
   }
   if (bytes > kMaxBodyBytes) return bad(StrCat("encodes to ", bytes, " bytes, over the ", kMaxBodyBytes, " limit"));
+  if (welcome_bytes > kMaxBodyBytes) {
+    return bad(StrCat("its streams make a Welcome of ", welcome_bytes, " bytes, over the ", kMaxBodyBytes, " limit"));
+  }
   return absl::OkStatus();
 }
 

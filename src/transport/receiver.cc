@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <map>
 #include <thread>
 #include <vector>
@@ -12,15 +13,100 @@ namespace {
 using std::chrono::milliseconds;
 constexpr milliseconds kAcceptPoll{100};  // how often the accept thread checks for Stop and reaps threads
 constexpr size_t kReadBufferBytes = 64 << 10;
+constexpr size_t kMaxWriteBytes = 1 << 20;  // queued frames coalesced into one write, at most
 
 }  // namespace
 
-Status Session::SendFrames(std::string_view frames) {
-  std::lock_guard lock(write_mu_);
-  Status st = conn_->Write(frames, write_timeout_);
-  if (!st.ok()) conn_->Shutdown();
-  return st;
+// ---- Session ----------------------------------------------------------------------------------------
+
+Session::Session(uint64_t id, std::shared_ptr<Connection> conn, Hello hello, size_t max_send_queue_bytes)
+    : id_(id), conn_(std::move(conn)), hello_(std::move(hello)), max_queue_bytes_(max_send_queue_bytes) {}
+
+uint64_t Session::epoch() const {
+  std::lock_guard lock(mu_);
+  return epoch_;
 }
+
+void Session::Admit(const Welcome& welcome) {
+  std::lock_guard lock(mu_);
+  if (epoch_ != 0 || closed_ || closing_ || welcome.epoch == 0) return;
+  epoch_ = welcome.epoch;
+  std::string frame = EncodeFrame(welcome);
+  queue_bytes_ += frame.size();
+  queue_.push_back(std::move(frame));
+  cv_.notify_all();
+}
+
+void Session::Refuse(RejectReason reason, uint64_t epoch, std::string detail) {
+  std::lock_guard lock(mu_);
+  if (closed_ || closing_) return;
+  std::string frame = EncodeFrame(Reject{reason, "", 0, 0, 0, epoch, std::move(detail)});
+  queue_bytes_ += frame.size();
+  queue_.push_back(std::move(frame));
+  closing_ = true;
+  cv_.notify_all();
+}
+
+bool Session::Enqueue(std::string frames) {
+  std::lock_guard lock(mu_);
+  if (closed_ || closing_) return false;
+  if (queue_bytes_ + frames.size() > max_queue_bytes_) {
+    spdlog::warn("receiver: edge {} ({}): {} bytes queued and not written, over the limit of {}: closing the session",
+                 hello_.edge, conn_->peer(), queue_bytes_ + frames.size(), max_queue_bytes_);
+    closed_ = true;
+    conn_->Shutdown();
+    cv_.notify_all();
+    return false;
+  }
+  queue_bytes_ += frames.size();
+  queue_.push_back(std::move(frames));
+  cv_.notify_all();
+  return true;
+}
+
+void Session::Close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  conn_->Shutdown();
+  cv_.notify_all();
+}
+
+bool Session::closed() const {
+  std::lock_guard lock(mu_);
+  return closed_ || closing_;
+}
+
+void Session::WriterLoop(milliseconds write_timeout) {
+  std::string batch;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return closed_ || !queue_.empty() || closing_; });
+      if (closed_) return;
+      if (queue_.empty()) {  // closing_ and everything written: the Reject went out
+        closed_ = true;
+        conn_->Shutdown();
+        return;
+      }
+      batch.clear();
+      while (!queue_.empty() && (batch.empty() || batch.size() + queue_.front().size() <= kMaxWriteBytes)) {
+        batch += queue_.front();
+        queue_bytes_ -= queue_.front().size();
+        queue_.pop_front();
+      }
+    }
+    Status st = conn_->Write(batch, write_timeout);  // not under mu_: Enqueue never waits on the socket
+    if (!st.ok()) {
+      if (st.code() == absl::StatusCode::kDeadlineExceeded) {
+        spdlog::warn("receiver: edge {}: closing the session: {}", hello_.edge, std::string(st.message()));
+      }
+      Close();
+      return;
+    }
+  }
+}
+
+// ---- TcpReceiver ------------------------------------------------------------------------------------
 
 struct TcpReceiver::Impl {
   struct Conn {
@@ -55,8 +141,9 @@ struct TcpReceiver::Impl {
       if (stats.active >= static_cast<uint64_t>(opt.max_connections)) {
         ++stats.refused;
         spdlog::warn("receiver {}: refusing {}: {} connections open", listener->address(), conn->peer(), stats.active);
+        // A fresh socket's send buffer takes this small frame at once: no wait under mu.
         (void)conn->Write(EncodeFrame(Reject{RejectReason::kProtocolError, "", 0, 0, 0, 0, "too many connections"}),
-                          opt.write_timeout);
+                          milliseconds(0));
         continue;  // closed by the destructor
       }
       ++stats.accepted;
@@ -86,7 +173,12 @@ struct TcpReceiver::Impl {
 
   void Serve(uint64_t id, const std::shared_ptr<Connection>& conn) {
     std::shared_ptr<Session> session;
-    const Status why = ServeFrames(id, conn, &session);
+    std::thread writer;
+    const Status why = ServeFrames(id, conn, &session, &writer);
+    if (session) {
+      if (!session->closed()) session->Close();  // a Refuse in progress still writes its Reject
+      writer.join();
+    }
     conn->Shutdown();
     if (session) handler->OnClose(session, why);
     std::lock_guard lock(mu);
@@ -94,15 +186,21 @@ struct TcpReceiver::Impl {
     if (auto it = conns.find(id); it != conns.end()) it->second.finished = true;  // absent once Stop took over
   }
 
-  // Reads and dispatches frames until the connection ends; returns why it ended.
-  Status ServeFrames(uint64_t id, const std::shared_ptr<Connection>& conn, std::shared_ptr<Session>* session) {
+  // Reads and dispatches frames until the connection ends; returns why it ended. Starts the session's
+  // writer thread (`writer`) once the Hello arrived.
+  Status ServeFrames(uint64_t id, const std::shared_ptr<Connection>& conn, std::shared_ptr<Session>* session,
+                     std::thread* writer) {
     FrameDecoder decoder;
     std::string buf(kReadBufferBytes, '\0');
+    // A protocol violation: Reject (empty stream) and close this connection only.
     auto violation = [&](RejectReason reason, const Status& st) {
       spdlog::warn("receiver: {}{}: closing the connection: {}", conn->peer(),
                    *session ? StrCat(" (edge ", (*session)->edge(), ")") : "", std::string(st.message()));
-      const std::string reject = EncodeFrame(Reject{reason, "", 0, 0, 0, 0, std::string(st.message())});
-      (void)(*session ? (*session)->SendFrames(reject) : conn->Write(reject, opt.write_timeout));
+      if (*session) {
+        (*session)->Refuse(reason, (*session)->epoch(), std::string(st.message()));
+      } else {
+        (void)conn->Write(EncodeFrame(Reject{reason, "", 0, 0, 0, 0, std::string(st.message())}), opt.write_timeout);
+      }
       std::lock_guard lock(mu);
       ++stats.protocol_errors;
       return st;
@@ -145,21 +243,38 @@ struct TcpReceiver::Impl {
                                                              " not supported (this aggregator speaks ",
                                                              static_cast<int>(kProtocolVersion), ")")));
           }
-          auto s = std::make_shared<Session>(id, conn, std::move(*h), opt.write_timeout);
-          Status st = handler->OnHello(s);
+          *session = std::make_shared<Session>(id, conn, std::move(*h), opt.max_send_queue_bytes);
+          Session* s = session->get();
+          *writer = std::thread([s, timeout = opt.write_timeout] { s->WriterLoop(timeout); });
+          Status st = handler->OnHello(*session);
           if (!st.ok()) return violation(RejectReason::kProtocolError, st);
-          *session = std::move(s);
         } else if (!*session) {
           return violation(RejectReason::kProtocolError, absl::InvalidArgumentError("the first message must be Hello"));
         } else if (Report* r = std::get_if<Report>(&msg)) {
-          if (r->edge != (*session)->edge()) {
+          Session& s = **session;
+          const uint64_t epoch = s.epoch();
+          if (epoch == 0) {
             return violation(RejectReason::kProtocolError,
-                             absl::InvalidArgumentError(StrCat("a report from edge '", r->edge,
-                                                               "' on the connection of '", (*session)->edge(), "'")));
+                             absl::FailedPreconditionError("a report before the session was admitted (no Welcome yet)"));
+          }
+          if (r->edge != s.edge()) {
+            return violation(RejectReason::kProtocolError,
+                             absl::InvalidArgumentError(
+                                 StrCat("a report from edge '", r->edge, "' on the connection of '", s.edge(), "'")));
+          }
+          if (r->epoch != epoch) {
+            {
+              std::lock_guard lock(mu);
+              ++stats.stale_reports;
+            }
+            (void)s.Enqueue(EncodeFrame(Reject{RejectReason::kStaleEpoch, r->stream, r->run, r->seq_first, r->seq_last,
+                                               epoch,
+                                               StrCat("report epoch ", r->epoch, " is not the session's ", epoch)}));
+            continue;
           }
           handler->OnReport(*session, std::move(*r));
         } else if (std::holds_alternative<Heartbeat>(msg)) {
-          (void)(*session)->Send(msg);  // echo; a failed send shuts the connection, ending the next Read
+          (void)(*session)->Enqueue(EncodeFrame(msg));  // echo, also before admission
         } else {
           return violation(RejectReason::kProtocolError,
                            absl::InvalidArgumentError("an edge may send only Hello, Report and Heartbeat"));
@@ -174,10 +289,13 @@ TcpReceiver::TcpReceiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TcpReceiver::~TcpReceiver() { Stop(); }
 
 StatusOr<std::unique_ptr<TcpReceiver>> TcpReceiver::Start(ReceiverOptions options, ReceiverHandler* handler) {
-  if (handler == nullptr) return absl::InvalidArgumentError("receiver: no handler");
-  if (options.max_connections < 1) return absl::InvalidArgumentError("receiver: max_connections must be at least 1");
-  if (options.peer_timeout.count() <= 0 || options.write_timeout.count() <= 0) {
-    return absl::InvalidArgumentError("receiver: timeouts must be positive");
+  auto bad = [](std::string_view what) { return absl::InvalidArgumentError(StrCat("receiver options: ", what)); };
+  if (handler == nullptr) return bad("handler is required");
+  if (options.max_connections < 1) return bad("max_connections must be at least 1");
+  if (options.peer_timeout.count() <= 0) return bad("peer_timeout must be > 0");
+  if (options.write_timeout.count() <= 0) return bad("write_timeout must be > 0");
+  if (options.max_send_queue_bytes < kHeaderBytes + kMaxBodyBytes) {
+    return bad(StrCat("max_send_queue_bytes must hold one largest frame (", kHeaderBytes + kMaxBodyBytes, " bytes)"));
   }
   auto impl = std::make_unique<Impl>();
   VIGIL_ASSIGN_OR_RETURN(impl->listener, TcpListener::Listen(options.host, options.port));

@@ -1,4 +1,5 @@
-// Publisher ↔ receiver on loopback (127.0.0.1, ephemeral ports), with a fault-injecting Dialer.
+// Outbox + TcpLink + Courier against TcpReceiver on loopback (127.0.0.1, ephemeral ports), with a
+// fault-injecting Dialer, and misbehaving raw clients against the receiver.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,37 +12,75 @@
 #include <thread>
 #include <tuple>
 
-#include "vigil/transport/publisher.h"
+#include "vigil/transport/courier.h"
+#include "vigil/transport/link.h"
+#include "vigil/transport/outbox.h"
 #include "vigil/transport/receiver.h"
 
 namespace vigil::transport {
 namespace {
 
 using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
 using Key = std::tuple<std::string, uint64_t, uint64_t>;  // stream, run, seq_first
 
-// Stores reports once per key and acks each, like the aggregator without SQL.
-class RecordingHandler : public ReceiverHandler {
+constexpr milliseconds kLong{20000};  // generous: the machine is busy
+
+// Waits until `pred` holds; false after `timeout`.
+template <typename Pred>
+bool Eventually(Pred pred, milliseconds timeout = kLong) {
+  const auto deadline = Clock::now() + timeout;
+  while (!pred()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return true;
+}
+
+// The aggregator without SQL: grants epochs like protocol.h says (0 or promote → new, equal → re-admit,
+// lower → kFenced), stores reports once per key and acks each.
+class TestAggregator : public ReceiverHandler {
  public:
   Status OnHello(const std::shared_ptr<Session>& s) override {
-    std::lock_guard lock(mu_);
+    std::vector<std::shared_ptr<Session>> evicted;
+    std::unique_lock lock(mu_);
     hellos.push_back(s->edge());
     if (!refuse_hello.empty()) return absl::PermissionDeniedError(refuse_hello);
+    if (s->edge().starts_with("pending")) {  // never admitted
+      sessions.push_back(s);
+      return absl::OkStatus();
+    }
+    uint64_t& current = epochs[s->edge()];
+    const Hello& h = s->hello();
+    uint64_t granted = 0;
+    if (h.epoch == 0 || (h.flags & kHelloPromote) != 0) {
+      granted = ++current;
+      evicted = TakeSessions(s->edge());
+    } else if (h.epoch == current) {
+      granted = current;
+    } else {
+      lock.unlock();
+      s->Refuse(RejectReason::kFenced, current, StrCat("epoch ", h.epoch, " is not ", current));
+      return absl::OkStatus();
+    }
+    sessions.push_back(s);
+    Welcome w{granted, {}};
+    for (const HelloStream& hs : h.streams) w.streams.push_back({hs.stream, hs.run, -1, -1});
+    lock.unlock();
+    for (auto& old : evicted) old->Refuse(RejectReason::kFenced, granted, "a newer instance was admitted");
+    s->Admit(w);
+    cv_.notify_all();
     return absl::OkStatus();
   }
+
   void OnReport(const std::shared_ptr<Session>& s, Report r) override {
     std::unique_lock lock(mu_);
     ++received;
-    if (reject_below_epoch > r.epoch) {
-      lock.unlock();
-      (void)s->Send(
-          Reject{RejectReason::kStaleEpoch, r.stream, r.run, r.seq_first, r.seq_last, reject_below_epoch, "stale"});
-      return;
-    }
     const Key key{r.stream, r.run, r.seq_first};
     if (stored_keys.insert(key).second) {
       first_arrivals.push_back(key);
-      for (uint64_t s2 = r.seq_first; s2 <= r.seq_last; ++s2) seqs[{r.stream, r.run}].insert(s2);
+      reports.push_back(r);
+      for (uint64_t q = r.seq_first; q <= r.seq_last; ++q) seqs[{r.stream, r.run}].insert(q);
     } else {
       ++duplicates;
     }
@@ -49,40 +88,120 @@ class RecordingHandler : public ReceiverHandler {
     int64_t through = -1;
     while (have.count(static_cast<uint64_t>(through + 1))) ++through;
     lock.unlock();
-    if (!silent.load()) (void)s->Send(Ack{r.stream, r.run, r.epoch, r.seq_first, r.seq_last, through});
+    if (!silent.load()) (void)s->Enqueue(EncodeFrame(Ack{r.stream, r.run, r.epoch, r.seq_first, r.seq_last, through}));
     cv_.notify_all();
   }
-  void OnClose(const std::shared_ptr<Session>&, const Status&) override {
+
+  void OnClose(const std::shared_ptr<Session>& s, const Status&) override {
     std::lock_guard lock(mu_);
     ++closes;
+    std::erase(sessions, s);
+    cv_.notify_all();
   }
-  // Waits until `n` distinct reports are stored.
-  bool WaitStored(size_t n, milliseconds timeout) {
+
+  // Grants a new epoch to `edge` as if another instance said Hello: evicts its sessions.
+  uint64_t GrantNewEpoch(const std::string& edge) {
+    std::unique_lock lock(mu_);
+    const uint64_t granted = ++epochs[edge];
+    std::vector<std::shared_ptr<Session>> evicted = TakeSessions(edge);
+    lock.unlock();
+    for (auto& old : evicted) old->Refuse(RejectReason::kFenced, granted, "a newer instance was admitted");
+    return granted;
+  }
+  // Closes every session (no Reject), as a network failure would.
+  void CloseAll() {
+    std::unique_lock lock(mu_);
+    std::vector<std::shared_ptr<Session>> all = sessions;
+    lock.unlock();
+    for (auto& s : all) s->Close();
+  }
+  bool WaitStored(size_t n, milliseconds timeout = kLong) {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, timeout, [&] { return stored_keys.size() >= n; });
+  }
+  std::shared_ptr<Session> WaitSession(const std::string& edge, milliseconds timeout = kLong) {
+    std::unique_lock lock(mu_);
+    std::shared_ptr<Session> found;
+    cv_.wait_for(lock, timeout, [&] {
+      for (auto& s : sessions) {
+        if (s->edge() == edge) found = s;
+      }
+      return found != nullptr;
+    });
+    return found;
+  }
+  template <typename T>
+  T Get(const T& field) {
+    std::lock_guard lock(mu_);
+    return field;
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
+  std::map<std::string, uint64_t> epochs;  // durable in the real aggregator: copy it to a restarted one
+  std::vector<std::shared_ptr<Session>> sessions;
   std::vector<std::string> hellos;
   std::set<Key> stored_keys;
   std::vector<Key> first_arrivals;
+  std::vector<Report> reports;
   std::map<std::pair<std::string, uint64_t>, std::set<uint64_t>> seqs;
   size_t received = 0, duplicates = 0, closes = 0;
-  uint64_t reject_below_epoch = 0;
   std::string refuse_hello;
   std::atomic<bool> silent{false};  // stop acking (to keep reports in flight)
+
+ private:
+  std::vector<std::shared_ptr<Session>> TakeSessions(const std::string& edge) {  // REQUIRES: mu_ held
+    std::vector<std::shared_ptr<Session>> out;
+    for (auto& s : sessions) {
+      if (s->edge() == edge) out.push_back(s);
+    }
+    std::erase_if(sessions, [&](const auto& s) { return s->edge() == edge; });
+    return out;
+  }
+};
+
+// The edge's side: a fixed Hello, and what the courier reported.
+class EdgeHandler : public CourierHandler {
+ public:
+  Hello MakeHello() override {
+    Hello h;
+    h.class_names = {"person", "car"};
+    h.streams = {{"cam0", 1}};
+    return h;
+  }
+  void OnWelcome(const Welcome& w, std::string_view link) override {
+    std::lock_guard lock(mu);
+    welcomes.push_back(w);
+    links.emplace_back(link);
+  }
+  void OnAck(const Ack&) override { ++acks; }
+  void OnReject(const Reject& r) override {
+    std::lock_guard lock(mu);
+    rejects.push_back(r);
+  }
+  void OnFenced(const Status& why) override {
+    std::lock_guard lock(mu);
+    ++fenced;
+    fenced_why = why;
+  }
+
+  std::mutex mu;
+  std::vector<Welcome> welcomes;
+  std::vector<std::string> links;
+  std::vector<Reject> rejects;
+  std::atomic<int> acks{0};
+  int fenced = 0;
+  Status fenced_why;
 };
 
 // The seam: wraps the TCP dialer. Each connection dies after a random number of written bytes
 // (mid-frame or between frames): the bytes up to the budget arrive, the rest is lost, and the next
-// write fails as on a reset link (acks for what arrived may still come back meanwhile). Writes may
-// be delayed, and dialing may be switched off.
+// write fails as on a reset link (acks for what arrived may still come back meanwhile). Dialing may be
+// switched off.
 struct Faults {
   std::mt19937_64 rng;
   std::mutex mu;
   size_t cut_min = 0, cut_max = 0;  // 0 = never cut
-  milliseconds write_delay{0};
   std::atomic<bool> down{false};
   std::atomic<int> cuts{0};
   size_t NextBudget() {
@@ -97,7 +216,6 @@ class FaultyConnection : public Connection {
   FaultyConnection(std::unique_ptr<Connection> inner, Faults* f)
       : inner_(std::move(inner)), f_(f), budget_(f->NextBudget()) {}
   Status Write(std::string_view bytes, milliseconds timeout) override {
-    if (f_->write_delay.count() > 0) std::this_thread::sleep_for(f_->write_delay);
     if (dead_) {
       ++f_->cuts;
       inner_->Shutdown();
@@ -125,7 +243,7 @@ class FaultyConnection : public Connection {
 
 class FaultyDialer : public Dialer {
  public:
-  FaultyDialer(uint16_t port, Faults* f) : port(port), f_(f) {}
+  FaultyDialer(uint16_t p, Faults* f) : port(p), f_(f) {}
   StatusOr<std::unique_ptr<Connection>> Dial(milliseconds timeout) override {
     if (f_->down.load()) return absl::UnavailableError("injected: aggregator unreachable");
     VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> c, MakeTcpDialer("127.0.0.1", port.load())->Dial(timeout));
@@ -139,19 +257,29 @@ class FaultyDialer : public Dialer {
   Faults* f_;
 };
 
-TcpPublisherOptions FastOptions(std::shared_ptr<Dialer> dialer) {
-  TcpPublisherOptions o;
+std::shared_ptr<Link> TcpTo(uint16_t port) {
+  return std::shared_ptr<Link>(MakeTcpLink(std::shared_ptr<Dialer>(MakeTcpDialer("127.0.0.1", port))));
+}
+
+CourierOptions FastOptions(std::shared_ptr<Link> link) {
+  CourierOptions o;
   o.edge = "edge-1";
-  o.epoch = 7;
-  o.dialer = std::move(dialer);
+  o.links = {std::move(link)};
   o.backoff_initial = milliseconds(5);
   o.backoff_max = milliseconds(40);
   o.heartbeat_interval = milliseconds(100);
-  o.peer_timeout = milliseconds(2000);
+  o.peer_timeout = milliseconds(5000);
+  o.connect_timeout = milliseconds(5000);
   return o;
 }
 
-std::unique_ptr<TcpReceiver> StartReceiver(RecordingHandler* h, ReceiverOptions o = {}) {
+std::unique_ptr<Courier> StartCourier(CourierOptions o, Outbox* outbox, CourierHandler* h) {
+  StatusOr<std::unique_ptr<Courier>> c = Courier::Start(std::move(o), outbox, h);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+std::unique_ptr<TcpReceiver> StartReceiver(ReceiverHandler* h, ReceiverOptions o = {}) {
   o.host = "127.0.0.1";
   o.port = 0;
   StatusOr<std::unique_ptr<TcpReceiver>> r = TcpReceiver::Start(o, h);
@@ -159,8 +287,8 @@ std::unique_ptr<TcpReceiver> StartReceiver(RecordingHandler* h, ReceiverOptions 
   return r.ok() ? std::move(*r) : nullptr;
 }
 
-// Publishes frames 0..n-1 of each stream: every 5th an event, the 4 between as one progress range.
-std::vector<Key> PublishMix(Publisher& p, const std::vector<std::string>& streams, uint64_t n, uint64_t run = 1) {
+// Pushes frames 0..n-1 of each stream: every 5th an event, the 4 between as one progress range.
+std::vector<Key> PushMix(Outbox& out, const std::vector<std::string>& streams, uint64_t n, uint64_t run = 1) {
   std::vector<Key> order;
   for (uint64_t seq = 0; seq < n;) {
     const uint64_t last = seq % 5 == 0 ? seq : std::min(n - 1, seq - seq % 5 + 4);
@@ -171,9 +299,9 @@ std::vector<Key> PublishMix(Publisher& p, const std::vector<std::string>& stream
       r.seq_first = seq;
       r.seq_last = last;
       r.kind = seq % 5 == 0 ? ReportKind::kEvent : ReportKind::kProgress;
-      if (r.kind == ReportKind::kEvent) r.detections.push_back({0, 0.9f, 1, 2, 3, 4, "person"});
-      Status st = p.Publish(r, std::chrono::hours(1));
-      EXPECT_TRUE(st.ok()) << st;
+      if (r.kind == ReportKind::kEvent) r.detections.push_back({1, 2, 3, 4, 0.9f, 0});
+      StatusOr<uint64_t> id = out.Push(r, std::chrono::hours(1));
+      EXPECT_TRUE(id.ok()) << id.status();
       order.emplace_back(s, run, seq);
     }
     seq = last + 1;
@@ -181,173 +309,272 @@ std::vector<Key> PublishMix(Publisher& p, const std::vector<std::string>& stream
   return order;
 }
 
-TEST(LinkTest, DeliversInOrderAndTracksAcks) {
-  RecordingHandler h;
-  auto rx = StartReceiver(&h);
+TEST(CourierTcpTest, DeliversInOrderAndTracksAcks) {
+  TestAggregator agg;
+  auto rx = StartReceiver(&agg);
   ASSERT_TRUE(rx);
-  auto pub = MakeTcpPublisher(FastOptions(std::shared_ptr<Dialer>(MakeTcpDialer("127.0.0.1", rx->port()))));
-  ASSERT_TRUE(pub.ok()) << pub.status();
-  const std::vector<Key> order = PublishMix(**pub, {"cam0", "cam1"}, 300);
-  ASSERT_TRUE((*pub)->Flush(milliseconds(10000)));
-  EXPECT_EQ(h.first_arrivals, order);
-  EXPECT_EQ(h.duplicates, 0u);
-  EXPECT_EQ(h.hellos, std::vector<std::string>{"edge-1"});
-  EXPECT_EQ((*pub)->AckedThrough("cam0", 1), 299u);
-  EXPECT_EQ((*pub)->AckedThrough("cam1", 1), 299u);
-  EXPECT_EQ((*pub)->AckedThrough("cam1", 2), std::nullopt);
-  PublisherStats s = (*pub)->Stats();
-  EXPECT_EQ(s.published, order.size());
-  EXPECT_EQ(s.acked, order.size());
-  EXPECT_EQ(s.outbox, 0u);
-  EXPECT_EQ(s.connects, 1u);
+  Outbox outbox(1024);
+  EdgeHandler edge;
+  auto courier = StartCourier(FastOptions(TcpTo(rx->port())), &outbox, &edge);
+  ASSERT_TRUE(courier);
+  const std::vector<Key> order = PushMix(outbox, {"cam0", "cam1"}, 300);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong)) << outbox.Stats().pending << " pending";
+  EXPECT_EQ(agg.Get(agg.first_arrivals), order);
+  EXPECT_EQ(agg.Get(agg.duplicates), 0u);
+  EXPECT_EQ(agg.Get(agg.hellos), std::vector<std::string>{"edge-1"});
+  for (const Report& r : agg.Get(agg.reports)) {  // stamped by the link
+    EXPECT_EQ(r.edge, "edge-1");
+    EXPECT_EQ(r.epoch, 1u);
+  }
+  // OnAck follows the Outbox's Complete, so the last one may still be on its way.
+  EXPECT_TRUE(Eventually([&] { return edge.acks.load() == static_cast<int>(order.size()); })) << edge.acks.load();
+  OutboxStats os = outbox.Stats();
+  EXPECT_EQ(os.pushed, order.size());
+  EXPECT_EQ(os.acked, order.size());
+  EXPECT_EQ(os.pending, 0u);
+  CourierStats s = courier->Stats();
+  EXPECT_EQ(s.sessions, 1u);
+  EXPECT_EQ(s.sent, order.size());
   EXPECT_EQ(s.resent, 0u);
+  EXPECT_EQ(s.epoch, 1u);
+  EXPECT_EQ(s.link, "tcp");
   EXPECT_TRUE(s.connected);
+  {
+    std::lock_guard lock(edge.mu);
+    ASSERT_EQ(edge.welcomes.size(), 1u);
+    EXPECT_EQ(edge.welcomes[0].epoch, 1u);
+    EXPECT_EQ(edge.welcomes[0].streams, (std::vector<WelcomeStream>{{"cam0", 1, -1, -1}}));
+    EXPECT_EQ(edge.links, std::vector<std::string>{"tcp"});
+  }
+  courier->Close();
+  EXPECT_FALSE(courier->Stats().connected);
 }
 
-TEST(LinkTest, CutConnectionsAreRedialedAndEverythingArrivesOnceInOrder) {
+TEST(CourierTcpTest, CutConnectionsAreRedialedAndEverythingArrivesOnceInOrder) {
   const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
-  RecordingHandler h;
-  auto rx = StartReceiver(&h);
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  TestAggregator agg;
+  auto rx = StartReceiver(&agg);
   ASSERT_TRUE(rx);
   Faults faults{std::mt19937_64(seed)};
   faults.cut_min = 1;
   faults.cut_max = 8000;  // up to ~60 report frames per connection
-  auto pub = MakeTcpPublisher(FastOptions(std::make_shared<FaultyDialer>(rx->port(), &faults)));
-  ASSERT_TRUE(pub.ok());
-  const std::vector<Key> order = PublishMix(**pub, {"a", "b", "c"}, 400);
-  ASSERT_TRUE((*pub)->Flush(milliseconds(20000))) << (*pub)->Stats().outbox << " left";
-  EXPECT_EQ(h.first_arrivals, order);  // each report stored once, in publish order
+  Outbox outbox(4096);
+  EdgeHandler edge;
+  auto link = std::shared_ptr<Link>(MakeTcpLink(std::make_shared<FaultyDialer>(rx->port(), &faults)));
+  CourierOptions o = FastOptions(link);
+  o.connect_timeout = milliseconds(1000);  // a Hello cut in half waits this long for its Welcome
+  auto courier = StartCourier(o, &outbox, &edge);
+  ASSERT_TRUE(courier);
+  const std::vector<Key> order = PushMix(outbox, {"a", "b", "c"}, 400);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong)) << outbox.Stats().pending << " pending";
+  courier->Close();
+  EXPECT_EQ(agg.Get(agg.first_arrivals), order);  // each report stored once, in publish order
   EXPECT_GT(faults.cuts.load(), 3);
-  PublisherStats s = (*pub)->Stats();
-  EXPECT_EQ(s.acked, order.size());
-  EXPECT_GT(s.connects, 3u);
-  EXPECT_EQ(s.disconnects + 1, s.connects);
-  EXPECT_EQ(h.received, order.size() + h.duplicates);
-  for (const char* stream : {"a", "b", "c"}) EXPECT_EQ((*pub)->AckedThrough(stream, 1), 399u) << stream;
-  EXPECT_EQ(rx->Stats().accepted, s.connects);
+  CourierStats s = courier->Stats();
+  EXPECT_EQ(outbox.Stats().acked, order.size());
+  EXPECT_GT(s.sessions, 3u);
+  EXPECT_EQ(s.disconnects + 1, s.sessions);
+  EXPECT_EQ(s.epoch, 1u);  // every session re-admitted with the epoch granted first
+  EXPECT_EQ(agg.Get(agg.received), order.size() + agg.Get(agg.duplicates));
+  EXPECT_EQ(rx->Stats().accepted, s.sessions + s.open_failures);
 }
 
-TEST(LinkTest, UnackedReportsAreResentInOrderAfterTheAggregatorComesBack) {
-  RecordingHandler h;
-  auto rx = StartReceiver(&h);
+TEST(CourierTcpTest, UnackedReportsAreResentInOrderAfterTheAggregatorComesBack) {
+  TestAggregator agg;
+  auto rx = StartReceiver(&agg);
   ASSERT_TRUE(rx);
   Faults faults{std::mt19937_64(1)};
   auto dialer = std::make_shared<FaultyDialer>(rx->port(), &faults);
-  auto pub = MakeTcpPublisher(FastOptions(dialer));
-  ASSERT_TRUE(pub.ok());
-  h.silent = true;  // stored but never acknowledged, as if the aggregator died before acking
-  const std::vector<Key> order = PublishMix(**pub, {"cam"}, 40);
-  ASSERT_TRUE(h.WaitStored(order.size(), milliseconds(5000)));
-  EXPECT_EQ((*pub)->Stats().outbox, order.size());
-  EXPECT_EQ((*pub)->AckedThrough("cam", 1), std::nullopt);
+  Outbox outbox(1024);
+  EdgeHandler edge;
+  auto courier = StartCourier(FastOptions(std::shared_ptr<Link>(MakeTcpLink(dialer))), &outbox, &edge);
+  ASSERT_TRUE(courier);
+  agg.silent = true;  // stored but never acknowledged, as if the aggregator died before acking
+  const std::vector<Key> order = PushMix(outbox, {"cam"}, 40);
+  ASSERT_TRUE(agg.WaitStored(order.size()));
+  EXPECT_EQ(outbox.Stats().pending, order.size());
 
   rx->Stop();  // the connection drops; dials to the old port are refused meanwhile
-  RecordingHandler h2;
-  auto rx2 = StartReceiver(&h2);
+  TestAggregator agg2;
+  agg2.epochs = agg.Get(agg.epochs);  // the restarted aggregator remembers the epochs it granted
+  auto rx2 = StartReceiver(&agg2);
   ASSERT_TRUE(rx2);
   dialer->port = rx2->port();
-  ASSERT_TRUE((*pub)->Flush(milliseconds(10000)));
-  EXPECT_EQ(h2.first_arrivals, order);
-  EXPECT_EQ(h2.duplicates, 0u);
-  PublisherStats s = (*pub)->Stats();
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  courier->Close();
+  EXPECT_EQ(agg2.Get(agg2.first_arrivals), order);
+  EXPECT_EQ(agg2.Get(agg2.duplicates), 0u);
+  CourierStats s = courier->Stats();
   EXPECT_EQ(s.resent, order.size());
   EXPECT_EQ(s.sent, 2 * order.size());
-  EXPECT_EQ(s.acked, order.size());
-  EXPECT_EQ(s.connects, 2u);
+  EXPECT_EQ(outbox.Stats().acked, order.size());
+  EXPECT_EQ(s.sessions, 2u);
+  EXPECT_EQ(s.epoch, 1u);
   EXPECT_GE(s.disconnects, 1u);
-  EXPECT_EQ((*pub)->AckedThrough("cam", 1), 39u);
 }
 
-TEST(LinkTest, FullOutboxAppliesBackpressureUntilAcked) {
-  RecordingHandler h;
-  auto rx = StartReceiver(&h);
+TEST(CourierTcpTest, FullOutboxAppliesBackpressureUntilAcked) {
+  TestAggregator agg;
+  auto rx = StartReceiver(&agg);
   ASSERT_TRUE(rx);
   Faults faults{std::mt19937_64(1)};
   faults.down = true;
-  TcpPublisherOptions o = FastOptions(std::make_shared<FaultyDialer>(rx->port(), &faults));
-  o.max_outbox = 4;
-  auto pub = MakeTcpPublisher(o);
-  ASSERT_TRUE(pub.ok());
+  Outbox outbox(4);
+  EdgeHandler edge;
+  auto link = std::shared_ptr<Link>(MakeTcpLink(std::make_shared<FaultyDialer>(rx->port(), &faults)));
+  auto courier = StartCourier(FastOptions(link), &outbox, &edge);
+  ASSERT_TRUE(courier);
   Report r;
   r.stream = "cam";
   for (uint64_t seq = 0; seq < 4; ++seq) {
     r.seq_first = r.seq_last = seq;
-    ASSERT_TRUE((*pub)->Publish(r, milliseconds(0)).ok());
+    StatusOr<uint64_t> id = outbox.Push(r, milliseconds(0));
+    ASSERT_TRUE(id.ok()) << id.status();
+    EXPECT_EQ(*id, seq);
   }
   r.seq_first = r.seq_last = 4;
-  Status st = (*pub)->Publish(r, milliseconds(20));
-  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
-  EXPECT_EQ((*pub)->Stats().backpressure, 1u);
-  EXPECT_GT((*pub)->Stats().connect_failures, 0u);
-  EXPECT_EQ((*pub)->Stats().last_error, "injected: aggregator unreachable");
-  faults.down = false;  // a blocked Publish completes once acks free room
-  st = (*pub)->Publish(r, milliseconds(10000));
-  EXPECT_TRUE(st.ok()) << st;
-  ASSERT_TRUE((*pub)->Flush(milliseconds(10000)));
-  EXPECT_EQ(h.stored_keys.size(), 5u);
-  (*pub)->Close();
-  EXPECT_EQ((*pub)->Publish(r, milliseconds(0)).code(), absl::StatusCode::kCancelled);
+  StatusOr<uint64_t> full = outbox.Push(r, milliseconds(20));
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
+  EXPECT_EQ(outbox.Stats().backpressure, 1u);
+  ASSERT_TRUE(Eventually([&] { return courier->Stats().open_failures > 0; }));
+  EXPECT_TRUE(courier->Stats().last_error.ends_with("injected: aggregator unreachable")) << courier->Stats().last_error;
+  faults.down = false;  // a blocked Push completes once acks free room
+  full = outbox.Push(r, kLong);
+  EXPECT_TRUE(full.ok()) << full.status();
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ(agg.Get(agg.stored_keys).size(), 5u);
+  outbox.Close();
+  EXPECT_EQ(outbox.Push(r, milliseconds(0)).status().code(), absl::StatusCode::kCancelled);
 }
 
-TEST(LinkTest, StaleEpochRejectsFreeTheOutboxAndMarkTheEdgeFenced) {
-  RecordingHandler h;
-  h.reject_below_epoch = 8;
-  auto rx = StartReceiver(&h);
+TEST(CourierTcpTest, FencedHelloStopsTheCourier) {
+  TestAggregator agg;
+  auto rx = StartReceiver(&agg);
   ASSERT_TRUE(rx);
-  auto pub = MakeTcpPublisher(FastOptions(std::shared_ptr<Dialer>(MakeTcpDialer("127.0.0.1", rx->port()))));
-  ASSERT_TRUE(pub.ok());
-  PublishMix(**pub, {"cam"}, 10);  // epoch 7 < 8
-  ASSERT_TRUE((*pub)->Flush(milliseconds(5000)));
-  PublisherStats s = (*pub)->Stats();
-  EXPECT_EQ(s.rejected, 4u);  // events 0, 5 and progress 1..4, 6..9
-  EXPECT_EQ(s.acked, 0u);
+  Faults faults{std::mt19937_64(1)};
+  Outbox outbox(64);
+  EdgeHandler edge;
+  auto link = std::shared_ptr<Link>(MakeTcpLink(std::make_shared<FaultyDialer>(rx->port(), &faults)));
+  auto courier = StartCourier(FastOptions(link), &outbox, &edge);
+  ASSERT_TRUE(courier);
+  ASSERT_TRUE(Eventually([&] { return courier->Stats().connected; }));
+  EXPECT_EQ(courier->Stats().epoch, 1u);
+  // The edge loses its link; meanwhile another instance is admitted (epoch 2); then the link returns.
+  faults.down = true;
+  agg.CloseAll();
+  ASSERT_TRUE(Eventually([&] { return courier->Stats().open_failures > 0; }));
+  EXPECT_EQ(agg.GrantNewEpoch("edge-1"), 2u);
+  faults.down = false;
+  ASSERT_TRUE(Eventually([&] { return courier->Stats().fenced; }));
+  PushMix(outbox, {"cam"}, 3);  // accepted by the outbox, never sent
+  courier->Close();
+  CourierStats s = courier->Stats();
   EXPECT_TRUE(s.fenced);
-  EXPECT_TRUE(h.stored_keys.empty());
+  EXPECT_FALSE(s.connected);
+  EXPECT_EQ(s.sessions, 1u);
+  EXPECT_EQ(s.sent, 0u);
+  std::lock_guard lock(edge.mu);
+  EXPECT_EQ(edge.fenced, 1);
+  EXPECT_EQ(edge.fenced_why.code(), absl::StatusCode::kPermissionDenied) << edge.fenced_why;
+  EXPECT_NE(std::string(edge.fenced_why.message()).find("fenced"), std::string::npos) << edge.fenced_why;
+  EXPECT_TRUE(agg.Get(agg.stored_keys).empty());
 }
 
-TEST(LinkTest, IdleLinkStaysUpOnHeartbeats) {
-  RecordingHandler h;
-  ReceiverOptions ro;
-  ro.peer_timeout = milliseconds(400);
-  auto rx = StartReceiver(&h, ro);
+TEST(CourierTcpTest, FencedDuringASessionStopsTheCourier) {
+  TestAggregator agg;
+  auto rx = StartReceiver(&agg);
   ASSERT_TRUE(rx);
-  TcpPublisherOptions o = FastOptions(std::shared_ptr<Dialer>(MakeTcpDialer("127.0.0.1", rx->port())));
-  o.heartbeat_interval = milliseconds(50);
-  o.peer_timeout = milliseconds(400);
-  auto pub = MakeTcpPublisher(o);
-  ASSERT_TRUE(pub.ok());
-  std::this_thread::sleep_for(milliseconds(1200));  // three peer timeouts without reports
-  PublisherStats s = (*pub)->Stats();
-  EXPECT_EQ(s.connects, 1u);
+  Outbox outbox(64);
+  EdgeHandler edge;
+  auto courier = StartCourier(FastOptions(TcpTo(rx->port())), &outbox, &edge);
+  ASSERT_TRUE(courier);
+  const std::vector<Key> first = PushMix(outbox, {"cam"}, 10);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ(agg.GrantNewEpoch("edge-1"), 2u);  // a newer instance: the session is evicted with Reject(kFenced)
+  ASSERT_TRUE(Eventually([&] { return courier->Stats().fenced; }));
+  PushMix(outbox, {"cam"}, 3, 2);
+  courier->Close();
+  CourierStats s = courier->Stats();
+  EXPECT_EQ(s.sessions, 1u);
+  EXPECT_EQ(s.sent, first.size());
   EXPECT_EQ(s.disconnects, 0u);
-  EXPECT_EQ(rx->Stats().timeouts, 0u);
-  EXPECT_GE(rx->Stats().frames, 10u);  // Hello + heartbeats
+  EXPECT_EQ(outbox.Stats().pending, 2u);  // run 2: event 0, progress 1..2
+  EXPECT_EQ(agg.Get(agg.first_arrivals), first);
+  EXPECT_EQ(agg.Get(agg.hellos).size(), 1u);
+  std::lock_guard lock(edge.mu);
+  EXPECT_EQ(edge.fenced, 1);
+  EXPECT_EQ(edge.fenced_why.code(), absl::StatusCode::kPermissionDenied);
 }
 
-// A raw client: sends `bytes`, then reads until the receiver closes; returns the decoded replies.
-std::vector<Message> RawExchange(uint16_t port, const std::string& bytes) {
-  StatusOr<std::unique_ptr<Connection>> c = MakeTcpDialer("127.0.0.1", port)->Dial(milliseconds(2000));
-  EXPECT_TRUE(c.ok()) << c.status();
-  if (!c.ok()) return {};
-  EXPECT_TRUE((*c)->Write(bytes, milliseconds(2000)).ok());
-  FrameDecoder d;
-  std::vector<Message> replies;
-  char buf[4096];
-  for (;;) {
-    StatusOr<size_t> n = (*c)->Read(buf, sizeof buf, milliseconds(5000));
-    if (!n.ok()) {
-      EXPECT_EQ(n.status().code(), absl::StatusCode::kUnavailable) << n.status();  // closed, not timed out
-      break;
-    }
-    d.Feed(std::string_view(buf, *n));
-    while (true) {
-      StatusOr<std::optional<Message>> m = d.Next();
-      if (!m.ok() || !*m) break;
-      replies.push_back(**m);
+TEST(CourierTcpTest, IdleLinkStaysUpOnHeartbeats) {
+  TestAggregator agg;
+  ReceiverOptions ro;
+  ro.peer_timeout = milliseconds(1000);
+  auto rx = StartReceiver(&agg, ro);
+  ASSERT_TRUE(rx);
+  Outbox outbox(8);
+  EdgeHandler edge;
+  CourierOptions o = FastOptions(TcpTo(rx->port()));
+  o.heartbeat_interval = milliseconds(20);
+  o.peer_timeout = milliseconds(1000);
+  auto courier = StartCourier(o, &outbox, &edge);
+  ASSERT_TRUE(courier);
+  // Heartbeats at most every 20 ms: 160 frames span at least three peer timeouts without a report.
+  ASSERT_TRUE(Eventually([&] { return rx->Stats().frames >= 160; }, milliseconds(60000)));
+  CourierStats s = courier->Stats();
+  EXPECT_EQ(s.sessions, 1u);
+  EXPECT_EQ(s.disconnects, 0u);
+  EXPECT_TRUE(s.connected);
+  EXPECT_EQ(rx->Stats().timeouts, 0u);
+  EXPECT_EQ(rx->Stats().accepted, 1u);
+}
+
+// A raw client for the receiver: writes bytes, reads replies.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) {
+    StatusOr<std::unique_ptr<Connection>> c = MakeTcpDialer("127.0.0.1", port)->Dial(milliseconds(5000));
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (c.ok()) conn_ = std::move(*c);
+  }
+  bool ok() const { return conn_ != nullptr; }
+  void Write(const std::string& bytes) { EXPECT_TRUE(conn_->Write(bytes, milliseconds(5000)).ok()); }
+  // The next reply; nullopt when the receiver closed the connection (or nothing came in `timeout`).
+  std::optional<Message> Next(milliseconds timeout = kLong) {
+    for (;;) {
+      StatusOr<std::optional<Message>> m = decoder_.Next();
+      EXPECT_TRUE(m.ok()) << m.status();
+      if (!m.ok()) return std::nullopt;
+      if (m->has_value()) return std::move(**m);
+      char buf[4096];
+      StatusOr<size_t> n = conn_->Read(buf, sizeof buf, timeout);
+      if (!n.ok()) {
+        closed_status = n.status();
+        return std::nullopt;
+      }
+      decoder_.Feed(std::string_view(buf, *n));
     }
   }
-  return replies;
+  // Every reply until the receiver closes the connection.
+  std::vector<Message> UntilClosed() {
+    std::vector<Message> out;
+    while (std::optional<Message> m = Next()) out.push_back(std::move(*m));
+    EXPECT_EQ(closed_status.code(), absl::StatusCode::kUnavailable) << closed_status;  // closed, not timed out
+    return out;
+  }
+  Status closed_status;
+
+ private:
+  std::unique_ptr<Connection> conn_;
+  FrameDecoder decoder_;
+};
+
+std::vector<Message> RawExchange(uint16_t port, const std::string& bytes) {
+  RawClient c(port);
+  if (!c.ok()) return {};
+  c.Write(bytes);
+  return c.UntilClosed();
 }
 
 std::string RejectDetail(const std::vector<Message>& replies) {
@@ -355,85 +582,168 @@ std::string RejectDetail(const std::vector<Message>& replies) {
   return std::get<Reject>(replies.back()).detail;
 }
 
-TEST(LinkTest, MisbehavingClientsLoseOnlyTheirOwnConnection) {
-  RecordingHandler h;
-  ReceiverOptions ro;
-  ro.peer_timeout = milliseconds(300);
-  auto rx = StartReceiver(&h, ro);
-  ASSERT_TRUE(rx);
-  // A well-behaved publisher keeps working throughout.
-  auto pub = MakeTcpPublisher(FastOptions(std::shared_ptr<Dialer>(MakeTcpDialer("127.0.0.1", rx->port()))));
-  ASSERT_TRUE(pub.ok());
-
-  const std::string hello = EncodeFrame(Hello{"edge-x", 1, kProtocolVersion});
+Report RawReport(const std::string& edge, uint64_t epoch) {
   Report r;
-  r.edge = "edge-x";
+  r.edge = edge;
   r.stream = "s";
-  std::string corrupt = EncodeFrame(r);
+  r.epoch = epoch;
+  return r;
+}
+
+TEST(ReceiverTest, ReportWithAnotherEpochGetsStaleEpochAndNeverReachesTheHandler) {
+  TestAggregator agg;
+  auto rx = StartReceiver(&agg);
+  ASSERT_TRUE(rx);
+  RawClient c(rx->port());
+  ASSERT_TRUE(c.ok());
+  c.Write(EncodeFrame(Hello{"edge-raw", 0, kProtocolVersion}));
+  std::optional<Message> welcome = c.Next();
+  ASSERT_TRUE(welcome && std::holds_alternative<Welcome>(*welcome));
+  const uint64_t epoch = std::get<Welcome>(*welcome).epoch;
+  Report stale = RawReport("edge-raw", epoch + 5);
+  stale.seq_first = stale.seq_last = 3;
+  c.Write(EncodeFrame(stale) + EncodeFrame(RawReport("edge-raw", epoch)));
+  std::optional<Message> reject = c.Next();
+  ASSERT_TRUE(reject && std::holds_alternative<Reject>(*reject));
+  const Reject& rj = std::get<Reject>(*reject);
+  EXPECT_EQ(rj.reason, RejectReason::kStaleEpoch);
+  EXPECT_EQ(rj.stream, "s");
+  EXPECT_EQ(rj.seq_first, 3u);
+  EXPECT_EQ(rj.epoch, epoch);  // the session's epoch
+  std::optional<Message> ack = c.Next();  // the session goes on: the next report is stored and acked
+  ASSERT_TRUE(ack && std::holds_alternative<Ack>(*ack));
+  EXPECT_EQ(std::get<Ack>(*ack).epoch, epoch);
+  EXPECT_EQ(agg.Get(agg.received), 1u);
+  EXPECT_EQ(rx->Stats().stale_reports, 1u);
+  EXPECT_EQ(rx->Stats().protocol_errors, 0u);
+}
+
+TEST(ReceiverTest, MisbehavingClientsLoseOnlyTheirOwnConnection) {
+  TestAggregator agg;
+  ReceiverOptions ro;
+  ro.peer_timeout = milliseconds(1000);
+  auto rx = StartReceiver(&agg, ro);
+  ASSERT_TRUE(rx);
+  // A well-behaved courier keeps working throughout (heartbeats keep it inside the receiver's timeout).
+  Outbox outbox(256);
+  EdgeHandler edge;
+  CourierOptions o = FastOptions(TcpTo(rx->port()));
+  o.heartbeat_interval = milliseconds(50);
+  auto courier = StartCourier(o, &outbox, &edge);
+  ASSERT_TRUE(courier);
+  ASSERT_TRUE(Eventually([&] { return courier->Stats().connected; }));
+
+  const std::string hello = EncodeFrame(Hello{"edge-x", 0, kProtocolVersion});
+  std::string corrupt = EncodeFrame(RawReport("edge-x", 1));
   corrupt[corrupt.size() - 1] ^= 0x40;
-  Report other = r;
-  other.edge = "edge-y";
+  std::string huge = EncodeFrame(Heartbeat{1});
+  huge[8] = huge[9] = huge[10] = huge[11] = '\x7F';
+  std::string v1 = hello;
+  v1[4] = 1;
+  Hello v9{"edge-x", 0, 9};
 
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), "GET /metrics HTTP/1.1\r\n\r\n")),
             "frame: bad magic 0x20544547 (expected 0x4C494756 'VGIL'): not a vigil report stream");
   EXPECT_TRUE(RejectDetail(RawExchange(rx->port(), hello + corrupt)).starts_with("frame: CRC-32 mismatch"));
-  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(r))), "the first message must be Hello");
-  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(other))),
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + huge)),
+            "frame: body length 2139062143 exceeds the limit 1048576");
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(RawReport("edge-x", 1)))),
+            "the first message must be Hello");
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(RawReport("edge-y", 1)))),
             "a report from edge 'edge-y' on the connection of 'edge-x'");
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(Hello{"pending-1", 0, kProtocolVersion}) +
+                                                     EncodeFrame(RawReport("pending-1", 1)))),
+            "a report before the session was admitted (no Welcome yet)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + hello)), "a second Hello");
-  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(Hello{"edge-x", 1, 9}))),
-            "Hello: protocol version 9 not supported (this aggregator speaks 1)");
-  std::vector<Message> v2 = RawExchange(rx->port(), [&] {
-    std::string f = hello;
-    f[4] = 2;
-    return f;
-  }());
-  ASSERT_FALSE(v2.empty());
-  EXPECT_EQ(std::get<Reject>(v2.back()).reason, RejectReason::kUnsupportedVersion);
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(Ack{}))), "an edge may send only Hello, Report and Heartbeat");
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(v9))),
+            "Hello: protocol version 9 not supported (this aggregator speaks 2)");
+  std::vector<Message> old = RawExchange(rx->port(), v1);
+  ASSERT_FALSE(old.empty());
+  EXPECT_EQ(std::get<Reject>(old.back()).reason, RejectReason::kUnsupportedVersion);
+  EXPECT_EQ(std::get<Reject>(old.back()).detail, "frame: protocol version 1 not supported (this side speaks 2)");
   // Half a frame, then silence: closed after peer_timeout.
-  EXPECT_TRUE(RawExchange(rx->port(), hello + EncodeFrame(r).substr(0, 20)).empty());
-  // A Heartbeat is echoed.
-  std::vector<Message> echo = RawExchange(rx->port(), hello + EncodeFrame(Heartbeat{42}));
+  EXPECT_TRUE(RawExchange(rx->port(), hello + EncodeFrame(RawReport("edge-x", 1)).substr(0, 20)).size() <= 1);
+  // A Heartbeat is echoed, also before admission.
+  std::vector<Message> echo =
+      RawExchange(rx->port(), EncodeFrame(Hello{"pending-2", 0, kProtocolVersion}) + EncodeFrame(Heartbeat{42}));
   ASSERT_FALSE(echo.empty());
   EXPECT_EQ(echo.front(), Message(Heartbeat{42}));
 
-  PublishMix(**pub, {"good"}, 50);
-  ASSERT_TRUE((*pub)->Flush(milliseconds(5000)));
-  EXPECT_EQ((*pub)->AckedThrough("good", 1), 49u);
+  const std::vector<Key> order = PushMix(outbox, {"good"}, 50);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ(agg.Get(agg.first_arrivals), order);
   ReceiverStats s = rx->Stats();
-  EXPECT_EQ(s.protocol_errors, 7u);
+  EXPECT_EQ(s.protocol_errors, 10u);
   EXPECT_EQ(s.timeouts, 2u);  // the half frame and the heartbeat client
-  EXPECT_EQ(s.accepted, 10u);
-  EXPECT_EQ((*pub)->Stats().connects, 1u);
+  EXPECT_EQ(s.accepted, 13u);
+  EXPECT_EQ(courier->Stats().sessions, 1u);
+  EXPECT_EQ(courier->Stats().disconnects, 0u);
 }
 
-TEST(LinkTest, RefusedHelloAndConnectionLimit) {
-  RecordingHandler h;
+TEST(ReceiverTest, RefusedHelloAndConnectionLimit) {
+  TestAggregator agg;
   ReceiverOptions ro;
   ro.max_connections = 1;
-  auto rx = StartReceiver(&h, ro);
+  auto rx = StartReceiver(&agg, ro);
   ASSERT_TRUE(rx);
   {
-    std::lock_guard lock(h.mu_);
-    h.refuse_hello = "edge-x is not allowed";
+    std::lock_guard lock(agg.mu_);
+    agg.refuse_hello = "edge-x is not allowed";
   }
-  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(Hello{"edge-x", 1, kProtocolVersion}))),
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(Hello{"edge-x", 0, kProtocolVersion}))),
             "edge-x is not allowed");
   {
-    std::lock_guard lock(h.mu_);
-    h.refuse_hello.clear();
+    std::lock_guard lock(agg.mu_);
+    agg.refuse_hello.clear();
   }
-  auto pub = MakeTcpPublisher(FastOptions(std::shared_ptr<Dialer>(MakeTcpDialer("127.0.0.1", rx->port()))));
-  ASSERT_TRUE(pub.ok());
-  PublishMix(**pub, {"cam"}, 1);
-  ASSERT_TRUE((*pub)->Flush(milliseconds(5000)));
+  ASSERT_TRUE(Eventually([&] { return rx->Stats().active == 0; }));
+  Outbox outbox(8);
+  EdgeHandler edge;
+  auto courier = StartCourier(FastOptions(TcpTo(rx->port())), &outbox, &edge);
+  ASSERT_TRUE(courier);
+  PushMix(outbox, {"cam"}, 1);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), "")), "too many connections");
   EXPECT_EQ(rx->Stats().refused, 1u);
 }
 
+TEST(ReceiverTest, SlowReaderIsClosedWithoutBlockingEnqueue) {
+  TestAggregator agg;
+  ReceiverOptions ro;
+  ro.write_timeout = milliseconds(3000);  // the queue limit closes the session first
+  ro.max_send_queue_bytes = 4 << 20;
+  auto rx = StartReceiver(&agg, ro);
+  ASSERT_TRUE(rx);
+  RawClient c(rx->port());  // says Hello, then never reads
+  ASSERT_TRUE(c.ok());
+  c.Write(EncodeFrame(Hello{"edge-slow", 0, kProtocolVersion}));
+  std::shared_ptr<Session> s = agg.WaitSession("edge-slow");
+  ASSERT_TRUE(s);
+  std::string chunk;
+  while (chunk.size() < (256 << 10)) AppendFrame(Heartbeat{7}, &chunk);
+  auto slowest = Clock::duration::zero();
+  size_t enqueued = 0;
+  const auto deadline = Clock::now() + kLong;
+  while (Clock::now() < deadline) {
+    const auto t0 = Clock::now();
+    const bool ok = s->Enqueue(chunk);
+    slowest = std::max(slowest, Clock::now() - t0);
+    if (!ok) break;
+    ++enqueued;
+  }
+  EXPECT_TRUE(s->closed());
+  EXPECT_GT(enqueued, 0u);
+  // Enqueue only appends under a lock: never anywhere near the write timeout, even on a busy machine.
+  EXPECT_LT(slowest, milliseconds(1000)) << std::chrono::duration_cast<milliseconds>(slowest).count() << " ms";
+  ASSERT_TRUE(Eventually([&] { return agg.Get(agg.closes) == 1; }));
+  EXPECT_EQ(rx->Stats().active, 0u);
+  EXPECT_FALSE(s->Enqueue("x"));
+}
+
 TEST(BackoffTest, DoublesUpToTheCapWithJitterInTheUpperHalf) {
   const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Backoff b(milliseconds(100), milliseconds(1000), seed);
   for (int64_t d : {100, 200, 400, 800, 1000, 1000, 1000}) {
     const int64_t got = b.Next().count();
@@ -444,17 +754,141 @@ TEST(BackoffTest, DoublesUpToTheCapWithJitterInTheUpperHalf) {
   EXPECT_LE(b.Next().count(), 100);
 }
 
-TEST(PublisherOptionsTest, InvalidOptionsAreNamed) {
-  TcpPublisherOptions o;
-  EXPECT_EQ(std::string(MakeTcpPublisher(o).status().message()), "publisher options: edge id must be 1..65535 bytes");
+TEST(OptionsTest, InvalidOptionsAreNamed) {
+  Outbox outbox(1);
+  EdgeHandler edge;
+  auto msg = [&](CourierOptions o) { return std::string(Courier::Start(o, &outbox, &edge).status().message()); };
+  CourierOptions o = FastOptions(TcpTo(1));
+  o.edge.clear();
+  EXPECT_EQ(msg(o), "courier options: edge: the id must be 1..65535 bytes");
   o.edge = "e";
-  EXPECT_EQ(std::string(MakeTcpPublisher(o).status().message()),
-            "publisher options: aggregator host and port are required");
-  o.host = "127.0.0.1";
-  o.port = 1;
+  o.links.clear();
+  EXPECT_EQ(msg(o), "courier options: links: at least one is required");
+  o.links = {nullptr};
+  EXPECT_EQ(msg(o), "courier options: links[0] is null");
+  o = FastOptions(TcpTo(1));
+  o.backoff_max = milliseconds(1);
+  EXPECT_EQ(msg(o), "courier options: backoff_max must be ≥ backoff_initial");
+  o = FastOptions(TcpTo(1));
   o.peer_timeout = o.heartbeat_interval;
-  EXPECT_EQ(std::string(MakeTcpPublisher(o).status().message()),
-            "publisher options: timeouts must be > 0 and peer_timeout longer than heartbeat_interval");
+  EXPECT_EQ(msg(o), "courier options: peer_timeout must be longer than heartbeat_interval");
+  o = FastOptions(TcpTo(1));
+  o.max_batch = 0;
+  EXPECT_EQ(msg(o), "courier options: max_batch must be at least 1");
+
+  TestAggregator agg;
+  ReceiverOptions ro;
+  ro.port = 0;
+  ro.write_timeout = milliseconds(0);
+  EXPECT_EQ(std::string(TcpReceiver::Start(ro, &agg).status().message()), "receiver options: write_timeout must be > 0");
+  ro = ReceiverOptions();
+  ro.port = 0;
+  ro.max_send_queue_bytes = 1000;
+  EXPECT_TRUE(std::string(TcpReceiver::Start(ro, &agg).status().message())
+                  .starts_with("receiver options: max_send_queue_bytes must hold one largest frame"));
+}
+
+// Device rows: `download` copies from a host vector standing in for device memory.
+DevicePayload FakeDeviceRows(std::shared_ptr<std::vector<ReportDetection>> rows, std::atomic<int>* downloads,
+                             Status fail = absl::OkStatus()) {
+  DevicePayload p;
+  p.count = static_cast<uint32_t>(rows->size());
+  p.device = 0;
+  p.device_rows = rows->data();
+  p.keepalive = rows;
+  p.download = [rows, downloads, fail](ReportDetection* dst) {
+    ++*downloads;
+    if (!fail.ok()) return fail;
+    std::copy(rows->begin(), rows->end(), dst);
+    return absl::OkStatus();
+  };
+  return p;
+}
+
+TEST(CourierTcpTest, DevicePayloadArrivesWithTheDownloadedRows) {
+  TestAggregator agg;
+  auto rx = StartReceiver(&agg);
+  ASSERT_TRUE(rx);
+  Outbox outbox(16);
+  EdgeHandler edge;
+  std::atomic<int> downloads{0};
+  auto rows = std::make_shared<std::vector<ReportDetection>>(
+      std::vector<ReportDetection>{{10, 20, 30, 40, 0.75f, 0}, {1.5f, 2.5f, 3.5f, 4.5f, 0.5f, 79}});
+  Report r;
+  r.stream = "cam0";
+  r.kind = ReportKind::kEvent;
+  r.rule = "person-in-zone";
+  ASSERT_TRUE(outbox.Push(r, milliseconds(0), FakeDeviceRows(rows, &downloads)).ok());
+  // A payload whose download fails is completed as refused, and what follows still goes out.
+  r.seq_first = r.seq_last = 1;
+  ASSERT_TRUE(
+      outbox.Push(r, milliseconds(0), FakeDeviceRows(rows, &downloads, absl::InternalError("cudaMemcpy failed"))).ok());
+  r.seq_first = r.seq_last = 2;
+  r.detections = {{0, 0, 1, 1, 0.25f, 3}};
+  ASSERT_TRUE(outbox.Push(r, milliseconds(0)).ok());
+  // Only events carry rows.
+  Report progress;
+  progress.stream = "cam0";
+  EXPECT_EQ(outbox.Push(progress, milliseconds(0), FakeDeviceRows(rows, &downloads)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  auto courier = StartCourier(FastOptions(TcpTo(rx->port())), &outbox, &edge);
+  ASSERT_TRUE(courier);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  courier->Close();
+  std::vector<Report> got = agg.Get(agg.reports);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].seq_first, 0u);
+  EXPECT_EQ(got[0].detections, *rows);
+  EXPECT_EQ(got[0].rule, "person-in-zone");
+  EXPECT_EQ(got[1].seq_first, 2u);
+  EXPECT_EQ(got[1].detections, r.detections);
+  EXPECT_EQ(outbox.Stats().acked, 2u);
+  EXPECT_EQ(outbox.Stats().rejected, 1u);
+  std::lock_guard lock(edge.mu);
+  ASSERT_EQ(edge.rejects.size(), 1u);
+  EXPECT_EQ(edge.rejects[0].reason, RejectReason::kInvalid);
+  EXPECT_EQ(edge.rejects[0].seq_first, 1u);
+  EXPECT_NE(edge.rejects[0].detail.find("cudaMemcpy failed"), std::string::npos) << edge.rejects[0].detail;
+  EXPECT_EQ(courier->Stats().disconnects, 0u);
+}
+
+TEST(OutboxTest, CompletesOutOfOrderAndFreesTheDonePrefix) {
+  Outbox outbox(8);
+  Report r;
+  r.stream = "s";
+  for (uint64_t seq = 0; seq < 4; ++seq) {
+    r.seq_first = r.seq_last = seq;
+    ASSERT_EQ(*outbox.Push(r, milliseconds(0)), seq);
+  }
+  EXPECT_TRUE(outbox.Complete("s", 0, 2, true));
+  EXPECT_FALSE(outbox.Complete("s", 0, 2, true));  // a duplicate ack
+  EXPECT_EQ(outbox.front_id(), 0u);
+  std::vector<uint64_t> ids;
+  for (const auto& m : outbox.PendingFrom(1, 10)) ids.push_back(m->id);
+  EXPECT_EQ(ids, (std::vector<uint64_t>{1, 3}));
+  EXPECT_EQ(outbox.PendingFrom(0, 1).size(), 1u);
+  EXPECT_TRUE(outbox.Complete("s", 0, 0, false));
+  EXPECT_TRUE(outbox.Complete("s", 0, 1, true));
+  EXPECT_EQ(outbox.front_id(), 3u);  // 0..2 done
+  EXPECT_FALSE(outbox.WaitEmpty(milliseconds(1)));
+  EXPECT_TRUE(outbox.Complete("s", 0, 3, true));
+  EXPECT_TRUE(outbox.WaitEmpty(milliseconds(0)));
+  EXPECT_EQ(outbox.front_id(), 4u);
+  EXPECT_EQ(outbox.next_id(), 4u);
+  OutboxStats s = outbox.Stats();
+  EXPECT_EQ(s.pushed, 4u);
+  EXPECT_EQ(s.acked, 3u);
+  EXPECT_EQ(s.rejected, 1u);
+  EXPECT_EQ(s.pending, 0u);
+  EXPECT_FALSE(outbox.WaitBeyond(4, milliseconds(1)));
+  EXPECT_TRUE(outbox.WaitBeyond(3, milliseconds(0)));
+  r.seq_first = 5;
+  r.seq_last = 4;
+  EXPECT_EQ(outbox.Push(r, milliseconds(0)).status().code(), absl::StatusCode::kInvalidArgument);
+  outbox.Close();
+  EXPECT_TRUE(outbox.closed());
+  EXPECT_FALSE(outbox.WaitBeyond(4, kLong));  // Close wakes the waiter
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ Report RandomReport(std::mt19937_64& rng) {
   r.run = rng();
   r.epoch = rng();
   r.seq_first = rng() >> 1;
-  r.kind = rng() % 2 ? ReportKind::kEvent : ReportKind::kProgress;
+  r.kind = static_cast<ReportKind>(1 + rng() % 4);  // event, progress, dropped, lost
   r.seq_last = r.kind == ReportKind::kEvent ? r.seq_first : r.seq_first + rng() % 100;
   r.severity = static_cast<Severity>(rng() % 4);
   r.capture_ns = static_cast<int64_t>(rng());
@@ -46,9 +46,12 @@ Report RandomReport(std::mt19937_64& rng) {
     r.rule = "person-in-zone";
     std::uniform_real_distribution<float> u(0, 1000);
     for (uint64_t i = rng() % 5; i > 0; --i) {
-      r.detections.push_back(
-          {static_cast<int32_t>(rng() % 80), u(rng) / 1000, u(rng), u(rng), u(rng), u(rng), i % 2 ? "person" : ""});
+      r.detections.push_back({u(rng), u(rng), u(rng), u(rng), u(rng) / 1000, static_cast<float>(rng() % 80)});
     }
+  } else if (r.kind == ReportKind::kDropped) {
+    r.rule = "queue_full";
+  } else if (r.kind == ReportKind::kLost) {
+    r.rule = "lost_on_restart";
   }
   return r;
 }
@@ -64,7 +67,7 @@ TEST(ProtocolTest, HeartbeatFrameHasTheDocumentedBytes) {
   const std::string body("\x08\x07\x06\x05\x04\x03\x02\x01", 8);
   EXPECT_EQ(f, MakeFrame(5, body));
   ASSERT_EQ(f.size(), 24u);
-  EXPECT_EQ(f.substr(0, 12), std::string("VGIL\x01\x05\x00\x00\x08\x00\x00\x00", 12));
+  EXPECT_EQ(f.substr(0, 12), std::string("VGIL\x02\x05\x00\x00\x08\x00\x00\x00", 12));
 }
 
 TEST(ProtocolTest, ReportFieldOrderMatchesTheDocumentedLayout) {
@@ -82,7 +85,7 @@ TEST(ProtocolTest, ReportFieldOrderMatchesTheDocumentedLayout) {
   r.width = 640;
   r.height = 480;
   r.rule = "r";
-  r.detections.push_back({7, 0.5f, 1.0f, 2.0f, 3.0f, 4.0f, "dog"});
+  r.detections.push_back({1.0f, 2.0f, 3.0f, 4.0f, 0.5f, 7.0f});
   std::string body;
   auto str = [&](const std::string& s) {
     PutLe(&body, s.size(), 2);
@@ -102,10 +105,11 @@ TEST(ProtocolTest, ReportFieldOrderMatchesTheDocumentedLayout) {
   PutLe(&body, 640, 4);
   PutLe(&body, 480, 4);
   str("r");
-  PutLe(&body, 1, 4);
-  PutLe(&body, 7, 4);
-  for (uint32_t bits : {0x3F000000u, 0x3F800000u, 0x40000000u, 0x40400000u, 0x40800000u}) PutLe(&body, bits, 4);
-  str("dog");
+  PutLe(&body, 1, 4);  // one detection: x1, y1, x2, y2, score, class as f32
+  for (uint32_t bits : {0x3F800000u, 0x40000000u, 0x40400000u, 0x40800000u, 0x3F000000u, 0x40E00000u}) {
+    PutLe(&body, bits, 4);
+  }
+  ASSERT_EQ(body.size(), 2 + 1 + 2 + 1 + 8 * 4 + 1 + 1 + 8 * 3 + 4 + 4 + 2 + 1 + 4 + 24u);
   EXPECT_EQ(EncodeFrame(r), MakeFrame(2, body));
   StatusOr<Message> back = DecodeFrame(MakeFrame(2, body));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -118,6 +122,12 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
   std::mt19937_64 rng(seed);
   std::vector<Message> messages = {
       Hello{"edge-a", rng(), kProtocolVersion},
+      Hello{"edge-b", 0, kProtocolVersion, kHelloPromote, {"person", "", "traffic light"},
+            {{"cam0", 3}, {"cam/1", rng()}}},
+      Welcome{rng() | 1, {}},
+      Welcome{42, {{"cam0", 3, 99, 120}, {"cam/1", 7, -1, -1}}},
+      Reject{RejectReason::kFenced, "", 0, 0, 0, 12, "edge-b holds epoch 12"},
+      Reject{RejectReason::kUnsupportedVersion, "", 0, 0, 0, 0, "v3"},
       Ack{"cam0", rng(), rng(), 10, 19, 19},
       Ack{"cam1", 1, 1, 0, 0, -1},
       Reject{RejectReason::kStaleEpoch, "cam0", 1, 5, 5, 9, "epoch 3 < 9"},
@@ -158,7 +168,7 @@ TEST(ProtocolTest, EveryCorruptedByteIsDetected) {
   Report r = RandomReport(rng);
   r.kind = ReportKind::kEvent;
   r.seq_last = r.seq_first;
-  r.detections.push_back({1, 0.9f, 1, 2, 3, 4, "car"});
+  r.detections.push_back({1, 2, 3, 4, 0.9f, 2});
   const std::string frame = EncodeFrame(r);
   for (size_t i = 0; i < frame.size(); ++i) {
     std::string bad = frame;
@@ -187,9 +197,13 @@ TEST(ProtocolTest, HeaderErrorsAreClear) {
   EXPECT_EQ(Message_(m.status()),
             "frame: bad magic 0x20544547 (expected 0x4C494756 'VGIL'): not a vigil report stream");
 
-  m = DecodeFrame(MakeFrame(5, hb.substr(16), 2));
+  m = DecodeFrame(MakeFrame(5, hb.substr(16), 1));  // a version 1 frame
   EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(Message_(m.status()), "frame: protocol version 2 not supported (this side speaks 1)");
+  EXPECT_EQ(Message_(m.status()), "frame: protocol version 1 not supported (this side speaks 2)");
+  // The incremental decoder says the same at the first header.
+  FrameDecoder d;
+  d.Feed(MakeFrame(2, "anything", 1));
+  EXPECT_EQ(d.Next().status().code(), absl::StatusCode::kUnimplemented);
 
   std::string crc = hb;
   crc[20] ^= 1;
@@ -235,11 +249,48 @@ TEST(ProtocolTest, MalformedBodiesWithValidChecksumsAreRejected) {
   m = DecodeFrame(MakeFrame(2, ib));
   EXPECT_EQ(Message_(m.status()), "Report body: report e/s run 0 seq 5..4: seq_first > seq_last");
 
-  m = DecodeFrame(MakeFrame(1, std::string("\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00", 12)));
-  EXPECT_EQ(Message_(m.status()), "Hello body: empty edge id");
+  m = DecodeFrame(MakeFrame(1, EncodeFrame(Hello{"", 1, kProtocolVersion}).substr(16)));
+  EXPECT_EQ(Message_(m.status()), "Hello body: Hello of edge '': edge id must be 1..65535 bytes");
 
   m = DecodeFrame(MakeFrame(5, std::string(9, '\0')));
   EXPECT_EQ(Message_(m.status()), "Heartbeat body: 1 unexpected bytes after the last field");
+}
+
+// Counts that cannot fit the bytes that follow fail before the decoder reserves anything for them
+// (a 2^32 - 1 count of 24-byte rows would otherwise ask for ~100 GB).
+TEST(ProtocolTest, HostileCountsAreRejectedBeforeAllocating) {
+  Report r;
+  r.edge = "e";
+  r.stream = "s";
+  std::string rb = EncodeFrame(r).substr(16);
+  rb.replace(rb.size() - 4, 4, std::string("\xFF\xFF\xFF\xFF", 4));
+  EXPECT_EQ(Message_(DecodeFrame(MakeFrame(2, rb)).status()),
+            "Report body: detection_count 4294967295 does not fit the 0 bytes left");
+  rb.replace(rb.size() - 4, 4, std::string("\x11\x27\x00\x00", 4));  // 10001 > kMaxDetections
+  rb += std::string(10001 * 24, '\0');
+  EXPECT_EQ(Message_(DecodeFrame(MakeFrame(2, rb)).status()),
+            "Report body: detection_count 10001 does not fit the 240024 bytes left");
+
+  // Hello: class_count, then stream_count.
+  std::string hb = EncodeFrame(Hello{"e", 1, kProtocolVersion}).substr(16);  // ..., u8 flags, u32 0, u32 0
+  std::string classes = hb;
+  classes.replace(classes.size() - 8, 4, std::string("\xFF\xFF\xFF\x7F", 4));
+  EXPECT_EQ(Message_(DecodeFrame(MakeFrame(1, classes)).status()),
+            "Hello body: class_count 2147483647 does not fit the 4 bytes left");
+  std::string streams = hb;
+  streams.replace(streams.size() - 4, 4, std::string("\x00\x00\x00\x01", 4));
+  EXPECT_EQ(Message_(DecodeFrame(MakeFrame(1, streams)).status()),
+            "Hello body: stream_count 16777216 does not fit the 0 bytes left");
+
+  std::string wb = EncodeFrame(Welcome{1, {}}).substr(16);  // u64 epoch, u32 0
+  wb.replace(8, 4, std::string("\xFF\xFF\x00\x00", 4));
+  wb += std::string(100, '\0');
+  EXPECT_EQ(Message_(DecodeFrame(MakeFrame(6, wb)).status()),
+            "Welcome body: stream_count 65535 does not fit the 100 bytes left");
+}
+
+TEST(ProtocolTest, WelcomeWithEpochZeroIsRefused) {
+  EXPECT_EQ(Message_(DecodeFrame(EncodeFrame(Welcome{0, {}})).status()), "Welcome body: epoch 0 (epochs start at 1)");
 }
 
 TEST(ProtocolTest, ValidateReportRules) {
@@ -251,17 +302,92 @@ TEST(ProtocolTest, ValidateReportRules) {
   event.kind = ReportKind::kEvent;
   event.seq_last = 1;
   EXPECT_EQ(Message_(ValidateReport(event)), "report e/s run 0 seq 0..1: an event covers exactly one frame");
+  event.seq_last = 0;
+  EXPECT_TRUE(ValidateReport(event).ok());
   Report progress = r;
   progress.detections.push_back({});
   EXPECT_EQ(Message_(ValidateReport(progress)), "report e/s run 0 seq 0..0: a progress report carries no detections");
+  Report dropped = progress;
+  dropped.kind = ReportKind::kDropped;
+  EXPECT_EQ(Message_(ValidateReport(dropped)), "report e/s run 0 seq 0..0: a dropped report carries no detections");
+  dropped.detections.clear();
+  dropped.seq_last = 9;
+  dropped.rule = "backpressure";
+  EXPECT_TRUE(ValidateReport(dropped).ok());
+  Report lost = dropped;
+  lost.kind = ReportKind::kLost;
+  EXPECT_TRUE(ValidateReport(lost).ok());
+  Report unknown = r;
+  unknown.kind = static_cast<ReportKind>(9);
+  EXPECT_EQ(Message_(ValidateReport(unknown)), "report e/s run 0 seq 0..0: unknown kind 9");
+  Report severity = r;
+  severity.severity = static_cast<Severity>(4);
+  EXPECT_EQ(Message_(ValidateReport(severity)), "report e/s run 0 seq 0..0: unknown severity 4");
+  Report backwards = r;
+  backwards.seq_first = 2;
+  backwards.seq_last = 1;
+  EXPECT_EQ(Message_(ValidateReport(backwards)), "report e/s run 0 seq 2..1: seq_first > seq_last");
+
   Report nan = event;
-  nan.seq_last = 0;
-  nan.detections.push_back({0, std::nanf(""), 0, 0, 1, 1, ""});
+  nan.detections.push_back({0, 0, 1, 1, std::nanf(""), 0});
   EXPECT_EQ(Message_(ValidateReport(nan)),
             "report e/s run 0 seq 0..0: a detection has a non-finite score or coordinate");
+  Report inf = event;
+  inf.detections.push_back({0, 0, INFINITY, 1, 0.5f, 0});
+  EXPECT_FALSE(ValidateReport(inf).ok());
+  // Class ids: integers in [0, 2^24), as the float column of the DetectionTensor holds them exactly.
+  for (float c : {0.0f, 1.0f, 79.0f, 16777215.0f}) {
+    Report ok = event;
+    ok.detections.push_back({0, 0, 1, 1, 0.5f, c});
+    EXPECT_TRUE(ValidateReport(ok).ok()) << c;
+  }
+  for (float c : {-1.0f, 2.5f, 16777216.0f, std::nanf(""), INFINITY}) {
+    Report bad = event;
+    bad.detections.push_back({0, 0, 1, 1, 0.5f, c});
+    EXPECT_TRUE(Message_(ValidateReport(bad)).ends_with(", not an integer in [0, 2^24)")) << c;
+  }
+  Report too_many = event;
+  too_many.detections.resize(kMaxDetections + 1);
+  EXPECT_EQ(Message_(ValidateReport(too_many)), "report e/s run 0 seq 0..0: 10001 detections, more than 10000");
   Report anonymous = r;
   anonymous.stream.clear();
   EXPECT_EQ(Message_(ValidateReport(anonymous)), "report e/ run 0 seq 0..0: empty edge or stream id");
+  Report long_rule = r;
+  long_rule.rule.assign(65536, 'x');
+  EXPECT_EQ(Message_(ValidateReport(long_rule)), "report e/s run 0 seq 0..0: string over 65535 bytes");
+}
+
+TEST(ProtocolTest, ValidateHelloRules) {
+  Hello h{"edge-1", 0, kProtocolVersion, kHelloPromote, {"person", "car"}, {{"cam0", 1}}};
+  EXPECT_TRUE(ValidateHello(h).ok());
+  Hello anonymous = h;
+  anonymous.edge.clear();
+  EXPECT_EQ(Message_(ValidateHello(anonymous)), "Hello of edge '': edge id must be 1..65535 bytes");
+  Hello flags = h;
+  flags.flags = 2;
+  EXPECT_EQ(Message_(ValidateHello(flags)), "Hello of edge 'edge-1': unknown flags 2");
+  Hello stream = h;
+  stream.streams.push_back({"", 1});
+  EXPECT_EQ(Message_(ValidateHello(stream)), "Hello of edge 'edge-1': a stream id must be 1..65535 bytes");
+  Hello classes = h;
+  classes.class_names.resize(kMaxClasses + 1);
+  EXPECT_EQ(Message_(ValidateHello(classes)), "Hello of edge 'edge-1': 65536 class names, more than 65535");
+  Hello name = h;
+  name.class_names.push_back(std::string(65536, 'c'));
+  EXPECT_EQ(Message_(ValidateHello(name)), "Hello of edge 'edge-1': a class name over 65535 bytes");
+  Hello big = h;  // 20 names of 60000 bytes: each fits, the body does not
+  big.class_names.assign(20, std::string(60000, 'c'));
+  EXPECT_TRUE(Message_(ValidateHello(big)).ends_with("over the 1048576 limit")) << ValidateHello(big);
+  // 40000 streams fit a Hello (~520 KB) but not the Welcome that lists them with their cursors (~1.2 MB).
+  Hello streams = h;
+  for (int i = 0; i < 40000; ++i) streams.streams.push_back({StrCat("cam", i), 1});
+  EXPECT_TRUE(EncodeFrame(streams).size() < kMaxBodyBytes);
+  EXPECT_TRUE(Message_(ValidateHello(streams)).starts_with("Hello of edge 'edge-1': its streams make a Welcome of "))
+      << ValidateHello(streams);
+  // A Hello that validates always encodes into a frame that decodes back.
+  StatusOr<Message> back = DecodeFrame(EncodeFrame(h));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(std::get<Hello>(*back), h);
 }
 
 }  // namespace

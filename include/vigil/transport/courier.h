@@ -12,6 +12,10 @@
 // backoff and jitter (Backoff); a session that delivered anything resets the backoff, and each new
 // session tries the preferred link first again (fail-back).
 //
+// A message whose device rows cannot be downloaded (Link::Send fails with Internal) can never be sent: the
+// courier completes it as refused in the Outbox and calls OnReject with Reject(kInvalid, detail "not sent:
+// …"), and the session goes on with the next message.
+//
 // Fencing: a Hello answered with Reject(kFenced), or a Reject(kFenced) during a session (a newer instance
 // of this edge id was admitted), ends the courier: OnFenced is called once, nothing more is sent, and
 // Stats().fenced is true. The edge then stops publishing and exits non-zero (a standby demotes instead).
@@ -44,7 +48,8 @@ class CourierHandler {
   virtual void OnWelcome(const Welcome& welcome, std::string_view link) = 0;
   // An Ack arrived (after the Outbox completed its message).
   virtual void OnAck(const Ack& ack) = 0;
-  // A Report was refused (after the Outbox completed its message): counted by the caller.
+  // A Report was refused (after the Outbox completed its message): counted by the caller. Also called for a
+  // message the courier could not send (device rows failed to download: kInvalid, "not sent: …").
   virtual void OnReject(const Reject& reject) = 0;
   // Another instance of this edge id holds a newer epoch; the courier has stopped. `why` names it.
   virtual void OnFenced(const Status& why) = 0;

@@ -41,11 +41,13 @@ class Link {
   // Connects within `timeout`, sends `hello`, and waits (up to `timeout`) for the Welcome.
   // Errors: Unavailable (cannot connect, the connection broke, no answer in time), PermissionDenied
   // (Reject kFenced: another instance holds a newer epoch; the message says so), FailedPrecondition
-  // (any other Reject of the Hello: version, protocol; the message quotes the aggregator).
+  // (any other Reject of the Hello: version, protocol; the message quotes the aggregator), InvalidArgument
+  // (`hello` fails ValidateHello; nothing is sent).
   virtual StatusOr<Welcome> Open(const Hello& hello, std::chrono::milliseconds timeout) = 0;
   // Sends `messages` in order on the open session, stamped with its edge id and epoch.
   // Errors: Unavailable / DeadlineExceeded (the session is lost: the caller closes it and opens another),
-  // Internal (a device payload failed to download; the session is still usable).
+  // Internal (a device payload failed to download, or its rows fail ValidateReport; the message names the
+  // message id; nothing of this call was sent and the session is still usable).
   virtual Status Send(std::span<const OutboxMessage* const> messages, std::chrono::milliseconds timeout) = 0;
   virtual Status SendHeartbeat(int64_t sent_ns, std::chrono::milliseconds timeout) = 0;
   // The next message from the aggregator (Ack, Reject or Heartbeat), or nullopt when nothing arrived

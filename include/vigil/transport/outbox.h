@@ -62,8 +62,10 @@ class Outbox {
   explicit Outbox(size_t capacity);
 
   // Appends `report` (and its device rows). Waits up to `wait` for room while `capacity` messages are
-  // pending. Errors: InvalidArgument (ValidateReport fails; edge/epoch are not checked), ResourceExhausted
-  // (still full after `wait`, counted), Cancelled (after Close). Returns the message's id.
+  // held (pending, or completed behind an older pending one). Errors: InvalidArgument (ValidateReport
+  // fails, edge/epoch are not checked; or `device` has rows on a report that is not an event, more than
+  // kMaxDetections rows, no `download`, or comes with host detections too), ResourceExhausted (still full
+  // after `wait`, counted), Cancelled (after Close). Returns the message's id. Clears edge and epoch.
   StatusOr<uint64_t> Push(Report report, std::chrono::milliseconds wait,
                           std::optional<DevicePayload> device = std::nullopt);
 

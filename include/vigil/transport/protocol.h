@@ -194,7 +194,8 @@ using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat>;
 Status ValidateReport(const Report& r);
 
 // OK when `h` has a non-empty edge id, ≤ kMaxClasses names and ≤ kMaxHelloStreams streams, strings
-// ≤ 65535 bytes, known flags, and encodes within kMaxBodyBytes.
+// ≤ 65535 bytes, known flags, and encodes within kMaxBodyBytes — and so does the Welcome answering it,
+// which lists every stream again with its two cursors (16 bytes more per stream).
 Status ValidateHello(const Hello& h);
 
 // Appends the frame for `m` to `out`. REQUIRES: strings ≤ 65535 bytes, body ≤ kMaxBodyBytes (a Report

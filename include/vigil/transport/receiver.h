@@ -64,7 +64,9 @@ class Session {
 
  private:
   friend class TcpReceiver;
-  // Writer thread: sends queued frames until closed. Returns when the queue is drained after Close.
+  // Writer thread: sends queued frames until closed (frames still queued at Close are dropped). After
+  // Refuse it closes the connection once the Reject is written. A failed or blocked (write_timeout)
+  // write closes the session.
   void WriterLoop(std::chrono::milliseconds write_timeout);
 
   const uint64_t id_;
@@ -101,7 +103,8 @@ struct ReceiverOptions {
   int max_connections = 256;                      // more are accepted and closed at once (counted). Default: 256
   std::chrono::milliseconds peer_timeout{10000};  // close a connection silent this long. Default: 10 s
   std::chrono::milliseconds write_timeout{1000};  // a send blocked this long closes the connection. Default: 1 s
-  size_t max_send_queue_bytes = 64 << 20;         // per session, queued and not yet written. Default: 64 MiB
+  size_t max_send_queue_bytes = 64 << 20;         // per session, queued and not yet written; at least one
+                                                  // largest frame (kHeaderBytes + kMaxBodyBytes). Default: 64 MiB
 };
 
 struct ReceiverStats {

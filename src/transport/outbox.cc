@@ -1,0 +1,135 @@
+#include "vigil/transport/outbox.h"
+
+#include <algorithm>
+
+namespace vigil::transport {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Waits on `cv` for `pred`, treating waits of a year or more as "forever" (now + max overflows).
+template <typename Pred>
+bool WaitFor(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, milliseconds wait, Pred pred) {
+  if (wait >= std::chrono::hours(24 * 365)) {
+    cv.wait(lock, pred);
+    return true;
+  }
+  return cv.wait_for(lock, std::max(wait, milliseconds(0)), pred);
+}
+
+// The field rules of a message before the link stamps edge and epoch.
+Status ValidateMessage(Report& report, const std::optional<DevicePayload>& device) {
+  const bool anonymous = report.edge.empty();
+  if (anonymous) report.edge = "(edge)";  // stamped by the link; ValidateReport wants one
+  Status st = ValidateReport(report);
+  if (anonymous) report.edge.clear();
+  VIGIL_RETURN_IF_ERROR(st);
+  if (!device) return absl::OkStatus();
+  auto bad = [&](std::string reason) {
+    return absl::InvalidArgumentError(StrCat("report ", report.stream, " run ", report.run, " seq ", report.seq_first,
+                                             "..", report.seq_last, ": device payload: ", reason));
+  };
+  if (!report.detections.empty()) return bad("detections both on the host and in device memory");
+  if (device->count > kMaxDetections) return bad(StrCat(device->count, " rows, more than ", kMaxDetections));
+  if (device->count > 0 && report.kind != ReportKind::kEvent) {
+    return bad(StrCat("a ", ToString(report.kind), " report carries no detections"));
+  }
+  if (device->count > 0 && !device->download) return bad("no download function");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Outbox::Outbox(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+
+StatusOr<uint64_t> Outbox::Push(Report report, milliseconds wait, std::optional<DevicePayload> device) {
+  VIGIL_RETURN_IF_ERROR(ValidateMessage(report, device));
+  report.edge.clear();  // stamped by the link from its session
+  report.epoch = 0;
+  auto msg = std::make_shared<OutboxMessage>();
+  msg->report = std::move(report);
+  msg->device = std::move(device);
+  std::unique_lock lock(mu_);
+  if (!WaitFor(cv_, lock, wait, [&] { return closed_ || pending_.size() < capacity_; })) {
+    ++stats_.backpressure;
+    return absl::ResourceExhaustedError(StrCat("outbox full: ", pending_.size(), " messages held (capacity ",
+                                               capacity_, "), none acknowledged within ", wait.count(), " ms"));
+  }
+  if (closed_) return absl::CancelledError("outbox closed");
+  msg->id = next_id_++;
+  pending_.push_back(std::move(msg));
+  done_.push_back(false);
+  ++stats_.pushed;
+  ++stats_.pending;
+  cv_.notify_all();
+  return pending_.back()->id;
+}
+
+std::vector<std::shared_ptr<const OutboxMessage>> Outbox::PendingFrom(uint64_t from_id, size_t max) const {
+  std::vector<std::shared_ptr<const OutboxMessage>> out;
+  std::lock_guard lock(mu_);
+  if (pending_.empty()) return out;
+  const uint64_t front = pending_.front()->id;
+  for (size_t i = from_id > front ? from_id - front : 0; i < pending_.size() && out.size() < max; ++i) {
+    if (!done_[i]) out.push_back(pending_[i]);
+  }
+  return out;
+}
+
+uint64_t Outbox::front_id() const {
+  std::lock_guard lock(mu_);
+  return pending_.empty() ? next_id_ : pending_.front()->id;
+}
+
+uint64_t Outbox::next_id() const {
+  std::lock_guard lock(mu_);
+  return next_id_;
+}
+
+bool Outbox::Complete(const std::string& stream, uint64_t run, uint64_t seq_first, bool acked) {
+  std::lock_guard lock(mu_);
+  size_t i = 0;
+  for (; i < pending_.size(); ++i) {
+    const Report& r = pending_[i]->report;
+    if (!done_[i] && r.seq_first == seq_first && r.run == run && r.stream == stream) break;
+  }
+  if (i == pending_.size()) return false;  // already completed (a duplicate ack after a re-send)
+  done_[i] = true;
+  --stats_.pending;
+  ++(acked ? stats_.acked : stats_.rejected);
+  while (!pending_.empty() && done_.front()) {
+    pending_.pop_front();
+    done_.pop_front();
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool Outbox::WaitBeyond(uint64_t id, milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  WaitFor(cv_, lock, timeout, [&] { return closed_ || next_id_ > id; });
+  return next_id_ > id;
+}
+
+bool Outbox::WaitEmpty(milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return WaitFor(cv_, lock, timeout, [&] { return stats_.pending == 0; });
+}
+
+void Outbox::Close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  cv_.notify_all();
+}
+
+bool Outbox::closed() const {
+  std::lock_guard lock(mu_);
+  return closed_;
+}
+
+OutboxStats Outbox::Stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace vigil::transport

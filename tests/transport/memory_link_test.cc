@@ -1,0 +1,182 @@
+// The in-memory Link and FakeAggregator (tests/testing/memory_link.h), and the Courier switching
+// between two of them.
+#include "testing/memory_link.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "vigil/transport/courier.h"
+
+namespace vigil::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using transport::Courier;
+using transport::CourierOptions;
+using transport::Outbox;
+using transport::Report;
+using transport::ReportKind;
+
+constexpr milliseconds kLong{20000};
+
+class EdgeHandler : public transport::CourierHandler {
+ public:
+  transport::Hello MakeHello() override { return transport::Hello{"", 0, transport::kProtocolVersion, 0, {"person"}, {{"cam", 1}}}; }
+  void OnWelcome(const transport::Welcome& w, std::string_view) override {
+    std::lock_guard lock(mu);
+    welcomes.push_back(w);
+  }
+  void OnAck(const transport::Ack&) override {}
+  void OnReject(const transport::Reject&) override {}
+  void OnFenced(const Status&) override { ++fenced; }
+  std::mutex mu;
+  std::vector<transport::Welcome> welcomes;
+  std::atomic<int> fenced{0};
+};
+
+std::vector<FakeAggregator::Key> Push(Outbox& out, uint64_t from, uint64_t n) {
+  std::vector<FakeAggregator::Key> keys;
+  for (uint64_t seq = from; seq < from + n; ++seq) {
+    Report r;
+    r.stream = "cam";
+    r.run = 1;
+    r.seq_first = r.seq_last = seq;
+    r.kind = ReportKind::kEvent;
+    r.detections = {{0, 0, 1, 1, 0.5f, 0}};
+    EXPECT_TRUE(out.Push(r, kLong).ok());
+    keys.emplace_back("cam", 1, seq);
+  }
+  return keys;
+}
+
+template <typename Pred>
+bool Eventually(Pred pred, milliseconds timeout = kLong) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  return true;
+}
+
+CourierOptions Options(std::vector<std::shared_ptr<transport::Link>> links) {
+  CourierOptions o;
+  o.edge = "edge-m";
+  o.links = std::move(links);
+  o.backoff_initial = milliseconds(1);
+  o.backoff_max = milliseconds(10);
+  o.heartbeat_interval = milliseconds(50);
+  o.peer_timeout = milliseconds(5000);
+  o.max_batch = 7;
+  return o;
+}
+
+TEST(MemoryLinkTest, CourierSwitchesLinksWhenOneFailsMidStreamAndStoresEverythingOnceInOrder) {
+  auto agg = std::make_shared<FakeAggregator>();
+  auto a = std::make_shared<MemoryLink>(agg, "a");
+  auto b = std::make_shared<MemoryLink>(agg, "b");
+  a->BreakAfter(30, /*then_down=*/true);  // the preferred link fails mid-stream and stays down
+  Outbox outbox(1000);
+  EdgeHandler edge;
+  auto courier = Courier::Start(Options({a, b}), &outbox, &edge);
+  ASSERT_TRUE(courier.ok()) << courier.status();
+  std::vector<FakeAggregator::Key> order = Push(outbox, 0, 100);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong)) << outbox.Stats().pending << " pending";
+  EXPECT_EQ(a->breaks(), 1);
+  EXPECT_EQ((*courier)->Stats().link_switches, 1u);
+
+  // The preferred link comes back; the other fails: the next session goes back to the first one.
+  a->FailOpen(false);
+  b->BreakAfter(10, /*then_down=*/true);
+  std::vector<FakeAggregator::Key> more = Push(outbox, 100, 100);
+  order.insert(order.end(), more.begin(), more.end());
+  ASSERT_TRUE(outbox.WaitEmpty(kLong)) << outbox.Stats().pending << " pending";
+  (*courier)->Close();
+
+  EXPECT_EQ(agg->StoredOrder(), order);  // every report stored once, in order, across both links
+  EXPECT_EQ(b->breaks(), 1);
+  transport::CourierStats s = (*courier)->Stats();
+  EXPECT_EQ(s.link_switches, 2u);
+  EXPECT_EQ(s.sessions, 3u);
+  EXPECT_EQ(s.disconnects, 2u);
+  EXPECT_EQ(s.epoch, 1u);  // granted once, re-admitted on every later session
+  EXPECT_EQ(outbox.Stats().acked, 200u);
+  EXPECT_EQ(edge.fenced.load(), 0);
+  std::lock_guard lock(edge.mu);
+  ASSERT_EQ(edge.welcomes.size(), 3u);
+  // The third session resumes "cam" run 1: the Welcome says what is stored.
+  ASSERT_EQ(edge.welcomes[2].streams.size(), 1u);
+  EXPECT_EQ(edge.welcomes[2].streams[0].stream, "cam");
+  EXPECT_GE(edge.welcomes[2].streams[0].contiguous_through, 99);
+  EXPECT_EQ(edge.welcomes[2].streams[0].highest_seq, edge.welcomes[2].streams[0].contiguous_through);
+}
+
+TEST(MemoryLinkTest, DroppedAcksAreResentAndStoredOnce) {
+  auto agg = std::make_shared<FakeAggregator>();
+  auto a = std::make_shared<MemoryLink>(agg, "a");
+  a->DropAcks(true);
+  Outbox outbox(100);
+  EdgeHandler edge;
+  auto courier = Courier::Start(Options({a}), &outbox, &edge);
+  ASSERT_TRUE(courier.ok());
+  const std::vector<FakeAggregator::Key> order = Push(outbox, 0, 20);
+  ASSERT_TRUE(agg->WaitStored(20, kLong));
+  EXPECT_EQ(outbox.Stats().pending, 20u);
+  a->DropAcks(false);
+  a->BreakAfter(0);  // the next message breaks the session; the next one re-sends all 20
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  (*courier)->Close();
+  EXPECT_EQ(agg->StoredOrder(), order);
+  EXPECT_EQ(agg->duplicates(), 20u);
+  EXPECT_EQ((*courier)->Stats().resent, 20u);
+}
+
+TEST(FakeAggregatorTest, GrantsEpochsAndFencesLikeTheProtocol) {
+  auto agg = std::make_shared<FakeAggregator>();
+  MemoryLink first(agg, "1"), second(agg, "2");
+  transport::Hello h{"edge", 0, transport::kProtocolVersion};
+  StatusOr<transport::Welcome> w1 = first.Open(h, kLong);
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  EXPECT_EQ(w1->epoch, 1u);
+  // A new instance (epoch 0) is granted 2; the first session is evicted with Reject(kFenced).
+  StatusOr<transport::Welcome> w2 = second.Open(h, kLong);
+  ASSERT_TRUE(w2.ok());
+  EXPECT_EQ(w2->epoch, 2u);
+  StatusOr<std::optional<transport::Message>> m = first.Receive(kLong);
+  ASSERT_TRUE(m.ok() && m->has_value()) << m.status();
+  ASSERT_TRUE(std::holds_alternative<transport::Reject>(**m));
+  EXPECT_EQ(std::get<transport::Reject>(**m).reason, transport::RejectReason::kFenced);
+  EXPECT_EQ(std::get<transport::Reject>(**m).epoch, 2u);
+  EXPECT_EQ(first.Receive(kLong).status().code(), absl::StatusCode::kUnavailable);
+  // The old epoch is refused; the current one re-admitted; promote grants a new one.
+  h.epoch = 1;
+  EXPECT_EQ(first.Open(h, kLong).status().code(), absl::StatusCode::kPermissionDenied);
+  h.epoch = 2;
+  EXPECT_EQ(first.Open(h, kLong)->epoch, 2u);
+  h.flags = transport::kHelloPromote;
+  EXPECT_EQ(second.Open(h, kLong)->epoch, 3u);
+  // A report on a re-admitted session is stored and acknowledged.
+  h.flags = 0;
+  h.epoch = 3;
+  ASSERT_TRUE(first.Open(h, kLong).ok());
+  transport::OutboxMessage msg;
+  msg.report.stream = "cam";
+  msg.report.run = 3;
+  const transport::OutboxMessage* batch[] = {&msg};
+  ASSERT_TRUE(first.Send(batch, kLong).ok());
+  m = first.Receive(kLong);
+  ASSERT_TRUE(m.ok() && m->has_value());
+  ASSERT_TRUE(std::holds_alternative<transport::Ack>(**m));
+  EXPECT_EQ(std::get<transport::Ack>(**m).contiguous_through, 0);
+  // The Welcome lists what is stored of the streams the Hello names.
+  h.streams = {{"cam", 3}, {"other", 1}};
+  StatusOr<transport::Welcome> w = first.Open(h, kLong);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->streams, (std::vector<transport::WelcomeStream>{{"cam", 3, 0, 0}, {"other", 1, -1, -1}}));
+  first.FailOpen(true);
+  EXPECT_EQ(first.Open(h, kLong).status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace vigil::testing
