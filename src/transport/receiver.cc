@@ -15,11 +15,86 @@ constexpr size_t kReadBufferBytes = 64 << 10;
 
 }  // namespace
 
-Status Session::SendFrames(std::string_view frames) {
-  std::lock_guard lock(write_mu_);
-  Status st = conn_->Write(frames, write_timeout_);
-  if (!st.ok()) conn_->Shutdown();
-  return st;
+// TEMP receiver shim (drop on merge): a minimal implementation of the v2 Session (admission, send queue,
+// writer thread) so the aggregator builds and its tests run until the transport module's lands.
+
+Session::Session(uint64_t id, std::shared_ptr<Connection> conn, Hello hello, size_t max_send_queue_bytes)
+    : id_(id), conn_(std::move(conn)), hello_(std::move(hello)), max_queue_bytes_(max_send_queue_bytes) {}
+
+uint64_t Session::epoch() const {
+  std::lock_guard lock(mu_);
+  return epoch_;
+}
+
+bool Session::closed() const {
+  std::lock_guard lock(mu_);
+  return closed_;
+}
+
+void Session::Admit(const Welcome& welcome) {
+  std::lock_guard lock(mu_);
+  if (epoch_ != 0 || closed_ || closing_ || welcome.epoch == 0) return;
+  epoch_ = welcome.epoch;
+  std::string f = EncodeFrame(welcome);
+  queue_bytes_ += f.size();
+  queue_.push_back(std::move(f));
+  cv_.notify_all();
+}
+
+void Session::Refuse(RejectReason reason, uint64_t epoch, std::string detail) {
+  std::lock_guard lock(mu_);
+  if (closed_ || closing_) return;
+  std::string f = EncodeFrame(Reject{reason, "", 0, 0, 0, epoch, std::move(detail)});
+  queue_bytes_ += f.size();
+  queue_.push_back(std::move(f));
+  closing_ = true;
+  cv_.notify_all();
+}
+
+bool Session::Enqueue(std::string frames) {
+  std::lock_guard lock(mu_);
+  if (closed_ || closing_) return false;
+  if (queue_bytes_ + frames.size() > max_queue_bytes_) {
+    closed_ = true;
+    conn_->Shutdown();
+    cv_.notify_all();
+    return false;
+  }
+  queue_bytes_ += frames.size();
+  queue_.push_back(std::move(frames));
+  cv_.notify_all();
+  return true;
+}
+
+void Session::Close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  conn_->Shutdown();
+  cv_.notify_all();
+}
+
+void Session::WriterLoop(std::chrono::milliseconds write_timeout) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return closed_ || !queue_.empty() || closing_; });
+    if (closed_) return;
+    if (queue_.empty()) {  // closing_ and drained: the Reject is written
+      closed_ = true;
+      conn_->Shutdown();
+      return;
+    }
+    std::string f = std::move(queue_.front());
+    queue_.pop_front();
+    queue_bytes_ -= f.size();
+    lock.unlock();
+    Status st = conn_->Write(f, write_timeout);
+    lock.lock();
+    if (!st.ok()) {
+      closed_ = true;
+      conn_->Shutdown();
+      return;
+    }
+  }
 }
 
 struct TcpReceiver::Impl {
@@ -86,7 +161,11 @@ struct TcpReceiver::Impl {
 
   void Serve(uint64_t id, const std::shared_ptr<Connection>& conn) {
     std::shared_ptr<Session> session;
-    const Status why = ServeFrames(id, conn, &session);
+    std::thread writer;
+    bool draining = false;  // a violation queued a Reject: let the writer send it, then close
+    const Status why = ServeFrames(id, conn, &session, &writer, &draining);
+    if (session && !draining) session->Close();
+    if (writer.joinable()) writer.join();
     conn->Shutdown();
     if (session) handler->OnClose(session, why);
     std::lock_guard lock(mu);
@@ -95,14 +174,19 @@ struct TcpReceiver::Impl {
   }
 
   // Reads and dispatches frames until the connection ends; returns why it ended.
-  Status ServeFrames(uint64_t id, const std::shared_ptr<Connection>& conn, std::shared_ptr<Session>* session) {
+  Status ServeFrames(uint64_t id, const std::shared_ptr<Connection>& conn, std::shared_ptr<Session>* session,
+                     std::thread* writer, bool* draining) {
     FrameDecoder decoder;
     std::string buf(kReadBufferBytes, '\0');
     auto violation = [&](RejectReason reason, const Status& st) {
       spdlog::warn("receiver: {}{}: closing the connection: {}", conn->peer(),
                    *session ? StrCat(" (edge ", (*session)->edge(), ")") : "", std::string(st.message()));
-      const std::string reject = EncodeFrame(Reject{reason, "", 0, 0, 0, 0, std::string(st.message())});
-      (void)(*session ? (*session)->SendFrames(reject) : conn->Write(reject, opt.write_timeout));
+      if (*session) {
+        (*session)->Refuse(reason, 0, std::string(st.message()));
+        *draining = true;
+      } else {
+        (void)conn->Write(EncodeFrame(Reject{reason, "", 0, 0, 0, 0, std::string(st.message())}), opt.write_timeout);
+      }
       std::lock_guard lock(mu);
       ++stats.protocol_errors;
       return st;
@@ -145,10 +229,11 @@ struct TcpReceiver::Impl {
                                                              " not supported (this aggregator speaks ",
                                                              static_cast<int>(kProtocolVersion), ")")));
           }
-          auto s = std::make_shared<Session>(id, conn, std::move(*h), opt.write_timeout);
+          auto s = std::make_shared<Session>(id, conn, std::move(*h), opt.max_send_queue_bytes);
+          *session = s;
+          *writer = std::thread([s, timeout = opt.write_timeout] { s->WriterLoop(timeout); });
           Status st = handler->OnHello(s);
           if (!st.ok()) return violation(RejectReason::kProtocolError, st);
-          *session = std::move(s);
         } else if (!*session) {
           return violation(RejectReason::kProtocolError, absl::InvalidArgumentError("the first message must be Hello"));
         } else if (Report* r = std::get_if<Report>(&msg)) {
@@ -157,9 +242,24 @@ struct TcpReceiver::Impl {
                              absl::InvalidArgumentError(StrCat("a report from edge '", r->edge,
                                                                "' on the connection of '", (*session)->edge(), "'")));
           }
+          const uint64_t epoch = (*session)->epoch();
+          if (epoch == 0) {
+            return violation(RejectReason::kProtocolError,
+                             absl::InvalidArgumentError("a report before the session was admitted"));
+          }
+          if (r->epoch != epoch) {
+            {
+              std::lock_guard lock(mu);
+              ++stats.stale_reports;
+            }
+            (void)(*session)->Enqueue(EncodeFrame(Reject{RejectReason::kStaleEpoch, r->stream, r->run, r->seq_first,
+                                                         r->seq_last, epoch,
+                                                         StrCat("epoch ", r->epoch, " is not the session's ", epoch)}));
+            continue;
+          }
           handler->OnReport(*session, std::move(*r));
         } else if (std::holds_alternative<Heartbeat>(msg)) {
-          (void)(*session)->Send(msg);  // echo; a failed send shuts the connection, ending the next Read
+          (void)(*session)->Enqueue(EncodeFrame(msg));  // echo
         } else {
           return violation(RejectReason::kProtocolError,
                            absl::InvalidArgumentError("an edge may send only Hello, Report and Heartbeat"));
