@@ -8,7 +8,8 @@
 //    database never granted — logged as a warning) or is re-admitted (held == current). A grant first
 //    evicts every other open session of that edge id admitted with an older epoch (Reject kFenced with
 //    the new epoch, then the connection closes), then sends the Welcome with, per (stream, run) of the
-//    Hello, contiguous_through and highest_seq as stored.
+//    Hello, contiguous_through and highest_seq as stored. A held epoch after which no 64-bit epoch exists
+//    is refused with kProtocolError; a Hello whose grant transaction fails closes its connection.
 //  - reports up to the next Hello are applied in one transaction (store.h: de-duplication by
 //    (edge, stream, run, seq), fencing against the edge's current granted epoch inside the transaction,
 //    so a report of an evicted session that commits after the newer grant is refused and never stored),
