@@ -21,6 +21,7 @@ namespace vigil::aggregator {
 namespace {
 
 using nlohmann::json;
+using transport::RejectReason;
 using transport::Report;
 using transport::Session;
 
@@ -78,10 +79,10 @@ StatusOr<AggregatorConfig> ParseAggregatorConfig(std::string_view yaml, const st
 struct Aggregator::Impl final : transport::ReceiverHandler {
   struct Item {
     std::shared_ptr<Session> session;
-    std::optional<Report> report;  // nullopt: the session's Hello
+    std::optional<Report> report;  // nullopt: the session's Hello, to be granted or refused
   };
   struct StreamMetrics {
-    metrics::Counter *frames, *events, *duplicates, *stale;
+    metrics::Counter *frames, *events, *dropped, *lost, *duplicates, *stale;
     metrics::Histogram* frame_to_stored;
   };
 
@@ -101,7 +102,9 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   bool stop_storage = false;             // GUARDED_BY(mu) storage exits once the queue is empty
   bool drop_queue = false;               // GUARDED_BY(mu) storage exits at once (Kill)
   std::string storage_error;             // GUARDED_BY(mu) the last failed transaction; "" when healthy
-  std::multiset<std::string> connected;  // GUARDED_BY(mu) edges with an open session
+  // GUARDED_BY(mu) open sessions past their Hello (admitted or not yet), by edge id: the storage thread
+  // evicts the older ones when it grants a newer epoch.
+  std::multimap<std::string, std::shared_ptr<Session>> sessions;
 
   // Storage thread only.
   std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
@@ -112,6 +115,14 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "duplicate"}});
   metrics::Counter& stale_reports =
       registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "stale"}});
+  metrics::Counter& hellos_granted =
+      registry.GetCounter("vigil_aggregator_hellos_total", "Hellos by decision", {{"result", "granted"}});
+  metrics::Counter& hellos_readmitted =
+      registry.GetCounter("vigil_aggregator_hellos_total", "Hellos by decision", {{"result", "readmitted"}});
+  metrics::Counter& hellos_fenced =
+      registry.GetCounter("vigil_aggregator_hellos_total", "Hellos by decision", {{"result", "fenced"}});
+  metrics::Counter& evicted_sessions = registry.GetCounter(
+      "vigil_aggregator_evicted_sessions_total", "Sessions fenced off because their edge id was granted a newer epoch");
   metrics::Histogram& commit_seconds = registry.GetHistogram(
       "vigil_aggregator_commit_seconds", "Duration of one storage transaction", metrics::LatencyBuckets());
   metrics::Counter& storage_errors =
@@ -123,12 +134,15 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
 
   // ---- ReceiverHandler (connection threads) ----
 
+  // The Hello is decided on the storage thread, in queue order with the reports (a report queued before it
+  // is stored or refused under the epochs as they were).
   Status OnHello(const std::shared_ptr<Session>& s) override {
-    spdlog::info("aggregator: edge {} connected from {} (epoch {})", s->edge(), s->peer(), s->epoch());
+    spdlog::info("aggregator: edge {} connected from {} (holds epoch {}{})", s->edge(), s->peer(), s->hello().epoch,
+                 (s->hello().flags & transport::kHelloPromote) != 0 ? ", promote" : "");
     std::unique_lock lock(mu);
-    connected.insert(s->edge());
-    edges_connected.Set(static_cast<double>(connected.size()));
-    if (!closing) queue.push_back({s, std::nullopt});
+    sessions.emplace(s->edge(), s);
+    edges_connected.Set(static_cast<double>(sessions.size()));
+    if (!closing) queue.push_back({s, std::nullopt});  // closing: never answered; the receiver closes it
     not_empty.notify_one();
     return absl::OkStatus();
   }
@@ -144,8 +158,14 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   void OnClose(const std::shared_ptr<Session>& s, const Status& why) override {
     spdlog::info("aggregator: edge {} ({}) disconnected: {}", s->edge(), s->peer(), std::string(why.message()));
     std::lock_guard lock(mu);
-    if (auto it = connected.find(s->edge()); it != connected.end()) connected.erase(it);
-    edges_connected.Set(static_cast<double>(connected.size()));
+    auto [first, last] = sessions.equal_range(s->edge());
+    for (auto it = first; it != last; ++it) {
+      if (it->second == s) {
+        sessions.erase(it);
+        break;
+      }
+    }
+    edges_connected.Set(static_cast<double>(sessions.size()));
   }
 
   // ---- storage thread ----
@@ -157,14 +177,86 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         std::unique_lock lock(mu);
         not_empty.wait(lock, [&] { return stop_storage || !queue.empty(); });
         if (drop_queue || (stop_storage && queue.empty())) return;
-        while (!queue.empty() && batch.size() < static_cast<size_t>(cfg.batch_max)) {
+        // A Hello alone, or the reports up to the next Hello: a grant commits between the transactions
+        // of the reports queued before and after it.
+        if (!queue.front().report) {
           batch.push_back(std::move(queue.front()));
           queue.pop_front();
+        } else {
+          while (!queue.empty() && queue.front().report && batch.size() < static_cast<size_t>(cfg.batch_max)) {
+            batch.push_back(std::move(queue.front()));
+            queue.pop_front();
+          }
         }
         not_full.notify_all();
       }
-      Process(batch);
+      if (batch.front().report) {
+        ProcessReports(batch);
+      } else {
+        ProcessHello(batch.front().session);
+      }
     }
+  }
+
+  void StorageFailed(const Status& st) {
+    storage_errors.Inc();
+    std::lock_guard lock(mu);
+    storage_error = std::string(st.message());
+  }
+  void StorageHealthy() {
+    std::lock_guard lock(mu);
+    storage_error.clear();
+  }
+
+  // Grants (durably, before the Welcome) or refuses the epoch of one Hello; evicts older sessions.
+  void ProcessHello(const std::shared_ptr<Session>& s) {
+    const transport::Hello& h = s->hello();
+    StatusOr<Grant> g =
+        store->Admit(h.edge, h.epoch, (h.flags & transport::kHelloPromote) != 0, h.streams, NowNs());
+    if (!g.ok()) {
+      if (g.status().code() == absl::StatusCode::kOutOfRange) {  // an epoch no grant can follow
+        s->Refuse(RejectReason::kProtocolError, 0, StrCat("edge ", h.edge, ": ", g.status().message()));
+        return;
+      }
+      StorageFailed(g.status());
+      spdlog::error("aggregator: edge {}: cannot grant an epoch, closing its connection so it says Hello again: {}",
+                    h.edge, std::string(g.status().message()));
+      s->Close();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no hot loop against a failing disk
+      return;
+    }
+    StorageHealthy();
+    if (g->kind == Grant::kFenced) {
+      hellos_fenced.Inc();
+      spdlog::warn("aggregator: edge {} ({}): refusing held epoch {}: the current epoch is {}", h.edge, s->peer(),
+                   h.epoch, g->epoch);
+      s->Refuse(RejectReason::kFenced, g->epoch,
+                StrCat("edge ", h.edge, ": epoch ", h.epoch, " is older than ", g->epoch,
+                       ", held by a newer instance"));
+      return;
+    }
+    (g->kind == Grant::kNew ? hellos_granted : hellos_readmitted).Inc();
+    // Evict the sessions of older epochs first, so no Welcome coexists with an older admitted session.
+    std::vector<std::shared_ptr<Session>> older;
+    {
+      std::lock_guard lock(mu);
+      auto [first, last] = sessions.equal_range(h.edge);
+      for (auto it = first; it != last; ++it) {
+        const std::shared_ptr<Session>& o = it->second;
+        if (o != s && o->admitted() && o->epoch() < g->epoch) older.push_back(o);
+      }
+    }
+    for (const std::shared_ptr<Session>& o : older) {
+      evicted_sessions.Inc();
+      spdlog::warn("aggregator: edge {}: evicting the session of epoch {} ({}): epoch {} was granted to {}", h.edge,
+                   o->epoch(), o->peer(), g->epoch, s->peer());
+      o->Refuse(RejectReason::kFenced, g->epoch,
+                StrCat("edge ", h.edge, ": epoch ", o->epoch(), " was superseded by epoch ", g->epoch,
+                       ", granted to a newer instance (", s->peer(), ")"));
+    }
+    spdlog::info("aggregator: edge {} ({}): {} epoch {}", h.edge, s->peer(),
+                 g->kind == Grant::kNew ? "granted" : "re-admitted", g->epoch);
+    s->Admit(transport::Welcome{g->epoch, std::move(g->streams)});
   }
 
   StreamMetrics& MetricsFor(const Report& r) {
@@ -175,6 +267,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     StreamMetrics m{
         &registry.GetCounter("vigil_aggregator_frames_total", "New frames stored (events and progress)", l),
         &registry.GetCounter("vigil_aggregator_events_total", "Events stored", l),
+        &registry.GetCounter("vigil_aggregator_dropped_frames_total", "Frames the edge numbered but did not process", l),
+        &registry.GetCounter("vigil_aggregator_lost_frames_total", "Frames lost when an edge instance died", l),
         &registry.GetCounter("vigil_aggregator_duplicate_frames_total", "Re-sent frames ignored", l),
         &registry.GetCounter("vigil_aggregator_stale_rejected_total", "Reports refused for a stale epoch", l),
         &registry.GetHistogram("vigil_aggregator_frame_to_stored_seconds",
@@ -182,58 +276,49 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     return stream_metrics.emplace(key, m).first->second;
   }
 
-  void Process(std::vector<Item>& batch) {
+  // Stores a batch of reports (no Hello among them) in one transaction, then queues the answers: one
+  // Enqueue per session. No socket I/O here.
+  void ProcessReports(std::vector<Item>& batch) {
     const int64_t now = NowNs();
-    std::vector<const Report*> reports;
-    for (const Item& item : batch) {
-      if (item.report) {
-        reports.push_back(&*item.report);
-      } else if (Status st = store->RecordHello(item.session->edge(), item.session->epoch(), now); !st.ok()) {
-        spdlog::error("aggregator: recording the Hello of {}: {}", item.session->edge(), std::string(st.message()));
-      }
-    }
-    if (reports.empty()) return;
+    std::vector<PendingReport> reports;
+    reports.reserve(batch.size());
+    for (const Item& item : batch) reports.push_back({&*item.report, &item.session->hello().class_names});
     const auto t0 = std::chrono::steady_clock::now();
     StatusOr<std::vector<ApplyResult>> results = store->Apply(reports, now);
     commit_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (!results.ok()) {
-      storage_errors.Inc();
+      StorageFailed(results.status());
       spdlog::error("aggregator: storing {} reports failed, closing their connections so the edges re-send: {}",
                     reports.size(), std::string(results.status().message()));
-      {
-        std::lock_guard lock(mu);
-        storage_error = std::string(results.status().message());
-      }
       for (const Item& item : batch) item.session->Close();
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no hot loop against a failing disk
       return;
     }
-    {
-      std::lock_guard lock(mu);
-      storage_error.clear();
-    }
+    StorageHealthy();
     const int64_t committed = NowNs();
     std::map<Session*, std::pair<std::shared_ptr<Session>, std::string>> replies;
-    size_t i = 0;
-    for (const Item& item : batch) {
-      if (!item.report) continue;
-      const Report& r = *item.report;
-      const ApplyResult& res = (*results)[i++];
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Report& r = *batch[i].report;
+      const ApplyResult& res = (*results)[i];
       StreamMetrics& m = MetricsFor(r);
-      auto& [session, frames] = replies[item.session.get()];
-      session = item.session;
+      auto& [session, frames] = replies[batch[i].session.get()];
+      session = batch[i].session;
       if (res.kind == ApplyResult::kStale) {
         stale_reports.Inc();
         m.stale->Inc();
-        transport::AppendFrame(transport::Reject{transport::RejectReason::kStaleEpoch, r.stream, r.run, r.seq_first,
-                                                 r.seq_last, res.stream_epoch,
-                                                 StrCat("epoch ", r.epoch, " is older than ", res.stream_epoch,
-                                                        ", the newest seen for ", r.edge, "/", r.stream)},
-                               &frames);
+        transport::AppendFrame(
+            transport::Reject{RejectReason::kStaleEpoch, r.stream, r.run, r.seq_first, r.seq_last, res.edge_epoch,
+                              res.edge_epoch == 0
+                                  ? StrCat("edge ", r.edge, ": no epoch granted")
+                                  : StrCat("edge ", r.edge, ": epoch ", r.epoch, " is not the current epoch ",
+                                           res.edge_epoch, " (held by a newer instance)")},
+            &frames);
         continue;
       }
       (res.kind == ApplyResult::kStored ? stored_reports : duplicate_reports).Inc();
       m.frames->Inc(static_cast<double>(res.new_frames));
+      m.dropped->Inc(static_cast<double>(res.dropped_frames));
+      m.lost->Inc(static_cast<double>(res.lost_frames));
       m.duplicates->Inc(static_cast<double>(res.duplicate_frames));
       if (res.event_stored) m.events->Inc();
       if (res.new_frames > 0 && r.capture_ns > 0) {
@@ -242,7 +327,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       transport::AppendFrame(transport::Ack{r.stream, r.run, r.epoch, r.seq_first, r.seq_last, res.contiguous_through},
                              &frames);
     }
-    for (auto& [raw, reply] : replies) (void)reply.first->SendFrames(reply.second);  // a dead edge re-sends later
+    // A full or closed session is closed by Enqueue: its edge reconnects and re-sends.
+    for (auto& [raw, reply] : replies) (void)reply.first->Enqueue(std::move(reply.second));
   }
 
   // ---- HTTP ----
@@ -255,7 +341,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         j = {{"status", storage_error.empty() ? "ok" : "degraded"},
              {"db", store->path()},
              {"schema_version", store->schema_version()},
-             {"edges_connected", connected.size()},
+             {"edges_connected", sessions.size()},
              {"queue_depth", queue.size()}};
         if (!storage_error.empty()) j["error"] = storage_error;
       }
@@ -299,7 +385,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     json list = json::array();
     for (const StoredEvent& e : *events) {
       json dets = json::array();
-      for (const transport::ReportDetection& d : e.detections) {
+      for (const StoredDetection& d : e.detections) {
         dets.push_back(
             {{"class_id", d.class_id}, {"label", d.label}, {"score", d.score}, {"box", {d.x1, d.y1, d.x2, d.y2}}});
       }
@@ -326,10 +412,10 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   void Stats(httplib::Response& res) {
     StatusOr<StoreStats> s = store->Stats();
     if (!s.ok()) return Error(res, 500, std::string(s.status().message()));
-    std::multiset<std::string> live;
+    std::set<std::string> live;
     {
       std::lock_guard lock(mu);
-      live = connected;
+      for (const auto& [edge, session] : sessions) live.insert(edge);
     }
     json edges = json::array(), streams = json::array();
     for (const EdgeStats& e : s->edges) {
@@ -338,9 +424,12 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
                        {"connected", live.count(e.edge) > 0},
                        {"first_seen_ns", e.first_seen_ns},
                        {"last_seen_ns", e.last_seen_ns},
+                       {"granted_ns", e.granted_ns},
                        {"streams", e.streams},
                        {"frames", e.frames},
                        {"events", e.events},
+                       {"dropped", e.dropped},
+                       {"lost", e.lost},
                        {"missing", e.missing},
                        {"duplicates", e.duplicates},
                        {"stale_rejected", e.stale_rejected}});
@@ -353,6 +442,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         runs.push_back({{"run", r.run},
                         {"frames", r.frames},
                         {"events", r.events},
+                        {"dropped", r.dropped},
+                        {"lost", r.lost},
                         {"contiguous_through", r.contiguous_through},
                         {"last_seq", r.last_seq},
                         {"missing", r.missing},
@@ -363,6 +454,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
                          {"epoch", st.epoch},
                          {"frames", st.frames},
                          {"events", st.events},
+                         {"dropped", st.dropped},
+                         {"lost", st.lost},
                          {"missing", st.missing},
                          {"duplicates", st.duplicates},
                          {"stale_rejected", st.stale_rejected},

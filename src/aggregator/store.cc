@@ -7,11 +7,19 @@
 #include <mutex>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 namespace vigil::aggregator {
 namespace {
 
 using transport::Report;
 using transport::ReportKind;
+
+// The label of class `id` given the admitting Hello's class names.
+std::string LabelOf(const std::vector<std::string>* names, int64_t id) {
+  if (names != nullptr && id >= 0 && static_cast<uint64_t>(id) < names->size()) return (*names)[static_cast<size_t>(id)];
+  return StrCat("class ", id);
+}
 
 // Schema migrations: kMigrations[i] takes user_version i to i + 1. Append, never edit.
 constexpr const char* kMigrations[] = {
@@ -76,6 +84,14 @@ CREATE TABLE detections(
   x1 REAL NOT NULL, y1 REAL NOT NULL, x2 REAL NOT NULL, y2 REAL NOT NULL,  -- source pixels
   PRIMARY KEY(event_id, idx)
 ) WITHOUT ROWID;
+)sql",
+    // 2: epochs are granted by the aggregator (edges.epoch is the current granted epoch, set by
+    // Store::Admit); frames.kind also takes 3 (dropped) and 4 (lost), counted per run apart from
+    // runs.frames (which counts events and progress).
+    R"sql(
+ALTER TABLE runs ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN lost INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE edges ADD COLUMN granted_ns INTEGER NOT NULL DEFAULT 0;  -- when edges.epoch was granted
 )sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
@@ -188,13 +204,22 @@ struct Store::Impl {
 
   // Writer statements and caches (writer thread only).
   Stmt begin, commit, rollback, find_stream, insert_stream, set_epoch, add_stale, add_duplicates, insert_frame,
-      insert_event, insert_detection, upsert_run, get_contiguous, seqs_after, upsert_edge, touch_edge;
+      insert_event, insert_detection, upsert_run, get_contiguous, highest_seq, seqs_after, get_edge_epoch,
+      grant_edge, touch_edge;
   struct StreamState {
     int64_t id;
     uint64_t epoch;
   };
+  // Caches of committed rows, writer thread only; dropped whenever a transaction fails.
   std::map<std::pair<std::string, std::string>, StreamState> streams;  // (edge, stream)
   std::map<std::pair<int64_t, uint64_t>, int64_t> contiguous;          // (stream id, run) → through
+  std::map<std::string, uint64_t> edge_epochs;  // edge → current granted epoch (0: none); set after Admit commits
+
+  void DropCaches() {
+    streams.clear();
+    contiguous.clear();
+    edge_epochs.clear();
+  }
 
   mutable std::mutex read_mu;
   mutable Stmt events_query, detections_query, streams_query, runs_query, gap_query,
@@ -207,7 +232,7 @@ struct Store::Impl {
         {&commit, "COMMIT"},
         {&rollback, "ROLLBACK"},
         {&find_stream, "SELECT id, epoch FROM streams WHERE edge = ?1 AND stream = ?2"},
-        {&insert_stream, "INSERT INTO streams(edge, stream, epoch) VALUES(?1, ?2, ?3)"},
+        {&insert_stream, "INSERT INTO streams(edge, stream, epoch) VALUES(?1, ?2, 0)"},
         {&set_epoch, "UPDATE streams SET epoch = ?2 WHERE id = ?1"},
         {&add_stale, "UPDATE streams SET stale_rejected = stale_rejected + 1 WHERE id = ?1"},
         {&add_duplicates, "UPDATE streams SET duplicates = duplicates + ?2 WHERE id = ?1"},
@@ -220,15 +245,19 @@ struct Store::Impl {
          "INSERT INTO detections(event_id, idx, class_id, label, score, x1, y1, x2, y2) "
          "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
         {&upsert_run,
-         "INSERT INTO runs(stream_id, run, frames, events, contiguous_through, first_stored_ns, last_stored_ns) "
-         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT(stream_id, run) DO UPDATE SET "
+         "INSERT INTO runs(stream_id, run, frames, events, contiguous_through, first_stored_ns, last_stored_ns, "
+         "dropped, lost) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8) ON CONFLICT(stream_id, run) DO UPDATE SET "
          "frames = frames + excluded.frames, events = events + excluded.events, "
+         "dropped = dropped + excluded.dropped, lost = lost + excluded.lost, "
          "contiguous_through = excluded.contiguous_through, last_stored_ns = excluded.last_stored_ns"},
         {&get_contiguous, "SELECT contiguous_through FROM runs WHERE stream_id = ?1 AND run = ?2"},
+        {&highest_seq, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 ORDER BY seq DESC LIMIT 1"},
         {&seqs_after, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 AND seq > ?3 ORDER BY seq"},
-        {&upsert_edge,
-         "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns) VALUES(?1, ?2, ?3, ?3) "
-         "ON CONFLICT(edge) DO UPDATE SET epoch = excluded.epoch, last_seen_ns = excluded.last_seen_ns"},
+        {&get_edge_epoch, "SELECT epoch FROM edges WHERE edge = ?1"},
+        {&grant_edge,
+         "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns, granted_ns) VALUES(?1, ?2, ?3, ?3, ?3) "
+         "ON CONFLICT(edge) DO UPDATE SET epoch = excluded.epoch, last_seen_ns = excluded.last_seen_ns, "
+         "granted_ns = excluded.granted_ns"},
         {&touch_edge, "UPDATE edges SET last_seen_ns = ?2 WHERE edge = ?1"},
     };
     for (const auto& [stmt, sql] : writer) {
@@ -245,9 +274,10 @@ struct Store::Impl {
          "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx"},
         {&streams_query,
          "SELECT id, edge, stream, epoch, duplicates, stale_rejected FROM streams ORDER BY edge, stream"},
-        {&runs_query, "SELECT run, frames, events, contiguous_through FROM runs WHERE stream_id = ?1"},
+        {&runs_query,
+         "SELECT run, frames, events, contiguous_through, dropped, lost FROM runs WHERE stream_id = ?1"},
         {&gap_query, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 AND seq > ?3 ORDER BY seq"},
-        {&edges_query, "SELECT edge, epoch, first_seen_ns, last_seen_ns FROM edges ORDER BY edge"},
+        {&edges_query, "SELECT edge, epoch, first_seen_ns, last_seen_ns, granted_ns FROM edges ORDER BY edge"},
     };
     for (const auto& [stmt, sql] : reader) {
       VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(r, sql));
@@ -265,8 +295,8 @@ struct Store::Impl {
       st = {find_stream.Int(0), find_stream.U64(1)};
       find_stream.Reset();
     } else {
-      VIGIL_RETURN_IF_ERROR(insert_stream.Bind(r.edge, r.stream, r.epoch).Run());
-      st = {sqlite3_last_insert_rowid(wdb.get()), r.epoch};
+      VIGIL_RETURN_IF_ERROR(insert_stream.Bind(r.edge, r.stream).Run());
+      st = {sqlite3_last_insert_rowid(wdb.get()), 0};
     }
     return &streams.emplace(key, st).first->second;
   }
@@ -281,24 +311,38 @@ struct Store::Impl {
     return &contiguous.emplace(key, v).first->second;
   }
 
-  StatusOr<ApplyResult> ApplyOne(const Report& r, int64_t now_ns) {
+  // The current granted epoch of `edge` (0: never granted), from the cache or the committed row.
+  StatusOr<uint64_t> EdgeEpoch(const std::string& edge) {
+    if (auto it = edge_epochs.find(edge); it != edge_epochs.end()) return it->second;
+    VIGIL_ASSIGN_OR_RETURN(bool found, get_edge_epoch.Bind(edge).Step());
+    const uint64_t epoch = found ? get_edge_epoch.U64(0) : 0;
+    get_edge_epoch.Reset();
+    edge_epochs.emplace(edge, epoch);
+    return epoch;
+  }
+
+  StatusOr<ApplyResult> ApplyOne(const PendingReport& p, int64_t now_ns) {
+    const Report& r = *p.report;
     ApplyResult res;
     VIGIL_ASSIGN_OR_RETURN(StreamState * st, StreamFor(r));
-    if (r.epoch < st->epoch) {
+    // Fencing inside the transaction: only the edge's current granted epoch may store.
+    VIGIL_ASSIGN_OR_RETURN(res.edge_epoch, EdgeEpoch(r.edge));
+    if (res.edge_epoch == 0 || r.epoch != res.edge_epoch) {
       VIGIL_RETURN_IF_ERROR(add_stale.Bind(st->id).Run());
       res.kind = ApplyResult::kStale;
-      res.stream_epoch = st->epoch;
       return res;
     }
     if (r.epoch > st->epoch) {
       VIGIL_RETURN_IF_ERROR(set_epoch.Bind(st->id, r.epoch).Run());
       st->epoch = r.epoch;
     }
-    res.stream_epoch = st->epoch;
+    uint64_t* counter = r.kind == ReportKind::kDropped ? &res.dropped_frames
+                        : r.kind == ReportKind::kLost  ? &res.lost_frames
+                                                       : &res.new_frames;
     for (uint64_t seq = r.seq_first; seq <= r.seq_last; ++seq) {
       VIGIL_RETURN_IF_ERROR(insert_frame.Bind(st->id, r.run, seq, static_cast<int>(r.kind), r.epoch, now_ns).Run());
       if (sqlite3_changes(wdb.get()) > 0)
-        ++res.new_frames;
+        ++*counter;
       else
         ++res.duplicate_frames;
     }
@@ -310,16 +354,17 @@ struct Store::Impl {
       const int64_t event_id = sqlite3_last_insert_rowid(wdb.get());
       for (size_t i = 0; i < r.detections.size(); ++i) {
         const transport::ReportDetection& d = r.detections[i];
-        VIGIL_RETURN_IF_ERROR(
-            insert_detection
-                .Bind(event_id, static_cast<int64_t>(i), d.class_id, d.label, d.score, d.x1, d.y1, d.x2, d.y2)
-                .Run());
+        const auto class_id = static_cast<int64_t>(d.class_id);  // ValidateReport: an integer in [0, 2^24)
+        VIGIL_RETURN_IF_ERROR(insert_detection
+                                  .Bind(event_id, static_cast<int64_t>(i), class_id, LabelOf(p.class_names, class_id),
+                                        d.score, d.x1, d.y1, d.x2, d.y2)
+                                  .Run());
       }
       res.event_stored = true;
     }
     if (res.duplicate_frames > 0) VIGIL_RETURN_IF_ERROR(add_duplicates.Bind(st->id, res.duplicate_frames).Run());
     VIGIL_ASSIGN_OR_RETURN(int64_t * through, ContiguousFor(st->id, r.run));
-    if (res.new_frames > 0) {
+    if (res.new_frames + res.dropped_frames + res.lost_frames > 0) {
       // New frames can extend the contiguous prefix only if they cover its next seq; then the
       // prefix runs on through frames stored earlier above them.
       const uint64_t next = static_cast<uint64_t>(*through + 1);
@@ -334,8 +379,10 @@ struct Store::Impl {
         seqs_after.Reset();
         *through = c;
       }
-      VIGIL_RETURN_IF_ERROR(
-          upsert_run.Bind(st->id, r.run, res.new_frames, res.event_stored ? 1 : 0, *through, now_ns).Run());
+      VIGIL_RETURN_IF_ERROR(upsert_run
+                                .Bind(st->id, r.run, res.new_frames, res.event_stored ? 1 : 0, *through, now_ns,
+                                      res.dropped_frames, res.lost_frames)
+                                .Run());
     } else {
       res.kind = ApplyResult::kDuplicate;
     }
@@ -382,35 +429,93 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptio
   return std::unique_ptr<Store>(new Store(path, std::move(impl)));
 }
 
-Status Store::RecordHello(const std::string& edge, uint64_t epoch, int64_t now_ns) {
-  return impl_->upsert_edge.Bind(edge, epoch, now_ns).Run();
+StatusOr<Grant> Store::Admit(const std::string& edge, uint64_t held_epoch, bool promote,
+                             std::span<const transport::HelloStream> streams, int64_t now_ns) {
+  Impl& d = *impl_;
+  VIGIL_RETURN_IF_ERROR(d.begin.Run());
+  Grant g;
+  auto body = [&]() -> Status {
+    // Read the committed value, not the cache: this is the authority's decision.
+    VIGIL_ASSIGN_OR_RETURN(bool found, d.get_edge_epoch.Bind(edge).Step());
+    g.previous_epoch = found ? d.get_edge_epoch.U64(0) : 0;
+    d.get_edge_epoch.Reset();
+    const uint64_t current = g.previous_epoch;
+    if (held_epoch == 0 || promote || held_epoch > current) {
+      const uint64_t base = std::max(held_epoch, current);
+      if (base == std::numeric_limits<uint64_t>::max()) {
+        return absl::OutOfRangeError(StrCat("epoch ", base, " leaves no larger 64-bit epoch to grant"));
+      }
+      g.kind = Grant::kNew;
+      g.epoch = base + 1;
+      g.held_unknown = held_epoch > current;
+      VIGIL_RETURN_IF_ERROR(d.grant_edge.Bind(edge, g.epoch, now_ns).Run());
+    } else if (held_epoch == current) {
+      g.kind = Grant::kReadmitted;
+      g.epoch = current;
+      VIGIL_RETURN_IF_ERROR(d.touch_edge.Bind(edge, now_ns).Run());
+    } else {
+      g.kind = Grant::kFenced;
+      g.epoch = current;
+      return absl::OkStatus();
+    }
+    g.streams.reserve(streams.size());
+    for (const transport::HelloStream& hs : streams) {
+      transport::WelcomeStream& ws = g.streams.emplace_back();
+      ws.stream = hs.stream;
+      ws.run = hs.run;
+      VIGIL_ASSIGN_OR_RETURN(bool known, d.find_stream.Bind(edge, hs.stream).Step());
+      if (!known) continue;
+      const int64_t stream_id = d.find_stream.Int(0);
+      d.find_stream.Reset();
+      VIGIL_ASSIGN_OR_RETURN(bool has_run, d.get_contiguous.Bind(stream_id, hs.run).Step());
+      if (has_run) ws.contiguous_through = d.get_contiguous.Int(0);
+      d.get_contiguous.Reset();
+      VIGIL_ASSIGN_OR_RETURN(bool has_seq, d.highest_seq.Bind(stream_id, hs.run).Step());
+      if (has_seq) ws.highest_seq = d.highest_seq.Int(0);
+      d.highest_seq.Reset();
+    }
+    return absl::OkStatus();
+  };
+  Status st = body();
+  if (st.ok()) st = d.commit.Run();
+  if (!st.ok()) {
+    (void)d.rollback.Run();
+    d.DropCaches();
+    return Annotate(st, StrCat("admit edge ", edge, " (held epoch ", held_epoch, ")"));
+  }
+  d.edge_epochs[edge] = g.kind == Grant::kFenced ? g.previous_epoch : g.epoch;
+  if (g.held_unknown) {
+    spdlog::warn("store {}: edge {} holds epoch {}, which this store never granted (its newest was {}): granted {}",
+                 path_, edge, held_epoch, g.previous_epoch, g.epoch);
+  }
+  return g;
 }
 
-StatusOr<std::vector<ApplyResult>> Store::Apply(const std::vector<const Report*>& batch, int64_t now_ns) {
+StatusOr<std::vector<ApplyResult>> Store::Apply(std::span<const PendingReport> batch, int64_t now_ns) {
   Impl& d = *impl_;
   VIGIL_RETURN_IF_ERROR(d.begin.Run());
   std::vector<ApplyResult> results;
   results.reserve(batch.size());
   Status st;
   std::vector<const std::string*> edges;  // distinct senders of the batch: their last_seen_ns moves
-  for (const Report* r : batch) {
-    StatusOr<ApplyResult> res = d.ApplyOne(*r, now_ns);
+  for (const PendingReport& p : batch) {
+    StatusOr<ApplyResult> res = d.ApplyOne(p, now_ns);
     if (!res.ok()) {
       st = res.status();
       break;
     }
     results.push_back(*res);
-    if (std::none_of(edges.begin(), edges.end(), [&](const std::string* e) { return *e == r->edge; })) {
-      edges.push_back(&r->edge);
+    const std::string& edge = p.report->edge;
+    if (std::none_of(edges.begin(), edges.end(), [&](const std::string* e) { return *e == edge; })) {
+      edges.push_back(&edge);
     }
   }
   for (size_t i = 0; st.ok() && i < edges.size(); ++i) st = d.touch_edge.Bind(*edges[i], now_ns).Run();
   if (st.ok()) st = d.commit.Run();
   if (!st.ok()) {
     (void)d.rollback.Run();
-    d.streams.clear();  // the caches may hold rolled-back rows
-    d.contiguous.clear();
-    return st;
+    d.DropCaches();  // the caches may hold rolled-back rows
+    return Annotate(st, StrCat("store a batch of ", batch.size(), " reports"));
   }
   return results;
 }
@@ -446,9 +551,9 @@ StatusOr<std::vector<StoredEvent>> Store::Events(const EventQuery& q) const {
     for (;;) {
       VIGIL_ASSIGN_OR_RETURN(bool row, det.Step());
       if (!row) break;
-      ev.detections.push_back({static_cast<int32_t>(det.Int(0)), static_cast<float>(det.Real(2)),
+      ev.detections.push_back({static_cast<int32_t>(det.Int(0)), det.Text(1), static_cast<float>(det.Real(2)),
                                static_cast<float>(det.Real(3)), static_cast<float>(det.Real(4)),
-                               static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6)), det.Text(1)});
+                               static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6))});
     }
   }
   return out;
@@ -485,6 +590,8 @@ StatusOr<StoreStats> Store::Stats(size_t max_gaps_per_run) const {
         r.frames = d.runs_query.U64(1);
         r.events = d.runs_query.U64(2);
         r.contiguous_through = d.runs_query.Int(3);
+        r.dropped = d.runs_query.U64(4);
+        r.lost = d.runs_query.U64(5);
       }
       std::sort(s.runs.begin(), s.runs.end(), [](const RunStats& a, const RunStats& b) { return a.run < b.run; });
       for (RunStats& r : s.runs) {
@@ -505,6 +612,8 @@ StatusOr<StoreStats> Store::Stats(size_t max_gaps_per_run) const {
         }
         s.frames += r.frames;
         s.events += r.events;
+        s.dropped += r.dropped;
+        s.lost += r.lost;
         s.missing += r.missing;
       }
     }
@@ -517,12 +626,15 @@ StatusOr<StoreStats> Store::Stats(size_t max_gaps_per_run) const {
       e.epoch = d.edges_query.U64(1);
       e.first_seen_ns = d.edges_query.Int(2);
       e.last_seen_ns = d.edges_query.Int(3);
+      e.granted_ns = d.edges_query.Int(4);
     }
     for (const StreamStats& s : out.streams) {
       EdgeStats& e = edges[s.edge];
       ++e.streams;
       e.frames += s.frames;
       e.events += s.events;
+      e.dropped += s.dropped;
+      e.lost += s.lost;
       e.duplicates += s.duplicates;
       e.stale_rejected += s.stale_rejected;
       e.missing += s.missing;

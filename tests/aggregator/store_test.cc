@@ -6,13 +6,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 namespace vigil::aggregator {
 namespace {
 
+using transport::HelloStream;
 using transport::Report;
 using transport::ReportKind;
+using transport::WelcomeStream;
 
 class StoreTest : public ::testing::Test {
  protected:
@@ -60,16 +63,35 @@ class StoreTest : public ::testing::Test {
     r.capture_ns = capture_ns;
     r.width = 768;
     r.height = 576;
-    r.detections = {{0, 0.91f, 10.5f, 20, 110, 220, "person"}, {16, 0.5f, 1, 2, 3, 4, "dog"}};
+    r.detections = {{10.5f, 20, 110, 220, 0.91f, 0}, {1, 2, 3, 4, 0.5f, 16}};
+    return r;
+  }
+  static Report Marks(ReportKind kind, uint64_t first, uint64_t last, uint64_t epoch = 1) {
+    Report r = Progress(first, last, epoch);
+    r.kind = kind;
+    r.rule = kind == ReportKind::kLost ? "lost_on_restart" : "queue_full";
     return r;
   }
 
-  std::vector<ApplyResult> Apply(Store& s, const std::vector<Report>& reports) {
-    std::vector<const Report*> ptrs;
-    for (const Report& r : reports) ptrs.push_back(&r);
-    StatusOr<std::vector<ApplyResult>> res = s.Apply(ptrs, 1000);
+  // COCO's first classes up to "dog" (16).
+  const std::vector<std::string> kNames = {"person", "bicycle", "car", "motorcycle", "airplane", "bus",
+                                           "train", "truck", "boat", "traffic light", "fire hydrant",
+                                           "stop sign", "parking meter", "bench", "bird", "cat", "dog"};
+
+  std::vector<ApplyResult> Apply(Store& s, const std::vector<Report>& reports, int64_t now_ns = 1000) {
+    std::vector<PendingReport> batch;
+    for (const Report& r : reports) batch.push_back({&r, &kNames});
+    StatusOr<std::vector<ApplyResult>> res = s.Apply(batch, now_ns);
     EXPECT_TRUE(res.ok()) << res.status();
     return res.ok() ? *res : std::vector<ApplyResult>{};
+  }
+
+  // Admit and expect success.
+  Grant Admit(Store& s, uint64_t held, bool promote = false, const std::string& edge = "edge-1",
+              const std::vector<HelloStream>& streams = {}, int64_t now_ns = 500) {
+    StatusOr<Grant> g = s.Admit(edge, held, promote, streams, now_ns);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? *g : Grant{};
   }
 
   std::filesystem::path dir_;
@@ -104,7 +126,7 @@ TEST_F(StoreTest, RefusesANewerSchemaAndNonDatabases) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(std::string(s.status().message()),
-            StrCat("sqlite ", path_, ": schema version 99 is newer than this vigil supports (1)"));
+            StrCat("sqlite ", path_, ": schema version 99 is newer than this vigil supports (2)"));
 
   const std::string junk = (dir_ / "junk.db").string();
   std::ofstream(junk) << std::string(4096, 'x');
@@ -117,6 +139,7 @@ TEST_F(StoreTest, RefusesANewerSchemaAndNonDatabases) {
 TEST_F(StoreTest, AReSentReportIsStoredOnce) {
   auto s = Open();
   ASSERT_TRUE(s);
+  ASSERT_EQ(Admit(*s, 0).epoch, 1u);
   std::vector<ApplyResult> r = Apply(*s, {Event(0, 5), Progress(1, 4)});
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0].kind, ApplyResult::kStored);
@@ -151,6 +174,7 @@ TEST_F(StoreTest, AReSentReportIsStoredOnce) {
 TEST_F(StoreTest, ContiguousPrefixAndGapsFollowOutOfOrderArrival) {
   auto s = Open();
   ASSERT_TRUE(s);
+  ASSERT_EQ(Admit(*s, 0).epoch, 1u);
   EXPECT_EQ(Apply(*s, {Progress(5, 9)})[0].contiguous_through, -1);
   EXPECT_EQ(Apply(*s, {Progress(12, 12), Progress(15, 20)})[1].contiguous_through, -1);
   StatusOr<StoreStats> st = s->Stats();
@@ -180,37 +204,261 @@ TEST_F(StoreTest, ContiguousPrefixAndGapsFollowOutOfOrderArrival) {
   EXPECT_EQ(Query("SELECT contiguous_through FROM runs"), 21);
 }
 
-TEST_F(StoreTest, StaleEpochsAreRefusedAcrossRestarts) {
+TEST_F(StoreTest, GrantsNewEpochsReadmitsAndFences) {
   auto s = Open();
   ASSERT_TRUE(s);
-  Apply(*s, {Progress(0, 9, /*epoch=*/5)});
-  std::vector<ApplyResult> r = Apply(*s, {Progress(10, 19, 4), Progress(10, 19, 6)});
-  EXPECT_EQ(r[0].kind, ApplyResult::kStale);
-  EXPECT_EQ(r[0].stream_epoch, 5u);
-  EXPECT_EQ(r[1].kind, ApplyResult::kStored);
-  EXPECT_EQ(r[1].stream_epoch, 6u);
+  // A new instance (held 0) gets 1, 2, 3 …: strictly larger than any granted to the edge id.
+  Grant g = Admit(*s, 0);
+  EXPECT_EQ(g.kind, Grant::kNew);
+  EXPECT_EQ(g.epoch, 1u);
+  EXPECT_EQ(g.previous_epoch, 0u);
+  EXPECT_FALSE(g.held_unknown);
+  EXPECT_EQ(Admit(*s, 0).epoch, 2u);
+  g = Admit(*s, 0);
+  EXPECT_EQ(g.kind, Grant::kNew);
+  EXPECT_EQ(g.epoch, 3u);
+  EXPECT_EQ(g.previous_epoch, 2u);
+  EXPECT_EQ(Query("SELECT epoch FROM edges WHERE edge = 'edge-1'"), 3);
+  // The holder of the current epoch reconnects: re-admitted with it.
+  g = Admit(*s, 3);
+  EXPECT_EQ(g.kind, Grant::kReadmitted);
+  EXPECT_EQ(g.epoch, 3u);
+  // An older epoch is fenced, and nothing changes.
+  g = Admit(*s, 2);
+  EXPECT_EQ(g.kind, Grant::kFenced);
+  EXPECT_EQ(g.epoch, 3u);
+  EXPECT_TRUE(g.streams.empty());
+  EXPECT_EQ(Query("SELECT epoch FROM edges WHERE edge = 'edge-1'"), 3);
+  // A standby taking over (promote) gets a new epoch whatever it holds.
+  g = Admit(*s, 3, /*promote=*/true);
+  EXPECT_EQ(g.kind, Grant::kNew);
+  EXPECT_EQ(g.epoch, 4u);
+  g = Admit(*s, 1, /*promote=*/true);
+  EXPECT_EQ(g.kind, Grant::kNew);
+  EXPECT_EQ(g.epoch, 5u);
+  // Epochs are per edge id.
+  EXPECT_EQ(Admit(*s, 0, false, "edge-2").epoch, 1u);
+  EXPECT_EQ(Admit(*s, 4).kind, Grant::kFenced);
+}
+
+TEST_F(StoreTest, AHeldEpochTheStoreNeverGrantedIsSucceeded) {
+  auto s = Open();
+  ASSERT_TRUE(s);
+  // E.g. the database was replaced: the edge holds 7, this store granted nothing.
+  Grant g = Admit(*s, 7);
+  EXPECT_EQ(g.kind, Grant::kNew);
+  EXPECT_EQ(g.epoch, 8u);
+  EXPECT_TRUE(g.held_unknown);
+  EXPECT_EQ(Admit(*s, 5).kind, Grant::kFenced);
+  g = Admit(*s, 10);  // above the current 8
+  EXPECT_EQ(g.kind, Grant::kNew);
+  EXPECT_EQ(g.epoch, 11u);
+  EXPECT_TRUE(g.held_unknown);
+  EXPECT_EQ(Admit(*s, 11).kind, Grant::kReadmitted);
+  // No epoch follows 2^64 - 1: refused, nothing granted.
+  StatusOr<Grant> none = s->Admit("edge-1", std::numeric_limits<uint64_t>::max(), false, {}, 600);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(Admit(*s, 11).kind, Grant::kReadmitted);
+}
+
+TEST_F(StoreTest, GrantedEpochsAreDurableAcrossReopen) {
+  auto s = Open();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(Admit(*s, 0).epoch, 1u);
+  EXPECT_EQ(Admit(*s, 0).epoch, 2u);
   s.reset();
   s = Open();
-  r = Apply(*s, {Progress(20, 29, 5), Progress(0, 0, 1, "cam1")});  // fencing is per (edge, stream)
+  ASSERT_TRUE(s);
+  EXPECT_EQ(Admit(*s, 1).kind, Grant::kFenced);
+  EXPECT_EQ(Admit(*s, 2).kind, Grant::kReadmitted);
+  EXPECT_EQ(Admit(*s, 0).epoch, 3u);  // never 1 or 2 again
+  // Reports are fenced by the durable value too.
+  s.reset();
+  s = Open();
+  std::vector<ApplyResult> r = Apply(*s, {Progress(0, 0, 2), Progress(0, 0, 3)});
   EXPECT_EQ(r[0].kind, ApplyResult::kStale);
-  EXPECT_EQ(r[0].stream_epoch, 6u);
+  EXPECT_EQ(r[0].edge_epoch, 3u);
   EXPECT_EQ(r[1].kind, ApplyResult::kStored);
   StatusOr<StoreStats> st = s->Stats();
   ASSERT_TRUE(st.ok());
-  ASSERT_EQ(st->streams.size(), 2u);
-  EXPECT_EQ(st->streams[0].stale_rejected, 2u);
-  EXPECT_EQ(st->streams[0].frames, 20u);
-  EXPECT_EQ(st->streams[0].epoch, 6u);
   ASSERT_EQ(st->edges.size(), 1u);
-  EXPECT_EQ(st->edges[0].streams, 2u);
-  EXPECT_EQ(st->edges[0].frames, 21u);
-  EXPECT_EQ(st->edges[0].stale_rejected, 2u);
+  EXPECT_EQ(st->edges[0].epoch, 3u);
+  EXPECT_EQ(st->edges[0].granted_ns, 500);
+}
+
+TEST_F(StoreTest, WelcomeSaysWhatIsStoredOfEachResumedRun) {
+  auto s = Open();
+  ASSERT_TRUE(s);
+  Admit(*s, 0);
+  Report other_run = Progress(0, 2);
+  other_run.run = 2;
+  Apply(*s, {Progress(0, 4), Progress(7, 9), other_run});  // run 1: 0..4, gap 5..6, 7..9
+  const std::vector<HelloStream> resumed = {{"cam0", 1}, {"cam0", 2}, {"cam0", 3}, {"cam7", 1}};
+  Grant g = Admit(*s, 1, false, "edge-1", resumed);
+  EXPECT_EQ(g.kind, Grant::kReadmitted);
+  EXPECT_EQ(g.streams, (std::vector<WelcomeStream>{{"cam0", 1, 4, 9}, {"cam0", 2, 2, 2}, {"cam0", 3, -1, -1},
+                                                   {"cam7", 1, -1, -1}}));
+  g = Admit(*s, 0, false, "edge-1", resumed);  // a new instance is told the same
+  EXPECT_EQ(g.kind, Grant::kNew);
+  EXPECT_EQ(g.streams[0], (WelcomeStream{"cam0", 1, 4, 9}));
+  EXPECT_TRUE(Admit(*s, 1, false, "edge-1", resumed).streams.empty());  // fenced: nothing
+  // Another edge's streams of the same name are its own.
+  EXPECT_EQ(Admit(*s, 0, false, "edge-2", resumed).streams[0], (WelcomeStream{"cam0", 1, -1, -1}));
+}
+
+TEST_F(StoreTest, AnOldSessionsReportCommittedAfterANewerGrantIsStale) {
+  auto s = Open();
+  ASSERT_TRUE(s);
+  ASSERT_EQ(Admit(*s, 0).epoch, 1u);
+  Apply(*s, {Progress(0, 4, 1)});
+  // A new instance is granted 2 while a report of the epoch-1 session is still queued: it commits later.
+  ASSERT_EQ(Admit(*s, 0).epoch, 2u);
+  std::vector<ApplyResult> r = Apply(*s, {Progress(5, 9, 1), Event(10, 5, 1), Progress(5, 6, 2)});
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].kind, ApplyResult::kStale);
+  EXPECT_EQ(r[0].edge_epoch, 2u);
+  EXPECT_EQ(r[0].new_frames, 0u);
+  EXPECT_EQ(r[1].kind, ApplyResult::kStale);
+  EXPECT_FALSE(r[1].event_stored);
+  EXPECT_EQ(r[2].kind, ApplyResult::kStored);
+  EXPECT_EQ(r[2].contiguous_through, 6);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 7);  // 0..4 (epoch 1), 5..6 (epoch 2); nothing of 7..10
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames WHERE seq >= 7"), 0);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM events"), 0);
+  EXPECT_EQ(Query("SELECT epoch FROM frames WHERE seq = 5"), 2);
+  // A later epoch than granted is stale too (only the current one stores), and an edge never admitted
+  // has no epoch at all.
+  Report stranger = Progress(0, 0, 1);
+  stranger.edge = "edge-9";
+  r = Apply(*s, {Progress(11, 11, 3), stranger});
+  EXPECT_EQ(r[0].kind, ApplyResult::kStale);
+  EXPECT_EQ(r[0].edge_epoch, 2u);
+  EXPECT_EQ(r[1].kind, ApplyResult::kStale);
+  EXPECT_EQ(r[1].edge_epoch, 0u);
+  StatusOr<StoreStats> st = s->Stats();
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->streams.size(), 2u);
+  EXPECT_EQ(st->streams[0].stale_rejected, 3u);
+  EXPECT_EQ(st->streams[0].frames, 7u);
+  EXPECT_EQ(st->streams[0].epoch, 2u);
+  EXPECT_EQ(st->edges[0].stale_rejected, 3u);
+  EXPECT_EQ(st->edges[1].edge, "edge-9");  // seen only through its stale report
+  EXPECT_EQ(st->edges[1].epoch, 0u);
+  EXPECT_EQ(st->edges[1].stale_rejected, 1u);
+  EXPECT_EQ(st->edges[1].frames, 0u);
+}
+
+TEST_F(StoreTest, DroppedAndLostFramesAreAccountedNotMissing) {
+  auto s = Open();
+  ASSERT_TRUE(s);
+  Admit(*s, 0);
+  std::vector<ApplyResult> r = Apply(*s, {Progress(0, 3), Marks(ReportKind::kDropped, 4, 6), Progress(7, 9),
+                                          Marks(ReportKind::kLost, 12, 14)});
+  EXPECT_EQ(r[1].kind, ApplyResult::kStored);
+  EXPECT_EQ(r[1].dropped_frames, 3u);
+  EXPECT_EQ(r[1].new_frames, 0u);
+  EXPECT_EQ(r[1].contiguous_through, 6);  // the cursor moves over dropped frames
+  EXPECT_EQ(r[2].contiguous_through, 9);
+  EXPECT_EQ(r[3].lost_frames, 3u);
+  EXPECT_EQ(r[3].contiguous_through, 9);
+  StatusOr<StoreStats> st = s->Stats();
+  ASSERT_TRUE(st.ok());
+  const RunStats& run = st->streams[0].runs[0];
+  EXPECT_EQ(run.frames, 7u);
+  EXPECT_EQ(run.dropped, 3u);
+  EXPECT_EQ(run.lost, 3u);
+  EXPECT_EQ(run.last_seq, 14u);
+  EXPECT_EQ(run.gaps, (std::vector<SeqRange>{{10, 11}}));  // only 10..11 have no row
+  EXPECT_EQ(run.missing, 2u);
+
+  // 10..11 are lost too; a re-sent mark counts once.
+  r = Apply(*s, {Marks(ReportKind::kLost, 10, 11), Marks(ReportKind::kDropped, 4, 6), Marks(ReportKind::kLost, 12, 12)});
+  EXPECT_EQ(r[0].lost_frames, 2u);
+  EXPECT_EQ(r[0].contiguous_through, 14);
+  EXPECT_EQ(r[1].kind, ApplyResult::kDuplicate);
+  EXPECT_EQ(r[1].dropped_frames, 0u);
+  EXPECT_EQ(r[1].duplicate_frames, 3u);
+  EXPECT_EQ(r[2].kind, ApplyResult::kDuplicate);
+  st = s->Stats();
+  ASSERT_TRUE(st.ok());
+  const RunStats& after = st->streams[0].runs[0];
+  EXPECT_EQ(after.dropped, 3u);
+  EXPECT_EQ(after.lost, 5u);
+  EXPECT_EQ(after.contiguous_through, 14);
+  EXPECT_TRUE(after.gaps.empty());
+  EXPECT_EQ(after.missing, 0u);
+  EXPECT_EQ(st->streams[0].dropped, 3u);
+  EXPECT_EQ(st->streams[0].lost, 5u);
+  EXPECT_EQ(st->streams[0].missing, 0u);
+  EXPECT_EQ(st->edges[0].dropped, 3u);
+  EXPECT_EQ(st->edges[0].lost, 5u);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames WHERE kind = 3"), 3);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames WHERE kind = 4"), 5);
+  EXPECT_EQ(Query("SELECT dropped FROM runs"), 3);
+  EXPECT_EQ(Query("SELECT lost FROM runs"), 5);
+  // The Welcome counts them as stored.
+  EXPECT_EQ(Admit(*s, 1, false, "edge-1", {{"cam0", 1}}).streams[0], (WelcomeStream{"cam0", 1, 14, 14}));
+}
+
+TEST_F(StoreTest, LabelsComeFromTheAdmittingHellosClassNames) {
+  auto s = Open();
+  ASSERT_TRUE(s);
+  Admit(*s, 0);
+  Report e = Event(0, 100);
+  e.detections = {{1, 2, 3, 4, 0.9f, 0}, {1, 2, 3, 4, 0.8f, 16}, {1, 2, 3, 4, 0.7f, 17}, {1, 2, 3, 4, 0.6f, 70000}};
+  Report no_names = Event(1, 200);
+  no_names.detections = {{1, 2, 3, 4, 0.5f, 2}};
+  const std::vector<std::string> short_list = {"person"};
+  const std::vector<PendingReport> batch = {{&e, &kNames}, {&no_names, nullptr}};
+  ASSERT_TRUE(s->Apply(batch, 1000).ok());
+  Report e2 = Event(2, 300);
+  ASSERT_TRUE(s->Apply(std::vector<PendingReport>{{&e2, &short_list}}, 1000).ok());
+  StatusOr<std::vector<StoredEvent>> ev = s->Events({});
+  ASSERT_TRUE(ev.ok()) << ev.status();
+  ASSERT_EQ(ev->size(), 3u);
+  ASSERT_EQ((*ev)[0].detections.size(), 4u);
+  EXPECT_EQ((*ev)[0].detections[0].label, "person");
+  EXPECT_EQ((*ev)[0].detections[1].label, "dog");
+  EXPECT_EQ((*ev)[0].detections[2].label, "class 17");
+  EXPECT_EQ((*ev)[0].detections[3].label, "class 70000");
+  EXPECT_EQ((*ev)[0].detections[3].class_id, 70000);
+  EXPECT_EQ((*ev)[1].detections[0].label, "class 2");
+  EXPECT_EQ((*ev)[2].detections[0].label, "person");
+  EXPECT_EQ((*ev)[2].detections[1].label, "class 16");
+}
+
+TEST_F(StoreTest, MigratesASchema1Database) {
+  // A version-1 database written before epochs were granted: edges.epoch was the edge's own claim.
+  {
+    auto s = Open();
+    ASSERT_TRUE(s);
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  // Emulate version 1: drop what migration 2 added.
+  ASSERT_EQ(sqlite3_exec(db,
+                         "ALTER TABLE runs DROP COLUMN dropped; ALTER TABLE runs DROP COLUMN lost; "
+                         "ALTER TABLE edges DROP COLUMN granted_ns; PRAGMA user_version=1; "
+                         "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns) VALUES('edge-1', 6, 1, 2);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto s = Open();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(Query("PRAGMA user_version"), 2);
+  EXPECT_EQ(Admit(*s, 5).kind, Grant::kFenced);
+  EXPECT_EQ(Admit(*s, 6).kind, Grant::kReadmitted);
+  EXPECT_EQ(Admit(*s, 0).epoch, 7u);
+  EXPECT_EQ(Apply(*s, {Marks(ReportKind::kDropped, 0, 1, 7)})[0].dropped_frames, 2u);
+  EXPECT_EQ(Query("SELECT dropped FROM runs"), 2);
 }
 
 TEST_F(StoreTest, EventsQueryFiltersAndReturnsDetections) {
   auto s = Open();
   ASSERT_TRUE(s);
-  ASSERT_TRUE(s->RecordHello("edge-1", 1, 500).ok());
+  ASSERT_EQ(Admit(*s, 0).epoch, 1u);  // at 500
   Apply(*s, {Event(0, 100), Progress(1, 1), Event(2, 300), Event(0, 200, 1, "cam1"), Event(3, 400)});
   StatusOr<std::vector<StoredEvent>> all = s->Events({});
   ASSERT_TRUE(all.ok()) << all.status();
@@ -225,8 +473,9 @@ TEST_F(StoreTest, EventsQueryFiltersAndReturnsDetections) {
   EXPECT_EQ(e.rule, "person");
   EXPECT_EQ(e.width, 768u);
   ASSERT_EQ(e.detections.size(), 2u);
-  EXPECT_EQ(e.detections[0], (transport::ReportDetection{0, 0.91f, 10.5f, 20, 110, 220, "person"}));
+  EXPECT_EQ(e.detections[0], (StoredDetection{0, "person", 0.91f, 10.5f, 20, 110, 220}));
   EXPECT_EQ(e.detections[1].label, "dog");
+  EXPECT_EQ(e.detections[1].class_id, 16);
 
   EventQuery q;
   q.since_id = (*all)[1].id;  // after the second
@@ -255,28 +504,28 @@ TEST_F(StoreTest, EventsQueryFiltersAndReturnsDetections) {
 TEST_F(StoreTest, LastSeenFollowsHellosAndCommittedBatches) {
   auto s = Open();
   ASSERT_TRUE(s);
-  ASSERT_TRUE(s->RecordHello("edge-1", 1, 500).ok());
-  ASSERT_TRUE(s->RecordHello("edge-2", 1, 600).ok());
+  Admit(*s, 0, false, "edge-1", {}, 500);
+  Admit(*s, 0, false, "edge-2", {}, 600);
   auto seen = [&](size_t i) { return std::make_pair(s->Stats()->edges[i].first_seen_ns, s->Stats()->edges[i].last_seen_ns); };
   EXPECT_EQ(seen(0), std::make_pair(int64_t{500}, int64_t{500}));
-  Report a = Progress(0, 4), b = Progress(5, 9);
-  ASSERT_TRUE(s->Apply({&a, &b}, 2000).ok());  // edge-1 only: edge-2 stays where its Hello put it
+  EXPECT_EQ(Apply(*s, {Progress(0, 4), Progress(5, 9)}, 2000).size(), 2u);  // edge-1 only
   EXPECT_EQ(seen(0), std::make_pair(int64_t{500}, int64_t{2000}));
   EXPECT_EQ(seen(1), std::make_pair(int64_t{600}, int64_t{600}));
   Report c = Progress(0, 0, 1, "cam9");
   c.edge = "edge-2";
-  Report dup = Progress(0, 4);  // a re-send is still a sign of life
-  ASSERT_TRUE(s->Apply({&c, &dup}, 3000).ok());
+  Apply(*s, {c, Progress(0, 4)}, 3000);  // a re-send is still a sign of life
   EXPECT_EQ(seen(0).second, 3000);
   EXPECT_EQ(seen(1).second, 3000);
   EXPECT_EQ(Query("SELECT last_seen_ns FROM edges WHERE edge = 'edge-2'"), 3000);
-  Report stale = Progress(10, 10, /*epoch=*/0);
-  ASSERT_TRUE(s->Apply({&stale}, 4000).ok());
+  EXPECT_EQ(Apply(*s, {Progress(10, 10, /*epoch=*/7)}, 4000)[0].kind, ApplyResult::kStale);  // so is a stale one
   EXPECT_EQ(seen(0).second, 4000);
-  // A report from an edge without a Hello creates no edge row.
+  // A re-admission is one too; the first Hello stays first.
+  Admit(*s, 1, false, "edge-2", {}, 4500);
+  EXPECT_EQ(seen(1), std::make_pair(int64_t{600}, int64_t{4500}));
+  // A report from an edge never admitted creates no edge row.
   Report stranger = Progress(0, 0);
   stranger.edge = "edge-3";
-  ASSERT_TRUE(s->Apply({&stranger}, 5000).ok());
+  EXPECT_EQ(Apply(*s, {stranger}, 5000)[0].kind, ApplyResult::kStale);
   EXPECT_EQ(s->Stats()->edges.size(), 3u);  // edge-3 appears through its stream, with no Hello times
   EXPECT_EQ(s->Stats()->edges[2].last_seen_ns, 0);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM edges"), 2);

@@ -1,12 +1,28 @@
 // vigil/aggregator/aggregator.h — the aggregation node: `vigil aggregator --config agg.yaml`.
 //
-// Edges connect over TCP (transport/receiver.h) and send reports; a storage thread takes them in
-// batches, applies each batch to SQLite in one transaction (store.h: de-duplication by
-// (edge, stream, run, seq), epoch fencing), and only after the commit answers every report with an
-// Ack (or a Reject for a stale epoch). A report that was received but not committed is never acked,
-// so the edge re-sends it: nothing is lost when the aggregator dies, and nothing is stored twice.
-// If a transaction fails (disk full, I/O error) the connections whose reports were in it are closed,
-// so their edges reconnect and re-send; the failure is logged and counted, and /healthz says so.
+// Edges connect over TCP (transport/receiver.h, protocol v2) and say Hello; the aggregator is the
+// authority on epochs. Hellos and reports go through one queue to one storage thread, in arrival order:
+//  - a Hello is decided by Store::Admit in a committed transaction of its own, BEFORE any answer: a
+//    held epoch older than the edge id's current one is refused (Reject kFenced, epoch = current, the
+//    connection closes); otherwise the session gets a new epoch (held 0, kHelloPromote, or an epoch this
+//    database never granted — logged as a warning) or is re-admitted (held == current). A grant first
+//    evicts every other open session of that edge id admitted with an older epoch (Reject kFenced with
+//    the new epoch, then the connection closes), then sends the Welcome with, per (stream, run) of the
+//    Hello, contiguous_through and highest_seq as stored. A held epoch after which no 64-bit epoch exists
+//    is refused with kProtocolError; a Hello whose grant transaction fails closes its connection.
+//  - reports up to the next Hello are applied in one transaction (store.h: de-duplication by
+//    (edge, stream, run, seq), fencing against the edge's current granted epoch inside the transaction,
+//    so a report of an evicted session that commits after the newer grant is refused and never stored),
+//    and only after the commit every report is answered: Ack, or Reject(kStaleEpoch, epoch = the edge's
+//    current epoch). Answers are batched per session per transaction.
+// A report that was received but not committed is never acked, so the edge re-sends it: nothing is lost
+// when the aggregator dies, and nothing is stored twice. If a transaction fails (disk full, I/O error)
+// the connections whose reports (or Hello) were in it are closed, so their edges reconnect and re-send;
+// the failure is logged and counted, and /healthz says so.
+// Labels: a stored detection's label is the class name of its class id in the Hello of the session that
+// sent it ("class N" when the id is out of range).
+// The storage thread never writes to a socket: it only queues frames on sessions (Session::Admit,
+// Refuse, Enqueue), whose writer threads send them; a session that cannot keep up is closed.
 //
 // HTTP (cpp-httplib), all GET:
 //   /healthz      200 {"status":"ok",...}; 503 with "status":"degraded" while storage is failing
@@ -16,22 +32,31 @@
 //                 → {"events":[{id, edge, stream, run, seq, epoch, capture_ns, pts_ns, publish_ns,
 //                   stored_ns, severity, rule, width, height, detections:[{class_id, label, score,
 //                   box:[x1,y1,x2,y2]}]}], "next_since_seq": last id (or since_seq)}
-//   /api/stats    → {"edges":[...], "streams":[{..., "runs":[{run, frames, events,
-//                   contiguous_through, last_seq, missing, gaps:[[first,last],...]}]}]}
+//   /api/stats    → {"edges":[{edge, epoch (current granted), connected, first_seen_ns, last_seen_ns,
+//                   granted_ns, streams, frames, events, dropped, lost, missing, duplicates,
+//                   stale_rejected}], "streams":[{edge, stream, epoch (newest stored report's), frames,
+//                   events, dropped, lost, missing, duplicates, stale_rejected, "runs":[{run, frames,
+//                   events, dropped, lost, contiguous_through, last_seq, missing, gaps:[[first,last],...]}]}]}
+//                   frames counts processed frames (events and progress); dropped and lost frames are
+//                   stored rows too, counted apart, and are never gaps or missing.
 //   A bad query parameter gives 400 {"error": "..."} naming it.
 //
 // Metrics (names are the contract for dashboards):
 //   vigil_aggregator_reports_total{result=stored|duplicate|stale}   counter
-//   vigil_aggregator_frames_total{edge,stream}                      counter, new frames stored
+//   vigil_aggregator_frames_total{edge,stream}                      counter, new frames stored (event/progress)
 //   vigil_aggregator_events_total{edge,stream}                      counter
+//   vigil_aggregator_dropped_frames_total{edge,stream}              counter, new frames stored as dropped
+//   vigil_aggregator_lost_frames_total{edge,stream}                 counter, new frames stored as lost
 //   vigil_aggregator_duplicate_frames_total{edge,stream}            counter
-//   vigil_aggregator_stale_rejected_total{edge,stream}              counter
+//   vigil_aggregator_stale_rejected_total{edge,stream}              counter: reports refused, epoch not current
+//   vigil_aggregator_hellos_total{result=granted|readmitted|fenced} counter
+//   vigil_aggregator_evicted_sessions_total                         counter: sessions fenced by a newer grant
 //   vigil_aggregator_frame_to_stored_seconds{edge,stream}           histogram: commit time − capture_ns
 //                                                                   (across hosts: includes clock offset)
 //   vigil_aggregator_commit_seconds                                 histogram: one storage transaction
 //   vigil_aggregator_storage_errors_total                           counter: failed transactions
 //   vigil_aggregator_queue_depth                                    gauge: reports waiting for storage
-//   vigil_aggregator_edges_connected                                gauge
+//   vigil_aggregator_edges_connected                                gauge: open sessions past their Hello
 //   vigil_transport_connections_total{result=accepted|refused}      counter
 //   vigil_transport_disconnects_total{reason=protocol_error|timeout} counter
 //   vigil_transport_received_bytes_total, vigil_transport_received_frames_total   counters

@@ -4,25 +4,37 @@
 // Accounting: every frame a stream reports is one row in `frames`, keyed (stream, run, seq) — the
 // PRIMARY KEY is what makes a re-sent frame count once (INSERT OR IGNORE), so "every seq 0..N-1 of a
 // run is accounted exactly once" is a property of the table, and the first report of a frame wins
-// (a frame stored as progress stays progress if an edge later re-sends it as an event). Events and
-// their detections are stored only with a newly inserted frame row.
-// Fencing: a stream's `epoch` is the newest report epoch seen for (edge, stream); a report with an
-// older epoch is refused (kStale) and counted. It survives restarts (it is a column).
+// (a frame stored as progress stays progress if an edge later re-sends it as an event). A frame row's
+// kind is its report's (1 event, 2 progress, 3 dropped, 4 lost: transport::ReportKind): dropped and lost
+// frames are stored rows like the others, so the contiguous prefix moves over them and they are never
+// gaps; they are counted apart (RunStats::dropped / lost) from the processed frames (RunStats::frames).
+// Events and their detections are stored only with a newly inserted frame row; a detection's label is
+// the admitting Hello's class name for its class id ("class N" when the id is out of range).
+// Epochs (fencing tokens): the Store is the authority. Admit() grants an edge id its epochs in a committed
+// transaction of its own (edges.epoch is the current granted epoch; it only grows and survives restarts),
+// before the aggregator sends the Welcome. Apply() accepts a report only when its epoch is the current
+// granted epoch of its edge, checked inside the report's transaction, so a report of an older session
+// that commits after a newer grant is refused (kStale) and counted, never stored.
 // Durability: WAL journal; synchronous=NORMAL by default (a committed transaction survives a process
 // crash — SIGKILL — but the last ones may roll back on power loss or an OS crash; choose FULL for
-// that). Apply() commits before it returns, so acknowledging after it is "durable before ack".
+// that). Apply() and Admit() commit before they return, so acknowledging after them is "durable before
+// ack" and a granted epoch is never granted twice.
 // Schema: versioned with PRAGMA user_version; Open() applies the missing migrations in order and
-// refuses a database newer than this code (kSchemaVersion).
+// refuses a database newer than this code (kSchemaVersion). Version 2 adds per-run dropped/lost counts
+// and the time of an edge's current grant.
 // Integers: SQLite stores signed 64-bit; run and epoch (uint64) are stored as their bit pattern and
 // read back unchanged; seq must stay below 2^63.
 //
-// Thread-safety: Apply and RecordHello from one writer thread; Events and GetStats from any thread
-// (a separate read connection, serialized by a mutex; WAL lets it read while the writer writes).
-// Errors: Internal / Unavailable with SQLite's message and the statement's purpose.
+// Thread-safety: Admit and Apply from one writer thread (they share the writer connection and its
+// caches); Events and Stats from any thread (a separate read connection, serialized by a mutex; WAL
+// lets it read while the writer writes).
+// Errors: Internal / Unavailable with SQLite's message and the statement's purpose; on any error the
+// failed transaction is rolled back (nothing of it is stored) and the writer's caches are dropped.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,15 +48,40 @@ struct StoreOptions {
   bool synchronous_full = false;  // PRAGMA synchronous=FULL instead of NORMAL. Default: false
 };
 
+// The outcome of Store::Admit for one Hello (transport/protocol.h: "Epochs").
+struct Grant {
+  enum Kind {
+    kNew,         // a new epoch was granted (held 0, kHelloPromote, or a held epoch this store never granted)
+    kReadmitted,  // held == the current epoch: the session continues it
+    kFenced,      // held < the current epoch: a newer instance holds the edge id; nothing was granted
+  };
+  Kind kind = kNew;
+  uint64_t epoch = 0;           // kNew / kReadmitted: the session's epoch (≥ 1); kFenced: the current epoch
+  uint64_t previous_epoch = 0;  // the edge's current epoch before this call (0: never granted)
+  bool held_unknown = false;    // kNew only: held > previous_epoch, an epoch this store never granted (e.g. a
+                                // replaced database); granted max(held, previous) + 1 instead
+  // kNew / kReadmitted: one entry per (stream, run) of the Hello, in its order, with what is stored
+  // (contiguous_through, highest_seq; -1 when nothing). Empty when kFenced.
+  std::vector<transport::WelcomeStream> streams;
+};
+
+// One report of an Apply batch and the class names of the session that admitted it.
+struct PendingReport {
+  const transport::Report* report = nullptr;              // REQUIRES: non-null, passes ValidateReport
+  const std::vector<std::string>* class_names = nullptr;  // index = class id (the Hello's); null = none
+};
+
 // What happened to one report of an Apply batch.
 struct ApplyResult {
   enum Kind { kStored, kDuplicate, kStale };
-  Kind kind = kStored;              // kStored: at least one frame was new
-  uint64_t new_frames = 0;          // frames inserted
+  Kind kind = kStored;              // kStored: at least one frame row was new
+  uint64_t new_frames = 0;          // event/progress frame rows inserted
+  uint64_t dropped_frames = 0;      // kDropped frame rows inserted
+  uint64_t lost_frames = 0;         // kLost frame rows inserted
   uint64_t duplicate_frames = 0;    // frames already stored (ignored)
   bool event_stored = false;        // an event row (with detections) was inserted
   int64_t contiguous_through = -1;  // highest S with all of 0..S stored for (edge, stream, run); -1 none
-  uint64_t stream_epoch = 0;        // newest epoch of (edge, stream) after this report
+  uint64_t edge_epoch = 0;          // the edge's current granted epoch (0: none); kStale: what to tell the edge
 };
 
 struct EventQuery {
@@ -54,6 +91,15 @@ struct EventQuery {
   int limit = 100;                                         // REQUIRES: > 0
 };
 
+// A stored detection: the report's row plus the label resolved from the admitting Hello's class names.
+struct StoredDetection {
+  int32_t class_id = 0;
+  std::string label;  // class name; "class N" when the id was outside the Hello's class names
+  float score = 0;
+  float x1 = 0, y1 = 0, x2 = 0, y2 = 0;  // source-image pixels
+  bool operator==(const StoredDetection&) const = default;
+};
+
 struct StoredEvent {
   int64_t id = 0;  // ascending in storage order
   std::string edge, stream;
@@ -61,7 +107,7 @@ struct StoredEvent {
   int64_t capture_ns = 0, pts_ns = 0, publish_ns = 0, stored_ns = 0;
   std::string severity, rule;
   uint32_t width = 0, height = 0;
-  std::vector<transport::ReportDetection> detections;
+  std::vector<StoredDetection> detections;
 };
 
 struct SeqRange {
@@ -71,26 +117,29 @@ struct SeqRange {
 
 struct RunStats {
   uint64_t run = 0;
-  uint64_t frames = 0, events = 0;  // distinct frames stored, events stored
+  uint64_t frames = 0, events = 0;  // distinct processed (event/progress) frames stored, events stored
+  uint64_t dropped = 0, lost = 0;   // distinct frames stored as dropped / lost (not in `frames`)
   int64_t contiguous_through = -1;
-  uint64_t last_seq = 0;       // highest stored seq
-  std::vector<SeqRange> gaps;  // missing seqs below last_seq, ascending (at most max_gaps)
-  uint64_t missing = 0;        // all missing seqs below last_seq (also those beyond max_gaps)
+  uint64_t last_seq = 0;       // highest stored seq (any kind)
+  std::vector<SeqRange> gaps;  // seqs below last_seq with no row of any kind, ascending (at most max_gaps)
+  uint64_t missing = 0;        // all such seqs (also those beyond max_gaps); dropped/lost are not missing
 };
 
 struct StreamStats {
   std::string edge, stream;
-  uint64_t epoch = 0;
-  uint64_t frames = 0, events = 0, duplicates = 0, stale_rejected = 0, missing = 0;
+  uint64_t epoch = 0;  // epoch of the newest report stored for the stream
+  uint64_t frames = 0, events = 0, dropped = 0, lost = 0, duplicates = 0, stale_rejected = 0, missing = 0;
   std::vector<RunStats> runs;  // ascending run
 };
 
 struct EdgeStats {
   std::string edge;
-  uint64_t epoch = 0;  // from its latest Hello
+  uint64_t epoch = 0;         // the current granted epoch (0: never granted, only seen through stale reports)
   int64_t first_seen_ns = 0;  // its first Hello, ns since the Unix epoch (the now_ns given to the Store)
   int64_t last_seen_ns = 0;   // its latest Hello or committed report batch (also stale or duplicate reports)
-  uint64_t streams = 0, frames = 0, events = 0, duplicates = 0, stale_rejected = 0, missing = 0;  // Σ streams
+  int64_t granted_ns = 0;     // when the current epoch was granted (0: before schema 2)
+  uint64_t streams = 0, frames = 0, events = 0, dropped = 0, lost = 0, duplicates = 0, stale_rejected = 0,
+           missing = 0;  // Σ streams
 };
 
 struct StoreStats {
@@ -100,7 +149,7 @@ struct StoreStats {
 
 class Store {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Opens (creating if needed) and migrates the database at `path`.
   // Errors: Unavailable (cannot open / not a database), FailedPrecondition (schema newer than ours).
@@ -112,12 +161,21 @@ class Store {
   int schema_version() const { return kSchemaVersion; }
   const std::string& path() const { return path_; }
 
-  // Records that `edge` said Hello with `epoch` (edges table).
-  Status RecordHello(const std::string& edge, uint64_t epoch, int64_t now_ns);
-  // Stores a batch of validated reports in one transaction, in order; one result per report. Sets the
-  // last_seen_ns of each sending edge that has said Hello to now_ns (one UPDATE per distinct edge).
-  // On error nothing of the batch is stored.
-  StatusOr<std::vector<ApplyResult>> Apply(const std::vector<const transport::Report*>& batch, int64_t now_ns);
+  // Decides on the Hello of `edge` holding `held_epoch` (0 = a new instance), in one committed transaction:
+  //   held 0 or `promote` → kNew: current + 1 (1 for an edge never seen), stored as the edge's epoch;
+  //   held == current     → kReadmitted;
+  //   held < current      → kFenced (nothing written);
+  //   held > current      → kNew with held_unknown: max(held, current) + 1 (this store never granted held).
+  // kNew / kReadmitted set the edge's last_seen_ns (and first_seen_ns for a new edge) to now_ns, and report
+  // for each of `streams` what is stored of it. After it returns, Apply refuses reports of any other epoch
+  // of `edge`. Errors: as Apply (nothing granted); OutOfRange when no larger epoch fits in 64 bits.
+  StatusOr<Grant> Admit(const std::string& edge, uint64_t held_epoch, bool promote,
+                        std::span<const transport::HelloStream> streams, int64_t now_ns);
+  // Stores a batch of validated reports in one transaction, in order; one result per report. A report
+  // whose epoch is not its edge's current granted epoch (or whose edge has none) is kStale: counted on its
+  // stream (stale_rejected), nothing else stored. Sets the last_seen_ns of each sending edge that has been
+  // admitted to now_ns (one UPDATE per distinct edge). On error nothing of the batch is stored.
+  StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns);
 
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const;
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run = 100) const;
