@@ -250,9 +250,13 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       evicted_sessions.Inc();
       spdlog::warn("aggregator: edge {}: evicting the session of epoch {} ({}): epoch {} was granted to {}", h.edge,
                    o->epoch(), o->peer(), g->epoch, s->peer());
-      o->Refuse(RejectReason::kFenced, g->epoch,
-                StrCat("edge ", h.edge, ": epoch ", o->epoch(), " was superseded by epoch ", g->epoch,
-                       ", granted to a newer instance (", s->peer(), ")"));
+      // The evicted session is told, but not cut: a zombie that wakes up reads why it was fenced instead of a
+      // reset, and whatever it still sends is refused as stale (counted) until it closes, or until its
+      // silence reaches peer_timeout.
+      (void)o->Enqueue(transport::EncodeFrame(transport::Reject{
+          RejectReason::kFenced, "", 0, 0, 0, g->epoch,
+          StrCat("edge ", h.edge, ": epoch ", o->epoch(), " was superseded by epoch ", g->epoch,
+                 ", granted to a newer instance (", s->peer(), ")")}));
     }
     spdlog::info("aggregator: edge {} ({}): {} epoch {}", h.edge, s->peer(),
                  g->kind == Grant::kNew ? "granted" : "re-admitted", g->epoch);

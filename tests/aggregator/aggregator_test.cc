@@ -155,6 +155,8 @@ class RawEdge {
     }
     return out;
   }
+  // The messages received so far; only inside a WaitUntil predicate (the lock is held there).
+  const std::vector<transport::Message>& MessagesLocked() const { return messages_; }
   size_t answers() const {
     std::lock_guard lock(mu_);
     return AnswersLocked();
@@ -277,6 +279,12 @@ class AggregatorTest : public ::testing::Test {
     ASSERT_TRUE(e.Send(reports).ok());
     ASSERT_TRUE(e.WaitAnswers(before + reports.size())) << e.answers() << " of " << before + reports.size();
     ASSERT_EQ(e.acks().size(), e.answers());
+  }
+
+  static void SendAndAwaitAnswers(RawEdge& e, const std::vector<Report>& reports) {
+    const size_t before = e.answers();
+    ASSERT_TRUE(e.Send(reports).ok());
+    ASSERT_TRUE(e.WaitAnswers(before + reports.size())) << e.answers() << " of " << before + reports.size();
   }
 
   json Get(uint16_t port, const std::string& path, int expect_status = 200) {
@@ -462,23 +470,32 @@ TEST_F(AggregatorTest, ASecondHelloOfTheEdgeIdEvictsTheFirstSession) {
   ASSERT_EQ(old_instance.Hello("edge-1", 0)->epoch, 1u);
   SendAndAwaitAcks(old_instance, Frames("edge-1", 1, "cam0", 0, 9));
 
-  // A new instance of the same edge id (held 0) is granted 2; the first session is fenced and closed.
+  // A new instance of the same edge id (held 0) is granted 2; the first session is told it is fenced.
   RawEdge new_instance(agg->listen_port());
   std::optional<Welcome> w = new_instance.Hello("edge-1", 0, {"person"}, {{"cam0", 1}});
   ASSERT_TRUE(w);
   EXPECT_EQ(*w, (Welcome{2, {{"cam0", 1, 9, 9}}}));
-  EXPECT_TRUE(old_instance.WaitClosed());
+  EXPECT_TRUE(old_instance.WaitUntil([&] { return !old_instance.MessagesLocked().empty() &&
+                                                  std::holds_alternative<Reject>(old_instance.MessagesLocked().back()); }));
   std::vector<Reject> rejects = old_instance.rejects();
   ASSERT_EQ(rejects.size(), 1u);
   EXPECT_EQ(rejects[0], (Reject{RejectReason::kFenced, "", 0, 0, 0, 2,
                                 "edge edge-1: epoch 1 was superseded by epoch 2, granted to a newer instance (" +
                                     rejects[0].detail.substr(rejects[0].detail.find('(') + 1)}));
   EXPECT_NE(rejects[0].detail.find("127.0.0.1:"), std::string::npos) << rejects[0].detail;
-  // Its later reports go nowhere (the connection is closed); nothing of them is stored.
-  (void)old_instance.Send(Frames("edge-1", 1, "cam0", 10, 19));
+  // Its later reports (a zombie that did not listen) are refused as stale and counted; nothing is stored.
+  const size_t acked = old_instance.acks().size();
+  const std::vector<Report> late = Frames("edge-1", 1, "cam0", 10, 19);
+  SendAndAwaitAnswers(old_instance, late);
+  for (size_t i = 1; i < old_instance.rejects().size(); ++i) {
+    EXPECT_EQ(old_instance.rejects()[i].reason, RejectReason::kStaleEpoch);
+  }
+  EXPECT_EQ(old_instance.rejects().size(), 1 + late.size());
+  EXPECT_EQ(old_instance.acks().size(), acked) << "nothing after the fencing was acknowledged";
   SendAndAwaitAcks(new_instance, Frames("edge-1", 2, "cam0", 20, 23));
   EXPECT_EQ(Query("SELECT COUNT(*) FROM frames WHERE epoch = 1"), 10);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM frames WHERE seq BETWEEN 10 AND 19"), 0);
+  EXPECT_EQ(Query("SELECT stale_rejected FROM streams"), static_cast<int64_t>(late.size()));
 
   const std::string metrics = Metrics(agg->http_port());
   EXPECT_NE(metrics.find("vigil_aggregator_evicted_sessions_total 1\n"), std::string::npos) << metrics;
@@ -507,12 +524,31 @@ TEST_F(AggregatorTest, AnEvictedSessionsReportsInFlightAreStaleNeverStored) {
   std::optional<Welcome> w = new_instance.Hello("edge-1", 0);
   ASSERT_TRUE(w);
   EXPECT_EQ(w->epoch, 2u);
-  EXPECT_TRUE(old_instance.WaitClosed());
+  // The evicted session is told why and stays open: what it still sends is refused as stale, not stored.
+  auto fenced = [&] {
+    for (const Reject& r : old_instance.rejects()) {
+      if (r.reason == RejectReason::kFenced && r.stream.empty()) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(old_instance.WaitUntil([&] {
+    for (const transport::Message& m : old_instance.MessagesLocked()) {
+      if (const Reject* r = std::get_if<Reject>(&m); r && r->reason == RejectReason::kFenced) return true;
+    }
+    return false;
+  }));
+  EXPECT_TRUE(fenced());
   stop = true;
   barrage.join();
-  // (The Reject(kFenced) itself may be lost here: the aggregator closes a socket the edge is still
-  // writing to, which resets it. ASecondHelloOfTheEdgeIdEvictsTheFirstSession checks it.)
-  for (const Reject& r : old_instance.rejects()) EXPECT_EQ(r.reason, RejectReason::kFenced) << r.detail;
+  const size_t answered = old_instance.answers();
+  ASSERT_TRUE(old_instance.Send(std::vector<Report>{Marks("edge-1", 1, ReportKind::kProgress, 30000, 30000)}).ok());
+  ASSERT_TRUE(old_instance.WaitAnswers(answered + 1));
+  const std::vector<Reject> rejects = old_instance.rejects();
+  EXPECT_EQ(rejects.back().reason, RejectReason::kStaleEpoch) << rejects.back().detail;
+  EXPECT_EQ(rejects.back().epoch, 2u);
+  for (const Reject& r : rejects) {
+    EXPECT_TRUE(r.reason == RejectReason::kFenced || r.reason == RejectReason::kStaleEpoch) << r.detail;
+  }
 
   // What was stored is a prefix 0..H of what was sent: after the grant nothing of epoch 1 was stored.
   const int64_t stored = Query("SELECT COUNT(*) FROM frames");
@@ -553,10 +589,12 @@ TEST_F(AggregatorTest, AGrantEvictsEveryOlderSessionButReadmissionEvictsNone) {
   SendAndAwaitAcks(b, Frames("edge-1", 1, "cam0", 4, 7));
   RawEdge c(agg->listen_port());
   ASSERT_EQ(c.Hello("edge-1", 0)->epoch, 2u);
-  EXPECT_TRUE(a.WaitClosed());
-  EXPECT_TRUE(b.WaitClosed());
-  EXPECT_EQ(a.rejects().back().reason, RejectReason::kFenced);
-  EXPECT_EQ(b.rejects().back().reason, RejectReason::kFenced);
+  for (RawEdge* e : {&a, &b}) {
+    EXPECT_TRUE(e->WaitUntil([&] { return !e->MessagesLocked().empty() &&
+                                          std::holds_alternative<Reject>(e->MessagesLocked().back()); }));
+    EXPECT_EQ(e->rejects().back().reason, RejectReason::kFenced);
+    EXPECT_EQ(e->rejects().back().epoch, 2u);
+  }
   EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 8);
   const std::string metrics = Metrics(agg->http_port());
   EXPECT_NE(metrics.find("vigil_aggregator_evicted_sessions_total 2\n"), std::string::npos) << metrics;

@@ -1,5 +1,5 @@
-// The stream ledger through a fake clock and an in-memory state store (pipeline/ledger.h), and the
-// state_dir store on disk.
+// The stream ledger through a fake clock and an in-memory state store (pipeline/ledger.h), the state_dir
+// store on disk, and the ledger under a Courier over in-memory links (testing/memory_link.h).
 #include "vigil/pipeline/ledger.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+
+#include "testing/memory_link.h"
+#include "vigil/transport/courier.h"
 
 namespace vigil::pipeline {
 namespace {
@@ -344,6 +347,128 @@ TEST_F(StateDirTest, StateOfAnOlderVigilIsCarriedOver) {
   std::sort(r.begin(), r.end(), [](const StreamRecord& a, const StreamRecord& b) { return a.stream < b.stream; });
   EXPECT_EQ(r, (std::vector<StreamRecord>{{"cam 1", "rtsp://h/x", 4, 17, 18}, {"door", "/v/door.mp4", 2, std::nullopt, 0}}));
 }
+
+// ---- The ledger under the links: a Courier drains its outbox over two in-memory links ----
+
+namespace links {
+
+using vigil::testing::FakeAggregator;
+using vigil::testing::MemoryLink;
+
+// What the edge does with the courier's callbacks (pipeline/edge.cc).
+class LedgerHandler final : public transport::CourierHandler {
+ public:
+  explicit LedgerHandler(StreamLedger* l) : ledger(l) {}
+  transport::Hello MakeHello() override {
+    transport::Hello h;
+    h.class_names = kNames;
+    h.streams = ledger->ResumedStreams();
+    return h;
+  }
+  void OnWelcome(const transport::Welcome& w, std::string_view) override { ledger->Admit(w); }
+  void OnAck(const transport::Ack& a) override { ledger->OnAck(a); }
+  void OnReject(const transport::Reject&) override { ++rejects; }
+  void OnFenced(const Status&) override { ++fenced; }
+  StreamLedger* ledger;
+  std::atomic<int> rejects{0}, fenced{0};
+};
+
+transport::CourierOptions Options(std::vector<std::shared_ptr<transport::Link>> links) {
+  transport::CourierOptions o;
+  o.edge = "edge-l";
+  o.links = std::move(links);
+  o.backoff_initial = 1ms;
+  o.backoff_max = 10ms;
+  o.heartbeat_interval = 50ms;
+  o.peer_timeout = 5000ms;
+  o.max_batch = 5;
+  return o;
+}
+
+// Numbers and records `n` frames of stream 0 (every third one a person: an event), as the edge's reader
+// and worker do.
+void RunFrames(StreamLedger& l, int n) {
+  for (int i = 0; i < n; ++i) {
+    uint64_t seq = 0;
+    ASSERT_TRUE(l.Number(0, &seq));
+    if (i % 3 == 0) {
+      l.Record(0, Frame(seq), std::vector{kPerson});
+    } else {
+      l.Record(0, Frame(seq), {});
+    }
+  }
+  l.Tick(/*force=*/true);
+}
+
+TEST(LedgerOverLinks, SwitchingLinksMidStreamStoresEveryFrameOnceInOrder) {
+  Fixture f;
+  auto agg = std::make_shared<FakeAggregator>();
+  auto a = std::make_shared<MemoryLink>(agg, "a");
+  auto b = std::make_shared<MemoryLink>(agg, "b");
+  a->BreakAfter(7, /*then_down=*/true);  // the preferred link fails mid-stream and stays down
+  auto l = f.Open({File("door")}, /*max_outbox=*/1000);
+  LedgerHandler handler(l.get());
+  auto courier = std::move(*transport::Courier::Start(Options({a, b}), &l->outbox(), &handler));
+  ASSERT_TRUE(l->WaitAdmitted(20s));
+  EXPECT_EQ(l->run(0), 1u);
+  RunFrames(*l, 60);
+  ASSERT_TRUE(l->outbox().WaitEmpty(20s)) << l->outbox().Stats().pending << " pending";
+  EXPECT_EQ(courier->Stats().link_switches, 1u);
+  EXPECT_EQ(a->breaks(), 1);
+
+  // Every report stored once, in the order the ledger queued them, covering seqs 0..59 exactly.
+  std::vector<FakeAggregator::Key> queued;
+  for (const transport::Report& r : agg->StoredReports()) queued.emplace_back(r.stream, r.run, r.seq_first);
+  EXPECT_EQ(agg->StoredOrder(), queued);
+  uint64_t next = 0;
+  for (const transport::Report& r : agg->StoredReports()) {
+    EXPECT_EQ(r.seq_first, next) << "in order, no gap, no overlap";
+    next = r.seq_last + 1;
+  }
+  EXPECT_EQ(next, 60u);
+  EXPECT_GT(agg->duplicates(), 0u) << "the messages in flight on the broken link were sent again";
+  EXPECT_EQ(l->acked_through(0), std::optional<uint64_t>(59));
+  EXPECT_EQ(handler.rejects.load(), 0);
+  courier->Close();
+  l->Close();
+
+  // A restart on the same state: a new instance (epoch 2) resumes the file's run after its cursor.
+  auto again = f.Open({File("door")}, /*max_outbox=*/1000);
+  LedgerHandler handler2(again.get());
+  auto courier2 = std::move(*transport::Courier::Start(Options({b}), &again->outbox(), &handler2));
+  ASSERT_TRUE(again->WaitAdmitted(20s));
+  EXPECT_EQ(again->epoch(), 2u);
+  EXPECT_EQ(again->run(0), 1u);
+  EXPECT_EQ(again->resume(0).skip_through, std::optional<uint64_t>(59));
+  courier2->Close();
+}
+
+TEST(LedgerOverLinks, AZombieIsFencedWhenANewerInstanceIsAdmitted) {
+  Fixture f;
+  auto agg = std::make_shared<FakeAggregator>();
+  auto old_link = std::make_shared<MemoryLink>(agg, "old");
+  auto l = f.Open({Camera("cam")});
+  LedgerHandler zombie(l.get());
+  auto courier = std::move(*transport::Courier::Start(Options({old_link}), &l->outbox(), &zombie));
+  ASSERT_TRUE(l->WaitAdmitted(20s));
+  // A second instance of the same edge id, with its own state, is admitted with a newer epoch.
+  Fixture g;
+  auto l2 = g.Open({Camera("cam")});
+  LedgerHandler fresh(l2.get());
+  auto courier2 = std::move(*transport::Courier::Start(Options({std::make_shared<MemoryLink>(agg, "new")}),
+                                                       &l2->outbox(), &fresh));
+  ASSERT_TRUE(l2->WaitAdmitted(20s));
+  EXPECT_EQ(l2->epoch(), 2u);
+  RunFrames(*l, 5);  // the zombie keeps going
+  for (int i = 0; i < 2000 && zombie.fenced.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(zombie.fenced.load(), 1);
+  EXPECT_TRUE(courier->Stats().fenced);
+  for (const transport::Report& r : agg->StoredReports()) EXPECT_NE(r.run, l->run(0)) << "nothing of the zombie";
+  courier->Close();
+  courier2->Close();
+}
+
+}  // namespace links
 
 }  // namespace
 }  // namespace vigil::pipeline

@@ -7,7 +7,8 @@
 //    connection closes); otherwise the session gets a new epoch (held 0, kHelloPromote, or an epoch this
 //    database never granted — logged as a warning) or is re-admitted (held == current). A grant first
 //    evicts every other open session of that edge id admitted with an older epoch (Reject kFenced with
-//    the new epoch, then the connection closes), then sends the Welcome with, per (stream, run) of the
+//    the new epoch; the connection stays open until that edge closes it or falls silent for peer_timeout,
+//    and every report it still sends is refused as stale and counted), then sends the Welcome with, per (stream, run) of the
 //    Hello, contiguous_through and highest_seq as stored. A held epoch after which no 64-bit epoch exists
 //    is refused with kProtocolError; a Hello whose grant transaction fails closes its connection.
 //  - reports up to the next Hello are applied in one transaction (store.h: de-duplication by
