@@ -1,6 +1,8 @@
 #include "vigil/pipeline/edge.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
@@ -91,6 +93,7 @@ class Edge final : public transport::CourierHandler {
   void OnAck(const transport::Ack& a) override { ledger_->OnAck(a); }
   void OnReject(const transport::Reject& r) override {
     rejected_->Inc();
+    ledger_->Refused(r);  // a message the link could not send: its frames become a drop mark
     spdlog::error("edge '{}': report {}/{} seq {}..{} refused by the aggregator ({}): {}", config_.edge, r.stream,
                   r.run, r.seq_first, r.seq_last, transport::ToString(r.reason), r.detail);
   }
@@ -145,11 +148,19 @@ class Edge final : public transport::CourierHandler {
   std::vector<Stream> streams_;
   Batcher<Item> batcher_;
   std::atomic<int> active_{0};
+  std::atomic<bool> worker_done_{false};
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
   int64_t last_periodic_ns_ = 0, last_fps_ns_ = 0;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   int http_port_ = 0;
   // Edge-wide metric handles, looked up once (Run).
+  struct Stages {
+    metrics::Histogram *decode, *queue, *preprocess, *inference, *postprocess, *rules, *publish, *frame_to_ack;
+  } stages_{};
+  metrics::Counter* engine_busy_ = nullptr;
+  metrics::Gauge *batcher_depth_ = nullptr, *outbox_depth_ = nullptr, *streams_active_ = nullptr, *connected_ = nullptr;
   metrics::Gauge* epoch_gauge_ = nullptr;
   metrics::Gauge* fenced_gauge_ = nullptr;
   metrics::Counter* rejected_ = nullptr;
@@ -231,6 +242,8 @@ Status Edge::OpenLedger(const std::vector<std::string>& names) {
 Status Edge::StartCourier() {
   transport::CourierOptions co;
   co.edge = config_.edge;
+  // A Hello waits behind the reports queued at a busy aggregator before it is granted: give the Welcome time.
+  co.connect_timeout = milliseconds(10000);
   for (const std::string& kind : config_.links) {
     if (kind == "tcp") {
       co.links.push_back(transport::MakeTcpLink(transport::MakeTcpDialer(config_.aggregator_host, config_.aggregator_port)));
@@ -387,11 +400,11 @@ void Edge::Process(std::vector<Item>& batch) {
     }
     return;
   }
-  metrics::Histogram& decode_stage = Stage("decode");
-  metrics::Histogram& queue_stage = Stage("queue");
-  metrics::Histogram& preprocess_stage = Stage("preprocess");
-  metrics::Histogram& inference_stage = Stage("inference");
-  metrics::Histogram& postprocess_stage = Stage("postprocess");
+  metrics::Histogram& decode_stage = *stages_.decode;
+  metrics::Histogram& queue_stage = *stages_.queue;
+  metrics::Histogram& preprocess_stage = *stages_.preprocess;
+  metrics::Histogram& inference_stage = *stages_.inference;
+  metrics::Histogram& postprocess_stage = *stages_.postprocess;
   double engine_ns = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const video::Frame& f = batch[i].frame;
@@ -403,10 +416,9 @@ void Edge::Process(std::vector<Item>& batch) {
     postprocess_stage.Observe(static_cast<double>(t.postprocess_ns) * 1e-9);
     engine_ns += static_cast<double>(t.inference_ns) / t.chunk_images;
   }
-  reg_.GetCounter("vigil_edge_engine_busy_seconds_total", "Time the inference engine spent running batches")
-      .Inc(engine_ns * 1e-9);
-  metrics::Histogram& rules_stage = Stage("rules");
-  metrics::Histogram& publish_stage = Stage("publish");
+  engine_busy_->Inc(engine_ns * 1e-9);
+  metrics::Histogram& rules_stage = *stages_.rules;
+  metrics::Histogram& publish_stage = *stages_.publish;
   for (size_t i = 0; i < batch.size(); ++i) {
     const video::Frame& f = batch[i].frame;
     Stream& s = streams_[batch[i].stream];
@@ -436,7 +448,7 @@ void Edge::Periodic(bool force) {
     Stream& s = streams_[i];
     if (std::optional<uint64_t> acked = ledger_->acked_through(i)) {
       while (!s.unacked.empty() && s.unacked.front().first <= *acked) {
-        Stage("frame_to_ack").Observe(static_cast<double>(now - s.unacked.front().second) * 1e-9);
+        stages_.frame_to_ack->Observe(static_cast<double>(now - s.unacked.front().second) * 1e-9);
         s.unacked.pop_front();
       }
     }
@@ -476,12 +488,10 @@ void Edge::Periodic(bool force) {
   if (fps_due) last_fps_ns_ = now;
   const transport::OutboxStats os = ledger_->outbox().Stats();
   const transport::CourierStats cs = courier_->Stats();
-  reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "batcher"}})
-      .Set(static_cast<double>(batcher_.depth()));
-  reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "outbox"}})
-      .Set(static_cast<double>(os.pending));
-  reg_.GetGauge("vigil_edge_streams_active", "Streams still delivering frames").Set(active);
-  reg_.GetGauge("vigil_edge_aggregator_connected", "1 while a session with the aggregator is up").Set(cs.connected ? 1 : 0);
+  batcher_depth_->Set(static_cast<double>(batcher_.depth()));
+  outbox_depth_->Set(static_cast<double>(os.pending));
+  streams_active_->Set(active);
+  connected_->Set(cs.connected ? 1 : 0);
 }
 
 void Edge::StartHttp() {
@@ -516,6 +526,13 @@ void Edge::StartHttp() {
 }
 
 Status Edge::Run(const EdgeRunOptions& options) {
+  stages_ = {&Stage("decode"), &Stage("queue"),       &Stage("preprocess"), &Stage("inference"),
+             &Stage("postprocess"), &Stage("rules"), &Stage("publish"),    &Stage("frame_to_ack")};
+  engine_busy_ = &reg_.GetCounter("vigil_edge_engine_busy_seconds_total", "Time the inference engine spent running batches");
+  batcher_depth_ = &reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "batcher"}});
+  outbox_depth_ = &reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "outbox"}});
+  streams_active_ = &reg_.GetGauge("vigil_edge_streams_active", "Streams still delivering frames");
+  connected_ = &reg_.GetGauge("vigil_edge_aggregator_connected", "1 while a session with the aggregator is up");
   epoch_gauge_ = &reg_.GetGauge("vigil_edge_epoch", "Epoch granted by the aggregator to this instance (0: not yet)");
   fenced_gauge_ = &reg_.GetGauge("vigil_edge_fenced", "1 once a newer instance of this edge id was admitted");
   rejected_ = &reg_.GetCounter("vigil_edge_reports_rejected_total", "Reports the aggregator refused");
@@ -606,11 +623,28 @@ Status Edge::Run(const EdgeRunOptions& options) {
       if (r == Batcher<Item>::Result::kBatch) Process(batch);
       Periodic(false);
     }
+    std::lock_guard lock(done_mu_);
+    worker_done_ = true;
+    done_cv_.notify_all();
   });
+  // A stop must not wait behind a file stream's wait for room in the outbox (an aggregator that is down):
+  // cancel the ledger's waits once it is asked for.
+  while (!worker_done_.load()) {
+    std::unique_lock lock(done_mu_);
+    done_cv_.wait_for(lock, milliseconds(50), [&] { return worker_done_.load(); });
+    if (stop_.load()) ledger_->CancelWaits();
+  }
   worker.join();
   for (std::thread& t : feeders) t.join();
+  // Flush every mark, then wait for the acks (bounded), retrying marks held for lack of room.
   ledger_->Tick(/*force=*/true);
-  const bool flushed = fenced_.load() || ledger_->outbox().WaitEmpty(options.shutdown_timeout);
+  bool flushed = fenced_.load();
+  for (const auto deadline = std::chrono::steady_clock::now() + options.shutdown_timeout; !flushed;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+    flushed = ledger_->outbox().WaitEmpty(std::min(left, milliseconds(100)));
+    if (flushed || left <= milliseconds(100)) break;
+    ledger_->Tick(/*force=*/true);
+  }
   Periodic(true);
   const transport::OutboxStats os = ledger_->outbox().Stats();
   courier_->Close();

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "vigil/common/config.h"
+#include "vigil/transport/protocol.h"
 #include "vigil/video/source.h"
 
 namespace vigil::pipeline {
@@ -76,7 +77,7 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     m->Get("path", &cfg.model_path, ConfigMap::kRequired);
     m->Get("conf", &cfg.conf, 0.0, 1.0);
     m->Get("iou", &cfg.iou, 0.0, 1.0);
-    m->Get("max_det", &cfg.max_det, 1, 100000);
+    m->Get("max_det", &cfg.max_det, 1, static_cast<int>(transport::kMaxDetections));
     m->Get("threads", &cfg.threads, 0, 1024);
     m->Get("batch", &cfg.model_batch, 0, 256);
     if (m->Get("device", &cfg.device)) {

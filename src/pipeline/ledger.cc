@@ -47,6 +47,8 @@ struct StreamLedger::Impl {
   uint64_t epoch = 0;                  // GUARDED_BY(mu)
   bool dirty = false;                  // GUARDED_BY(mu)
   bool stop = false;                   // GUARDED_BY(mu)
+  bool runs_durable = false;           // GUARDED_BY(mu) the runs decided by Admit are on disk
+  std::atomic<bool> cancel_waits{false};
   std::mutex save_mu;                  // serialises StateStore::Save
   std::thread writer;
 
@@ -64,9 +66,29 @@ struct StreamLedger::Impl {
     return out;
   }
 
-  Status Save(const std::vector<StreamRecord>& records) {
-    std::lock_guard lock(save_mu);
-    return opt.store->Save(records);
+  // Writes the current state. The snapshot is taken under save_mu, so a later write never carries older
+  // values than an earlier one. Marks the runs durable once a write succeeded after Admit.
+  // REQUIRES: mu NOT held.
+  Status SaveNow() {
+    std::lock_guard save_lock(save_mu);
+    std::vector<StreamRecord> snapshot;
+    bool covers_runs = false;
+    {
+      std::lock_guard lock(mu);
+      snapshot = Snapshot();
+      covers_runs = admitted;
+      dirty = false;
+    }
+    Status st = opt.store->Save(snapshot);
+    std::lock_guard lock(mu);
+    if (!st.ok()) {
+      dirty = true;
+      for (Stream& s : streams) ++s.counters.persist_failures;
+    } else if (covers_runs && !runs_durable) {
+      runs_durable = true;
+      cv.notify_all();
+    }
+    return st;
   }
 
   void WriterLoop() {
@@ -75,14 +97,10 @@ struct StreamLedger::Impl {
     for (;;) {
       cv.wait(lock, [&] { return stop || dirty; });
       if (!dirty) return;  // stopping, nothing left to write
-      dirty = false;
-      std::vector<StreamRecord> snapshot = Snapshot();
       lock.unlock();
-      const Status st = Save(snapshot);
+      const Status st = SaveNow();
       lock.lock();
       if (!st.ok()) {
-        dirty = true;
-        for (Stream& s : streams) ++s.counters.persist_failures;
         if (!failing) spdlog::warn("ledger: cannot persist the stream state: {}; retrying", std::string(st.message()));
         failing = true;
         if (stop) return;
@@ -94,24 +112,44 @@ struct StreamLedger::Impl {
     }
   }
 
-  // Hands `r` to the outbox under the stream's policy. REQUIRES: mu NOT held (Push may wait for acks).
-  void Push(size_t i, Report r) {
+  // Hands `r` to the outbox under the stream's policy; false when it found no room and was held (as a drop
+  // mark) instead. REQUIRES: mu NOT held (Push may wait for acks).
+  bool Push(size_t i, Report r) {
     const bool live = streams[i].spec.live;  // spec is immutable
     r.publish_ns = opt.clock->WallNs();
-    StatusOr<uint64_t> id = outbox.Push(r, live ? std::chrono::milliseconds(0) : opt.replayable_wait);
-    if (id.ok() || absl::IsCancelled(id.status())) return;
-    if (!absl::IsResourceExhausted(id.status())) {
-      spdlog::error("ledger: stream '{}': report of seq {}..{} refused: {}", r.stream, r.seq_first, r.seq_last,
-                    std::string(id.status().message()));
-      return;
+    StatusOr<uint64_t> id = absl::ResourceExhaustedError("not pushed");
+    if (live) {
+      id = outbox.Push(r, std::chrono::milliseconds(0));
+    } else {
+      // A replayable stream waits for room (it must lose nothing), in slices so that a stop cancels the
+      // wait: an unreported frame of a file lies after the acknowledged cursor and is read again.
+      const auto deadline = std::chrono::steady_clock::now() + opt.replayable_wait;
+      do {
+        id = outbox.Push(r, std::chrono::milliseconds(100));
+      } while (absl::IsResourceExhausted(id.status()) && !cancel_waits.load() &&
+               std::chrono::steady_clock::now() < deadline);
+      if (absl::IsResourceExhausted(id.status()) && cancel_waits.load()) return true;
     }
-    // Full: the frames become a drop mark (reason "backpressure") held until there is room. A held mark
-    // that still finds no room goes back as it is.
+    if (id.ok() || absl::IsCancelled(id.status())) return true;
     std::lock_guard lock(mu);
     Stream& s = streams[i];
+    if (!absl::IsResourceExhausted(id.status())) {
+      // A report the protocol cannot carry (e.g. more detections than kMaxDetections, a non-finite box):
+      // its frames are reported as dropped rather than left as a gap.
+      spdlog::error("ledger: stream '{}': report of seq {}..{} cannot be sent, reporting it as dropped: {}", r.stream,
+                    r.seq_first, r.seq_last, std::string(id.status().message()));
+      if (r.kind == ReportKind::kDropped || r.kind == ReportKind::kLost) return true;  // cannot happen: no rows
+      Report d = MarkOf(s, ReportKind::kDropped, r.seq_first, "invalid_report");
+      d.seq_last = r.seq_last;
+      s.counters.dropped += r.seq_last - r.seq_first + 1;
+      s.held.push_back(std::move(d));
+      return false;
+    }
+    // Full: the frames become a drop mark (reason "backpressure") held until there is room. A held mark
+    // that still finds no room goes back to the front, in order.
     if (r.kind == ReportKind::kDropped || r.kind == ReportKind::kLost) {
       s.held.push_front(std::move(r));
-      return;
+      return false;
     }
     const uint64_t n = r.seq_last - r.seq_first + 1;
     s.counters.backpressure_drops += n;
@@ -124,6 +162,7 @@ struct StreamLedger::Impl {
     } else {
       s.held.push_back(std::move(d));
     }
+    return false;
   }
 
   Report MarkOf(const Stream& s, ReportKind kind, uint64_t seq, std::string_view reason) const {
@@ -186,7 +225,6 @@ std::vector<transport::HelloStream> StreamLedger::ResumedStreams() const {
 void StreamLedger::Admit(const transport::Welcome& welcome) {
   Impl& d = *impl_;
   std::vector<std::pair<size_t, Report>> lost;
-  std::vector<StreamRecord> snapshot;
   {
     std::lock_guard lock(d.mu);
     if (d.admitted) {
@@ -201,8 +239,9 @@ void StreamLedger::Admit(const transport::Welcome& welcome) {
       for (const transport::WelcomeStream& w : welcome.streams) {
         if (s.loaded && w.stream == s.spec.id && w.run == s.loaded->run) ws = &w;
       }
-      const int64_t contiguous = ws ? ws->contiguous_through : -1;
-      const int64_t highest = ws ? ws->highest_seq : -1;
+      // What the aggregator stored of the run (-1: nothing), made consistent whatever it sent.
+      const int64_t contiguous = ws ? std::max<int64_t>(ws->contiguous_through, -1) : -1;
+      const int64_t highest = ws ? std::max(ws->highest_seq, contiguous) : -1;
       StreamResume& r = s.resume;
       if (!s.loaded) {
         s.rec = {s.spec.id, s.spec.source, welcome.epoch, std::nullopt, 0};
@@ -223,31 +262,35 @@ void StreamLedger::Admit(const transport::Welcome& welcome) {
         continue;
       }
       r.kind = StreamResume::kResumeLive;
-      // Above everything the aggregator stored — or acknowledged to this edge before, should it have lost it.
-      const uint64_t above_stored = std::max(static_cast<uint64_t>(highest + 1),  // highest ≥ -1
-                                             s.rec.acked_through ? *s.rec.acked_through + 1 : uint64_t{0});
+      // New pictures go above every seq the dead instance assigned (its high-water mark) and every seq the
+      // aggregator stored. Everything between the acknowledged prefix and that point that the aggregator does
+      // not have was numbered and never delivered: one kLost range reports it (the aggregator stores only
+      // the seqs it is missing, so a hole left below the highest stored seq — a drop mark still pending in
+      // the dead process — is closed too).
+      const uint64_t prefix_end = s.rec.acked_through ? *s.rec.acked_through + 1 : 0;  // first seq not known stored
+      const uint64_t above_stored = std::max(static_cast<uint64_t>(highest + 1), prefix_end);
       r.first_seq = std::max(s.rec.next_seq, above_stored);
-      if (s.rec.next_seq > above_stored) {
-        r.lost = s.rec.next_seq - above_stored;
-        Report m = d.MarkOf(s, ReportKind::kLost, above_stored, "lost_on_restart");
-        m.seq_last = s.rec.next_seq - 1;
+      if (r.first_seq > prefix_end && (s.rec.next_seq > above_stored || static_cast<uint64_t>(highest + 1) > prefix_end)) {
+        Report m = d.MarkOf(s, ReportKind::kLost, prefix_end, "lost_on_restart");
+        m.seq_last = r.first_seq - 1;
         lost.emplace_back(i, std::move(m));
-        s.counters.lost_on_restart += r.lost;
       }
+      // Certainly lost: assigned above everything stored.
+      r.lost = s.rec.next_seq > above_stored ? s.rec.next_seq - above_stored : 0;
+      s.counters.lost_on_restart += r.lost;
       s.rec.next_seq = r.first_seq;
       spdlog::info("stream '{}' (live): resuming run {} at seq {} (aggregator stored up to {}; {} seqs lost on restart)",
                    s.spec.id, r.run, r.first_seq, highest, r.lost);
     }
     d.admitted = true;
-    snapshot = d.Snapshot();
     d.cv.notify_all();
   }
-  // A new run must be durable before any of its frames leaves: a crash now would otherwise start yet another
-  // run for the same pictures.
-  if (Status st = d.Save(snapshot); !st.ok()) {
-    spdlog::warn("ledger: cannot persist the runs: {}; the writer retries", std::string(st.message()));
+  // A new run must be durable before any of its frames is numbered: a crash now would otherwise start yet
+  // another run for the same pictures. Until a write succeeds, Number() waits (files) or refuses (live).
+  if (Status st = d.SaveNow(); !st.ok()) {
+    spdlog::warn("ledger: cannot persist the runs: {}; the writer retries and no picture is numbered until then",
+                 std::string(st.message()));
     std::lock_guard lock(d.mu);
-    d.dirty = true;
     d.cv.notify_all();
   }
   for (auto& [i, m] : lost) d.Push(i, std::move(m));
@@ -276,9 +319,19 @@ StreamResume StreamLedger::resume(size_t stream) const {
 
 bool StreamLedger::Number(size_t stream, uint64_t* seq) {
   Impl& d = *impl_;
-  std::lock_guard lock(d.mu);
+  std::unique_lock lock(d.mu);
   Stream& s = d.streams[stream];
-  if (!d.admitted) return false;
+  if (!d.admitted || !d.runs_durable) {
+    // A file's picture must get its position: wait for the runs to reach the disk (or a stop). A live
+    // picture is refused and counted.
+    while (!s.spec.live && d.admitted && !d.runs_durable && !d.stop && !d.cancel_waits.load()) {
+      d.cv.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    if (!d.admitted || !d.runs_durable) {
+      ++s.counters.not_numbered;
+      return false;
+    }
+  }
   if (IsReplayable(s.spec)) {
     const uint64_t position = s.pictures++;
     s.rec.next_seq = std::max(s.rec.next_seq, position + 1);
@@ -369,13 +422,39 @@ void StreamLedger::Tick(bool force) {
           p->reset();
         }
       }
-      while (!s.held.empty()) {
-        out.emplace_back(i, std::move(s.held.front()));
-        s.held.pop_front();
-      }
     }
   }
   for (auto& [i, r] : out) d.Push(i, std::move(r));
+  // Held marks, oldest first; the first that still finds no room goes back to the front and ends the round,
+  // so their order is kept and a full outbox costs one attempt per stream.
+  for (size_t i = 0; i < d.streams.size(); ++i) {
+    for (;;) {
+      std::optional<Report> next;
+      {
+        std::lock_guard lock(d.mu);
+        if (d.streams[i].held.empty()) break;
+        next = std::move(d.streams[i].held.front());
+        d.streams[i].held.pop_front();
+      }
+      if (!d.Push(i, std::move(*next))) break;
+    }
+  }
+}
+
+void StreamLedger::Refused(const transport::Reject& reject) {
+  Impl& d = *impl_;
+  if (reject.reason != transport::RejectReason::kInvalid) return;
+  auto it = d.index.find(reject.stream);
+  if (it == d.index.end()) return;
+  {
+    std::lock_guard lock(d.mu);
+    Stream& s = d.streams[it->second];
+    if (!d.admitted || reject.run != s.rec.run || reject.seq_first > reject.seq_last) return;
+    Report m = d.MarkOf(s, ReportKind::kDropped, reject.seq_first, "invalid_report");
+    m.seq_last = reject.seq_last;
+    s.counters.dropped += reject.seq_last - reject.seq_first + 1;
+    s.held.push_back(std::move(m));
+  }
 }
 
 void StreamLedger::OnAck(const transport::Ack& ack) {
@@ -409,20 +488,12 @@ LedgerCounters StreamLedger::counters(size_t stream) const {
   return impl_->streams[stream].counters;
 }
 
-Status StreamLedger::Persist() {
-  Impl& d = *impl_;
-  std::vector<StreamRecord> snapshot;
-  {
-    std::lock_guard lock(d.mu);
-    snapshot = d.Snapshot();
-    d.dirty = false;
-  }
-  Status st = d.Save(snapshot);
-  if (!st.ok()) {
-    std::lock_guard lock(d.mu);
-    d.dirty = true;
-  }
-  return st;
+Status StreamLedger::Persist() { return impl_->SaveNow(); }
+
+void StreamLedger::CancelWaits() {
+  impl_->cancel_waits = true;
+  std::lock_guard lock(impl_->mu);
+  impl_->cv.notify_all();
 }
 
 void StreamLedger::Close() {

@@ -3,6 +3,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -63,7 +64,8 @@ namespace {
 std::string UnescapeId(const std::string& name) {
   std::string out;
   for (size_t i = 0; i < name.size(); ++i) {
-    if (name[i] == '%' && i + 2 < name.size()) {
+    if (name[i] == '%' && i + 2 < name.size() && std::isxdigit(static_cast<unsigned char>(name[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(name[i + 2]))) {
       out += static_cast<char>(std::stoi(name.substr(i + 1, 2), nullptr, 16));
       i += 2;
     } else {
@@ -98,7 +100,8 @@ StatusOr<std::vector<StreamRecord>> LoadLegacy(const std::string& dir) {
     StreamRecord r;
     uint64_t c = 0;
     if (run_key != "run" || !ParseU64(run, &r.run) || cursor_key != "cursor" ||
-        (cursor != "none" && !ParseU64(cursor, &c)) || source_key != "source") {
+        (cursor != "none" && (!ParseU64(cursor, &c) || c + 1 >= transport::kMaxSeq)) || source_key != "source" ||
+        r.run == 0) {
       return absl::DataLossError(StrCat("'", e.path().string(), "': malformed stream state of an older vigil"));
     }
     r.stream = UnescapeId(e.path().stem().string());
@@ -144,6 +147,12 @@ class DirStore final : public StateStore {
       r.run = s["run"].get<uint64_t>();
       r.next_seq = s["next_seq"].get<uint64_t>();
       if (!s["acked_through"].is_null()) r.acked_through = s["acked_through"].get<uint64_t>();
+      // seqs stay below 2^63; what was acknowledged was assigned.
+      if (r.next_seq >= transport::kMaxSeq || r.run == 0 || (r.acked_through && *r.acked_through >= r.next_seq)) {
+        return bad(StrCat("stream '", r.stream, "': run ", r.run, ", next_seq ", r.next_seq, " and acked_through ",
+                          r.acked_through ? std::to_string(*r.acked_through) : "null",
+                          " are not run ≥ 1, acked_through < next_seq < 2^63"));
+      }
       out.push_back(std::move(r));
     }
     return out;

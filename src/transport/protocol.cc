@@ -226,6 +226,13 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
       }
       VIGIL_RETURN_IF_ERROR(r.Finish());
       if (m.epoch == 0) return absl::InvalidArgumentError("Welcome body: epoch 0 (epochs start at 1)");
+      for (const WelcomeStream& st : m.streams) {
+        if (st.contiguous_through < -1 || st.highest_seq < st.contiguous_through) {
+          return absl::InvalidArgumentError(StrCat("Welcome body: stream '", st.stream, "': contiguous_through ",
+                                                   st.contiguous_through, " and highest_seq ", st.highest_seq,
+                                                   " are not -1 ≤ contiguous_through ≤ highest_seq"));
+        }
+      }
       return Message(std::move(m));
     }
     case MessageType::kReport: {
@@ -351,6 +358,10 @@ Status ValidateReport(const Report& r) {
   if (r.edge.empty() || r.stream.empty()) return bad("empty edge or stream id");
   if (r.edge.size() > 65535 || r.stream.size() > 65535 || r.rule.size() > 65535) return bad("string over 65535 bytes");
   if (r.seq_first > r.seq_last) return bad("seq_first > seq_last");
+  if (r.seq_last >= kMaxSeq) return bad(StrCat("seq_last ", r.seq_last, " is not below 2^63"));
+  if (r.seq_last - r.seq_first >= kMaxReportFrames) {
+    return bad(StrCat("covers ", r.seq_last - r.seq_first + 1, " frames, more than ", kMaxReportFrames));
+  }
   if (r.kind == ReportKind::kEvent) {
     if (r.seq_first != r.seq_last) return bad("an event covers exactly one frame");
   } else if (r.kind == ReportKind::kProgress || r.kind == ReportKind::kDropped || r.kind == ReportKind::kLost) {

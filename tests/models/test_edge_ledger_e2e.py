@@ -332,3 +332,25 @@ def test_zombie_edge_is_fenced_and_nothing_of_its_session_is_stored_after_the_ne
     assert query(agg.db, "SELECT epoch FROM edges") == [(2,)]
     text = log_a.read_text()
     assert "vigil edge: fenced:" in text, text[-3000:]
+
+
+def test_a_second_edge_on_the_same_state_dir_is_refused(tmp_path):
+    """The state_dir is one edge's: a second `vigil edge` on it exits 2 naming the dir and the holder's pid,
+    and the first runs on (here: waiting for an aggregator that is not there, until SIGTERM)."""
+    clip = tmp_path / "clip.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc=size=160x120:rate=5", "-t", "2",
+                    "-c:v", "libx264", "-preset", "ultrafast", str(clip)], check=True, timeout=60)
+    nobody = free_port()  # no aggregator listens: the first edge waits to be admitted
+    cfg_a = edge_config(tmp_path, "a", nobody, str(clip), "state")
+    cfg_b = edge_config(tmp_path, "b", nobody, str(clip), "state")
+    a = start_edge(cfg_a, tmp_path, "a")
+    try:
+        wait_for("the first edge to wait for its aggregator",
+                 lambda: "waiting for the aggregator" in (tmp_path / "a.log").read_text(), edge=a, log=tmp_path / "a.log")
+        b = subprocess.run([vigil_bin(), "edge", "--config", str(cfg_b)], capture_output=True, text=True, timeout=120)
+        assert b.returncode == 2, b.stderr[-2000:]
+        assert f"state_dir '{tmp_path / 'state'}' is in use by another vigil edge (pid {a.pid})" in b.stderr, b.stderr
+        assert a.poll() is None
+    finally:
+        stop(a)
+    assert a.returncode == 0, (tmp_path / "a.log").read_text()[-2000:]

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from common import REPO, SHARED_DIR, describe, vigil
+from edge_harness import Aggregator, free_port
 
 TOPOLOGIES = Path(os.environ.get("VIGIL_SHARED_TOPOLOGIES") or REPO.parent / "shared" / "topologies")
 VTEST = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
@@ -35,8 +35,9 @@ def topology(name: str) -> Path:
     return p
 
 
-def edge_yaml(tmp: Path, streams: list[str], extra: str = "", model: str = "/nonexistent.onnx") -> Path:
-    text = f"edge: e1\naggregator: 127.0.0.1:7400\nmodel: {{path: {model}}}\n{extra}\nstreams:\n"
+def edge_yaml(tmp: Path, streams: list[str], extra: str = "", model: str = "/nonexistent.onnx",
+              aggregator_port: int = 7400) -> Path:
+    text = f"edge: e1\naggregator: 127.0.0.1:{aggregator_port}\nmodel: {{path: {model}}}\n{extra}\nstreams:\n"
     text += "".join(f"  - {s}\n" for s in streams)
     path = tmp / "edge.yaml"
     path.write_text(text)
@@ -152,12 +153,6 @@ def test_plan_probes_a_file_and_counts_the_model(tmp_path):
     assert bad.returncode == 2 and "placement.gflop_per_frame" in bad.stderr, describe(bad)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Edge:
     """`vigil edge` on vtest.avi (realtime, looped) with its HTTP endpoint, until stopped."""
 
@@ -167,9 +162,12 @@ class Edge:
             pytest.skip("needs the shared YOLOX-Nano model and vtest.avi")
         self.port = free_port()
         self.state = tmp / "state"
+        # The edge reads no stream before an aggregator admits it.
+        self.aggregator = Aggregator(tmp, free_port())
+        self.aggregator.start()
         cfg = edge_yaml(tmp, [f"{{id: vt, source: {VTEST}, realtime: true, loop: true}}"],
                         f"http_port: {self.port}\nstate_dir: {self.state}\nplacement: {{bind_single_numa: true}}",
-                        model=f"{model}, threads: 2")
+                        model=f"{model}, threads: 2", aggregator_port=self.aggregator.port)
         env = dict(os.environ, **env_extra)
         self.log = open(tmp / "edge.log", "wb")
         self.proc = subprocess.Popen([os.environ["VIGIL_BIN"], "edge", "--config", str(cfg)], stdout=self.log,
@@ -194,6 +192,7 @@ class Edge:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
         self.log.close()
+        self.aggregator.kill(signal.SIGTERM)
 
 
 @pytest.fixture

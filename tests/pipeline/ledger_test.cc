@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -143,7 +144,7 @@ TEST(StreamLedger, ALiveStreamWhoseHighWaterMarkLagsTheAggregatorNumbersAboveThe
   Fixture f;
   f.Seed({{"cam", "rtsp://10.0.0.1/cam", 5, 11, 20}});  // persisted lazily: the dead instance got further
   auto l = f.Open({Camera("cam")});
-  l->Admit({6, {{"cam", 5, 30, 31}}});
+  l->Admit({6, {{"cam", 5, 31, 31}}});
   EXPECT_EQ(l->resume(0).first_seq, 32u);
   EXPECT_EQ(l->resume(0).lost, 0u);
   EXPECT_TRUE(Pending(*l).empty());
@@ -159,6 +160,20 @@ TEST(StreamLedger, ALiveStreamNeverReportsWhatWasAcknowledgedAsLost) {
   std::vector<Report> out = Pending(*l);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].seq_first, 12u);
+}
+
+TEST(StreamLedger, ALiveRestartAlsoClosesAHoleBelowTheHighestStoredSeq) {
+  Fixture f;
+  // The dead instance had a drop mark for seq 12 still pending while 13..16 were stored.
+  f.Seed({{"cam", "rtsp://10.0.0.1/cam", 5, 11, 18}});
+  auto l = f.Open({Camera("cam")});
+  l->Admit({6, {{"cam", 5, 11, 16}}});
+  EXPECT_EQ(l->resume(0).first_seq, 18u);
+  EXPECT_EQ(l->resume(0).lost, 1u) << "17 is certainly lost";
+  std::vector<Report> out = Pending(*l);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(std::make_pair(out[0].seq_first, out[0].seq_last), std::make_pair(uint64_t{12}, uint64_t{17}))
+      << "the aggregator stores the seqs of the range it is missing (12 and 17)";
 }
 
 TEST(StreamLedger, ProgressMarksCoalesceAndFlushByAgeOnTheClock) {
@@ -255,6 +270,44 @@ TEST(StreamLedger, ALiveStreamNeverWaitsForAFullOutboxItsFramesBecomeDropMarks) 
   EXPECT_EQ(std::make_pair(out[0].seq_first, out[0].seq_last), std::make_pair(uint64_t{1}, uint64_t{2}));
 }
 
+TEST(StreamLedger, AFileStreamWaitsForRoomUntilCancelWaits) {
+  Fixture f;
+  LedgerOptions o;
+  o.clock = &f.clock;
+  o.store = MakeMemoryStateStore(f.state);
+  o.max_outbox = 1;
+  std::vector<LedgerStream> streams;
+  streams.push_back(File("a"));
+  auto l = std::move(*StreamLedger::Open(std::move(o), std::move(streams)));  // replayable_wait: 1 h
+  l->Admit({1, {}});
+  l->Record(0, Frame(0), std::vector{kPerson});
+  std::atomic<bool> returned{false};
+  std::thread worker([&] {
+    l->Record(0, Frame(1), std::vector{kPerson});  // no room: waits (the aggregator is away)
+    returned = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(returned.load()) << "a file stream waits for room: it must lose nothing";
+  l->CancelWaits();  // a stop
+  worker.join();
+  EXPECT_EQ(Pending(*l).size(), 1u) << "the frame is given up (read again after a restart), not marked";
+  EXPECT_EQ(l->counters(0).dropped, 0u);
+}
+
+TEST(StreamLedger, AReportTheProtocolCannotCarryBecomesADropMark) {
+  Fixture f;
+  auto l = f.Open({File("a")});
+  l->Admit({1, {}});
+  const detect::Detection bad{std::nanf(""), 0, 1, 1, 0.9f, 0};
+  l->Record(0, Frame(0), std::vector{bad});
+  l->Tick();
+  std::vector<Report> out = Pending(*l);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, ReportKind::kDropped);
+  EXPECT_EQ(out[0].rule, "invalid_report");
+  EXPECT_EQ(out[0].seq_first, 0u);
+}
+
 TEST(StreamLedger, AcksAdvanceTheCursorOfTheCurrentRunOnly) {
   Fixture f;
   auto l = f.Open({File("a")});
@@ -337,6 +390,22 @@ TEST_F(StateDirTest, MalformedFilesAreDataLossNamingTheFile) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(r.status().message().find("ledger.json"), std::string_view::npos) << r.status();
+}
+
+TEST_F(StateDirTest, ImpossibleCursorsAreDataLoss) {
+  std::filesystem::create_directories(dir_);
+  std::ofstream(dir_ / "ledger.json")
+      << R"({"version": 1, "streams": [{"stream": "a", "source": "x", "run": 1, "acked_through": 9, "next_seq": 9}]})";
+  StatusOr<std::vector<StreamRecord>> r = (*OpenStateDir(dir_.string()))->Load();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("acked_through < next_seq"), std::string_view::npos) << r.status();
+  std::filesystem::remove(dir_ / "ledger.json");
+  std::filesystem::create_directories(dir_ / "streams");
+  std::ofstream(dir_ / "streams" / "cam%zz.state") << "run 4\ncursor 18446744073709551615\nsource rtsp://h/x\n";
+  r = (*OpenStateDir(dir_.string()))->Load();
+  ASSERT_FALSE(r.ok()) << "no crash on a bad escape, no overflow on a huge cursor";
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(StateDirTest, StateOfAnOlderVigilIsCarriedOver) {
@@ -426,7 +495,6 @@ TEST(LedgerOverLinks, SwitchingLinksMidStreamStoresEveryFrameOnceInOrder) {
     next = r.seq_last + 1;
   }
   EXPECT_EQ(next, 60u);
-  EXPECT_GT(agg->duplicates(), 0u) << "the messages in flight on the broken link were sent again";
   EXPECT_EQ(l->acked_through(0), std::optional<uint64_t>(59));
   EXPECT_EQ(handler.rejects.load(), 0);
   courier->Close();

@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "vigil/aggregator/aggregator.h"
 #include "vigil/infer/engine.h"
 #include "vigil/pipeline/edge.h"
 #include "vigil/pipeline/placement.h"
@@ -107,13 +108,22 @@ class EdgePlacementTest : public ::testing::Test {
     fs::create_directories(dir_ / "images");
     WritePpm(dir_ / "images" / "a.ppm", 64, 48, 40);
     WritePpm(dir_ / "images" / "b.ppm", 48, 64, 200);
+    // The edge reads nothing before an aggregator admits it (pipeline/edge.h): run one in-process.
+    aggregator::AggregatorConfig ac;
+    ac.listen_host = ac.http_host = "127.0.0.1";
+    ac.listen_port = ac.http_port = 0;
+    ac.db_path = (dir_ / "agg.db").string();
+    StatusOr<std::unique_ptr<aggregator::Aggregator>> agg = aggregator::Aggregator::Start(ac);
+    ASSERT_TRUE(agg.ok()) << agg.status();
+    aggregator_ = std::move(*agg);
   }
   void TearDown() override {
+    aggregator_.reset();
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
   EdgeConfig Config(const std::string& placement_yaml) {
-    const std::string yaml = StrCat("edge: e1\naggregator: 127.0.0.1:", FreePort(), "\nmodel: {path: ", model_.string(),
+    const std::string yaml = StrCat("edge: e1\naggregator: 127.0.0.1:", aggregator_->listen_port(), "\nmodel: {path: ", model_.string(),
                                     ", threads: 2}\nhttp_port: ", http_port_, "\nstate_dir: ", (dir_ / "state").string(), "\n",
                                     placement_yaml, "\nstreams:\n",
                                     "  - {id: s0, source: ", (dir_ / "images").string(), ", realtime: true, loop: true}\n",
@@ -171,6 +181,7 @@ class EdgePlacementTest : public ::testing::Test {
   CpuList allowed_;
   uint16_t http_port_ = 0;
   std::unique_ptr<metrics::Registry> registry_;
+  std::unique_ptr<aggregator::Aggregator> aggregator_;
 };
 
 TEST_F(EdgePlacementTest, ThreadsAreBoundToThePlanAndMatchTheCheck) {

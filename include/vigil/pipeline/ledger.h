@@ -17,9 +17,11 @@
 //        (the larger of the persisted one and the Welcome's contiguous_through) are skipped (decoded and
 //        discarded: `Number` returns false);
 //      - a live source resumes its run and numbers new pictures after the larger of the persisted
-//        high-water mark and the Welcome's highest stored seq, never skipping a picture; the seqs the
-//        dead instance assigned above the highest stored one (up to its high-water mark) are reported
-//        once as a kLost range (rule "lost_on_restart", counted), not left as a gap.
+//        high-water mark and the Welcome's highest stored seq, never skipping a picture; the seqs from
+//        the acknowledged prefix up to there are reported once as a kLost range (rule "lost_on_restart"):
+//        the aggregator stores those it does not have, so what the dead instance numbered and never
+//        delivered is accounted, not left as a gap. resume().lost (and counters().lost_on_restart) count
+//        the part above the highest stored seq, which is certainly lost.
 //      Later Welcomes (reconnects) only update the epoch.
 //   3. Reader threads call Number() for each decoded picture and Dropped() for a numbered picture that will
 //      not be processed (live queue overflow, a failed batch): drops travel as kDropped marks.
@@ -123,7 +125,7 @@ struct StreamResume {
   uint64_t run = 0;
   std::optional<uint64_t> skip_through;  // replayable: pictures with seq ≤ this are skipped
   uint64_t first_seq = 0;                // live: the first seq this instance assigns
-  uint64_t lost = 0;                     // live: seqs reported as lost_on_restart
+  uint64_t lost = 0;                     // live: seqs assigned above the highest stored one (lost for sure)
 };
 
 // The rows of a frame that reached the worker.
@@ -138,6 +140,7 @@ struct LedgerCounters {
   uint64_t events = 0, progress_marks = 0, dropped = 0, lost_on_restart = 0, skipped_resume = 0;
   uint64_t backpressure_drops = 0;  // live frames whose report found the outbox full
   uint64_t persist_failures = 0;    // state writes that failed (retried at the next interval)
+  uint64_t not_numbered = 0;        // pictures refused by Number (before admission, or runs not yet durable)
 };
 
 class StreamLedger {
@@ -159,11 +162,17 @@ class StreamLedger {
   uint64_t epoch() const;  // 0 before Admit
   StreamResume resume(size_t stream) const;  // REQUIRES: admitted()
 
-  // Reader thread of `stream`: numbers the picture (sets seq; the caller copies run). false: skip it (a
-  // replayable stream before its cursor, or not admitted yet: counted).
+  // Reader thread of `stream`: numbers the picture (sets seq; the caller copies run). false: skip it — a
+  // replayable stream's picture at or before its cursor (counted in skipped_resume), or a picture before
+  // admission or before the new runs were written to the store (counted in not_numbered; a replayable
+  // stream waits for that write instead, until CancelWaits or Close).
   bool Number(size_t stream, uint64_t* seq);
   // A numbered picture will not be processed: a drop mark with `reason` (queue_full, detect_error, …).
   void Dropped(size_t stream, uint64_t seq, std::string_view reason);
+  // A message the link could not send and the courier gave up (Reject kInvalid: e.g. its device rows did
+  // not download): its frames are reported again as one drop mark (reason "invalid_report") instead of
+  // being left as a gap. Ignored for another run or a mark (which carries no rows).
+  void Refused(const transport::Reject& reject);
   // Worker: the processed frame's detections (source pixels) through the stream's rules; an event or a
   // progress mark goes to the outbox (see 4. above). Frames of a stream come in seq order.
   struct Recorded {
@@ -183,6 +192,10 @@ class StreamLedger {
   LedgerCounters counters(size_t stream) const;
   // Writes the state now (and waits for it). Errors: the store's.
   Status Persist();
+  // Ends every wait of a replayable stream (Record's wait for room, Number's wait for durable runs) at once:
+  // for a stop. A file's frame whose report is given up this way lies after the acknowledged cursor and is
+  // read again by the next start. Idempotent.
+  void CancelWaits();
   // Stops the writer after a last write; the outbox is closed. Idempotent.
   void Close();
 

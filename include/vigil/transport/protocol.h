@@ -51,15 +51,17 @@
 //    aggregator grants a new epoch, strictly larger than any it granted that edge id and stored durably
 //    before the Welcome, for epoch 0 and for kHelloPromote; it re-admits the current epoch; it refuses any
 //    lower epoch with Reject(kFenced). Granting evicts every older session of that edge id at once
-//    (Reject(kFenced) with an empty stream, then the connection closes), and a Report whose epoch is not
-//    its session's is refused with Reject(kStaleEpoch).
+//    (Reject(kFenced) with an empty stream; the connection stays open until the edge closes it, and
+//    whatever it still sends is refused), and a Report whose epoch is not the edge's current epoch is
+//    refused with Reject(kStaleEpoch).
 //  - Welcome lists, for each (stream, run) the Hello named, what the aggregator stored of it:
-//    contiguous_through (highest S with 0..S all stored, -1 none) and highest_seq (-1 none).
+//    contiguous_through (highest S with 0..S all stored, -1 none) and highest_seq (-1 none); a Welcome
+//    with contiguous_through < -1 or highest_seq < contiguous_through does not decode.
 //  - Ack answers one Report (its stream, run, seq_first..seq_last, epoch) once the aggregator's storage
 //    transaction holding it has committed (also when every frame was a duplicate), and carries
 //    contiguous_through for (edge, stream, run). The edge persists it as its resume cursor.
-//  - Reject answers a Report that will never be stored: kStaleEpoch (epoch = the edge's current epoch),
-//    kInvalid. Reject with an empty stream refers to the connection (kFenced, kUnsupportedVersion,
+//  - Reject answers a Report that will never be stored: kStaleEpoch (epoch = the edge's current epoch, or
+//    the session's own when the report carried another epoch than its session), kInvalid. Reject with an empty stream refers to the connection (kFenced, kUnsupportedVersion,
 //    kProtocolError); the sender closes the connection after it.
 //  - Times are nanoseconds: capture_ns and publish_ns on the edge's CLOCK_REALTIME (Unix epoch),
 //    pts_ns the source's presentation time. Boxes are in source-image pixels (width × height).
@@ -87,6 +89,8 @@ inline constexpr uint32_t kMagic = 0x4C494756;  // "VGIL" read as a little-endia
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxBodyBytes = 1 << 20;  // 1 MiB: a report with 300 detections is ~10 KB
 inline constexpr size_t kMaxDetections = 10000;
+inline constexpr uint64_t kMaxSeq = uint64_t{1} << 63;          // seqs stay below (SQLite stores int64)
+inline constexpr uint64_t kMaxReportFrames = uint64_t{1} << 24;  // frames one report may cover
 inline constexpr size_t kMaxClasses = 65535;    // class names in a Hello
 inline constexpr size_t kMaxHelloStreams = 65535;
 inline constexpr uint8_t kHelloPromote = 1;     // Hello flag: a standby taking over asks for a new epoch
@@ -190,7 +194,7 @@ using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat>;
 
 // OK when `r` satisfies the field rules above (non-empty ids, seq_first ≤ seq_last, an event covers
 // one frame, only events carry detections, kind/severity known, strings ≤ 65535 bytes, finite boxes and
-// scores, class ids integers in [0, 2^24)).
+// scores, class ids integers in [0, 2^24), seq_last < kMaxSeq, at most kMaxReportFrames frames).
 Status ValidateReport(const Report& r);
 
 // OK when `h` has a non-empty edge id, ≤ kMaxClasses names and ≤ kMaxHelloStreams streams, strings
