@@ -13,6 +13,7 @@ build_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwloc-dev libnuma-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
   libsqlite3-dev libyaml-cpp-dev libcpp-httplib-dev
+  prometheus-cpp-dev            # metrics: prometheus-cpp core (families, histograms, text exposition)
   dpkg-dev file                 # cpack's .deb: dpkg-shlibdeps computes Depends
   opencv-doc darknet            # sample images and video (vtest.avi, dog.jpg, ...)
 )

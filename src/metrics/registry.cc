@@ -1,10 +1,20 @@
+// The metrics module over prometheus-cpp core: vigil keeps its API (handles, Value/Snap, collect
+// hooks, abort on programming errors) and checks what prometheus-cpp would otherwise throw for; the
+// metrics, their families and the text exposition are prometheus-cpp's.
 #include "vigil/metrics/registry.h"
 
+#include <prometheus/check_names.h>
+#include <prometheus/family.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
 #include <algorithm>
-#include <charconv>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <unordered_map>
 
 namespace vigil::metrics {
 namespace {
@@ -17,52 +27,27 @@ constexpr const char* kTypeNames[] = {"counter", "gauge", "histogram"};
   std::abort();
 }
 
-bool ValidName(std::string_view s, bool allow_colon) {
-  if (s.empty()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (allow_colon && c == ':') ||
-                    (i > 0 && c >= '0' && c <= '9');
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// Shortest text that reads back as `v` (Prometheus accepts Go's float syntax: +Inf, -Inf, NaN).
-std::string FormatValue(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[32];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, end);
-}
-
-void AppendEscaped(std::string& out, std::string_view s, bool quote) {
-  for (char c : s) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '\n')
-      out += "\\n";
-    else if (quote && c == '"')
-      out += "\\\"";
-    else
-      out += c;
+void CheckBounds(const std::vector<double>& bounds) {
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) {
+      Fatal("histogram bounds must be finite and strictly increasing");
+    }
   }
 }
 
-// {a="x",b="y"} with `extra` (le) last; "" for no labels.
-std::string FormatLabels(const Labels& labels, std::string_view extra_name = {}, std::string_view extra_value = {}) {
+// prometheus-cpp 1.0.1's TextSerializer writes HELP verbatim (label values it escapes): escape `\`
+// and newline here, as text format 0.0.4 asks, so that a multi-line help stays one line.
+std::string EscapeHelp(std::string_view help) {
   std::string out;
-  auto add = [&](std::string_view name, std::string_view value) {
-    out += out.empty() ? "{" : ",";
-    out += name;
-    out += "=\"";
-    AppendEscaped(out, value, true);
-    out += '"';
-  };
-  for (const auto& [name, value] : labels) add(name, value);
-  if (!extra_name.empty()) add(extra_name, extra_value);
-  if (!out.empty()) out += "}";
+  for (char c : help) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
   return out;
 }
 
@@ -70,33 +55,29 @@ std::string FormatLabels(const Labels& labels, std::string_view extra_name = {},
 
 // ---- Histogram ----------------------------------------------------------------------------------
 
-Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), counts_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
-  for (size_t i = 0; i < bounds_.size(); ++i) {
-    if (!std::isfinite(bounds_[i]) || (i > 0 && !(bounds_[i] > bounds_[i - 1]))) {
-      Fatal("histogram bounds must be finite and strictly increasing");
-    }
-  }
-  for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
+Histogram::Histogram(std::vector<double> bounds) : h_(nullptr), bounds_(bounds.size()) {
+  CheckBounds(bounds);
+  owned_ = std::make_unique<prometheus::Histogram>(bounds);
+  h_ = owned_.get();
 }
 
-void Histogram::Observe(double v) {
-  const size_t i = std::isnan(v)
-                       ? bounds_.size()
-                       : static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(v, std::memory_order_relaxed);
+Histogram::~Histogram() = default;
+
+void Histogram::ObserveNaN() {
+  // lower_bound would put NaN (which compares false with everything) in the first bucket.
+  std::vector<double> increments(bounds_ + 1, 0.0);
+  increments.back() = 1;
+  h_->ObserveMultiple(increments, std::nan(""));
 }
 
 Histogram::Snapshot Histogram::Snap() const {
+  const prometheus::ClientMetric m = h_->Collect();
   Snapshot s;
-  s.bounds = bounds_;
-  uint64_t total = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    total += counts_[i].load(std::memory_order_relaxed);
-    s.cumulative.push_back(total);
+  for (const auto& b : m.histogram.bucket) {
+    if (std::isfinite(b.upper_bound)) s.bounds.push_back(b.upper_bound);
+    s.cumulative.push_back(b.cumulative_count);
   }
-  s.sum = sum_.load(std::memory_order_relaxed);
+  s.sum = m.histogram.sample_sum;
   return s;
 }
 
@@ -106,99 +87,110 @@ std::vector<double> LatencyBuckets() {
 
 // ---- Registry -----------------------------------------------------------------------------------
 
-struct Registry::Family {
-  int type = kCounter;
-  std::string help;
-  std::vector<double> bounds;  // histograms only
-  std::map<Labels, std::unique_ptr<Counter>> counters;
-  std::map<Labels, std::unique_ptr<Gauge>> gauges;
-  std::map<Labels, std::unique_ptr<Histogram>> histograms;
+struct Registry::Impl {
+  struct Family {
+    Type type;
+    std::vector<double> bounds;  // histograms only
+    void* family;                // prometheus::Family<Counter|Gauge|Histogram>*, by `type`
+  };
+
+  // Looks up or creates `name`'s family. REQUIRES: mu held.
+  template <typename T>
+  prometheus::Family<T>& GetFamily(std::string_view name, std::string_view help, Type type,
+                                   const std::vector<double>* bounds, const Labels& labels) {
+    if (!prometheus::CheckMetricName(std::string(name))) Fatal("invalid metric name '" + std::string(name) + "'");
+    for (const auto& [label, value] : labels) {
+      if (!prometheus::CheckLabelName(label) || label == "le") {
+        Fatal("invalid label name '" + label + "' on " + std::string(name));
+      }
+    }
+    auto it = families.find(name);
+    if (it == families.end()) {
+      if (bounds != nullptr) CheckBounds(*bounds);
+      prometheus::Family<T>* f = nullptr;
+      try {
+        f = &prometheus::detail::Builder<T>().Name(std::string(name)).Help(EscapeHelp(help)).Register(registry);
+      } catch (const std::exception& e) {
+        Fatal("metric '" + std::string(name) + "': " + e.what());
+      }
+      it = families.emplace(std::string(name), Family{type, bounds ? *bounds : std::vector<double>{}, f}).first;
+    }
+    const Family& f = it->second;
+    if (f.type != type) {
+      Fatal("metric '" + std::string(name) + "' is a " + kTypeNames[f.type] + ", asked for as a " + kTypeNames[type]);
+    }
+    if (bounds != nullptr && f.bounds != *bounds) {
+      Fatal("histogram '" + std::string(name) + "' asked for with other bounds");
+    }
+    return *static_cast<prometheus::Family<T>*>(f.family);
+  }
+
+  // The handle on `metric`, created on first use. REQUIRES: mu held.
+  template <typename Handle, typename Metric, typename... Args>
+  static Handle& HandleOf(std::unordered_map<const Metric*, std::unique_ptr<Handle>>& handles, Metric& metric,
+                          Args... args) {
+    auto& slot = handles[&metric];
+    if (!slot) slot.reset(new Handle(metric, args...));
+    return *slot;
+  }
+
+  prometheus::Registry registry;  // Merge: one family per name
+
+  std::mutex mu;
+  std::map<std::string, Family, std::less<>> families;                                      // GUARDED_BY(mu)
+  std::unordered_map<const prometheus::Counter*, std::unique_ptr<Counter>> counters;        // GUARDED_BY(mu)
+  std::unordered_map<const prometheus::Gauge*, std::unique_ptr<Gauge>> gauges;              // GUARDED_BY(mu)
+  std::unordered_map<const prometheus::Histogram*, std::unique_ptr<Histogram>> histograms;  // GUARDED_BY(mu)
+
+  mutable std::mutex hooks_mu;
+  std::vector<std::function<void()>> hooks;  // GUARDED_BY(hooks_mu)
 };
 
-Registry::Registry() = default;
+Registry::Registry() : impl_(std::make_unique<Impl>()) {}
 Registry::~Registry() = default;
 
-Registry::Family& Registry::GetFamily(std::string_view name, std::string_view help, int type,
-                                      const std::vector<double>* bounds, const Labels& labels) {
-  if (!ValidName(name, true)) Fatal("invalid metric name '" + std::string(name) + "'");
-  for (const auto& [label, value] : labels) {
-    if (!ValidName(label, false) || label == "le") Fatal("invalid label name '" + label + "' on " + std::string(name));
-  }
-  auto it = families_.find(name);
-  if (it == families_.end()) {
-    auto f = std::make_unique<Family>();
-    f->type = type;
-    f->help = std::string(help);
-    if (bounds != nullptr) f->bounds = *bounds;
-    it = families_.emplace(std::string(name), std::move(f)).first;
-  }
-  Family& f = *it->second;
-  if (f.type != type) {
-    Fatal("metric '" + std::string(name) + "' is a " + kTypeNames[f.type] + ", asked for as a " + kTypeNames[type]);
-  }
-  if (bounds != nullptr && f.bounds != *bounds) {
-    Fatal("histogram '" + std::string(name) + "' asked for with other bounds");
-  }
-  return f;
-}
-
 Counter& Registry::GetCounter(std::string_view name, std::string_view help, const Labels& labels) {
-  std::lock_guard lock(mu_);
-  auto& slot = GetFamily(name, help, kCounter, nullptr, labels).counters[labels];
-  if (!slot) slot = std::make_unique<Counter>();
-  return *slot;
+  std::lock_guard lock(impl_->mu);
+  auto& family = impl_->GetFamily<prometheus::Counter>(name, help, kCounter, nullptr, labels);
+  return Impl::HandleOf(impl_->counters, family.Add(labels));
 }
 
 Gauge& Registry::GetGauge(std::string_view name, std::string_view help, const Labels& labels) {
-  std::lock_guard lock(mu_);
-  auto& slot = GetFamily(name, help, kGauge, nullptr, labels).gauges[labels];
-  if (!slot) slot = std::make_unique<Gauge>();
-  return *slot;
+  std::lock_guard lock(impl_->mu);
+  auto& family = impl_->GetFamily<prometheus::Gauge>(name, help, kGauge, nullptr, labels);
+  return Impl::HandleOf(impl_->gauges, family.Add(labels));
 }
 
 Histogram& Registry::GetHistogram(std::string_view name, std::string_view help, const std::vector<double>& bounds,
                                   const Labels& labels) {
-  std::lock_guard lock(mu_);
-  Family& f = GetFamily(name, help, kHistogram, &bounds, labels);
-  auto& slot = f.histograms[labels];
-  if (!slot) slot = std::make_unique<Histogram>(bounds);
-  return *slot;
+  std::lock_guard lock(impl_->mu);
+  auto& family = impl_->GetFamily<prometheus::Histogram>(name, help, kHistogram, &bounds, labels);
+  return Impl::HandleOf(impl_->histograms, family.Add(labels, bounds), bounds.size());
 }
 
 void Registry::AddCollectHook(std::function<void()> hook) {
-  std::lock_guard lock(hooks_mu_);
-  hooks_.push_back(std::move(hook));
+  std::lock_guard lock(impl_->hooks_mu);
+  impl_->hooks.push_back(std::move(hook));
 }
 
 std::string Registry::Render() const {
   std::vector<std::function<void()>> hooks;
   {
-    std::lock_guard lock(hooks_mu_);
-    hooks = hooks_;
+    std::lock_guard lock(impl_->hooks_mu);
+    hooks = impl_->hooks;
   }
   for (const auto& hook : hooks) hook();
 
-  std::lock_guard lock(mu_);
-  std::string out;
-  for (const auto& [name, f] : families_) {
-    out += "# HELP " + name + " ";
-    AppendEscaped(out, f->help, false);
-    out += "\n# TYPE " + name + " " + kTypeNames[f->type] + "\n";
-    for (const auto& [labels, c] : f->counters) {
-      out += name + FormatLabels(labels) + " " + FormatValue(c->Value()) + "\n";
-    }
-    for (const auto& [labels, g] : f->gauges) out += name + FormatLabels(labels) + " " + FormatValue(g->Value()) + "\n";
-    for (const auto& [labels, h] : f->histograms) {
-      const Histogram::Snapshot s = h->Snap();
-      for (size_t i = 0; i <= s.bounds.size(); ++i) {
-        const std::string le = i < s.bounds.size() ? FormatValue(s.bounds[i]) : "+Inf";
-        out += name + "_bucket" + FormatLabels(labels, "le", le) + " " + std::to_string(s.cumulative[i]) + "\n";
-      }
-      out += name + "_sum" + FormatLabels(labels) + " " + FormatValue(s.sum) + "\n";
-      out += name + "_count" + FormatLabels(labels) + " " + std::to_string(s.cumulative.back()) + "\n";
-    }
+  // prometheus-cpp collects families by type in creation order and series in hash order: sort both
+  // so that a scrape reads the same from one time to the next.
+  std::vector<prometheus::MetricFamily> families = impl_->registry.Collect();
+  std::sort(families.begin(), families.end(),
+            [](const prometheus::MetricFamily& a, const prometheus::MetricFamily& b) { return a.name < b.name; });
+  for (prometheus::MetricFamily& f : families) {
+    std::sort(f.metric.begin(), f.metric.end(),
+              [](const prometheus::ClientMetric& a, const prometheus::ClientMetric& b) { return a.label < b.label; });
   }
-  return out;
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 }  // namespace vigil::metrics
