@@ -41,11 +41,13 @@ sympy==1.14.0
 mpmath==1.3.0
 colorama==0.4.6
 onnxconverter-common==1.16.0
+prometheus_client==0.26.0
 EOF
 # ml_dtypes 0.5.x is the last line that accepts numpy 1.x; onnxslim needs sympy/mpmath/colorama.
 # ultralytics/yolov5 declare many more requirements (opencv-python, polars, matplotlib, pandas, ...)
 # that model building and ONNX export do not use; tools/testmodels/make_models.py stubs the four
-# plotting/data modules the yolov5 package imports at module level.
+# plotting/data modules the yolov5 package imports at module level. prometheus_client (no dependencies):
+# its text parser checks what /metrics serves (tests/models/test_metrics_scrape.py).
 
 STAMP="$VENV/.vigil-test-venv"
 WANT=$(printf '%s\n%s\n' "$($PY --version 2>&1)" "$REQS" | sha256sum | cut -d' ' -f1)
@@ -68,7 +70,7 @@ printf '%s\n' "$REQS" > "$REQ_FILE"
 
 # Check: the pinned set imports, and torch/numpy/cv2 are still Debian's.
 "$VENV/bin/python" - <<'EOF'
-import numpy, cv2, torch, onnx, onnxruntime, pytest, onnxslim, onnxconverter_common
+import numpy, cv2, torch, onnx, onnxruntime, pytest, onnxslim, onnxconverter_common, prometheus_client
 import ultralytics
 assert torch.__file__.startswith("/usr/lib/python3/"), f"torch not from Debian: {torch.__file__}"
 assert numpy.__version__.startswith("1."), f"numpy {numpy.__version__} (torch 1.13 needs numpy 1.x)"
