@@ -73,8 +73,12 @@ class Edge final : public transport::CourierHandler {
  public:
   Edge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& reg)
       : config_(config), stop_(stop), reg_(reg),
+        // About two batches queued in all (frames may be GPU surfaces), split evenly over the streams, at least
+        // one each: no stream can fill the engine's queue for the others.
         batcher_(static_cast<size_t>(config.max_batch), milliseconds(config.max_wait_ms),
-                 static_cast<size_t>(std::max(2 * config.max_batch, 4))) {}
+                 std::max<size_t>(1, (static_cast<size_t>(std::max(2 * config.max_batch, 4)) + config.streams.size() - 1) /
+                                         std::max<size_t>(config.streams.size(), 1)),
+                 std::max<size_t>(config.streams.size(), 1)) {}
 
   Status Run(const EdgeRunOptions& options);
 
@@ -335,7 +339,7 @@ void Edge::Feed(size_t index) {
       break;
     }
     const uint64_t seq = frame.seq;
-    if (!batcher_.Push({index, std::move(frame)})) {
+    if (!batcher_.Push(index, {index, std::move(frame)})) {
       if (s.live) ledger_->Dropped(index, seq, "shutdown");
       break;
     }

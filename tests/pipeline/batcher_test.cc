@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <random>
 #include <thread>
@@ -20,14 +22,14 @@ TEST(Batcher, PerStreamOrderPreservedAcrossConcurrentProducers) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   constexpr int kStreams = 4, kFrames = 500;
-  Batcher<Tagged> b(3, milliseconds(1), 8);
+  Batcher<Tagged> b(3, milliseconds(1), 2, kStreams);
   std::vector<std::thread> producers;
   for (int s = 0; s < kStreams; ++s) {
     producers.emplace_back([&, s] {
       std::mt19937 rng(seed + static_cast<unsigned>(s));
       for (int i = 0; i < kFrames; ++i) {
         if (rng() % 16 == 0) std::this_thread::yield();
-        ASSERT_TRUE(b.Push({s, i}));
+        ASSERT_TRUE(b.Push(static_cast<size_t>(s), {s, i}));
       }
     });
   }
@@ -50,12 +52,12 @@ TEST(Batcher, PerStreamOrderPreservedAcrossConcurrentProducers) {
   }
   closer.join();
   EXPECT_EQ(total, size_t{kStreams * kFrames});
-  EXPECT_FALSE(b.Push({0, 0}));  // closed
+  EXPECT_FALSE(b.Push(0, {0, 0}));  // closed
 }
 
 TEST(Batcher, FullBatchWithoutWaitingAndPartialBatchAfterMaxWait) {
-  Batcher<int> b(4, milliseconds(200), 16);
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(b.Push(i));
+  Batcher<int> b(4, milliseconds(200), 16, 1);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(b.Push(0, i));
   std::vector<int> batch;
   ASSERT_EQ(b.NextBatch(&batch, milliseconds(1000)), Batcher<int>::Result::kBatch);
   EXPECT_EQ(batch, (std::vector<int>{0, 1, 2, 3}));
@@ -67,10 +69,10 @@ TEST(Batcher, FullBatchWithoutWaitingAndPartialBatchAfterMaxWait) {
 }
 
 TEST(Batcher, TimeoutWhenIdleAndDrainAfterClose) {
-  Batcher<int> b(4, milliseconds(10000), 16);
+  Batcher<int> b(4, milliseconds(10000), 16, 1);
   std::vector<int> batch;
   EXPECT_EQ(b.NextBatch(&batch, milliseconds(20)), Batcher<int>::Result::kTimeout);
-  ASSERT_TRUE(b.Push(7));
+  ASSERT_TRUE(b.Push(0, 7));
   b.Close();  // a partial batch is handed out at once after Close, not after max_wait
   ASSERT_EQ(b.NextBatch(&batch, milliseconds(1000)), Batcher<int>::Result::kBatch);
   EXPECT_EQ(batch, std::vector<int>{7});
@@ -78,21 +80,65 @@ TEST(Batcher, TimeoutWhenIdleAndDrainAfterClose) {
 }
 
 TEST(Batcher, PushBlocksWhileFull) {
-  Batcher<int> b(1, milliseconds(0), 2);
-  ASSERT_TRUE(b.Push(0));
-  ASSERT_TRUE(b.Push(1));
+  Batcher<int> b(1, milliseconds(0), 2, 2);
+  ASSERT_TRUE(b.Push(0, 0));
+  ASSERT_TRUE(b.Push(0, 1));
+  ASSERT_TRUE(b.Push(1, 10)) << "another stream's queue has room";
   std::atomic<bool> pushed{false};
   std::thread t([&] {
-    EXPECT_TRUE(b.Push(2));
+    EXPECT_TRUE(b.Push(0, 2));
     pushed = true;
   });
   std::this_thread::sleep_for(milliseconds(50));
   EXPECT_FALSE(pushed.load());
-  EXPECT_EQ(b.depth(), 2u);
+  EXPECT_EQ(b.depth(), 3u);
   std::vector<int> batch;
   ASSERT_EQ(b.NextBatch(&batch, milliseconds(1000)), Batcher<int>::Result::kBatch);
   t.join();
   EXPECT_TRUE(pushed.load());
+}
+
+TEST(Batcher, RoundRobinStartsAfterTheLastStreamServed) {
+  Batcher<Tagged> b(3, milliseconds(0), 8, 4);
+  for (int i = 0; i < 4; ++i) {
+    for (int s = 0; s < 4; ++s) ASSERT_TRUE(b.Push(static_cast<size_t>(s), {s, i}));
+  }
+  std::vector<Tagged> batch;
+  std::vector<int> order;
+  for (int k = 0; k < 4; ++k) {
+    ASSERT_EQ(b.NextBatch(&batch, milliseconds(1000)), Batcher<Tagged>::Result::kBatch);
+    for (const Tagged& t : batch) order.push_back(t.stream);
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}));
+}
+
+// A slow engine and 8 live sources that always have a frame ready: every stream is served equally.
+TEST(Batcher, ASlowEngineServesEveryStreamWithinOneBatchOfTheOthers) {
+  constexpr size_t kStreams = 8, kBatch = 3;
+  Batcher<Tagged> b(kBatch, milliseconds(2), 1, kStreams);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> producers;
+  for (size_t s = 0; s < kStreams; ++s) {
+    producers.emplace_back([&, s] {
+      // The first streams push fastest: a FIFO would serve them first.
+      for (int i = 0; !stop.load(); ++i) {
+        if (!b.Push(s, {static_cast<int>(s), i})) return;
+        if (s >= 4) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+  }
+  std::vector<size_t> served(kStreams, 0);
+  std::vector<Tagged> batch;
+  for (int k = 0; k < 200; ++k) {
+    ASSERT_EQ(b.NextBatch(&batch, milliseconds(1000)), Batcher<Tagged>::Result::kBatch);
+    for (const Tagged& t : batch) ++served[static_cast<size_t>(t.stream)];
+    std::this_thread::sleep_for(std::chrono::microseconds(500));  // the engine is the bottleneck
+  }
+  stop = true;
+  b.Close();
+  for (std::thread& t : producers) t.join();
+  const auto [lo, hi] = std::minmax_element(served.begin(), served.end());
+  EXPECT_LE(*hi - *lo, kBatch) << "served per stream: " << ::testing::PrintToString(served);
 }
 
 }  // namespace

@@ -1,15 +1,20 @@
-// vigil/pipeline/batcher.h — the cross-stream batcher in front of one inference engine.
+// vigil/pipeline/batcher.h — the cross-stream batcher in front of one inference engine: fair round-robin
+// batches with a deadline.
 //
-// Producers (one per stream) Push items; the consumer takes batches with NextBatch: it waits for a
-// first item, then until max_batch items are queued or max_wait has passed since that first item was
-// pushed, and takes up to max_batch items in push order. One FIFO queue for all streams: items of one
-// producer come out in the order it pushed them (per-stream order preserved), streams interleave as
-// they arrive. Push blocks while `capacity` items are queued (backpressure to the stream readers).
+// Each stream (0..streams-1) has its own bounded queue. Producers (one per stream) Push; Push blocks while
+// that stream's queue holds `per_stream_capacity` items (backpressure to that stream's reader only: a live
+// reader then drops its oldest frame, counted, and a file reader waits). The consumer takes batches with
+// NextBatch: it waits for a first item, then until max_batch items are queued in all or max_wait has passed
+// since the oldest queued item was pushed (the deadline), and takes up to max_batch items round-robin: one
+// item from each non-empty stream in turn, starting with the stream after the last one served by the
+// previous batch. So when the engine is the bottleneck every stream is served equally (per-stream counts of
+// taken items differ by at most one batch), and items of one stream come out in the order it pushed them.
 //
 // Thread-safety: all methods are thread-safe. Close() makes Push return false and lets NextBatch drain
-// what is queued, then report kClosed.
+// what is queued (at once, without waiting for max_wait), then report kClosed.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -23,16 +28,19 @@ template <typename T>
 class Batcher {
  public:
   using Clock = std::chrono::steady_clock;
-  // REQUIRES: max_batch >= 1, capacity >= max_batch.
-  Batcher(size_t max_batch, std::chrono::milliseconds max_wait, size_t capacity)
-      : max_batch_(max_batch), max_wait_(max_wait), capacity_(capacity) {}
+  // REQUIRES: max_batch >= 1, per_stream_capacity >= 1, streams >= 1.
+  Batcher(size_t max_batch, std::chrono::milliseconds max_wait, size_t per_stream_capacity, size_t streams)
+      : max_batch_(max_batch), max_wait_(max_wait), capacity_(per_stream_capacity), queues_(streams) {}
 
-  // Queues `item`; waits while the queue is full. False (item dropped) after Close().
-  bool Push(T item) {
+  // Queues `item` on `stream`'s queue; waits while that queue is full. False (item dropped) after Close().
+  // REQUIRES: stream < streams.
+  bool Push(size_t stream, T item) {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return closed_ || queue_.size() < capacity_; });
+    std::deque<Entry>& q = queues_[stream];
+    cv_.wait(lock, [&] { return closed_ || q.size() < capacity_; });
     if (closed_) return false;
-    queue_.push_back({std::move(item), Clock::now()});
+    q.push_back({std::move(item), Clock::now()});
+    ++total_;
     cv_.notify_all();
     return true;
   }
@@ -43,13 +51,24 @@ class Batcher {
   Result NextBatch(std::vector<T>* out, std::chrono::nanoseconds idle) {
     out->clear();
     std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, idle, [&] { return closed_ || !queue_.empty(); })) return Result::kTimeout;
-    if (queue_.empty()) return Result::kClosed;
-    const Clock::time_point deadline = queue_.front().pushed + max_wait_;
-    cv_.wait_until(lock, deadline, [&] { return closed_ || queue_.size() >= max_batch_; });
-    while (!queue_.empty() && out->size() < max_batch_) {
-      out->push_back(std::move(queue_.front().item));
-      queue_.pop_front();
+    if (!cv_.wait_for(lock, idle, [&] { return closed_ || total_ > 0; })) return Result::kTimeout;
+    if (total_ == 0) return Result::kClosed;
+    cv_.wait_until(lock, OldestLocked() + max_wait_, [&] { return closed_ || total_ >= max_batch_; });
+    const size_t n = queues_.size();
+    size_t stream = next_;
+    size_t idle_streams = 0;  // consecutive empty streams seen: all empty after n
+    while (out->size() < max_batch_ && total_ > 0 && idle_streams < n) {
+      std::deque<Entry>& q = queues_[stream];
+      if (q.empty()) {
+        ++idle_streams;
+      } else {
+        idle_streams = 0;
+        out->push_back(std::move(q.front().item));
+        q.pop_front();
+        --total_;
+        next_ = (stream + 1) % n;
+      }
+      stream = (stream + 1) % n;
     }
     cv_.notify_all();
     return Result::kBatch;
@@ -60,9 +79,10 @@ class Batcher {
     closed_ = true;
     cv_.notify_all();
   }
+  // Items queued in all streams.
   size_t depth() const {
     std::lock_guard lock(mu_);
-    return queue_.size();
+    return total_;
   }
 
  private:
@@ -70,13 +90,23 @@ class Batcher {
     T item;
     Clock::time_point pushed;
   };
+  Clock::time_point OldestLocked() const {  // REQUIRES: mu_ held, total_ > 0
+    Clock::time_point oldest = Clock::time_point::max();
+    for (const std::deque<Entry>& q : queues_) {
+      if (!q.empty()) oldest = std::min(oldest, q.front().pushed);
+    }
+    return oldest;
+  }
+
   const size_t max_batch_;
   const std::chrono::milliseconds max_wait_;
   const size_t capacity_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Entry> queue_;
-  bool closed_ = false;
+  std::vector<std::deque<Entry>> queues_;  // GUARDED_BY(mu_) one per stream
+  size_t total_ = 0;                       // GUARDED_BY(mu_) items in all queues
+  size_t next_ = 0;                        // GUARDED_BY(mu_) the stream the next batch starts with
+  bool closed_ = false;                    // GUARDED_BY(mu_)
 };
 
 }  // namespace vigil::pipeline

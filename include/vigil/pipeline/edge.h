@@ -1,8 +1,9 @@
 // vigil/pipeline/edge.h — the edge pipeline behind `vigil edge --config edge.yaml`.
 //
 // Data flow (docs/architecture.md): one video::StreamReader per stream (files block, live sources drop
-// the oldest frame) → a feeder thread per stream pushes frames into one cross-stream Batcher → the
-// inference thread takes batches (max_batch, max_wait_ms), runs detect::Detector, and hands each frame's
+// the oldest frame) → a feeder thread per stream pushes frames into the cross-stream Batcher (a queue per
+// stream, batches taken round-robin: fair when the engine is the bottleneck) → the inference thread takes
+// batches (max_batch, max_wait_ms), runs detect::Detector, and hands each frame's
 // detections to the stream ledger (ledger.h), which applies the stream's rules and queues an event report
 // or a progress mark (coalesced, flushed at least every progress_flush_ms) in its outbox → a
 // transport::Courier drains the outbox over the configured links (transport.links: tcp).
