@@ -164,6 +164,7 @@ class Edge final : public transport::CourierHandler {
     metrics::Histogram *decode, *queue, *preprocess, *inference, *postprocess, *rules, *publish, *frame_to_ack;
   } stages_{};
   metrics::Counter* engine_busy_ = nullptr;
+  metrics::Histogram* frame_to_detection_ = nullptr;
   metrics::Gauge *batcher_depth_ = nullptr, *outbox_depth_ = nullptr, *streams_active_ = nullptr, *connected_ = nullptr;
   metrics::Gauge* epoch_gauge_ = nullptr;
   metrics::Gauge* fenced_gauge_ = nullptr;
@@ -409,6 +410,7 @@ void Edge::Process(std::vector<Item>& batch) {
   metrics::Histogram& preprocess_stage = *stages_.preprocess;
   metrics::Histogram& inference_stage = *stages_.inference;
   metrics::Histogram& postprocess_stage = *stages_.postprocess;
+  const int64_t detected_ns = SteadyNs();
   double engine_ns = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     const video::Frame& f = batch[i].frame;
@@ -418,6 +420,7 @@ void Edge::Process(std::vector<Item>& batch) {
     preprocess_stage.Observe(static_cast<double>(t.preprocess_ns) * 1e-9);
     inference_stage.Observe(static_cast<double>(t.inference_ns) * 1e-9);
     postprocess_stage.Observe(static_cast<double>(t.postprocess_ns) * 1e-9);
+    frame_to_detection_->Observe(static_cast<double>(detected_ns - f.source_steady_ns) * 1e-9);
     engine_ns += static_cast<double>(t.inference_ns) / t.chunk_images;
   }
   engine_busy_->Inc(engine_ns * 1e-9);
@@ -532,6 +535,9 @@ void Edge::StartHttp() {
 Status Edge::Run(const EdgeRunOptions& options) {
   stages_ = {&Stage("decode"), &Stage("queue"),       &Stage("preprocess"), &Stage("inference"),
              &Stage("postprocess"), &Stage("rules"), &Stage("publish"),    &Stage("frame_to_ack")};
+  frame_to_detection_ = &reg_.GetHistogram("vigil_edge_frame_to_detection_seconds",
+                                           "Frame released by its source to its detections ready, seconds",
+                                           metrics::LatencyBuckets());
   engine_busy_ = &reg_.GetCounter("vigil_edge_engine_busy_seconds_total", "Time the inference engine spent running batches");
   batcher_depth_ = &reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "batcher"}});
   outbox_depth_ = &reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "outbox"}});

@@ -201,6 +201,11 @@ def test_every_frame_accounted_persons_and_dog(vtest200, tmp_path):
         assert metric(m, "vigil_edge_stage_seconds_sum", stage=stage) > 0, stage
         assert metric(m, "vigil_edge_stage_seconds_bucket", stage=stage, le="+Inf") == total, stage
     assert 1 <= metric(m, "vigil_edge_stage_seconds_count", stage="publish") <= total  # marks are coalesced
+    # Frame to detection spans queue + preprocess + inference + postprocess of the same frames.
+    assert metric(m, "vigil_edge_frame_to_detection_seconds_count") == total
+    spanned = sum(metric(m, "vigil_edge_stage_seconds_sum", stage=s)
+                  for s in ("queue", "preprocess", "inference", "postprocess"))
+    assert spanned * 0.99 <= metric(m, "vigil_edge_frame_to_detection_seconds_sum") <= spanned * 1.5 + 1.0
     # The engine runs each batch once; every frame of a batch observes the whole run (max_batch 2).
     inference = metric(m, "vigil_edge_stage_seconds_sum", stage="inference")
     busy = metric(m, "vigil_edge_engine_busy_seconds_total")

@@ -32,6 +32,7 @@ LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # family -> (type, label names of its series; a histogram's without "le")
 EDGE_FAMILIES = {
     "vigil_edge_stage_seconds": ("histogram", {"stage"}),
+    "vigil_edge_frame_to_detection_seconds": ("histogram", set()),
     "vigil_edge_engine_busy_seconds_total": ("counter", set()),
     "vigil_edge_frames_total": ("counter", {"stream"}),
     "vigil_edge_events_total": ("counter", {"stream", "severity"}),

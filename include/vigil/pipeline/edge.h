@@ -34,6 +34,9 @@
 //       (a file stream's call waits while the outbox is full);
 //     frame_to_ack: frame released → the aggregator acknowledged it, i.e. stored it (acks are polled every
 //       ~100 ms, so this over-states by up to that; the aggregator's own frame_to_stored is exact).
+//   vigil_edge_frame_to_detection_seconds   histogram, one observation per processed frame: released by its
+//     Source → its detections ready (queue + preprocess + inference + postprocess; what `vigil bench streams`
+//     reports as frame→detection), the edge's counterpart of the aggregator's frame_to_stored.
 //   vigil_edge_engine_busy_seconds_total   time the engine spent in runs (each run once, however many frames):
 //     ÷ vigil_edge_frames_total = inference time per frame; its rate = the engine's utilisation.
 //   vigil_edge_frames_total{stream}, vigil_edge_events_total{stream,severity}, vigil_edge_fps{stream}
