@@ -18,12 +18,8 @@ bool WaitFor(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, mi
 }
 
 // The field rules of a message before the link stamps edge and epoch.
-Status ValidateMessage(Report& report, const std::optional<DevicePayload>& device) {
-  const bool anonymous = report.edge.empty();
-  if (anonymous) report.edge = "(edge)";  // stamped by the link; ValidateReport wants one
-  Status st = ValidateReport(report);
-  if (anonymous) report.edge.clear();
-  VIGIL_RETURN_IF_ERROR(st);
+Status ValidateMessage(const Report& report, const std::optional<DevicePayload>& device) {
+  VIGIL_RETURN_IF_ERROR(ValidateReportFields(report));
   if (!device) return absl::OkStatus();
   auto bad = [&](std::string reason) {
     return absl::InvalidArgumentError(StrCat("report ", report.stream, " run ", report.run, " seq ", report.seq_first,

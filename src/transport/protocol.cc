@@ -41,7 +41,7 @@ class Writer {
     std::memcpy(&bits, &v, 4);
     Le(bits, 4);
   }
-  void Str(const std::string& s) {
+  void Str(std::string_view s) {
     U16(static_cast<uint16_t>(s.size()));
     out_->append(s);
   }
@@ -80,14 +80,14 @@ struct BodyEncoder {
     }
     return MessageType::kWelcome;
   }
-  MessageType operator()(const Report& m) { return ReportWith(m, m.detections); }
-  MessageType ReportWith(const Report& m, std::span<const ReportDetection> rows) {
-    w.Str(m.edge);
+  MessageType operator()(const Report& m) { return ReportWith(m, m.edge, m.epoch, m.detections); }
+  MessageType ReportWith(const Report& m, std::string_view edge, uint64_t epoch, std::span<const ReportDetection> rows) {
+    w.Str(edge);
     w.Str(m.stream);
     w.U64(m.run);
     w.U64(m.seq_first);
     w.U64(m.seq_last);
-    w.U64(m.epoch);
+    w.U64(epoch);
     w.U8(static_cast<uint8_t>(m.kind));
     w.U8(static_cast<uint8_t>(m.severity));
     w.I64(m.capture_ns);
@@ -350,12 +350,13 @@ uint32_t Crc32(std::string_view data, uint32_t crc) {
   return ~crc;
 }
 
-Status ValidateReport(const Report& r) {
+namespace {
+Status CheckReport(const Report& r, bool need_edge) {
   auto bad = [&](std::string reason) {
     return absl::InvalidArgumentError(
         StrCat("report ", r.edge, "/", r.stream, " run ", r.run, " seq ", r.seq_first, "..", r.seq_last, ": ", reason));
   };
-  if (r.edge.empty() || r.stream.empty()) return bad("empty edge or stream id");
+  if ((need_edge && r.edge.empty()) || r.stream.empty()) return bad("empty edge or stream id");
   if (r.edge.size() > 65535 || r.stream.size() > 65535 || r.rule.size() > 65535) return bad("string over 65535 bytes");
   if (r.seq_first > r.seq_last) return bad("seq_first > seq_last");
   if (r.seq_last >= kMaxSeq) return bad(StrCat("seq_last ", r.seq_last, " is not below 2^63"));
@@ -386,6 +387,11 @@ Status ValidateReport(const Report& r) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+Status ValidateReport(const Report& r) { return CheckReport(r, /*need_edge=*/true); }
+Status ValidateReportFields(const Report& r) { return CheckReport(r, /*need_edge=*/false); }
 
 Status ValidateHello(const Hello& h) {
   auto bad = [&](std::string reason) {
@@ -435,10 +441,11 @@ void AppendFrame(const Message& m, std::string* out) {
   FinishFrame(std::visit(BodyEncoder{Writer(out)}, m), start, out);
 }
 
-void AppendReportFrame(const Report& report, std::span<const ReportDetection> rows, std::string* out) {
+void AppendReportFrame(const Report& report, std::string_view edge, uint64_t epoch,
+                       std::span<const ReportDetection> rows, std::string* out) {
   const size_t start = out->size();
   out->append(kHeaderBytes, '\0');
-  FinishFrame(BodyEncoder{Writer(out)}.ReportWith(report, rows), start, out);
+  FinishFrame(BodyEncoder{Writer(out)}.ReportWith(report, edge, epoch, rows), start, out);
 }
 
 std::string EncodeFrame(const Message& m) {

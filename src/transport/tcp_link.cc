@@ -17,25 +17,6 @@ milliseconds Left(Clock::time_point deadline) {
 }
 
 // The report header of `m` stamped with the session's edge id and epoch, without its detection rows.
-Report StampedHeader(const Report& r, const std::string& edge, uint64_t epoch) {
-  Report h;
-  h.edge = edge;
-  h.stream = r.stream;
-  h.run = r.run;
-  h.seq_first = r.seq_first;
-  h.seq_last = r.seq_last;
-  h.epoch = epoch;
-  h.kind = r.kind;
-  h.severity = r.severity;
-  h.capture_ns = r.capture_ns;
-  h.pts_ns = r.pts_ns;
-  h.publish_ns = r.publish_ns;
-  h.width = r.width;
-  h.height = r.height;
-  h.rule = r.rule;
-  return h;
-}
-
 class TcpLink final : public Link {
  public:
   explicit TcpLink(std::shared_ptr<Dialer> dialer) : dialer_(std::move(dialer)) {}
@@ -84,23 +65,23 @@ class TcpLink final : public Link {
     // Encode the whole batch first: a payload that fails to download leaves nothing of it sent.
     out_.clear();
     for (const OutboxMessage* m : messages) {
-      Report header = StampedHeader(m->report, edge, epoch);
       if (!m->device || m->device->count == 0) {
-        AppendReportFrame(header, m->report.detections, &out_);
+        AppendReportFrame(m->report, edge, epoch, m->report.detections, &out_);
         continue;
       }
-      staging_.resize(m->device->count);
-      Status st = m->device->download(staging_.data());
-      if (st.ok()) {  // rows that do not validate would make the aggregator drop the whole session
-        header.detections.swap(staging_);
-        st = ValidateReport(header);
-        header.detections.swap(staging_);
-      }
+      // The message carries no host rows: check the downloaded ones on a copy of its header (rows that do
+      // not validate would make the aggregator drop the whole session).
+      Report checked = m->report;
+      checked.detections.swap(staging_);  // reuse the staging buffer's capacity
+      checked.detections.resize(m->device->count);
+      Status st = m->device->download(checked.detections.data());
+      if (st.ok()) st = ValidateReportFields(checked);
+      if (st.ok()) AppendReportFrame(checked, edge, epoch, checked.detections, &out_);
+      checked.detections.swap(staging_);
       if (!st.ok()) {
         return absl::InternalError(StrCat("message ", m->id, " (", m->report.stream, " seq ", m->report.seq_first,
                                           "): device rows on cuda:", m->device->device, ": ", st.message()));
       }
-      AppendReportFrame(header, staging_, &out_);
     }
     return conn->Write(out_, timeout);
   }

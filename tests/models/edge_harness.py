@@ -76,3 +76,40 @@ def metric(metrics: dict, name: str, **labels) -> float:
     key = (name, frozenset(labels.items()))
     assert key in metrics, f"metric {name}{labels} missing; have {sorted(k for k in metrics if k[0] == name)}"
     return metrics[key]
+
+
+class Camera:
+    """A live camera: FFmpeg serves an endless 10 fps H.264 test picture (lavfi testsrc) as MPEG-TS on
+    tcp://127.0.0.1:port to one client; start() again after that client went away."""
+
+    def __init__(self, tmp: Path):
+        self.port = free_port()
+        self.log = open(tmp / "camera.log", "ab")
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["ffmpeg", "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-c:v", "libx264",
+             "-preset", "ultrafast", "-tune", "zerolatency", "-g", "10", "-f", "mpegts",
+             f"tcp://127.0.0.1:{self.port}?listen=1"], stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    @property
+    def url(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+
+def stop(proc: subprocess.Popen | None, sig=signal.SIGTERM):
+    """Asks `proc` to stop with `sig`; kills it after 60 s."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

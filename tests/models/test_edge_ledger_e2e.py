@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from common import SHARED_DIR, THREADS, vigil_bin
-from edge_harness import Aggregator, free_port, parse_metrics, query
+from edge_harness import Aggregator, Camera, free_port, parse_metrics, query, stop
 
 MODEL = SHARED_DIR / "yolov8n_coco_640_int8dyn.onnx"
 HEADER = 16
@@ -135,31 +135,6 @@ class Proxy:
                     pass
 
 
-class Camera:
-    """A live camera: FFmpeg serves an endless 10 fps H.264 test picture as MPEG-TS on tcp://127.0.0.1:port
-    (one client; restart() after the client went away)."""
-
-    def __init__(self, tmp: Path):
-        self.port = free_port()
-        self.log = open(tmp / "camera.log", "ab")
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            ["ffmpeg", "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-c:v", "libx264",
-             "-preset", "ultrafast", "-tune", "zerolatency", "-g", "10", "-f", "mpegts",
-             f"tcp://127.0.0.1:{self.port}?listen=1"], stdout=self.log, stderr=self.log, stdin=subprocess.DEVNULL)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-
-    @property
-    def url(self) -> str:
-        return f"tcp://127.0.0.1:{self.port}"
-
-
 def edge_config(tmp: Path, name: str, port: int, source: str, state: str, extra_stream: str = "") -> Path:
     cfg = tmp / f"{name}.yaml"
     cfg.write_text(f"""edge: ledger-edge
@@ -206,16 +181,6 @@ def wait_for(what: str, cond, timeout=120, edge=None, log=None):
             pytest.fail(f"edge exited {edge.returncode} while waiting for {what}:\n{log.read_text()[-3000:] if log else ''}")
         time.sleep(0.2)
     pytest.fail(f"timed out waiting for {what}" + (f":\n{log.read_text()[-3000:]}" if log else ""))
-
-
-def stop(proc: subprocess.Popen | None, sig=signal.SIGTERM):
-    if proc is not None and proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_live_restart_continues_above_every_assigned_seq_and_reports_the_lost_ones(tmp_path):

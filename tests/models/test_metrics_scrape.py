@@ -17,13 +17,12 @@ import signal
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from common import SHARED_DIR, THREADS, vigil_bin
-from edge_harness import Aggregator, free_port, stored_frames
+from edge_harness import Aggregator, Camera, free_port, stop, stored_frames
 
 MODEL = SHARED_DIR / "yolov8n_coco_640_int8dyn.onnx"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -153,37 +152,10 @@ def value(parsed: dict, family: str, sample: str, **labels) -> float:
     return parsed[family][1][(sample, tuple(sorted(labels.items())))]
 
 
-class Camera:
-    """FFmpeg serving an endless 10 fps H.264 test picture as MPEG-TS on tcp://127.0.0.1:port (one client)."""
-
-    def __init__(self, tmp: Path):
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            ["ffmpeg", "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-c:v", "libx264",
-             "-preset", "ultrafast", "-tune", "zerolatency", "-g", "10", "-f", "mpegts",
-             f"tcp://127.0.0.1:{self.port}?listen=1"], stdout=subprocess.DEVNULL,
-            stderr=open(tmp / "camera.log", "ab"), stdin=subprocess.DEVNULL)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-
-
-def stop(proc: subprocess.Popen | None):
-    if proc is not None and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def test_edge_and_aggregator_metrics_parse_strictly_with_the_documented_families(tmp_path):
     agg = Aggregator(tmp_path, free_port())
     agg.start()
-    camera = Camera(tmp_path)
+    camera = Camera(tmp_path).start()
     http_port = free_port()
     cfg = tmp_path / "edge.yaml"
     cfg.write_text(f"""edge: metrics-edge

@@ -293,6 +293,30 @@ TEST(ProtocolTest, WelcomeWithEpochZeroIsRefused) {
   EXPECT_EQ(Message_(DecodeFrame(EncodeFrame(Welcome{0, {}})).status()), "Welcome body: epoch 0 (epochs start at 1)");
 }
 
+TEST(ProtocolTest, AReportFrameIsStampedWithTheSessionsIdentityAndTheGivenRows) {
+  Report r;  // as the Outbox holds it: no edge id, no epoch
+  r.stream = "cam";
+  r.run = 4;
+  r.seq_first = r.seq_last = 9;
+  r.kind = ReportKind::kEvent;
+  r.detections = {{1, 2, 3, 4, 0.5f, 7}};  // ignored: the rows given below are sent
+  EXPECT_EQ(Message_(ValidateReport(r)), "report /cam run 4 seq 9..9: empty edge or stream id");
+  EXPECT_TRUE(ValidateReportFields(r).ok());
+  const std::vector<ReportDetection> rows = {{10, 20, 30, 40, 0.9f, 2}, {5, 6, 7, 8, 0.4f, 0}};
+  std::string frame;
+  AppendReportFrame(r, "edge-1", 12, rows, &frame);
+  StatusOr<Message> m = DecodeFrame(frame);
+  ASSERT_TRUE(m.ok()) << m.status();
+  Report want = r;
+  want.edge = "edge-1";
+  want.epoch = 12;
+  want.detections = rows;
+  EXPECT_EQ(std::get<Report>(*m), want);
+  Report anonymous = r;
+  anonymous.stream.clear();
+  EXPECT_FALSE(ValidateReportFields(anonymous).ok());
+}
+
 TEST(ProtocolTest, ValidateReportRules) {
   Report r;
   r.edge = "e";

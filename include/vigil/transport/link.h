@@ -46,7 +46,7 @@ class Link {
   virtual StatusOr<Welcome> Open(const Hello& hello, std::chrono::milliseconds timeout) = 0;
   // Sends `messages` in order on the open session, stamped with its edge id and epoch.
   // Errors: Unavailable / DeadlineExceeded (the session is lost: the caller closes it and opens another),
-  // Internal (a device payload failed to download, or its rows fail ValidateReport; the message names the
+  // Internal (a device payload failed to download, or its rows fail ValidateReportFields; the message names the
   // message id; nothing of this call was sent and the session is still usable).
   virtual Status Send(std::span<const OutboxMessage* const> messages, std::chrono::milliseconds timeout) = 0;
   virtual Status SendHeartbeat(int64_t sent_ns, std::chrono::milliseconds timeout) = 0;

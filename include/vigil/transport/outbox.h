@@ -62,7 +62,7 @@ class Outbox {
   explicit Outbox(size_t capacity);
 
   // Appends `report` (and its device rows). Waits up to `wait` for room while `capacity` messages are
-  // held (pending, or completed behind an older pending one). Errors: InvalidArgument (ValidateReport
+  // held (pending, or completed behind an older pending one). Errors: InvalidArgument (ValidateReportFields
   // fails, edge/epoch are not checked; or `device` has rows on a report that is not an event, more than
   // kMaxDetections rows, no `download`, or comes with host detections too), ResourceExhausted (still full
   // after `wait`, counted), Cancelled (after Close). Returns the message's id. Clears edge and epoch.

@@ -196,6 +196,8 @@ using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat>;
 // one frame, only events carry detections, kind/severity known, strings ≤ 65535 bytes, finite boxes and
 // scores, class ids integers in [0, 2^24), seq_last < kMaxSeq, at most kMaxReportFrames frames).
 Status ValidateReport(const Report& r);
+// ValidateReport without the edge id, which a link stamps from its session (the Outbox's check).
+Status ValidateReportFields(const Report& r);
 
 // OK when `h` has a non-empty edge id, ≤ kMaxClasses names and ≤ kMaxHelloStreams streams, strings
 // ≤ 65535 bytes, known flags, and encodes within kMaxBodyBytes — and so does the Welcome answering it,
@@ -207,10 +209,11 @@ Status ValidateHello(const Hello& h);
 // ValidateHello fits).
 void AppendFrame(const Message& m, std::string* out);
 std::string EncodeFrame(const Message& m);
-// Appends a Report frame whose detections are `rows` (report.detections is ignored): a link encodes a
-// message whose rows lived elsewhere (a staging copy of device memory) without building the vector.
-// REQUIRES: as AppendFrame.
-void AppendReportFrame(const Report& report, std::span<const ReportDetection> rows, std::string* out);
+// Appends a Report frame for `report` with edge id `edge`, epoch `epoch` and detections `rows` in place of
+// report.edge, report.epoch and report.detections: a link stamps its session's identity and sends rows that
+// lived elsewhere (a staging copy of device memory) without copying the report. REQUIRES: as AppendFrame.
+void AppendReportFrame(const Report& report, std::string_view edge, uint64_t epoch,
+                       std::span<const ReportDetection> rows, std::string* out);
 
 // CRC-32 (IEEE 802.3) of `data`, continuing from `crc` (0 to start). Crc32("123456789") = 0xCBF43926.
 uint32_t Crc32(std::string_view data, uint32_t crc = 0);
