@@ -254,7 +254,13 @@ class CourierImpl final : public Courier {
   Status Handle(Link& link, const Message& m, SessionState& state) {
     if (const Ack* a = std::get_if<Ack>(&m)) {
       state.delivered = true;
-      if (outbox_->Complete(a->stream, a->run, a->seq_first, true)) handler_->OnAck(*a);
+      // The handler (the ledger's acknowledged cursor) learns of the ack before the outbox lets go of the
+      // report: whoever waits for an empty outbox then sees every cursor already advanced. Acks are read on
+      // this one thread, so the message is still pending when Complete runs.
+      if (outbox_->IsPending(a->stream, a->run, a->seq_first)) {
+        handler_->OnAck(*a);
+        outbox_->Complete(a->stream, a->run, a->seq_first, true);
+      }
       return absl::OkStatus();
     }
     if (const Reject* r = std::get_if<Reject>(&m)) {

@@ -82,13 +82,23 @@ uint64_t Outbox::next_id() const {
   return next_id_;
 }
 
-bool Outbox::Complete(const std::string& stream, uint64_t run, uint64_t seq_first, bool acked) {
-  std::lock_guard lock(mu_);
+size_t Outbox::FindPending(const std::string& stream, uint64_t run, uint64_t seq_first) const {
   size_t i = 0;
   for (; i < pending_.size(); ++i) {
     const Report& r = pending_[i]->report;
     if (!done_[i] && r.seq_first == seq_first && r.run == run && r.stream == stream) break;
   }
+  return i;
+}
+
+bool Outbox::IsPending(const std::string& stream, uint64_t run, uint64_t seq_first) const {
+  std::lock_guard lock(mu_);
+  return FindPending(stream, run, seq_first) < pending_.size();
+}
+
+bool Outbox::Complete(const std::string& stream, uint64_t run, uint64_t seq_first, bool acked) {
+  std::lock_guard lock(mu_);
+  const size_t i = FindPending(stream, run, seq_first);
   if (i == pending_.size()) return false;  // already completed (a duplicate ack after a re-send)
   done_[i] = true;
   --stats_.pending;

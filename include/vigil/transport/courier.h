@@ -46,7 +46,8 @@ class CourierHandler {
   virtual Hello MakeHello() = 0;
   // The aggregator admitted a session; called before any message of it is sent. `link`: the link's kind.
   virtual void OnWelcome(const Welcome& welcome, std::string_view link) = 0;
-  // An Ack arrived (after the Outbox completed its message).
+  // An Ack for a pending message arrived; called just before the Outbox completes that message, so a
+  // caller woken by Outbox::WaitEmpty sees every OnAck already made. Not called for a repeated ack.
   virtual void OnAck(const Ack& ack) = 0;
   // A Report was refused (after the Outbox completed its message): counted by the caller. Also called for a
   // message the courier could not send (device rows failed to download: kInvalid, "not sent: …").

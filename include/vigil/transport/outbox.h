@@ -80,6 +80,8 @@ class Outbox {
   // Completes the oldest pending message of (stream, run) whose seq_first is `seq_first` (acked: true for
   // an Ack, false for a Reject). false when there is none (an Ack for a message already completed).
   bool Complete(const std::string& stream, uint64_t run, uint64_t seq_first, bool acked);
+  // Whether Complete(stream, run, seq_first, …) would find a pending message now.
+  bool IsPending(const std::string& stream, uint64_t run, uint64_t seq_first) const;
 
   // Waits until a message with id ≥ id exists (or Close, or the timeout); true when one does.
   bool WaitBeyond(uint64_t id, std::chrono::milliseconds timeout) const;
@@ -92,6 +94,9 @@ class Outbox {
   OutboxStats Stats() const;
 
  private:
+  // Index in pending_ of the matching message not yet done; pending_.size() when none. REQUIRES: mu_ held.
+  size_t FindPending(const std::string& stream, uint64_t run, uint64_t seq_first) const;
+
   const size_t capacity_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
