@@ -107,6 +107,7 @@ StatusOr<std::optional<int>> ParseHwaccel(const std::string& hwaccel) {
 }
 
 SourceKind ClassifyUri(const std::string& uri) {
+  if (uri.rfind("synthetic:", 0) == 0) return SourceKind::kSynthetic;
   const std::string_view scheme = Scheme(uri);
   if (!scheme.empty() && scheme != "file") return SourceKind::kNetwork;
   const std::string path = StripFileScheme(uri);
@@ -262,6 +263,8 @@ StatusOr<std::unique_ptr<Source>> OpenSource(SourceOptions options) {
       if (!paths.ok()) return Annotate(paths.status(), StrCat("stream '", options.stream_id, "'"));
       return internal::OpenImageSource(std::move(options), *std::move(paths));
     }
+    case SourceKind::kSynthetic:
+      return internal::OpenSyntheticSource(std::move(options));
   }
   return absl::InternalError("unknown source kind");
 }

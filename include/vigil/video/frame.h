@@ -27,7 +27,8 @@
 // inputs the libavcodec send/receive calls since the previous picture plus the conversion to BGR and the
 // rotation (demuxing, network waits, pacing and pictures skipped by target_fps are not included), plus, for
 // pictures decoded on a GPU, the copy to host memory when they are delivered or downloaded in host form;
-// for images, cv::imread (reading the file and decoding it).
+// for images, cv::imread (reading the file and decoding it); for synthetic sources, copying the
+// precomputed pattern into the frame.
 //
 // Thread-safety: a Frame is a plain value (movable, copyable); copies of a device frame share its GPU
 // pixels (read-only), which stay valid while any copy holds them.

@@ -1,4 +1,4 @@
-// vigil/video/source.h — where frames come from: video files, network streams, image folders.
+// vigil/video/source.h — where frames come from: video files, network streams, image folders, test patterns.
 //
 // A Source is a pull interface: Next() decodes until it has the next frame to deliver and returns it,
 // std::nullopt at the end of the input, or an error. OpenSource(options) picks the kind from the URI
@@ -7,7 +7,26 @@
 //   * network URLs (rtsp://, rtmp://, http(s)://, including HLS playlists, any other "scheme://"
 //     FFmpeg has a protocol for): live sources that reconnect with exponential backoff and full jitter;
 //   * image folders (the files with an image extension, non-recursive) and globs ("dir/*.jpg"),
-//     in byte-wise sorted order, decoded with OpenCV (cv::imread, IMREAD_COLOR: EXIF orientation applied).
+//     in byte-wise sorted order, decoded with OpenCV (cv::imread, IMREAD_COLOR: EXIF orientation applied);
+//   * synthetic test patterns, "synthetic:WIDTHxHEIGHT[?fps=F&frames=N]" (like GStreamer's videotestsrc or
+//     FFmpeg's testsrc): no file and no decoder, to run the pipeline without decode cost. WIDTH, HEIGHT:
+//     1..16384 pixels; fps: the frame rate of the stream's timeline, 0.001..1000 (Default: 30); frames:
+//     how many frames before the end, >= 1 (Default: endless; with loop, the N frames start over). Each
+//     parameter at most once, in any order; anything else fails OpenSource (InvalidArgument).
+//     Frame k of a pass (k = 0, 1, ...) has pts k * 1e9 / fps ns, rounded (below 0.1 fps a frame step is
+//     longer than the default max_pts_jump_ns, so Next() counts each frame as a timestamp fixup and steps
+//     by the rounded 1e9 / fps instead), and pixel (x, y) = P(x + (k mod 256), y), where
+//       P(u, y) = (B, G, R) = (u mod 256, floor(y * 255 / max(1, HEIGHT - 1)),
+//                              255 when floor(u / 32) + floor(y / 32) is odd, else 0):
+//     a 256-pixel blue sawtooth and a 32-pixel red checkerboard scrolling left one pixel per frame over a
+//     vertical green ramp. Consecutive frames of a pass differ in every pixel; frame k equals frame k + 256
+//     and frame k of every other open. P is computed once, at open, into a buffer 256 columns wider than
+//     the frame (3 * (WIDTH + 256) * HEIGHT bytes); a frame is one memcpy per row (its decode_ns). Host
+//     frames only. Not live: it behaves like a file (realtime paces it at fps, a StreamReader blocks
+//     rather than drops, resume skips by position; pictures skipped for resume are not generated). It
+//     shows no object: a detector finds nothing, so the stages after inference cost what an empty scene
+//     costs. The timeline ends (end of input) at pts 2^62 ns. A file whose name starts with "synthetic:"
+//     is opened as "./synthetic:...".
 //
 // What Next() does with each decoded picture, in this order (Frame documents the fields):
 //   1. Timeline: pts_ns = the decoder's best_effort_timestamp, in ns from the stream's start_time.
@@ -21,13 +40,14 @@
 //   3. seq = frames kept so far in this Source (0, 1, 2, ...).
 //   4. start_after_seq (resume): frames with seq <= it are decoded but not delivered (skipped_resume).
 //      Resuming decodes from the start of the file; it does not seek.
-//   5. realtime (files and images only): waits until the frame is due at the input's native rate,
-//      measured from the first delivered frame (a consumer that falls > 1 s behind re-anchors the clock
-//      instead of receiving a burst).
-// Loop: at the end of a file (or image list) with loop on, the input is reopened and the next pass
-// continues the same run: seq and pts_ns go on increasing. A loop is the same endless stream, like a
-// camera; giving each pass a new run would make (stream, run, seq) depend on how many passes an edge
-// happened to see before a restart, and resume (start_after_seq) could not name a frame across passes.
+//   5. realtime (files, images and synthetic sources; not network sources): waits until the frame is due
+//      at the input's native rate, measured from the first delivered frame (a consumer that falls > 1 s
+//      behind re-anchors the clock instead of receiving a burst). The wait is on the steady clock.
+// Loop: at the end of a file (or image list, or a synthetic source's frames) with loop on, the input is
+// reopened and the next pass continues the same run: seq and pts_ns go on increasing. A loop is the same
+// endless stream, like a camera; giving each pass a new run would make (stream, run, seq) depend on how
+// many passes an edge happened to see before a restart, and resume (start_after_seq) could not name a
+// frame across passes.
 //
 // Real-file handling: display-matrix rotation (stream or frame side data; FFmpeg 5.x demuxers turn a
 // "rotate" tag into it) is applied in multiples of 90 degrees (a mirrored or oblique matrix is logged and
@@ -40,7 +60,9 @@
 // counted (containers without a declared length, such as MPEG-TS, MPEG-PS and Ogg, cannot tell a cut;
 // an MP4 cut before its index fails to open, DataLoss); nothing blocks longer than the timeouts.
 //
-// GPU decode (hwaccel "cuda[:N]", files and network sources; image folders ignore it): libavcodec's own
+// GPU decode (hwaccel "cuda[:N]", files and network sources; image folders and synthetic sources ignore it
+// and deliver host frames, StreamStats::hwaccel saying "cpu (why)" when hwaccel names a GPU, also with
+// deliver_device_frames). libavcodec's own
 // decoder for the codec (h264, hevc, ...) decodes with FFmpeg's CUDA hwaccel (NVDEC) on device N, in its
 // primary CUDA context. With deliver_device_frames, an 8-bit 4:2:0 picture (NV12 on the GPU) that needs no
 // rotation, no sample-aspect resampling and no left/top crop is delivered in GPU memory (Frame::device,
@@ -69,9 +91,11 @@
 //
 // Thread-safety: Next() from one thread at a time. Interrupt() and Stats() from any thread, any time.
 // Errors (Next / OpenSource), each message naming the stream and its URI (passwords redacted):
-//   NotFound (missing file, empty folder or glob), InvalidArgument (no video stream, bad options),
-//   Unimplemented (no decoder), DataLoss (unreadable file), Unavailable (network source gave up after
-//   max_attempts), Cancelled (after Interrupt()). A failing Source affects no other Source.
+//   NotFound (missing file, empty folder or glob), InvalidArgument (no video stream, bad options, a
+//   synthetic: URI that does not parse or is out of range, with the reason), Unimplemented (no decoder),
+//   DataLoss (unreadable file), Unavailable (network source gave up after max_attempts),
+//   ResourceExhausted (a synthetic source's pattern or frame cannot be allocated), Cancelled (after
+//   Interrupt()). A failing Source affects no other Source.
 #pragma once
 
 #include <atomic>
@@ -103,11 +127,12 @@ struct ReconnectPolicy {
 std::chrono::nanoseconds BackoffDelay(const ReconnectPolicy& policy, int n, double u);
 
 struct SourceOptions {
-  std::string uri;        // file path, URL, folder or glob (required)
+  std::string uri;        // file path, URL, folder, glob or synthetic:WxH (required)
   std::string stream_id;  // Default: the uri
   uint64_t run = 0;       // the run the owner assigns; a Source never changes it
-  bool realtime = false;  // files/images: deliver at the native rate, like a camera. Default: as fast as possible
-  bool loop = false;      // files/images: start over at the end (same run; seq continues)
+  // Files, images, synthetic: deliver at the native rate, like a camera. Default: false, as fast as possible
+  bool realtime = false;
+  bool loop = false;      // files/images/synthetic with frames: start over at the end (same run; seq continues)
   double target_fps = 0;  // > 0: reduce the rate by timestamps; Default: 0 = every frame
   std::optional<uint64_t> start_after_seq;  // resume: deliver only frames with seq > this
   double image_fps = 1.0;                   // images: pts spacing (1 / image_fps s) and realtime rate
@@ -128,9 +153,10 @@ struct SourceOptions {
   std::map<std::string, std::string> demuxer_options;  // passed to avformat_open_input (e.g. user_agent)
 };
 
-enum class SourceKind { kFile, kNetwork, kImages };
-// kNetwork for "<scheme>://..." other than file://; kImages for a directory, a path with glob
-// characters (*?[) or a path with an image extension; kFile otherwise.
+enum class SourceKind { kFile, kNetwork, kImages, kSynthetic };
+// kSynthetic for "synthetic:..." (lower case; checked first, also when the rest does not parse); kNetwork
+// for "<scheme>://..." other than file://; kImages for a directory, a path with glob characters (*?[) or
+// a path with an image extension; kFile otherwise.
 SourceKind ClassifyUri(const std::string& uri);
 
 // The CUDA device a SourceOptions::hwaccel value names: nullopt for "" and "cpu", 0 for "cuda", N for
@@ -163,17 +189,20 @@ class Source {
   // Source has already ended or failed. Thread-safe; idempotent.
   void Interrupt();
   StreamStats Stats() const { return stats_.Snapshot(); }
-  bool live() const { return live_; }  // network source: a reader should drop rather than block
+  bool live() const { return live_; }  // network source: a reader should drop rather than block (files,
+                                       // images and synthetic sources: false)
   // Pictures one pass of the input holds by its header (a file's frame count, else its duration × frame
-  // rate; an image list's length), before target_fps and resume skipping; nullopt when unknown (network
-  // sources, containers declaring neither). For progress display: a damaged file may deliver fewer.
+  // rate; an image list's length; a synthetic source's frames), before target_fps and resume skipping;
+  // nullopt when unknown or endless (network sources, containers declaring neither, synthetic sources
+  // without frames). For progress display: a damaged file may deliver fewer.
   std::optional<uint64_t> declared_frames() const { return declared_frames_; }
   const SourceOptions& options() const { return options_; }
 
   // What opening the input told before any frame: the upright frame size in display pixels (rotation
   // and sample aspect applied, as Frame has them) and the nominal frame rate of the input (before
   // target_fps). 0 where unknown: network sources connect in the first Next(); image folders give only
-  // the rate (image_fps). Set before OpenSource returns and constant afterwards.
+  // the rate (image_fps); synthetic sources give all three, from their URI. Set before OpenSource returns
+  // and constant afterwards.
   struct Probe {
     int width = 0, height = 0;  // pixels
     double fps = 0;             // frames per second
@@ -225,15 +254,19 @@ class Source {
 };
 
 // Opens the input named by options.uri. Files are opened and probed here (a missing or unreadable file
-// fails now, naming the path); folders and globs are listed here (no image: NotFound); network sources
-// connect in the first Next(), so that a camera that is down does not fail the stream.
+// fails now, naming the path); folders and globs are listed here (no image: NotFound); synthetic URIs are
+// parsed and their pattern computed here; network sources connect in the first Next(), so that a camera
+// that is down does not fail the stream.
 StatusOr<std::unique_ptr<Source>> OpenSource(SourceOptions options);
 
 namespace internal {
-// The two implementations behind OpenSource (ffmpeg_source.cc, image_source.cc). `url` is what FFmpeg
-// opens: the network URL, or "file:" + the path (so that a ':' in a file name is not read as a protocol).
+// The implementations behind OpenSource (ffmpeg_source.cc, image_source.cc, synthetic_source.cc). `url` is
+// what FFmpeg opens: the network URL, or "file:" + the path (so that a ':' in a file name is not read as a
+// protocol).
 StatusOr<std::unique_ptr<Source>> OpenFfmpegSource(SourceOptions options, std::string url, bool live);
 StatusOr<std::unique_ptr<Source>> OpenImageSource(SourceOptions options, std::vector<std::string> paths);
+// Parses options.uri ("synthetic:..."; errors name the stream and the URI) and computes the pattern.
+StatusOr<std::unique_ptr<Source>> OpenSyntheticSource(SourceOptions options);
 }  // namespace internal
 
 }  // namespace vigil::video
