@@ -1,5 +1,6 @@
 // Sources on files and images: real-file handling, timing options, errors. Media are generated with the
 // ffmpeg CLI into a temporary folder (test_media.h); vtest.avi comes from Debian's opencv-doc.
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
@@ -7,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -503,6 +505,267 @@ TEST(ImageSourceTest, EmptyGlobIsNotFound) {
   ASSERT_FALSE(source.ok());
   EXPECT_TRUE(absl::IsNotFound(source.status())) << source.status();
   EXPECT_NE(source.status().message().find("no file matches"), absl::string_view::npos) << source.status();
+}
+
+// The pattern source.h documents for synthetic sources: pixel (x, y) of frame k of a `height`-row stream.
+Bgr SyntheticPixel(int height, uint64_t k, int x, int y) {
+  const int u = x + int(k % 256);
+  return {u % 256, y * 255 / std::max(1, height - 1), ((u / 32 + y / 32) & 1) ? 255 : 0};
+}
+
+// Pixels of `f` that differ from SyntheticPixel for frame k; the first one is reported.
+int SyntheticMismatches(const Frame& f, uint64_t k) {
+  int bad = 0;
+  for (int y = 0; y < f.height; ++y) {
+    for (int x = 0; x < f.width; ++x) {
+      const Bgr want = SyntheticPixel(f.height, k, x, y), got = PixelAt(f, x, y);
+      if (got != want && bad++ == 0) {
+        ADD_FAILURE() << "frame " << k << " pixel (" << x << ", " << y << "): got " << got[0] << "," << got[1] << ","
+                      << got[2] << " want " << want[0] << "," << want[1] << "," << want[2];
+      }
+    }
+  }
+  return bad;
+}
+
+TEST(SyntheticSourceTest, ClassifiedBeforeGlobsAndSchemes) {
+  EXPECT_EQ(ClassifyUri("synthetic:1920x1080"), SourceKind::kSynthetic);
+  EXPECT_EQ(ClassifyUri("synthetic:1920x1080?fps=30&frames=300"), SourceKind::kSynthetic) << "'?' is no glob here";
+  EXPECT_EQ(ClassifyUri("synthetic://1920x1080"), SourceKind::kSynthetic) << "fails with the syntax, not in FFmpeg";
+  EXPECT_EQ(ClassifyUri("./synthetic:1920x1080.mp4"), SourceKind::kFile);
+  EXPECT_EQ(RedactUri("synthetic:64x48?fps=5"), "synthetic:64x48?fps=5");
+}
+
+TEST(SyntheticSourceTest, SizesProbeAndPattern) {
+  for (const auto& [w, h] : std::vector<std::pair<int, int>>{{1, 1}, {2, 3}, {33, 17}, {641, 479}, {1920, 1080}}) {
+    const std::string uri = "synthetic:" + std::to_string(w) + "x" + std::to_string(h);
+    SCOPED_TRACE(uri);
+    auto source = MustOpen(Options(uri));
+    ASSERT_TRUE(source);
+    EXPECT_FALSE(source->live());
+    EXPECT_EQ(source->probed().width, w);
+    EXPECT_EQ(source->probed().height, h);
+    EXPECT_DOUBLE_EQ(source->probed().fps, 30.0);
+    EXPECT_FALSE(source->declared_frames().has_value()) << "endless";
+    const std::vector<Frame> frames = ReadAll(*source, 3);
+    ASSERT_EQ(frames.size(), 3u);
+    for (uint64_t k = 0; k < frames.size(); ++k) {
+      const Frame& f = frames[k];
+      ASSERT_EQ(f.width, w);
+      ASSERT_EQ(f.height, h);
+      ASSERT_EQ(f.stride, w * 3);
+      ASSERT_EQ(f.bgr.size(), size_t(w) * h * 3);
+      EXPECT_FALSE(f.device);
+      EXPECT_EQ(f.rotation, 0);
+      EXPECT_EQ(f.seq, k);
+      EXPECT_EQ(f.stream_id, uri);
+      EXPECT_GE(f.decode_ns, 0);
+      EXPECT_GT(f.capture_time_ns, 0);
+      EXPECT_EQ(SyntheticMismatches(f, k), 0);
+      if (k > 0) {
+        EXPECT_GE(f.source_steady_ns, frames[k - 1].source_steady_ns);
+        size_t same = 0;  // consecutive frames differ in every pixel (blue moves by one)
+        for (size_t i = 0; i < f.bgr.size(); i += 3) same += f.bgr[i] == frames[k - 1].bgr[i];
+        EXPECT_EQ(same, 0u);
+      }
+    }
+    EXPECT_EQ(source->Stats().state, StreamState::kStreaming);
+  }
+}
+
+TEST(SyntheticSourceTest, SameFrameIndexSamePixelsAcrossOpens) {
+  auto a = MustOpen(Options("synthetic:70x20"));
+  auto b = MustOpen(Options("synthetic:70x20?fps=7"));  // the rate changes the timeline, not the pixels
+  ASSERT_TRUE(a && b);
+  const std::vector<Frame> fa = ReadAll(*a, 300), fb = ReadAll(*b, 300);
+  ASSERT_EQ(fa.size(), 300u);
+  ASSERT_EQ(fb.size(), 300u);
+  for (size_t k = 0; k < fa.size(); ++k) {
+    ASSERT_EQ(fa[k].bgr, fb[k].bgr) << "frame " << k;
+    ASSERT_EQ(SyntheticMismatches(fa[k], k), 0);
+  }
+  EXPECT_EQ(fa[256].bgr, fa[0].bgr) << "the pattern repeats every 256 frames";
+  EXPECT_NE(fa[255].bgr, fa[0].bgr);
+}
+
+TEST(SyntheticSourceTest, PtsFollowFps) {
+  for (const double fps : {30.0, 7.5, 1000.0, 0.1}) {
+    const std::string uri = "synthetic:8x6?fps=" + std::to_string(fps);
+    SCOPED_TRACE(uri);
+    auto source = MustOpen(Options(uri));
+    ASSERT_TRUE(source);
+    EXPECT_DOUBLE_EQ(source->probed().fps, fps);
+    const std::vector<Frame> frames = ReadAll(*source, 100);  // without realtime: as fast as asked
+    ASSERT_EQ(frames.size(), 100u);
+    for (size_t k = 0; k < frames.size(); ++k) {
+      EXPECT_EQ(frames[k].pts_ns, std::llround(double(k) * 1e9 / fps)) << k;
+    }
+    EXPECT_EQ(source->Stats().timestamp_fixups, 0u);
+  }
+}
+
+TEST(SyntheticSourceTest, FramesEndsAfterNInAnyParameterOrder) {
+  SourceOptions options = Options("synthetic:33x17?frames=5&fps=12.5");
+  options.stream_id = "bench-0";
+  auto source = MustOpen(options);
+  ASSERT_TRUE(source);
+  EXPECT_EQ(source->declared_frames(), 5u);
+  EXPECT_DOUBLE_EQ(source->probed().fps, 12.5);
+  const std::vector<Frame> frames = ReadAll(*source, 100);
+  ASSERT_EQ(frames.size(), 5u);
+  for (size_t k = 0; k < frames.size(); ++k) {
+    EXPECT_EQ(frames[k].pts_ns, int64_t(k) * 80'000'000);
+    EXPECT_EQ(frames[k].stream_id, "bench-0");
+  }
+  for (int i = 0; i < 2; ++i) {  // the end stays the end
+    StatusOr<std::optional<Frame>> next = source->Next();
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_FALSE(next->has_value());
+  }
+  const StreamStats stats = source->Stats();
+  EXPECT_EQ(stats.state, StreamState::kEnded);
+  EXPECT_EQ(stats.frames_delivered, 5u);
+}
+
+TEST(SyntheticSourceTest, LoopStartsTheFramesOverInTheSameRun) {
+  SourceOptions options = Options("synthetic:16x8?fps=10&frames=3");
+  options.loop = true;
+  options.run = 4;
+  auto source = MustOpen(options);
+  ASSERT_TRUE(source);
+  const std::vector<Frame> frames = ReadAll(*source, 8);
+  ASSERT_EQ(frames.size(), 8u);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_EQ(frames[i].run, 4u);
+    EXPECT_EQ(frames[i].seq, i);
+    EXPECT_EQ(frames[i].pts_ns, int64_t(i) * 100'000'000) << "10 fps, continued across passes";
+    EXPECT_EQ(SyntheticMismatches(frames[i], i % 3), 0) << "pass " << i / 3;
+  }
+  EXPECT_EQ(source->Stats().timestamp_fixups, 0u);
+}
+
+TEST(SyntheticSourceTest, TargetFpsAndResumeDeliverTheSameFrames) {
+  SourceOptions options = Options("synthetic:40x30?fps=30&frames=60");
+  options.target_fps = 10;
+  auto full_source = MustOpen(options);
+  ASSERT_TRUE(full_source);
+  const std::vector<Frame> full = ReadAll(*full_source);
+  ASSERT_EQ(full.size(), 20u);
+  for (size_t i = 0; i < full.size(); ++i) EXPECT_EQ(SyntheticMismatches(full[i], 3 * i), 0) << "every third";
+  EXPECT_EQ(full_source->Stats().skipped_target_fps, 40u);
+
+  // Resumed: pictures before the resume point are skipped without being generated; those delivered match.
+  options.start_after_seq = 4;
+  auto source = MustOpen(options);
+  ASSERT_TRUE(source);
+  const std::vector<Frame> resumed = ReadAll(*source);
+  ASSERT_EQ(resumed.size(), 15u);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i].seq, 5 + i);
+    EXPECT_EQ(resumed[i].pts_ns, full[5 + i].pts_ns);
+    EXPECT_EQ(resumed[i].bgr, full[5 + i].bgr);
+  }
+  EXPECT_EQ(source->Stats().skipped_resume, 5u);
+
+  options.target_fps = 0;
+  options.start_after_seq = 57;
+  source = MustOpen(options);
+  ASSERT_TRUE(source);
+  const std::vector<Frame> tail = ReadAll(*source);
+  ASSERT_EQ(tail.size(), 2u);
+  EXPECT_EQ(tail[0].seq, 58u);
+  EXPECT_EQ(SyntheticMismatches(tail[0], 58), 0);
+  EXPECT_EQ(SyntheticMismatches(tail[1], 59), 0);
+}
+
+// Pacing reads the steady clock (Source::Next; no clock seam), so this asserts no duration: at 0.1 fps the
+// second frame is due 10 s after the first, and Interrupt() ends that wait with Cancelled. Without pacing
+// Next() would return the frame at once.
+TEST(SyntheticSourceTest, RealtimeWaitsForTheNextFrameUntilInterrupted) {
+  SourceOptions options = Options("synthetic:8x6?fps=0.1");
+  options.realtime = true;
+  auto source = MustOpen(options);
+  ASSERT_TRUE(source);
+  StatusOr<std::optional<Frame>> first = source->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    source->Interrupt();
+  });
+  StatusOr<std::optional<Frame>> second = source->Next();
+  stopper.join();
+  EXPECT_TRUE(absl::IsCancelled(second.status())) << (second.ok() ? "a frame came before it was due" : "")
+                                                  << second.status();
+  EXPECT_EQ(source->Stats().state, StreamState::kStopped);
+}
+
+TEST(SyntheticSourceTest, HwaccelIsIgnoredAndSaidSo) {
+  SourceOptions options = Options("synthetic:64x48?frames=2");
+  options.hwaccel = "cuda:0";
+  options.deliver_device_frames = true;
+  auto source = MustOpen(options);
+  ASSERT_TRUE(source);
+  const std::vector<Frame> frames = ReadAll(*source);
+  ASSERT_EQ(frames.size(), 2u);
+  for (const Frame& f : frames) {
+    EXPECT_FALSE(f.device);
+    EXPECT_EQ(f.bgr.size(), 64u * 48 * 3);
+  }
+  EXPECT_EQ(source->Stats().hwaccel, "cpu (synthetic frames are generated in host memory)");
+}
+
+TEST(SyntheticSourceTest, BadUrisNameTheStreamTheUriAndTheReason) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"synthetic:", "size '' is not WIDTHxHEIGHT; expected synthetic:WIDTHxHEIGHT[?fps=F&frames=N]"},
+      {"synthetic:640", "size '640' is not WIDTHxHEIGHT"},
+      {"synthetic:640X480", "size '640X480' is not WIDTHxHEIGHT"},
+      {"synthetic:?fps=5", "size '' is not WIDTHxHEIGHT"},
+      {"synthetic://640x480", "width '//640' is not a whole number"},
+      {"synthetic:640x", "height '' is not a whole number"},
+      {"synthetic:axb", "width 'a' is not a whole number"},
+      {"synthetic:-1x5", "width '-1' is not a whole number"},
+      {"synthetic: 64x48", "width ' 64' is not a whole number"},
+      {"synthetic:64x48x2", "height '48x2' is not a whole number"},
+      {"synthetic:0x480", "width 0 is not in 1..16384 pixels"},
+      {"synthetic:640x0", "height 0 is not in 1..16384 pixels"},
+      {"synthetic:16385x480", "width 16385 is not in 1..16384 pixels"},
+      {"synthetic:640x99999999999999999999", "height 99999999999999999999 is not in 1..16384 pixels"},
+      {"synthetic:640x480?fps=0", "fps '0' is not a number in [0.001, 1000]"},
+      {"synthetic:640x480?fps=-5", "fps '-5' is not a number in [0.001, 1000]"},
+      {"synthetic:640x480?fps=1000.5", "fps '1000.5' is not a number in [0.001, 1000]"},
+      {"synthetic:640x480?fps=0.0001", "fps '0.0001' is not a number in [0.001, 1000]"},
+      {"synthetic:640x480?fps=abc", "fps 'abc' is not a number"},
+      {"synthetic:640x480?fps=30fps", "fps '30fps' is not a number"},
+      {"synthetic:640x480?fps=nan", "fps 'nan' is not a number"},
+      {"synthetic:640x480?fps=inf", "fps 'inf' is not a number"},
+      {"synthetic:640x480?fps=30&fps=25", "parameter fps is given twice"},
+      {"synthetic:640x480?frames=0", "frames '0' is not a whole number >= 1 (leave it out for an endless stream)"},
+      {"synthetic:640x480?frames=-3", "frames '-3' is not a whole number >= 1"},
+      {"synthetic:640x480?frames=1.5", "frames '1.5' is not a whole number >= 1"},
+      {"synthetic:640x480?frames=2&frames=3", "parameter frames is given twice"},
+      {"synthetic:640x480?loop=1", "unknown parameter 'loop' (known: fps, frames)"},
+      {"synthetic:640x480?FPS=30", "unknown parameter 'FPS' (known: fps, frames)"},
+      {"synthetic:640x480?", "parameter '' is not key=value"},
+      {"synthetic:640x480?fps", "parameter 'fps' is not key=value"},
+      {"synthetic:640x480?fps=", "parameter 'fps=' is not key=value"},
+      {"synthetic:640x480?=30", "parameter '=30' is not key=value"},
+      {"synthetic:640x480?fps=30&", "parameter '' is not key=value"},
+      {"synthetic:640x480?fps=30&&frames=2", "parameter '' is not key=value"},
+  };
+  for (const auto& [uri, reason] : cases) {
+    SCOPED_TRACE(uri);
+    SourceOptions options = Options(uri);
+    options.stream_id = "cam7";
+    StatusOr<std::unique_ptr<Source>> source = OpenSource(options);
+    ASSERT_FALSE(source.ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(source.status())) << source.status();
+    EXPECT_EQ(std::string(source.status().message()).rfind("stream 'cam7': " + uri + ": ", 0), 0u) << source.status();
+    EXPECT_NE(source.status().message().find(reason), absl::string_view::npos) << source.status();
+  }
+  // Without a stream id the URI names the stream.
+  StatusOr<std::unique_ptr<Source>> source = OpenSource(Options("synthetic:0x1"));
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().message(), "stream 'synthetic:0x1': synthetic:0x1: width 0 is not in 1..16384 pixels");
 }
 
 TEST(SourceOptionsTest, ImpossibleValuesAreRejected) {
