@@ -116,6 +116,17 @@ SourceKind ClassifyUri(const std::string& uri) {
   return SourceKind::kFile;
 }
 
+bool IsLiveUri(const std::string& uri) {
+  switch (ClassifyUri(uri)) {
+    case SourceKind::kNetwork:
+      return true;
+    case SourceKind::kSynthetic:
+      return internal::SyntheticUriIsLive(uri);
+    default:
+      return false;
+  }
+}
+
 std::string RedactUri(const std::string& uri) {
   const std::string_view scheme = Scheme(uri);
   if (scheme.empty()) return uri;

@@ -19,7 +19,7 @@ namespace vigil::video::internal {
 namespace {
 
 constexpr std::string_view kPrefix = "synthetic:";
-constexpr std::string_view kSyntax = "expected synthetic:WIDTHxHEIGHT[?fps=F&frames=N]";
+constexpr std::string_view kSyntax = "expected synthetic:WIDTHxHEIGHT[?fps=F&frames=N&live=0|1]";
 constexpr int kMaxSide = 16384;                  // pixels
 constexpr double kMinFps = 0.001, kMaxFps = 1000;
 constexpr int kPatternPeriod = 256;              // pixels; frame k is shifted by k mod this
@@ -30,6 +30,7 @@ struct SyntheticSpec {
   int width = 0, height = 0;            // pixels
   double fps = 30;                      // frames per second of the stream timeline
   std::optional<uint64_t> frames;       // frames per pass; nullopt = endless
+  bool live = false;                    // a camera: frames come at fps by the clock; readers drop, not block
 };
 
 // `text` as a whole decimal number of type T (digits only: no sign, no spaces), or nullopt.
@@ -67,7 +68,7 @@ StatusOr<SyntheticSpec> ParseSyntheticUri(std::string_view uri) {
   VIGIL_ASSIGN_OR_RETURN(spec.height, ParseSide("height", size.substr(x + 1)));
   if (question == std::string_view::npos) return spec;
 
-  bool have_fps = false;
+  bool have_fps = false, have_live = false;
   std::string_view query = rest.substr(question + 1);
   while (true) {
     const size_t amp = query.find('&');
@@ -94,8 +95,13 @@ StatusOr<SyntheticSpec> ParseSyntheticUri(std::string_view uri) {
         return absl::InvalidArgumentError(
             StrCat("frames '", value, "' is not a whole number >= 1 (leave it out for an endless stream)"));
       }
+    } else if (key == "live") {
+      if (have_live) return absl::InvalidArgumentError("parameter live is given twice");
+      have_live = true;
+      if (value != "0" && value != "1") return absl::InvalidArgumentError(StrCat("live '", value, "' is not 0 or 1"));
+      spec.live = value == "1";
     } else {
-      return absl::InvalidArgumentError(StrCat("unknown parameter '", key, "' (known: fps, frames)"));
+      return absl::InvalidArgumentError(StrCat("unknown parameter '", key, "' (known: fps, frames, live)"));
     }
     if (amp == std::string_view::npos) return spec;
     query = query.substr(amp + 1);
@@ -105,7 +111,7 @@ StatusOr<SyntheticSpec> ParseSyntheticUri(std::string_view uri) {
 class SyntheticSource final : public Source {
  public:
   SyntheticSource(SourceOptions options, const SyntheticSpec& spec)
-      : Source(std::move(options), /*live=*/false),
+      : Source(std::move(options), /*live=*/spec.live),
         spec_(spec),
         pattern_stride_(size_t(spec.width + kPatternPeriod) * 3),
         frame_duration_ns_(static_cast<int64_t>(std::llround(1e9 / spec.fps))) {
@@ -150,6 +156,13 @@ class SyntheticSource final : public Source {
     const double pts_ns = std::round(double(index_) * 1e9 / spec_.fps);
     if (pts_ns > kMaxPtsNs) return std::optional<Picture>();
     const uint64_t index = index_++;
+    if (spec_.live) {
+      // A camera: picture p (all passes) exists at open + p / fps; a late reader gets it at once.
+      const auto due = opened_ + std::chrono::nanoseconds(static_cast<int64_t>(std::llround(double(produced_) * 1e9 / spec_.fps)));
+      if (const auto wait = due - std::chrono::steady_clock::now(); wait > std::chrono::nanoseconds(0) && !WaitFor(wait)) {
+        return absl::CancelledError(StrCat(who(), ": stopped"));
+      }
+    }
     Picture picture;
     picture.frame.width = spec_.width;
     picture.frame.height = spec_.height;
@@ -187,10 +200,16 @@ class SyntheticSource final : public Source {
   std::vector<uint8_t> pattern_;     // height rows of pattern_stride_ bytes, BGR
   uint64_t index_ = 0;               // next frame of this pass
   uint64_t produced_ = 0;            // pictures returned by DecodeNext so far, all passes
+  const std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();  // live: picture 0 due
   bool new_pass_ = false;
 };
 
 }  // namespace
+
+bool SyntheticUriIsLive(const std::string& uri) {
+  StatusOr<SyntheticSpec> spec = ParseSyntheticUri(uri);
+  return spec.ok() && spec->live;
+}
 
 StatusOr<std::unique_ptr<Source>> OpenSyntheticSource(SourceOptions options) {
   StatusOr<SyntheticSpec> spec = ParseSyntheticUri(options.uri);

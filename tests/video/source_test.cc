@@ -699,6 +699,32 @@ TEST(SyntheticSourceTest, RealtimeWaitsForTheNextFrameUntilInterrupted) {
   EXPECT_EQ(source->Stats().state, StreamState::kStopped);
 }
 
+// live=1: a camera. Live before it is opened (IsLiveUri, so the edge numbers it as one), its picture 0 at
+// once, the next one only when due (by the clock, without realtime), a StreamReader of it drops.
+TEST(SyntheticSourceTest, LiveIsACameraPacedByTheClock) {
+  EXPECT_TRUE(IsLiveUri("synthetic:8x6?live=1"));
+  EXPECT_TRUE(IsLiveUri("synthetic:8x6?fps=5&live=1&frames=3"));
+  EXPECT_FALSE(IsLiveUri("synthetic:8x6?live=0"));
+  EXPECT_FALSE(IsLiveUri("synthetic:8x6"));
+  EXPECT_FALSE(IsLiveUri("synthetic:8x6?live=2"));  // does not parse: OpenSource says why
+  EXPECT_TRUE(IsLiveUri("rtsp://cam/1"));
+  EXPECT_FALSE(IsLiveUri("/videos/door.mp4"));
+  auto source = MustOpen(Options("synthetic:8x6?fps=0.1&live=1"));
+  ASSERT_TRUE(source);
+  EXPECT_TRUE(source->live());
+  StatusOr<std::optional<Frame>> first = source->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  EXPECT_EQ((*first)->bgr.size(), 8u * 6 * 3);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    source->Interrupt();
+  });
+  StatusOr<std::optional<Frame>> second = source->Next();
+  stopper.join();
+  EXPECT_TRUE(absl::IsCancelled(second.status())) << (second.ok() ? "a frame came before it was due" : "")
+                                                  << second.status();
+}
+
 TEST(SyntheticSourceTest, HwaccelIsIgnoredAndSaidSo) {
   SourceOptions options = Options("synthetic:64x48?frames=2");
   options.hwaccel = "cuda:0";
@@ -716,7 +742,7 @@ TEST(SyntheticSourceTest, HwaccelIsIgnoredAndSaidSo) {
 
 TEST(SyntheticSourceTest, BadUrisNameTheStreamTheUriAndTheReason) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"synthetic:", "size '' is not WIDTHxHEIGHT; expected synthetic:WIDTHxHEIGHT[?fps=F&frames=N]"},
+      {"synthetic:", "size '' is not WIDTHxHEIGHT; expected synthetic:WIDTHxHEIGHT[?fps=F&frames=N&live=0|1]"},
       {"synthetic:640", "size '640' is not WIDTHxHEIGHT"},
       {"synthetic:640X480", "size '640X480' is not WIDTHxHEIGHT"},
       {"synthetic:?fps=5", "size '' is not WIDTHxHEIGHT"},
@@ -743,8 +769,10 @@ TEST(SyntheticSourceTest, BadUrisNameTheStreamTheUriAndTheReason) {
       {"synthetic:640x480?frames=-3", "frames '-3' is not a whole number >= 1"},
       {"synthetic:640x480?frames=1.5", "frames '1.5' is not a whole number >= 1"},
       {"synthetic:640x480?frames=2&frames=3", "parameter frames is given twice"},
-      {"synthetic:640x480?loop=1", "unknown parameter 'loop' (known: fps, frames)"},
-      {"synthetic:640x480?FPS=30", "unknown parameter 'FPS' (known: fps, frames)"},
+      {"synthetic:640x480?loop=1", "unknown parameter 'loop' (known: fps, frames, live)"},
+      {"synthetic:640x480?FPS=30", "unknown parameter 'FPS' (known: fps, frames, live)"},
+      {"synthetic:640x480?live=yes", "live 'yes' is not 0 or 1"},
+      {"synthetic:640x480?live=1&live=0", "parameter live is given twice"},
       {"synthetic:640x480?", "parameter '' is not key=value"},
       {"synthetic:640x480?fps", "parameter 'fps' is not key=value"},
       {"synthetic:640x480?fps=", "parameter 'fps=' is not key=value"},

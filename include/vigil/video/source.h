@@ -8,7 +8,7 @@
 //     FFmpeg has a protocol for): live sources that reconnect with exponential backoff and full jitter;
 //   * image folders (the files with an image extension, non-recursive) and globs ("dir/*.jpg"),
 //     in byte-wise sorted order, decoded with OpenCV (cv::imread, IMREAD_COLOR: EXIF orientation applied);
-//   * synthetic test patterns, "synthetic:WIDTHxHEIGHT[?fps=F&frames=N]" (like GStreamer's videotestsrc or
+//   * synthetic test patterns, "synthetic:WIDTHxHEIGHT[?fps=F&frames=N&live=0|1]" (like GStreamer's videotestsrc or
 //     FFmpeg's testsrc): no file and no decoder, to run the pipeline without decode cost. WIDTH, HEIGHT:
 //     1..16384 pixels; fps: the frame rate of the stream's timeline, 0.001..1000 (Default: 30); frames:
 //     how many frames before the end, >= 1 (Default: endless; with loop, the N frames start over). Each
@@ -22,8 +22,11 @@
 //     vertical green ramp. Consecutive frames of a pass differ in every pixel; frame k equals frame k + 256
 //     and frame k of every other open. P is computed once, at open, into a buffer 256 columns wider than
 //     the frame (3 * (WIDTH + 256) * HEIGHT bytes); a frame is one memcpy per row (its decode_ns). Host
-//     frames only. Not live: it behaves like a file (realtime paces it at fps, a StreamReader blocks
-//     rather than drops, resume skips by position; pictures skipped for resume are not generated). It
+//     frames only. Without live=1 it behaves like a file (realtime paces it at fps, a StreamReader blocks
+//     rather than drops, resume skips by position; pictures skipped for resume are not generated). With
+//     live=1 it is a camera (live() true): picture p is due at open + p / fps by the steady clock whatever
+//     `realtime` says (a reader that is late gets it at once), a StreamReader drops rather than blocks, and
+//     IsLiveUri says so before it is opened, so the edge numbers it as a live source. It
 //     shows no object: a detector finds nothing, so the stages after inference cost what an empty scene
 //     costs. The timeline ends (end of input) at pts 2^62 ns. A file whose name starts with "synthetic:"
 //     is opened as "./synthetic:...".
@@ -158,6 +161,8 @@ enum class SourceKind { kFile, kNetwork, kImages, kSynthetic };
 // for "<scheme>://..." other than file://; kImages for a directory, a path with glob characters (*?[) or
 // a path with an image extension; kFile otherwise.
 SourceKind ClassifyUri(const std::string& uri);
+// Whether a source opened from `uri` will be live (Source::live): network URIs and "synthetic:...live=1".
+bool IsLiveUri(const std::string& uri);
 
 // The CUDA device a SourceOptions::hwaccel value names: nullopt for "" and "cpu", 0 for "cuda", N for
 // "cuda:N" (N decimal, 0..1023). Errors: InvalidArgument naming the option and the value.
@@ -267,6 +272,8 @@ StatusOr<std::unique_ptr<Source>> OpenFfmpegSource(SourceOptions options, std::s
 StatusOr<std::unique_ptr<Source>> OpenImageSource(SourceOptions options, std::vector<std::string> paths);
 // Parses options.uri ("synthetic:..."; errors name the stream and the URI) and computes the pattern.
 StatusOr<std::unique_ptr<Source>> OpenSyntheticSource(SourceOptions options);
+// Whether "synthetic:..." parses with live=1.
+bool SyntheticUriIsLive(const std::string& uri);
 }  // namespace internal
 
 }  // namespace vigil::video
