@@ -10,6 +10,11 @@
 // previous batch. So when the engine is the bottleneck every stream is served equally (per-stream counts of
 // taken items differ by at most one batch), and items of one stream come out in the order it pushed them.
 //
+// Several consumers may take batches from one Batcher (the Detectors of one device, pipeline/workers.h):
+// each batch gets a ticket, 0, 1, 2, … in the order the batches were taken, so a consumer that needs a
+// stream's items in order across consumers can restore it by ticket (a stream's items are spread over
+// batches in ticket order). A consumer that wakes to find the items taken by another waits again.
+//
 // Thread-safety: all methods are thread-safe. Close() makes Push return false and lets NextBatch drain
 // what is queued (at once, without waiting for max_wait), then report kClosed.
 #pragma once
@@ -18,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -47,13 +53,18 @@ class Batcher {
 
   enum class Result { kBatch, kTimeout, kClosed };
   // Waits up to `idle` for a first item (kTimeout when none came), then forms a batch (above) into
-  // *out (cleared first). kClosed once closed and drained.
-  Result NextBatch(std::vector<T>* out, std::chrono::nanoseconds idle) {
+  // *out (cleared first) and sets *ticket (when given) to its ticket. kClosed once closed and drained.
+  // A kBatch batch has 1..max_batch items.
+  Result NextBatch(std::vector<T>* out, std::chrono::nanoseconds idle, uint64_t* ticket = nullptr) {
     out->clear();
     std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, idle, [&] { return closed_ || total_ > 0; })) return Result::kTimeout;
-    if (total_ == 0) return Result::kClosed;
-    cv_.wait_until(lock, OldestLocked() + max_wait_, [&] { return closed_ || total_ >= max_batch_; });
+    const Clock::time_point give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(idle);
+    for (;;) {
+      if (!cv_.wait_until(lock, give_up, [&] { return closed_ || total_ > 0; })) return Result::kTimeout;
+      if (total_ == 0) return Result::kClosed;
+      cv_.wait_until(lock, OldestLocked() + max_wait_, [&] { return closed_ || total_ >= max_batch_; });
+      if (total_ > 0) break;  // else another consumer took them meanwhile
+    }
     const size_t n = queues_.size();
     size_t stream = next_;
     size_t idle_streams = 0;  // consecutive empty streams seen: all empty after n
@@ -70,6 +81,8 @@ class Batcher {
       }
       stream = (stream + 1) % n;
     }
+    if (ticket != nullptr) *ticket = next_ticket_;
+    ++next_ticket_;
     cv_.notify_all();
     return Result::kBatch;
   }
@@ -106,6 +119,7 @@ class Batcher {
   std::vector<std::deque<Entry>> queues_;  // GUARDED_BY(mu_) one per stream
   size_t total_ = 0;                       // GUARDED_BY(mu_) items in all queues
   size_t next_ = 0;                        // GUARDED_BY(mu_) the stream the next batch starts with
+  uint64_t next_ticket_ = 0;               // GUARDED_BY(mu_) the next batch's ticket
   bool closed_ = false;                    // GUARDED_BY(mu_)
 };
 
