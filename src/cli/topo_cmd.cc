@@ -1,5 +1,4 @@
 // `vigil topo`: the machine's GPU / NUMA / CPU / NIC topology, Kubernetes labels, a placement plan.
-#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -163,16 +162,17 @@ int RunTopo(const TopoArgs& a) {
       std::fprintf(stderr, "vigil topo --plan: %s\n", std::string(streams.status().message()).c_str());
       return 2;
     }
-    // A model on CUDA device N (model.device "cuda[:N]") is planned the way the edge plans it: that GPU only.
-    int ordinal = -1;
-    if (edge_config->device.rfind("cuda", 0) == 0) {
-      ordinal = 0;
-      if (const size_t colon = edge_config->device.find(':'); colon != std::string::npos) {
-        const std::string& d = edge_config->device;
-        std::from_chars(d.data() + colon + 1, d.data() + d.size(), ordinal);
+    // Planned the way the edge plans it: a model on one CUDA device N (model.device "cuda:N") on that GPU
+    // only, on several GPUs on every GPU of the machine.
+    int ordinal = -1, gpu_devices = 0;
+    for (const std::string& d : edge_config->devices) {
+      if (const int n = pipeline::CudaOrdinal(d); n >= 0) {
+        ordinal = n;
+        ++gpu_devices;
       }
     }
-    const bool use_gpus = a.gpus || ordinal >= 0;
+    if (gpu_devices > 1) ordinal = -1;
+    const bool use_gpus = a.gpus || gpu_devices > 0;
     planned_on = pipeline::PlanningTopology(*topo, use_gpus, ordinal);
     if (planned_on.gpus.size() != topo->gpus.size()) {
       notes.push_back(planned_on.notes.back() + (use_gpus ? "" : " (--gpus plans them)"));

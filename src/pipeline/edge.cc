@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -21,11 +22,11 @@
 
 #include "vigil/common/npy.h"
 #include "vigil/detect/detector.h"
-#include "vigil/pipeline/batcher.h"
 #include "vigil/pipeline/frame_ref.h"
 #include "vigil/pipeline/ledger.h"
 #include "vigil/pipeline/placement.h"
 #include "vigil/pipeline/rules.h"
+#include "vigil/pipeline/workers.h"
 #include "vigil/transport/courier.h"
 #include "vigil/video/source.h"
 #include "vigil/video/stream_reader.h"
@@ -47,8 +48,9 @@ struct Stream {
   std::unique_ptr<video::StreamReader> reader;  // null when the stream failed to open
   bool live = false;
   uint64_t run = 0;  // set once the ledger is admitted, before the reader starts
-  std::deque<std::pair<uint64_t, int64_t>> unacked;  // (seq, source_steady_ns) of reported frames
-  uint64_t frames = 0, fps_frames = 0;
+  std::deque<std::pair<uint64_t, int64_t>> unacked;  // (seq, source_steady_ns) of reported frames; stats_mu_
+  uint64_t frames = 0;               // GUARDED_BY(stats_mu_)
+  uint64_t fps_frames = 0;          // main thread
   video::StreamStats last_stats;  // for counter deltas
   LedgerCounters last_counters;   // for counter deltas
   std::string decoder;  // the vigil_edge_stream_decoder series at 1 ("" before the first report)
@@ -64,21 +66,10 @@ struct Stream {
   metrics::Gauge* reader_depth = nullptr;
 };
 
-struct Item {
-  size_t stream = 0;
-  video::Frame frame;
-};
-
 class Edge final : public transport::CourierHandler {
  public:
   Edge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& reg)
-      : config_(config), stop_(stop), reg_(reg),
-        // About two batches queued in all (frames may be GPU surfaces), split evenly over the streams, at least
-        // one each: no stream can fill the engine's queue for the others.
-        batcher_(static_cast<size_t>(config.max_batch), milliseconds(config.max_wait_ms),
-                 std::max<size_t>(1, (static_cast<size_t>(std::max(2 * config.max_batch, 4)) + config.streams.size() - 1) /
-                                         std::max<size_t>(config.streams.size(), 1)),
-                 std::max<size_t>(config.streams.size(), 1)) {}
+      : config_(config), stop_(stop), reg_(reg) {}
 
   Status Run(const EdgeRunOptions& options);
 
@@ -130,8 +121,10 @@ class Edge final : public transport::CourierHandler {
   bool WaitAdmitted();
   void Place();
   void StartReaders();
+  void AssignDevices();
+  Status LoadWorkers();
   void Feed(size_t index);
-  void Process(std::vector<Item>& batch);
+  void OnBatch(BatchResult& r);
   void SaveFrame(const Stream& s, const video::Frame& f);
   void Periodic(bool force);
   void StartHttp();
@@ -139,10 +132,14 @@ class Edge final : public transport::CourierHandler {
   const EdgeConfig& config_;
   const std::atomic<bool>& stop_;
   metrics::Registry& reg_;
-  std::unique_ptr<detect::Detector> detector_;
+  std::unique_ptr<WorkerPool> pool_;
   std::vector<std::string> class_names_;
   std::vector<std::shared_ptr<void>> decode_devices_;  // FFmpeg's CUDA contexts, held before the model loads
-  int gpu_frames_device_ = -1;  // CUDA device whose NVDEC frames the Detector takes in place; -1 none
+  std::vector<size_t> stream_device_;       // per stream: index into config_.devices (AssignDevices)
+  std::vector<std::string> stream_hwaccel_;  // per stream: its hwaccel, "cuda" made its device's GPU
+  std::vector<int> device_gpu_;  // per device: CUDA ordinal whose NVDEC frames its Detectors read in place; -1 none
+  std::function<void(const BatchResult&)> on_detected_;  // EdgeRunOptions::on_detected
+  std::mutex stats_mu_;          // Stream::unacked and Stream::frames (sink thread and main thread)
   std::unique_ptr<StreamLedger> ledger_;
   std::unique_ptr<transport::Courier> courier_;
   std::atomic<bool> fenced_{false};
@@ -150,11 +147,7 @@ class Edge final : public transport::CourierHandler {
   std::string fence_reason_;  // GUARDED_BY(fence_mu_)
   std::unique_ptr<EdgePlacement> placement_;
   std::vector<Stream> streams_;
-  Batcher<Item> batcher_;
   std::atomic<int> active_{0};
-  std::atomic<bool> worker_done_{false};
-  std::mutex done_mu_;
-  std::condition_variable done_cv_;
   int64_t last_periodic_ns_ = 0, last_fps_ns_ = 0;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
@@ -200,12 +193,13 @@ Status Edge::OpenStreams() {
     so.realtime = sc.realtime;
     so.loop = sc.loop;
     so.target_fps = sc.target_fps;
-    so.hwaccel = sc.hwaccel;
-    // Frames decoded on the Detector's GPU stay there (NV12 into the GPU letterbox); save_frames needs
-    // host pixels, so such a stream gets host frames.
-    const StatusOr<std::optional<int>> decode_gpu = video::ParseHwaccel(sc.hwaccel);
-    so.deliver_device_frames = gpu_frames_device_ >= 0 && decode_gpu.ok() && *decode_gpu == gpu_frames_device_ &&
-                               sc.save_frames.empty();
+    const size_t index = streams_.size();
+    so.hwaccel = stream_hwaccel_[index];
+    // Frames decoded on the GPU of the stream's Detectors stay there (NV12 into the GPU letterbox);
+    // save_frames needs host pixels, so such a stream gets host frames.
+    const int gpu = device_gpu_[stream_device_[index]];
+    const StatusOr<std::optional<int>> decode_gpu = video::ParseHwaccel(so.hwaccel);
+    so.deliver_device_frames = gpu >= 0 && decode_gpu.ok() && *decode_gpu == gpu && sc.save_frames.empty();
     if (!sc.save_frames.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(sc.save_frames, ec);
@@ -214,7 +208,7 @@ Status Edge::OpenStreams() {
             StrCat("stream '", sc.id, "': save_frames ", sc.save_frames, ": cannot create the folder: ", ec.message()));
       }
     }
-    s.live = video::ClassifyUri(sc.source) == video::SourceKind::kNetwork;
+    s.live = video::IsLiveUri(sc.source);
     StatusOr<std::unique_ptr<video::Source>> source = video::OpenSource(std::move(so));
     if (!source.ok()) {
       spdlog::error("{}", std::string(source.status().message()));  // the message names the stream
@@ -228,6 +222,72 @@ Status Edge::OpenStreams() {
   return absl::OkStatus();
 }
 
+// Stream i runs on the device its hwaccel names when that is one of the devices, else on devices[i mod D];
+// an unnumbered "cuda" decoder becomes the GPU of the stream's device (so its frames can stay there).
+void Edge::AssignDevices() {
+  const size_t n = config_.devices.size();
+  for (size_t i = 0; i < config_.streams.size(); ++i) {
+    const StreamConfig& sc = config_.streams[i];
+    size_t device = i % n;
+    if (StatusOr<std::optional<int>> gpu = video::ParseHwaccel(sc.hwaccel); gpu.ok() && *gpu) {
+      for (size_t d = 0; d < n; ++d) {
+        if (CudaOrdinal(config_.devices[d]) == **gpu) device = d;
+      }
+    }
+    std::string hwaccel = sc.hwaccel;
+    if (hwaccel == "cuda" && CudaOrdinal(config_.devices[device]) >= 0) hwaccel = config_.devices[device];
+    stream_device_.push_back(device);
+    stream_hwaccel_.push_back(std::move(hwaccel));
+  }
+}
+
+// The Detectors, per device, after FFmpeg holds the decoding GPUs' contexts.
+Status Edge::LoadWorkers() {
+  // Streams decoded by NVDEC: FFmpeg must make each GPU's primary CUDA context (with its flags) before the
+  // model's CUDA runtime touches that GPU; the runtime then shares it (video::RetainCudaDecodeDevice).
+  std::set<int> decode_gpus, held_gpus;
+  for (const std::string& hw : stream_hwaccel_) {
+    if (StatusOr<std::optional<int>> d = video::ParseHwaccel(hw); d.ok() && *d) decode_gpus.insert(**d);
+  }
+  for (int gpu : decode_gpus) {
+    StatusOr<std::shared_ptr<void>> held = video::RetainCudaDecodeDevice(gpu);
+    if (held.ok()) {
+      decode_devices_.push_back(std::move(*held));
+      held_gpus.insert(gpu);
+    } else {
+      spdlog::warn("hwaccel: {}; its streams decode on the CPU", std::string(held.status().message()));
+    }
+  }
+  WorkerPoolOptions wo;
+  wo.model_path = config_.model_path;
+  wo.detector.engine.threads = config_.threads;
+  if (StatusOr<infer::Precision> p = infer::ParsePrecision(config_.precision); p.ok()) wo.detector.engine.precision = *p;
+  wo.detector.engine.batch = config_.model_batch;
+  wo.detector.conf = static_cast<float>(config_.conf);
+  wo.detector.iou = static_cast<float>(config_.iou);
+  wo.detector.max_det = config_.max_det;
+  wo.devices = config_.devices;
+  const bool all_gpus = std::all_of(config_.devices.begin(), config_.devices.end(),
+                                    [](const std::string& d) { return CudaOrdinal(d) >= 0; });
+  wo.workers_per_device = config_.workers_per_device > 0 ? config_.workers_per_device : all_gpus ? 2 : 1;
+  wo.max_batch = static_cast<size_t>(config_.max_batch);
+  wo.max_wait = milliseconds(config_.max_wait_ms);
+  wo.streams = std::max<size_t>(config_.streams.size(), 1);
+  wo.stream_device = stream_device_;
+  if (wo.stream_device.empty()) wo.stream_device.push_back(0);
+  VIGIL_ASSIGN_OR_RETURN(pool_, WorkerPool::Load(std::move(wo)));
+  device_gpu_.assign(config_.devices.size(), -1);
+  for (size_t w = 0; w < pool_->num_workers(); ++w) {
+    const detect::Detector& d = pool_->detector(w);
+    if (d.uses_gpu_stages() && held_gpus.count(d.engine().device_io()->device) > 0) {
+      device_gpu_[pool_->worker_device(w)] = d.engine().device_io()->device;
+    }
+  }
+  spdlog::info("edge '{}': {} worker(s) on each of {}", config_.edge, pool_->num_workers() / pool_->num_devices(),
+               fmt::join(config_.devices, ", "));
+  return absl::OkStatus();
+}
+
 Status Edge::OpenLedger(const std::vector<std::string>& names) {
   LedgerOptions lo;
   VIGIL_ASSIGN_OR_RETURN(lo.store, OpenStateDir(config_.state_dir));
@@ -237,8 +297,9 @@ Status Edge::OpenLedger(const std::vector<std::string>& names) {
   for (const StreamConfig& sc : config_.streams) {
     StatusOr<RuleEngine> rules = RuleEngine::Create(sc.rules, names);
     if (!rules.ok()) return Annotate(rules.status(), "stream '" + sc.id + "'");
-    // Network sources are live (numbered after the high-water mark, never wait on the outbox).
-    specs.push_back({sc.id, sc.source, video::ClassifyUri(sc.source) == video::SourceKind::kNetwork, std::move(*rules)});
+    // Network sources (and live synthetic ones) are live: numbered after the high-water mark, never wait on
+    // the outbox.
+    specs.push_back({sc.id, sc.source, video::IsLiveUri(sc.source), std::move(*rules)});
   }
   VIGIL_ASSIGN_OR_RETURN(ledger_, StreamLedger::Open(std::move(lo), std::move(specs)));
   return absl::OkStatus();
@@ -284,16 +345,21 @@ void Edge::Place() {
   for (const Stream& s : streams_) probed.push_back(s.source ? s.source->probed() : video::Source::Probe{});
   double gflop = config_.placement.gflop_per_frame;
   if (gflop <= 0) {
-    gflop = ModelGflopsPerFrame(detector_->engine().graph());
+    gflop = ModelGflopsPerFrame(pool_->detector().engine().graph());
     spdlog::info("placement: model cost {:.2f} GFLOP per frame (counted from the model)", gflop);
   }
   std::vector<std::string> notes;
   std::vector<topology::StreamSpec> specs = PlanStreams(config_, probed, gflop, &notes);
   for (const std::string& n : notes) spdlog::info("placement: {}", n);
-  // On a GPU, the plan keeps the Detector's GPU: threads (and the staging the worker allocates) on its node.
-  const infer::DeviceIo* io = detector_->uses_gpu_stages() ? detector_->engine().device_io() : nullptr;
-  placement_ = std::make_unique<EdgePlacement>(config_.placement, specs, /*use_gpus=*/io != nullptr,
-                                               config_.state_dir, io != nullptr ? io->device : -1);
+  // On one GPU, the plan keeps that GPU: threads (and the staging the workers allocate) on its node; on
+  // several, every GPU of the machine.
+  std::set<int> gpus;
+  for (size_t w = 0; w < pool_->num_workers(); ++w) {
+    const detect::Detector& d = pool_->detector(w);
+    if (d.uses_gpu_stages()) gpus.insert(d.engine().device_io()->device);
+  }
+  placement_ = std::make_unique<EdgePlacement>(config_.placement, specs, /*use_gpus=*/!gpus.empty(), config_.state_dir,
+                                               gpus.size() == 1 ? *gpus.begin() : -1);
 }
 
 void Edge::StartReaders() {
@@ -340,7 +406,7 @@ void Edge::Feed(size_t index) {
       break;
     }
     const uint64_t seq = frame.seq;
-    if (!batcher_.Push(index, {index, std::move(frame)})) {
+    if (!pool_->Push(index, {index, std::move(frame)})) {
       if (s.live) ledger_->Dropped(index, seq, "shutdown");
       break;
     }
@@ -352,7 +418,7 @@ void Edge::Feed(size_t index) {
       ledger_->Dropped(index, frame.seq, "shutdown");
     }
   }
-  if (--active_ == 0) batcher_.Close();
+  if (--active_ == 0) pool_->Close();
 }
 
 void Edge::SaveFrame(const Stream& s, const video::Frame& f) {
@@ -369,37 +435,12 @@ void Edge::SaveFrame(const Stream& s, const video::Frame& f) {
   }
 }
 
-void Edge::Process(std::vector<Item>& batch) {
-  const int64_t t0 = SteadyNs();
-  std::vector<detect::DetectTiming> timing;
-  StatusOr<std::vector<std::vector<detect::Detection>>> dets = absl::UnknownError("not run");
-  if (detector_->uses_gpu_stages()) {
-    // GPU stages: frames are read where they are (host BGR uploaded, NVDEC frames in place); the
-    // device frames' surfaces stay held by `batch` until DetectFrames has waited for the GPU.
-    std::vector<detect::FrameRef> frames(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const video::Frame& f = batch[i].frame;
-      if (const Stream& s = streams_[batch[i].stream]; !s.config.save_frames.empty() && !f.device) SaveFrame(s, f);
-      frames[i] = FrameRefOf(f);
-    }
-    dets = detector_->DetectFrames(frames, &timing);
-  } else {
-    std::vector<detect::Image> images(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      video::Frame& f = batch[i].frame;
-      if (f.device) {  // not asked for (deliver_device_frames is off without GPU stages), but handled
-        if (Status st = video::DownloadBgr(f); !st.ok()) spdlog::warn("{}", std::string(st.message()));
-      }
-      if (const Stream& s = streams_[batch[i].stream]; !s.config.save_frames.empty()) SaveFrame(s, f);
-      images[i].width = f.width;
-      images[i].height = f.height;
-      images[i].bgr = std::move(f.bgr);
-    }
-    dets = detector_->Detect(images, &timing);
-  }
-  if (!dets.ok()) {
-    spdlog::error("detection of a batch of {} frames failed: {}", batch.size(), std::string(dets.status().message()));
-    for (const Item& item : batch) {
+// On the pool's sink thread, batches in the order they were taken (so each stream's frames in order).
+void Edge::OnBatch(BatchResult& r) {
+  if (!r.status.ok()) {
+    spdlog::error("detection of a batch of {} frames on {} failed: {}", r.items.size(), config_.devices[r.device],
+                  std::string(r.status.message()));
+    for (const WorkItem& item : r.items) {
       Dropped(streams_[item.stream], "detect_error").Inc();
       ledger_->Dropped(item.stream, item.frame.seq, "detect_error");
     }
@@ -410,36 +451,40 @@ void Edge::Process(std::vector<Item>& batch) {
   metrics::Histogram& preprocess_stage = *stages_.preprocess;
   metrics::Histogram& inference_stage = *stages_.inference;
   metrics::Histogram& postprocess_stage = *stages_.postprocess;
-  const int64_t detected_ns = SteadyNs();
   double engine_ns = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const video::Frame& f = batch[i].frame;
-    const detect::DetectTiming& t = timing[i];
+  for (size_t i = 0; i < r.items.size(); ++i) {
+    const video::Frame& f = r.items[i].frame;
+    const detect::DetectTiming& t = r.timing[i];
     decode_stage.Observe(static_cast<double>(f.decode_ns) * 1e-9);
-    queue_stage.Observe(static_cast<double>(t0 - f.source_steady_ns) * 1e-9);
+    queue_stage.Observe(static_cast<double>(r.started_ns - f.source_steady_ns) * 1e-9);
     preprocess_stage.Observe(static_cast<double>(t.preprocess_ns) * 1e-9);
     inference_stage.Observe(static_cast<double>(t.inference_ns) * 1e-9);
     postprocess_stage.Observe(static_cast<double>(t.postprocess_ns) * 1e-9);
-    frame_to_detection_->Observe(static_cast<double>(detected_ns - f.source_steady_ns) * 1e-9);
+    frame_to_detection_->Observe(static_cast<double>(r.detected_ns - f.source_steady_ns) * 1e-9);
     engine_ns += static_cast<double>(t.inference_ns) / t.chunk_images;
   }
   engine_busy_->Inc(engine_ns * 1e-9);
+  if (on_detected_) on_detected_(r);
   metrics::Histogram& rules_stage = *stages_.rules;
   metrics::Histogram& publish_stage = *stages_.publish;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const video::Frame& f = batch[i].frame;
-    Stream& s = streams_[batch[i].stream];
+  for (size_t i = 0; i < r.items.size(); ++i) {
+    const video::Frame& f = r.items[i].frame;
+    const size_t index = r.items[i].stream;
+    Stream& s = streams_[index];
     const int64_t r0 = SteadyNs();
     const FrameInfo info{f.seq, f.capture_time_ns, f.pts_ns, static_cast<uint32_t>(f.width),
                          static_cast<uint32_t>(f.height)};
-    const StreamLedger::Recorded rec = ledger_->Record(batch[i].stream, info, (*dets)[i]);
+    const StreamLedger::Recorded rec = ledger_->Record(index, info, r.detections[i]);
     const double took = static_cast<double>(SteadyNs() - r0) * 1e-9;
     rules_stage.Observe(took);
     if (rec.published > 0) publish_stage.Observe(took);
     if (rec.verdict.event) s.events[static_cast<int>(rec.verdict.severity)]->Inc();
-    s.unacked.emplace_back(f.seq, f.source_steady_ns);
-    if (s.unacked.size() > kMaxUnackedTimes) s.unacked.pop_front();  // acks stalled: forget the oldest
-    ++s.frames;
+    {
+      std::lock_guard lock(stats_mu_);
+      s.unacked.emplace_back(f.seq, f.source_steady_ns);
+      if (s.unacked.size() > kMaxUnackedTimes) s.unacked.pop_front();  // acks stalled: forget the oldest
+      ++s.frames;
+    }
     s.frames_total->Inc();
   }
 }
@@ -453,16 +498,21 @@ void Edge::Periodic(bool force) {
   int active = 0;
   for (size_t i = 0; i < streams_.size(); ++i) {
     Stream& s = streams_[i];
-    if (std::optional<uint64_t> acked = ledger_->acked_through(i)) {
-      while (!s.unacked.empty() && s.unacked.front().first <= *acked) {
-        stages_.frame_to_ack->Observe(static_cast<double>(now - s.unacked.front().second) * 1e-9);
-        s.unacked.pop_front();
+    uint64_t frames = 0;
+    {
+      std::lock_guard lock(stats_mu_);
+      if (std::optional<uint64_t> acked = ledger_->acked_through(i)) {
+        while (!s.unacked.empty() && s.unacked.front().first <= *acked) {
+          stages_.frame_to_ack->Observe(static_cast<double>(now - s.unacked.front().second) * 1e-9);
+          s.unacked.pop_front();
+        }
       }
+      frames = s.frames;
     }
     if (fps_due && last_fps_ns_ != 0) {
-      s.fps->Set(static_cast<double>(s.frames - s.fps_frames) * 1e9 / static_cast<double>(now - last_fps_ns_));
+      s.fps->Set(static_cast<double>(frames - s.fps_frames) * 1e9 / static_cast<double>(now - last_fps_ns_));
     }
-    if (fps_due) s.fps_frames = s.frames;
+    if (fps_due) s.fps_frames = frames;
     const LedgerCounters c = ledger_->counters(i);
     Dropped(s, "backpressure").Inc(static_cast<double>(c.backpressure_drops - s.last_counters.backpressure_drops));
     s.last_counters = c;
@@ -495,7 +545,7 @@ void Edge::Periodic(bool force) {
   if (fps_due) last_fps_ns_ = now;
   const transport::OutboxStats os = ledger_->outbox().Stats();
   const transport::CourierStats cs = courier_->Stats();
-  batcher_depth_->Set(static_cast<double>(batcher_.depth()));
+  batcher_depth_->Set(static_cast<double>(pool_->queued()));
   outbox_depth_->Set(static_cast<double>(os.pending));
   streams_active_->Set(active);
   connected_->Set(cs.connected ? 1 : 0);
@@ -546,32 +596,11 @@ Status Edge::Run(const EdgeRunOptions& options) {
   epoch_gauge_ = &reg_.GetGauge("vigil_edge_epoch", "Epoch granted by the aggregator to this instance (0: not yet)");
   fenced_gauge_ = &reg_.GetGauge("vigil_edge_fenced", "1 once a newer instance of this edge id was admitted");
   rejected_ = &reg_.GetCounter("vigil_edge_reports_rejected_total", "Reports the aggregator refused");
-  detect::DetectorOptions dopt;
-  dopt.engine.threads = config_.threads;
-  dopt.engine.device = config_.device;
-  if (StatusOr<infer::Precision> p = infer::ParsePrecision(config_.precision); p.ok()) dopt.engine.precision = *p;
-  dopt.engine.batch = config_.model_batch;
-  dopt.conf = static_cast<float>(config_.conf);
-  dopt.iou = static_cast<float>(config_.iou);
-  dopt.max_det = config_.max_det;
-  // Streams decoded by NVDEC: FFmpeg must make each GPU's primary CUDA context (with its flags) before the
-  // model's CUDA runtime touches that GPU; the runtime then shares it (video::RetainCudaDecodeDevice).
-  std::set<int> decode_gpus;
-  for (const StreamConfig& sc : config_.streams) {
-    if (StatusOr<std::optional<int>> d = video::ParseHwaccel(sc.hwaccel); d.ok() && *d) decode_gpus.insert(**d);
-  }
-  for (int gpu : decode_gpus) {
-    StatusOr<std::shared_ptr<void>> held = video::RetainCudaDecodeDevice(gpu);
-    if (held.ok()) {
-      decode_devices_.push_back(std::move(*held));
-    } else {
-      spdlog::warn("hwaccel: {}; its streams decode on the CPU", std::string(held.status().message()));
-    }
-  }
-  VIGIL_ASSIGN_OR_RETURN(detector_, detect::Detector::Load(config_.model_path, dopt));
-  if (detector_->uses_gpu_stages() && !decode_devices_.empty()) gpu_frames_device_ = detector_->engine().device_io()->device;
-  for (int64_t c = 0; c < detector_->model().num_classes; ++c) {
-    class_names_.push_back(detector_->ClassName(static_cast<int>(c)));
+  AssignDevices();
+  VIGIL_RETURN_IF_ERROR(LoadWorkers());
+  on_detected_ = options.on_detected;
+  for (int64_t c = 0; c < pool_->detector().model().num_classes; ++c) {
+    class_names_.push_back(pool_->detector().ClassName(static_cast<int>(c)));
   }
   // The state dir is locked before anything else touches it: a second edge on it stops here.
   VIGIL_RETURN_IF_ERROR(OpenLedger(class_names_));
@@ -614,7 +643,18 @@ Status Edge::Run(const EdgeRunOptions& options) {
   for (size_t i = 0; i < streams_.size(); ++i) {
     if (streams_[i].reader) ++active_;
   }
-  if (active_ == 0) batcher_.Close();
+  // Inference on the pool's threads, each bound to its device's cores (its OpenMP team, created from it,
+  // inherits that); the ledger and the rules on the sink thread.
+  pool_->Start([this](BatchResult& r) { OnBatch(r); },
+               [this](std::vector<WorkItem>& batch, size_t) {
+                 for (const WorkItem& item : batch) {
+                   const Stream& s = streams_[item.stream];
+                   if (!s.config.save_frames.empty() && !item.frame.device) SaveFrame(s, item.frame);
+                 }
+               },
+               [this](size_t, size_t) { placement_->PlaceThread(ThreadRole::kWorker); },
+               [this] { placement_->PlaceThread(ThreadRole::kSink); });
+  if (active_ == 0) pool_->Close();
   for (size_t i = 0; i < streams_.size(); ++i) {
     if (streams_[i].reader) {
       feeders.emplace_back([this, i] {
@@ -623,28 +663,14 @@ Status Edge::Run(const EdgeRunOptions& options) {
       });
     }
   }
-  // Inference on its own thread, so that its binding (and its OpenMP team's, created from it) is its own.
-  std::thread worker([this] {
-    placement_->PlaceThread(ThreadRole::kWorker);
-    std::vector<Item> batch;
-    for (;;) {
-      const Batcher<Item>::Result r = batcher_.NextBatch(&batch, milliseconds(50));
-      if (r == Batcher<Item>::Result::kClosed) break;
-      if (r == Batcher<Item>::Result::kBatch) Process(batch);
-      Periodic(false);
-    }
-    std::lock_guard lock(done_mu_);
-    worker_done_ = true;
-    done_cv_.notify_all();
-  });
-  // A stop must not wait behind a file stream's wait for room in the outbox (an aggregator that is down):
-  // cancel the ledger's waits once it is asked for.
-  while (!worker_done_.load()) {
-    std::unique_lock lock(done_mu_);
-    done_cv_.wait_for(lock, milliseconds(50), [&] { return worker_done_.load(); });
+  // This thread keeps the ledger's marks flowing and the sampled metrics current until every stream has
+  // ended and every frame is through. A stop must not wait behind a file stream's wait for room in the
+  // outbox (an aggregator that is down): the ledger's waits are cancelled once it is asked for.
+  while (!pool_->WaitDone(milliseconds(50))) {
+    Periodic(false);
     if (stop_.load()) ledger_->CancelWaits();
   }
-  worker.join();
+  pool_->Join();
   for (std::thread& t : feeders) t.join();
   // Flush every mark, then wait for the acks (bounded), retrying marks held for lack of room.
   ledger_->Tick(/*force=*/true);
@@ -664,7 +690,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
                  os.pending, options.shutdown_timeout.count());
   }
   uint64_t frames = 0;
-  for (const Stream& s : streams_) frames += s.frames;
+  for (const Stream& s : streams_) frames += s.frames;  // the sink thread has ended
   spdlog::info("edge '{}': done: {} frames, {} reports published, {} acknowledged, {} rejected", config_.edge,
                frames, os.pushed, os.acked, os.rejected);
   finish_http();

@@ -63,6 +63,14 @@ void ReadHwaccel(const ConfigMap& m, std::string_view key, const std::string& co
 
 }  // namespace
 
+int CudaOrdinal(const std::string& device) {
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5 || device.size() > 9 ||
+      device.find_first_not_of("0123456789", 5) != std::string::npos) {
+    return -1;
+  }
+  return std::stoi(device.substr(5));
+}
+
 StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& name) {
   VIGIL_ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Parse(yaml, name));
   EdgeConfig cfg;
@@ -80,11 +88,22 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     m->Get("max_det", &cfg.max_det, 1, static_cast<int>(transport::kMaxDetections));
     m->Get("threads", &cfg.threads, 0, 1024);
     m->Get("batch", &cfg.model_batch, 0, 256);
-    if (m->Get("device", &cfg.device)) {
-      const bool cuda_n = cfg.device.rfind("cuda:", 0) == 0 && cfg.device.size() > 5 &&
-                          cfg.device.find_first_not_of("0123456789", 5) == std::string::npos;
-      if (cfg.device != "cpu" && cfg.device != "cuda" && !cuda_n) m->Error("device", "must be cpu, cuda or cuda:N");
+    // One device, or a list of them: a worker set per device, streams spread over them.
+    std::optional<ConfigValue> dv = m->Value("device");
+    std::vector<std::string> devices;
+    if (dv && dv->IsSequence() ? m->Get("device", &devices) : m->Get("device", &devices.emplace_back())) {
+      if (devices.empty()) m->Error("device", "the list is empty");
+      for (std::string& d : devices) {
+        if (d == "cuda") d = "cuda:0";
+        const bool cuda_n = d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.find_first_not_of("0123456789", 5) == std::string::npos;
+        if (d != "cpu" && !cuda_n) m->Error("device", StrCat("'", d, "' must be cpu, cuda or cuda:N"));
+      }
+      if (std::set<std::string>(devices.begin(), devices.end()).size() != devices.size()) {
+        m->Error("device", "a device is listed twice");
+      }
+      if (!devices.empty()) cfg.devices = std::move(devices);
     }
+    m->Get("workers", &cfg.workers_per_device, 0, 64);
     if (m->Get("precision", &cfg.precision) && cfg.precision != "fp32" && cfg.precision != "fp16") {
       m->Error("precision", "must be fp32 or fp16");
     }

@@ -175,11 +175,12 @@ void EdgePlacement::Decide(const PlacementConfig& config, bool use_gpus, int cud
 
 void EdgePlacement::PlaceThread(ThreadRole role, size_t stream) {
   const std::string name = role == ThreadRole::kWorker ? std::string("vigil-worker")
+                           : role == ThreadRole::kSink ? std::string("vigil-sink")
                                                        : StrCat(role == ThreadRole::kDecode ? "vigil-dec-" : "vigil-feed-", stream);
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
   if (!plan_) return;
-  topology::PlacedThread t{gettid(), name.substr(0, 15), "worker", "", -1, {}};
-  if (role == ThreadRole::kWorker) {
+  topology::PlacedThread t{gettid(), name.substr(0, 15), role == ThreadRole::kSink ? "sink" : "worker", "", -1, {}};
+  if (role == ThreadRole::kWorker || role == ThreadRole::kSink) {
     for (const topology::DevicePlan& d : plan_->devices) t.cpus.insert(t.cpus.end(), d.worker_cpus.begin(), d.worker_cpus.end());
     std::sort(t.cpus.begin(), t.cpus.end());
     t.cpus.erase(std::unique(t.cpus.begin(), t.cpus.end()), t.cpus.end());

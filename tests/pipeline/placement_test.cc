@@ -134,7 +134,8 @@ class EdgePlacementTest : public ::testing::Test {
   }
 
   // Runs the edge from a thread narrowed to the first allowed PU until `inspect` returns, with at least
-  // `frames` frames processed and the five edge threads placed.
+  // `frames` frames processed and the six edge threads placed (two decoders, two feeders, the CPU's one
+  // inference worker and the pool's sink).
   void RunAndInspect(const EdgeConfig& config, const std::function<void(const topology::PlacementReport&)>& inspect,
                      int frames = 1) {
     std::atomic<bool> stop{false};
@@ -159,13 +160,13 @@ class EdgePlacementTest : public ::testing::Test {
       StatusOr<topology::PlacementReport> r = topology::PlacementReportFromJson(text);
       const double done = reg.GetCounter("vigil_edge_frames_total", "Frames processed and reported", {{"stream", "s0"}}).Value() +
                           reg.GetCounter("vigil_edge_frames_total", "Frames processed and reported", {{"stream", "s1"}}).Value();
-      if (r.ok() && r->pid == getpid() && r->threads.size() == 5 && done >= frames) {
+      if (r.ok() && r->pid == getpid() && r->threads.size() == 6 && done >= frames) {
         report = std::move(*r);
         break;
       }
     }
     if (report) inspect(*report);
-    else ADD_FAILURE() << "the edge did not place its 5 threads and process " << frames << " frames in time";
+    else ADD_FAILURE() << "the edge did not place its 6 threads and process " << frames << " frames in time";
     stop = true;
     runner.join();
     EXPECT_TRUE(result.ok()) << result;
@@ -192,7 +193,7 @@ TEST_F(EdgePlacementTest, ThreadsAreBoundToThePlanAndMatchTheCheck) {
     EXPECT_EQ(r.pid, getpid());
     EXPECT_EQ(r.topology, "this system");
     std::map<std::string, topology::PlacedThread> t = ByName(r);
-    for (const char* name : {"vigil-dec-0", "vigil-dec-1", "vigil-feed-0", "vigil-feed-1", "vigil-worker"}) {
+    for (const char* name : {"vigil-dec-0", "vigil-dec-1", "vigil-feed-0", "vigil-feed-1", "vigil-worker", "vigil-sink"}) {
       ASSERT_TRUE(t.count(name)) << name;
       // Every allowed PU here is on the machine's NUMA node(s) the CPU plan uses: one group per node.
       // On a single-node machine each thread's planned set is all allowed PUs.
@@ -202,6 +203,8 @@ TEST_F(EdgePlacementTest, ThreadsAreBoundToThePlanAndMatchTheCheck) {
     EXPECT_EQ(t["vigil-dec-0"].stream, "s0");
     EXPECT_EQ(t["vigil-feed-1"].stream, "s1");
     EXPECT_EQ(t["vigil-worker"].cpus, allowed_);
+    EXPECT_EQ(t["vigil-sink"].cpus, allowed_);
+    EXPECT_EQ(t["vigil-sink"].role, "sink");
 
     StatusOr<topology::PlacementCheck> c = topology::CheckPlacement(r);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -219,7 +222,7 @@ TEST_F(EdgePlacementTest, ThreadsAreBoundToThePlanAndMatchTheCheck) {
     ASSERT_TRUE(res) << "GET /api/placement failed";
     StatusOr<topology::PlacementReport> served = topology::PlacementReportFromJson(res->body);
     ASSERT_TRUE(served.ok()) << served.status();
-    EXPECT_EQ(served->threads.size(), 5u);
+    EXPECT_EQ(served->threads.size(), 6u);
     EXPECT_THAT(served->plan_json, HasSubstr("\"devices\""));
 
     const std::string m = registry_->Render();
@@ -281,6 +284,7 @@ TEST_F(EdgePlacementTest, TopologyFilePlansWithoutBinding) {
     EXPECT_EQ(t["vigil-dec-0"].cpus, t["vigil-dec-0"].device == 0 ? node0 : node1);
     EXPECT_EQ(t["vigil-dec-1"].cpus, t["vigil-dec-1"].device == 0 ? node0 : node1);
     EXPECT_EQ(t["vigil-worker"].cpus.size(), 24u);
+    EXPECT_EQ(t["vigil-sink"].cpus.size(), 24u);
     for (const topology::PlacedThread& p : r.threads) EXPECT_EQ(Affinity(p.tid), CpuList{allowed_.front()}) << p.name;
   });
 }

@@ -1,12 +1,14 @@
 // vigil/pipeline/edge.h — the edge pipeline behind `vigil edge --config edge.yaml`.
 //
 // Data flow (docs/architecture.md): one video::StreamReader per stream (files block, live sources drop
-// the oldest frame) → a feeder thread per stream pushes frames into the cross-stream Batcher (a queue per
-// stream, batches taken round-robin: fair when the engine is the bottleneck) → the inference thread takes
-// batches (max_batch, max_wait_ms), runs detect::Detector, and hands each frame's
-// detections to the stream ledger (ledger.h), which applies the stream's rules and queues an event report
-// or a progress mark (coalesced, flushed at least every progress_flush_ms) in its outbox → a
-// transport::Courier drains the outbox over the configured links (transport.links: tcp).
+// the oldest frame) → a feeder thread per stream pushes frames into the WorkerPool (workers.h): the
+// cross-stream Batcher of the stream's device (a queue per stream, batches of up to max_batch taken
+// round-robin with a max_wait_ms deadline: fair when the engine is the bottleneck) → model.workers
+// Detectors per device, each on its own thread → the pool's sink thread hands each frame's detections, in
+// order per stream, to the stream ledger (ledger.h), which applies the stream's rules and queues an event
+// report or a progress mark (coalesced, flushed at least every progress_flush_ms) in its outbox → a
+// transport::Courier drains the outbox over the configured links (transport.links: tcp). The rules, the
+// ledger and the links never hold a worker: the GPU goes on with the next batch.
 // So every frame the ledger numbers is reported once per (edge, stream, run, seq) — as an event, a progress
 // mark, a drop mark (queue_full / detect_error / backpressure / shutdown) or, after a crash, as
 // lost_on_restart; the aggregator de-duplicates re-sends.
@@ -37,8 +39,8 @@
 //   vigil_edge_frame_to_detection_seconds   histogram, one observation per processed frame: released by its
 //     Source → its detections ready (queue + preprocess + inference + postprocess; what `vigil bench streams`
 //     reports as frame→detection), the edge's counterpart of the aggregator's frame_to_stored.
-//   vigil_edge_engine_busy_seconds_total   time the engine spent in runs (each run once, however many frames):
-//     ÷ vigil_edge_frames_total = inference time per frame; its rate = the engine's utilisation.
+//   vigil_edge_engine_busy_seconds_total   time the engines spent in runs (each run once, however many frames;
+//     summed over the workers, which may run at once): ÷ vigil_edge_frames_total = inference time per frame.
 //   vigil_edge_frames_total{stream}, vigil_edge_events_total{stream,severity}, vigil_edge_fps{stream}
 //   vigil_edge_queue_depth{queue=reader|batcher|outbox[,stream]}   gauges
 //   vigil_edge_frames_dropped_total{stream,reason=queue_full|detect_error|backpressure|shutdown}
@@ -68,6 +70,7 @@
 #include "vigil/common/status.h"
 #include "vigil/metrics/registry.h"
 #include "vigil/pipeline/edge_config.h"
+#include "vigil/pipeline/workers.h"
 
 namespace vigil::pipeline {
 
@@ -75,6 +78,10 @@ struct EdgeRunOptions {
   std::chrono::milliseconds shutdown_timeout{10000};  // wait for acks at the end. Default: 10 s
   // Called once the pipeline runs, with the bound HTTP port (0 when off).
   std::function<void(uint16_t http_port)> on_started;
+  // Called for every batch whose detections are ready, on the pool's sink thread, before its frames go to
+  // the ledger (batches in the order they were taken; pixels already released). `vigil bench streams`
+  // takes its exact frame→detection latencies here. Must be quick: it holds up the sink.
+  std::function<void(const BatchResult& batch)> on_detected;
 };
 
 Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& registry,

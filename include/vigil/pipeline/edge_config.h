@@ -3,7 +3,9 @@
 //   edge: cam-host-1                 # edge id (required)
 //   aggregator: 127.0.0.1:7400       # host:port (required)
 //   model: {path: m.onnx, conf: 0.25, iou: 0.7, max_det: 300, threads: 2, batch: 1,
-//           device: cpu | cuda:N, precision: fp32 | fp16}
+//           device: cpu | cuda:N | [cuda:0, cuda:1],   # a list: workers on each, streams spread over them
+//           workers: 0,                                  # Detectors per device; 0 = 2 on GPUs, 1 on the CPU
+//           precision: fp32 | fp16}
 //   batching: {max_batch: 4, max_wait_ms: 10}
 //   http_port: 0                     # /healthz and /metrics on 127.0.0.1; 0 = off
 //   http_host: 127.0.0.1
@@ -99,7 +101,10 @@ struct EdgeConfig {
   double conf = 0.25, iou = -1;  // iou < 0: the model family's default
   int max_det = 300;
   int threads = 0;               // 0 = all cores
-  std::string device = "cpu";    // engine device: "cpu", "cuda" or "cuda:N" (CUDA backend builds)
+  // Engine devices, distinct: "cpu" or "cuda:N" (CUDA backend builds; "cuda" reads as "cuda:0"). Stream i
+  // runs on the device its hwaccel names when that is one of them, else on devices[i mod size].
+  std::vector<std::string> devices = {"cpu"};
+  int workers_per_device = 0;    // model.workers: Detectors per device, 0..64; 0 = 2 when every device is a GPU, else 1
   std::string precision = "fp32";  // CUDA compute precision: "fp32" or "fp16"
   int model_batch = 0;           // engine batch (0 = the model's)
   int max_batch = 1;             // cross-stream batch, 1..256
@@ -113,6 +118,9 @@ struct EdgeConfig {
   PlacementConfig placement;
   std::vector<StreamConfig> streams;  // at least one, ids unique
 };
+
+// CUDA ordinal of an engine device as EdgeConfig::devices holds it: "cuda:N" → N; -1 otherwise ("cpu").
+int CudaOrdinal(const std::string& device);
 
 // Errors: NotFound (unreadable file), InvalidArgument listing each bad key with line:column.
 StatusOr<EdgeConfig> LoadEdgeConfig(const std::string& path);

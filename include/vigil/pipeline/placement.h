@@ -6,8 +6,9 @@
 // create — OpenMP workers, FFmpeg decoder threads — inherit the name and the binding):
 //   vigil-dec-<i>   stream i's reading/decoding thread   → decode PUs of the stream's device
 //   vigil-feed-<i>  stream i's feeder into the batcher    → decode PUs of the stream's device
-//   vigil-worker    the inference thread (one Detector serves every device today, so it takes the union
-//                   of the devices' worker PUs; its OpenMP team inherits them)
+//   vigil-worker    an inference worker (workers.h: model.workers per device, each its own Detector); every
+//                   worker takes the union of the devices' worker PUs; its OpenMP team inherits them
+//   vigil-sink      the worker pool's sink: rules and the stream ledger, on the same PUs as the workers
 // While inference runs on the CPU, the plan is the planner's machine-without-GPUs plan, one CPU worker
 // group per NUMA node: streams spread over the nodes, and each stream's threads stay on its node's
 // cores (use_gpus false). When it runs on CUDA device N (the Detector's GPU stages), the plan has that
@@ -61,7 +62,7 @@ std::vector<topology::StreamSpec> PlanStreams(const EdgeConfig& config, const st
 // PlanStreams(...), {}) and so does `vigil topo --plan`.
 topology::Topology PlanningTopology(topology::Topology topo, bool use_gpus, int cuda_ordinal = -1);
 
-enum class ThreadRole { kDecode, kFeed, kWorker };
+enum class ThreadRole { kDecode, kFeed, kWorker, kSink };
 
 class EdgePlacement {
  public:
