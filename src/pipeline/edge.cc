@@ -85,7 +85,10 @@ class Edge final : public transport::CourierHandler {
     epoch_gauge_->Set(static_cast<double>(w.epoch));
     spdlog::info("edge '{}': admitted by the aggregator over {} with epoch {}", config_.edge, link, w.epoch);
   }
-  void OnAck(const transport::Ack& a) override { ledger_->OnAck(a); }
+  void OnAck(const transport::Ack& a) override {
+    ledger_->OnAck(a);
+    if (on_acked_) on_acked_(a);
+  }
   void OnReject(const transport::Reject& r) override {
     rejected_->Inc();
     ledger_->Refused(r);  // a message the link could not send: its frames become a drop mark
@@ -139,6 +142,7 @@ class Edge final : public transport::CourierHandler {
   std::vector<std::string> stream_hwaccel_;  // per stream: its hwaccel, "cuda" made its device's GPU
   std::vector<int> device_gpu_;  // per device: CUDA ordinal whose NVDEC frames its Detectors read in place; -1 none
   std::function<void(const BatchResult&)> on_detected_;  // EdgeRunOptions::on_detected
+  std::function<void(const transport::Ack&)> on_acked_;   // EdgeRunOptions::on_acked
   std::mutex stats_mu_;          // Stream::unacked and Stream::frames (sink thread and main thread)
   std::unique_ptr<StreamLedger> ledger_;
   std::unique_ptr<transport::Courier> courier_;
@@ -381,6 +385,8 @@ void Edge::StartReaders() {
       // A live frame that will never be processed travels as a drop mark; a file's unprocessed frame is
       // re-read after a restart (it lies after the acknowledged cursor), so it is not marked.
       if (streams_[i].live) {
+        // queue_full drops are counted from the reader's stats (Periodic); a stop's here.
+        if (why != video::DropReason::kQueueFull) Dropped(streams_[i], "shutdown").Inc();
         ledger_->Dropped(i, f.seq, why == video::DropReason::kQueueFull ? "queue_full" : "shutdown");
       }
     };
@@ -407,7 +413,10 @@ void Edge::Feed(size_t index) {
     }
     const uint64_t seq = frame.seq;
     if (!pool_->Push(index, {index, std::move(frame)})) {
-      if (s.live) ledger_->Dropped(index, seq, "shutdown");
+      if (s.live) {
+        Dropped(s, "shutdown").Inc();
+        ledger_->Dropped(index, seq, "shutdown");
+      }
       break;
     }
   }
@@ -415,6 +424,7 @@ void Edge::Feed(size_t index) {
   if (s.live) {  // numbered and never processed: marked, so the next instance does not report them as lost
     video::Frame frame;
     while (s.reader->Pop(&frame, milliseconds(0)) == video::StreamReader::PopResult::kFrame) {
+      Dropped(s, "shutdown").Inc();
       ledger_->Dropped(index, frame.seq, "shutdown");
     }
   }
@@ -493,7 +503,6 @@ void Edge::Periodic(bool force) {
   const int64_t now = SteadyNs();
   if (!force && now - last_periodic_ns_ < 100'000'000) return;
   last_periodic_ns_ = now;
-  ledger_->Tick(force);
   const bool fps_due = now - last_fps_ns_ >= 1'000'000'000;
   int active = 0;
   for (size_t i = 0; i < streams_.size(); ++i) {
@@ -599,6 +608,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
   AssignDevices();
   VIGIL_RETURN_IF_ERROR(LoadWorkers());
   on_detected_ = options.on_detected;
+  on_acked_ = options.on_acked;
   for (int64_t c = 0; c < pool_->detector().model().num_classes; ++c) {
     class_names_.push_back(pool_->detector().ClassName(static_cast<int>(c)));
   }
@@ -666,9 +676,24 @@ Status Edge::Run(const EdgeRunOptions& options) {
   // This thread keeps the ledger's marks flowing and the sampled metrics current until every stream has
   // ended and every frame is through. A stop must not wait behind a file stream's wait for room in the
   // outbox (an aggregator that is down): the ledger's waits are cancelled once it is asked for.
-  while (!pool_->WaitDone(milliseconds(50))) {
+  // Marks are published within about 1.5 progress_flush_ms: the ledger is ticked every half of it.
+  const milliseconds tick(std::clamp(config_.progress_flush_ms / 2, 1, 50));
+  bool discarded = false;
+  while (!pool_->WaitDone(tick)) {
+    ledger_->Tick();
     Periodic(false);
     if (stop_.load()) ledger_->CancelWaits();
+    if (Stopping() && !discarded) {
+      // A stop does not wait for the engine to get through the queues: a file's queued frames are read
+      // again after a restart (they lie after the acknowledged cursor), a live stream's become drop marks.
+      discarded = true;
+      for (const WorkItem& item : pool_->CloseAndTakeQueued()) {
+        if (streams_[item.stream].live) {
+          Dropped(streams_[item.stream], "shutdown").Inc();
+          ledger_->Dropped(item.stream, item.frame.seq, "shutdown");
+        }
+      }
+    }
   }
   pool_->Join();
   for (std::thread& t : feeders) t.join();

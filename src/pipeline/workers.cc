@@ -1,6 +1,7 @@
 #include "vigil/pipeline/workers.h"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <utility>
 
@@ -124,6 +125,15 @@ bool WorkerPool::Push(size_t stream, WorkItem item) {
 
 void WorkerPool::Close() {
   for (auto& b : batchers_) b->Close();
+}
+
+std::vector<WorkItem> WorkerPool::CloseAndTakeQueued() {
+  std::vector<WorkItem> out;
+  for (auto& b : batchers_) {
+    std::vector<WorkItem> taken = b->CloseAndTake();
+    std::move(taken.begin(), taken.end(), std::back_inserter(out));
+  }
+  return out;
 }
 
 void WorkerPool::Join() {

@@ -92,6 +92,20 @@ class Batcher {
     closed_ = true;
     cv_.notify_all();
   }
+  // Close() that also takes every queued item out (in stream order, each stream's in push order) and
+  // returns them instead of letting NextBatch drain them: a stop that does not wait for the engine.
+  std::vector<T> CloseAndTake() {
+    std::vector<T> out;
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    for (std::deque<Entry>& q : queues_) {
+      for (Entry& e : q) out.push_back(std::move(e.item));
+      q.clear();
+    }
+    total_ = 0;
+    cv_.notify_all();
+    return out;
+  }
   // Items queued in all streams.
   size_t depth() const {
     std::lock_guard lock(mu_);

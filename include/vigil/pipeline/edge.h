@@ -71,6 +71,7 @@
 #include "vigil/metrics/registry.h"
 #include "vigil/pipeline/edge_config.h"
 #include "vigil/pipeline/workers.h"
+#include "vigil/transport/protocol.h"
 
 namespace vigil::pipeline {
 
@@ -82,6 +83,9 @@ struct EdgeRunOptions {
   // the ledger (batches in the order they were taken; pixels already released). `vigil bench streams`
   // takes its exact frame→detection latencies here. Must be quick: it holds up the sink.
   std::function<void(const BatchResult& batch)> on_detected;
+  // Called for every acknowledgement of a report (the aggregator committed seq_first..seq_last of its
+  // stream), on the courier's reader thread. Must be quick.
+  std::function<void(const transport::Ack& ack)> on_acked;
 };
 
 Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& registry,

@@ -113,6 +113,9 @@ class WorkerPool {
   bool Push(size_t stream, WorkItem item);
   // No more Push; the workers run what is queued, the sink gets every result, then their threads end.
   void Close();
+  // Close, and the frames still queued are not run: they are returned (the caller accounts for them; a
+  // live stream's become drop marks). Batches already taken finish and reach the sink.
+  std::vector<WorkItem> CloseAndTakeQueued();
   // True once the workers have ended (after Close) and the sink has had every result; waits up to `timeout`.
   bool WaitDone(std::chrono::milliseconds timeout);
   // Waits for the workers and the sink thread to end (so: call Close first).
