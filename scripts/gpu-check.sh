@@ -27,15 +27,19 @@
 #   bench     vigil-engine vs PyTorch eager / torch.compile (tools/gpu/bench_torch.py), YOLOv8n first
 #   placement `vigil-engine bench placement --json`: host->device copies from pageable, pinned and
 #             NUMA-local pinned memory (issue 5's benchmark)
-#   streams   `vigil-engine bench streams`: the largest number of 1920x1080 30 FPS streams (pre-decoded
-#             frames in page-locked memory, GPU letterbox + YOLOv8n fp16 + GPU NMS) one GPU holds with
-#             p99 frame-to-detection <= 25 ms; every visible GPU as well when there are several
-#             (STREAMS_ONE / STREAMS_MULTI: the stream counts tried; STREAMS_ARGS: more options)
+#   streams   `vigil bench streams` (the edge pipeline against an in-process aggregator): the largest number
+#             of 1920x1080 30 FPS synthetic streams (no decoding; GPU letterbox + YOLOv8n fp16 + GPU NMS)
+#             one GPU holds with p99 frame-to-detection <= 25 ms; every visible GPU as well when there are
+#             several (STREAMS_ONE / STREAMS_MULTI: the stream counts tried; STREAMS_ARGS: more options)
 #   video     the GPU decode tests (vigil_video_tests GpuDecode.* and Hwaccel.*; VIDEO_FILTER)
 #   nvdec     `vigil bench streams --video`: the same sweep with every stream decoding the H.264 clip, by
 #             NVDEC into GPU memory (STREAMS_NVDEC) and, for comparison, on the CPU (STREAMS_CPUDEC)
 #   edge      the edge process itself: `vigil aggregator` + `vigil edge` with EDGE_STREAMS streams of the
 #             clip, `hwaccel: cuda`, the model on cuda:0 in fp16; every frame must reach the aggregator
+#   product   the product under load (issue 13's benchmark): `vigil aggregator` + `vigil edge` as processes
+#             with N NVDEC streams of the clip in real time, N in PRODUCT_STREAMS (tools/gpu/edge_sweep.py:
+#             frame->detection and frame->stored p50/p99, FPS per stream, drops, CPU per frame), then
+#             `vigil bench streams --video` at the same N in the same call, side by side
 #   profile   batch-64 YOLOv8n fp16 loads with a cold and a warm cuDNN plan cache (VIGIL_CUDNN_PLAN_CACHE),
 #             ncu (--clock-control none) over one inference (`vigil-engine bench engine --profile-range 1`),
 #             summarised per kernel kind (tools/gpu/ncu_summary.py), and the card's measured ceilings
@@ -106,7 +110,7 @@ run() {
   # it did not write).
   local pack_results=0
   [ -z "$(ls -A "$OUT")" ] && pack_results=1
-  local stages="${*:-export tests sanitize models bench placement streams video nvdec edge profile}" failed=0
+  local stages="${*:-export tests sanitize models bench placement streams video nvdec edge product profile}" failed=0
   mkdir -p /tmp/vl "$DEV/bin" && tar -xJf "$DEV/libs.tar.xz" -C /tmp/vl && tar -xJf "$DEV/bin.tar.xz" -C "$DEV/bin"
   local cudnn
   cudnn="$(python3 -c 'import nvidia.cudnn, os; print(nvidia.cudnn.__path__[0])' 2>/dev/null)/lib"
@@ -146,7 +150,7 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
       bench) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \
           --models "$DEV/models" --out "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1 || rc=$? ;;
       placement) timeout "$lim" "$DEV/bin/vigil-engine" bench placement --json >"$OUT/placement.json" 2>"$OUT/placement.log" || rc=$? ;;
-      streams|nvdec|edge|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
+      streams|nvdec|edge|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
       video) timeout "$lim" "$DEV/bin/vigil_video_tests" --gtest_filter="${VIDEO_FILTER:-GpuDecode.*:Hwaccel.*}" \
           --gtest_output="json:$OUT/video.json" >"$OUT/video.log" 2>&1 || rc=$? ;;
       *) echo "unknown stage '$stage'" >&2; rc=2 ;;
@@ -174,17 +178,17 @@ yolov8n() {
 
 # `streams`: one GPU, then all of them when there are several.
 streams() {
-  local model frame=/tmp/images-npy/vtest_1080p.npy gpus
+  local model gpus
   model=$(yolov8n)
   gpus=$(nvidia-smi -L | wc -l)
-  local args=(--model "$model" --frame "$frame" --precision fp16 --json ${STREAMS_ARGS:-})
+  local args=(--model "$model" --precision fp16 --json ${STREAMS_ARGS:-})
   local rc=0
-  "$DEV/bin/vigil-engine" bench streams "${args[@]}" --devices cuda:0 \
+  "$DEV/bin/vigil" bench streams "${args[@]}" --devices cuda:0 \
     --streams "${STREAMS_ONE:-32,64,96,128,160,176,192,208,224,256}" >"$OUT/streams-1gpu.json" || rc=1
   if [ "$gpus" -gt 1 ]; then
     local devs
     devs=$(seq -s, 0 $((gpus - 1)) | sed 's/\([0-9]*\)/cuda:\1/g')
-    "$DEV/bin/vigil-engine" bench streams "${args[@]}" --devices "$devs" \
+    "$DEV/bin/vigil" bench streams "${args[@]}" --devices "$devs" \
       --streams "${STREAMS_MULTI:-64,128,192,256,320,352,384,416,448,512}" >"$OUT/streams-${gpus}gpu.json" || rc=1
   fi
   return $rc
@@ -289,6 +293,35 @@ PY
   return $rc
 }
 
+# `product`: the edge and the aggregator as processes with N NVDEC streams, then `vigil bench streams` (the same
+# pipeline in one process) at the same N.
+product() {
+  local model="$DEV/models/yolov8n_coco_640_int8dyn.onnx" clip="$DEV/media/vtest_1080p30.mp4" rc=0
+  [ -f "$model" ] || model=$(yolov8n)
+  local n="${PRODUCT_STREAMS:-8,32,64,128,192,256}"
+  python3 "$ROOT/tools/gpu/edge_sweep.py" --vigil "$DEV/bin/vigil" --model "$model" --clip "$clip" --streams "$n" \
+    --keep-going ${PRODUCT_ARGS:-} >"$OUT/product-edge.json" || rc=1
+  "$DEV/bin/vigil" bench streams --model "$model" --video "$clip" --hwaccel cuda --devices cuda:0 --precision fp16 \
+    --streams "$n" --warmup-s 5 --seconds 10 --budget-ms 50 --json ${STREAMS_ARGS:-} >"$OUT/product-bench.json" || rc=1
+  python3 - "$OUT/product-edge.json" "$OUT/product-bench.json" <<'PY' || rc=1
+import json, sys
+edge, bench = (json.load(open(p)) for p in sys.argv[1:3])
+b = {t["streams"]: t for t in bench["trials"]}
+print(f"{'N':>4} {'edge det p50/p99':>18} {'stored p50/p99':>16} {'fps min':>8} {'drop %':>7} {'cpu ms/fr':>9} | "
+      f"{'bench det p50/p99':>18} {'stored p50/p99':>16} holds")
+for t in edge["trials"]:
+    n, d, s = t["streams"], t.get("frame_to_detection_ms", {}), t.get("frame_to_stored_ms", {})
+    f = lambda x: "-" if x is None else f"{x:.1f}"
+    bt = b.get(n, {})
+    print(f"{n:>4} {f(d.get('p50')):>8}/{f(d.get('p99')):<9} {f(s.get('p50')):>7}/{f(s.get('p99')):<8} "
+          f"{f(t.get('fps_per_stream', {}).get('min')):>8} {f(100 * t.get('dropped_share', 0)):>7} "
+          f"{f(t.get('edge_cpu_ms_per_frame')):>9} | {f(bt.get('latency_ms', {}).get('p50')):>8}/"
+          f"{f(bt.get('latency_ms', {}).get('p99')):<9} {f(bt.get('stored_ms', {}).get('p50')):>7}/"
+          f"{f(bt.get('stored_ms', {}).get('p99')):<8} {t['holds']}/{bt.get('holds')} {t.get('error', '')}")
+PY
+  return $rc
+}
+
 # `profile`: the card's ceilings; batch-64 YOLOv8n fp16 loaded twice with a fresh cuDNN plan-cache file (cold:
 # plans timed, warm: from the file), then ncu over one inference of a third load that takes its plans from
 # the file (the same plans as timed, and no timing under the profiler).
@@ -317,7 +350,7 @@ profile() {
 case "$mode" in
   pack) pack ;;
   run) run "$@" ;;
-  streams|nvdec|edge|profile) "$mode" ;;
-  *) echo "usage: $0 pack | run [export tests sanitize models bench placement streams video nvdec edge profile]" >&2
+  streams|nvdec|edge|product|profile) "$mode" ;;
+  *) echo "usage: $0 pack | run [export tests sanitize models bench placement streams video nvdec edge product profile]" >&2
      exit 2 ;;
 esac

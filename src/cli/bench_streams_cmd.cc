@@ -1,54 +1,38 @@
-// `vigil bench streams` — how many live camera streams one or more devices hold in real time
-// (issue #4's pipeline benchmark, issue #6's scaling run), from pre-decoded frames in host memory or, with
-// --video, from streams that each decode a video file.
+// `vigil bench streams` — how many camera streams the edge holds in real time: for each stream count N of
+// --streams, the edge pipeline itself (pipeline::RunEdge: stream readers, the WorkerPool's per-device
+// batchers and Detectors, the sink, the stream ledger, the courier) runs N streams against an aggregator
+// in the same process (aggregator::Aggregator on 127.0.0.1, its SQLite database in a temporary folder),
+// exactly as `vigil edge` and `vigil aggregator` run them; nothing is bypassed.
 //
-// N streams at --fps each deliver a frame every 1/fps s, their phases spread evenly (frame j of the
-// whole set is due at t0 + j / (N · fps), from stream j mod N). Stream s goes to device s mod D
-// (equal streams: the planner's balanced assignment). Each device has its own queue and
-// --workers-per-device Detectors (each its own engine, CUDA stream and graph; batch: the model's fixed
-// batch, else --batch, default 16); a worker takes whatever frames are queued, up to the batch, and runs
-// Detector::DetectFrames on them —
-// the whole detection path: upload (page-locked frames: DMA; pageable: staging copy), GPU letterbox,
-// model, decode, NMS, detections copied back to the host. Frame-to-detection latency = the time the
-// detections are on the host − the time the frame was due. After --warmup-s, --seconds are measured;
-// frames still queued one budget after the end are counted as unserved. A stream count "holds" when no
-// frame is unserved and p99 latency <= --budget-ms. The sweep stops at the first count that does not hold.
-// CPU ms per frame: the process's CPU time (getrusage user + system) over the measured window / frames served.
+// Streams: N synthetic 1920×1080 sources (--width, --height) at --fps, played in real time (video/source.h,
+// "synthetic:": a test pattern, no decoding cost), or with --video FILE N copies of that file played in
+// real time at its own rate, looped, each decoding it itself — on the GPU of its device with --hwaccel
+// cuda (NVDEC; NV12 frames stay in GPU memory for the Detector), or on the CPU (--hwaccel cpu); with --fps
+// below the file's rate a stream keeps that many frames a second (target_fps). Stream s runs on device
+// s mod D (--devices); each device has --workers-per-device Detectors (engine batch --batch, default the
+// model's fixed batch, else 16) and batches of up to --batch frames with a --max-wait-ms deadline.
 //
-// Frames: --frame FILE.npy (H×W×3 uint8 BGR, e.g. a 1920×1080 picture) or a synthetic gradient of
-// --width × --height. Up to 16 copies are made (in page-locked memory with --memory pinned, the default
-// when every device is a GPU) and the streams take turns over them, so uploads do not all read one
-// cache-hot buffer.
+// Measured over --seconds after --warmup-s (the warm-up starts once the aggregator admitted the edge and
+// the streams started): for every frame due in the window — due = its stream's start + its pts, the
+// time a camera would have sent it, so a pipeline that falls behind shows as latency, not as a slower
+// clock — frame→detection (detections ready on the host, EdgeRunOptions::on_detected) and
+// frame→stored (its report acknowledged by the aggregator after the commit, EdgeRunOptions::on_acked;
+// frames without an event travel as progress marks, published every --progress-flush-ms). A frame due in
+// the window and not detected within --budget-ms after the window's end is unserved. Frames the edge
+// dropped (vigil_edge_frames_dropped_total) are reported. A count holds when nothing is unserved or
+// dropped and p99 frame→detection <= --budget-ms; the sweep stops at the first count that does not hold.
+// CPU ms per frame: the process's CPU time (edge and aggregator, getrusage) over the window / frames served.
 //
-// Or, in builds with video (the `vigil` binary; not `vigil-engine`), --video FILE: every stream decodes
-// the file itself (looped), like a camera whose encoded frame k arrives when it is due. Each stream has
-// its own video::Source (opened anew for every stream count, and primed before the clock starts: each decodes
-// its first picture, not delivered, so that starting all decoders at once, which takes seconds with NVDEC, is
-// reported as decoder_start_s instead of showing as latency) and its
-// own decoding thread, as the edge's StreamReaders do; the thread waits until frame k is due, then decodes it
-// (Source::Next, realtime off: the stream clock paces) and queues it for its device, so decode time is
-// part of the latency. Decoding that falls behind makes frames late, never skipped. --hwaccel cuda
-// decodes on the GPU of the stream's device (NVDEC, SourceOptions::hwaccel "cuda:N"; a CPU device: GPU 0),
-// and NV12 pictures stay in GPU memory and go to that device's Detector in place when it has GPU stages
-// (pipeline::FrameRefOf); where NVDEC cannot be used the stream decodes on the CPU and the report says so
-// (per trial: streams by StreamStats::hwaccel, e.g. "cuda:0" or "cpu (reason)"). --hwaccel cpu: CPU
-// decode to BGR host frames. A decoded frame holds its picture (a GPU surface from FFmpeg's frame pool)
-// until its detections are back, so a stream has at most kMaxFramesInFlight frames decoded and not yet
-// detected: it waits for one to finish before decoding the next (the wait counts as latency). FFmpeg's
-// CUDA pool grows on demand (ffmpeg_source.cc MakeDeviceFrame), so the bound is on GPU memory:
-// 4 × 1.5 bytes per coded pixel, ~12 MB per 1080p stream. Also reported: decode errors, the decode time
-// per frame (Frame::decode_ns) of the frames due in the measured window, and the video's frame size
-// (JSON: "decode" in each trial, "video" and "frame" in the summary).
-// A file that does not open fails the run (exit 2, naming the file); a stream that fails during a trial
-// ends that trial with its error (naming the stream), which then does not hold.
-// Exit codes as cli/commands.h. Output: a table, or with --json one object per stream count and a
-// summary object.
+// A model or --video file that does not open fails the run (exit 2, naming it); an edge that fails during
+// a trial ends that trial with its error, which then does not hold. Exit codes as cli/commands.h. Output:
+// a table, or with --json one object with a summary and one entry per stream count.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -56,28 +40,26 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "cli/bench_stats.h"
 #include "cli/commands.h"
-#include "vigil/common/npy.h"
-#include "vigil/detect/detector.h"
-#if VIGIL_HAVE_FFMPEG
-#include <map>
-#include <set>
-
-#include "vigil/pipeline/frame_ref.h"
+#ifdef VIGIL_HAVE_PIPELINE
+#include "cli/bench_stats.h"
+#include "vigil/aggregator/aggregator.h"
+#include "vigil/infer/engine.h"
+#include "vigil/pipeline/edge.h"
 #include "vigil/video/source.h"
-#endif
-#if VIGIL_HAVE_CUDA
-#include "infer/cuda/cuda_util.h"
 #endif
 
 namespace vigil::cli {
+#ifdef VIGIL_HAVE_PIPELINE
 namespace {
 
-using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+using SteadyClock = std::chrono::steady_clock;
 
 struct BenchStreamsArgs {
   std::string model;
@@ -85,103 +67,43 @@ struct BenchStreamsArgs {
   std::string precision = "fp16";
   std::string streams = "16,32,48,64,80,96,112,128,160";
   double fps = 30;
+  bool fps_given = false;
   double seconds = 8;
   double warmup_s = 2;
   int64_t batch = 0;  // 0: 16 for a symbolic batch, else the model's fixed batch
   int workers_per_device = 2;
-  std::string frame;
+  int max_wait_ms = 2;
+  int progress_flush_ms = 10;
   int width = 1920, height = 1080;
-  std::string memory = "auto";
   double budget_ms = 25;
   bool json = false;
-  std::string video;             // --video: decode this file in every stream (builds with video only)
+  std::string video;             // --video: every stream decodes this file
   std::string hwaccel = "cuda";  // --video: "cuda" (NVDEC on the stream's device) or "cpu"
 };
 
-// One frame buffer the streams share (page-locked or not).
-struct FrameBuffer {
-  std::vector<uint8_t> pageable;
-#if VIGIL_HAVE_CUDA
-  cuda::PinnedBuffer pinned;
-#endif
-  const uint8_t* data = nullptr;
-};
+int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count(); }
 
-struct Item {
-  int stream = 0;
-  Clock::time_point due;
-#if VIGIL_HAVE_FFMPEG
-  video::Frame frame;  // --video: the decoded picture (a device frame holds its GPU surface)
-#endif
-};
-
-struct DeviceQueue {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Item> items;
-};
-
-struct Worker {
-  std::unique_ptr<detect::Detector> detector;
-  size_t device = 0;
+// One stream's bookkeeping (the sink and courier threads write it, under Trial::mu).
+struct StreamTrack {
+  int64_t anchor_ns = INT64_MAX;   // its start: the smallest source_steady_ns − pts_ns seen
+  std::map<uint64_t, int64_t> due;  // seq → due time of frames in the window detected and not yet acknowledged
+  int64_t served = 0;               // frames due in the window and detected in time
 };
 
 struct TrialResult {
   int streams = 0;
-  double offered_fps = 0, served_fps = 0;
-  Latency latency;
-  int64_t served = 0, unserved = 0;
+  double offered_fps = 0, served_fps = 0, min_stream_fps = 0;
+  Latency detection, stored;  // frame→detection, frame→stored (acknowledged), ms
+  int64_t served = 0, unserved = 0, dropped = 0, not_stored = 0;
   double mean_batch = 0;
   double cpu_ms_per_frame = 0;
+  double startup_s = 0;  // RunEdge called → streams started (model loads, admission, opening)
   std::vector<double> served_fps_per_device;
-  std::vector<double> busy_per_worker;  // fraction of the measured window inside DetectFrames
+  std::map<std::string, int> streams_by_decoder;  // vigil_edge_stream_decoder at 1: "cpu", "cuda:0", "cpu (why)"
+  Latency decode;                                 // Frame::decode_ns of the frames served, ms
+  int64_t decode_errors = 0;
   bool holds = false;
   std::string error;
-  // --video.
-  std::map<std::string, int> streams_by_hwaccel;  // StreamStats::hwaccel ("cpu" when not requested) -> streams
-  int64_t decoded = 0;                             // frames due in the window that were decoded
-  int64_t decode_errors = 0;                       // StreamStats::decode_errors, summed over the trial
-  Latency decode;                                  // Frame::decode_ns of the decoded frames, ms
-  double decoder_start_s = 0;                      // opening every Source and decoding its first picture
-};
-
-// How the streams of one device decode (--video).
-struct DecodePlan {
-  std::string hwaccel;         // SourceOptions::hwaccel
-  bool device_frames = false;  // SourceOptions::deliver_device_frames
-};
-
-constexpr int kMaxFramesInFlight = 4;  // --video, per stream: decoded, not yet detected (header comment)
-
-#if VIGIL_HAVE_FFMPEG
-video::SourceOptions SourceOptionsFor(const std::string& file, const DecodePlan& plan, const std::string& id) {
-  video::SourceOptions o;
-  o.uri = file;
-  o.stream_id = id;
-  o.loop = true;
-  o.realtime = false;
-  o.hwaccel = plan.hwaccel;
-  o.deliver_device_frames = plan.device_frames;
-  return o;
-}
-
-// One decoding stream of a trial.
-struct VideoStream {
-  std::unique_ptr<video::Source> source;
-  std::mutex mu;
-  std::condition_variable cv;
-  int in_flight = 0;  // frames decoded and not yet detected; under mu
-  std::vector<double> decode_ms;
-  int64_t decoded = 0;
-  std::string error;
-};
-#endif
-
-// What the streams read: pre-decoded frames, or (--video) a file each stream decodes.
-struct Input {
-  const std::vector<FrameBuffer>* frames = nullptr;
-  int width = 0, height = 0;
-  std::vector<DecodePlan> plans;  // --video: by device; empty: pre-decoded frames
 };
 
 StatusOr<std::vector<int>> ParseList(const std::string& text) {
@@ -201,267 +123,229 @@ StatusOr<std::vector<int>> ParseList(const std::string& text) {
   return out;
 }
 
-TrialResult RunTrial(const BenchStreamsArgs& a, int n, std::vector<Worker>& workers, size_t num_devices,
-                     const Input& input) {
+std::string StreamId(int s) {
+  char id[16];
+  std::snprintf(id, sizeof id, "s%03d", s);
+  return id;
+}
+
+double SumCounter(const std::string& text, const std::string& name, const std::string& label_filter) {
+  // Sums the samples of counter `name` in Prometheus text whose label set contains label_filter.
+  double total = 0;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "{", 0) != 0 || line.find(label_filter) == std::string::npos) continue;
+    total += std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
+  }
+  return total;
+}
+
+// What a stream of this run plays: its URI, target_fps and frame rate.
+struct Play {
+  std::string uri;
+  double target_fps = 0;
+  double fps = 0;  // frames per second each stream delivers
+};
+
+TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::string>& devices, const Play& play,
+                     const fs::path& work) {
   TrialResult r;
   r.streams = n;
-  r.offered_fps = n * a.fps;
-  std::vector<DeviceQueue> queues(num_devices);
-  std::atomic<bool> stop{false};
-  const bool decode = !input.plans.empty();
-#if VIGIL_HAVE_FFMPEG
-  // --video: the streams' Sources, opened before the clock starts.
-  std::vector<VideoStream> streams(decode ? static_cast<size_t>(n) : 0);
-  for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
-    auto source = video::OpenSource(
-        SourceOptionsFor(a.video, input.plans[static_cast<size_t>(s) % num_devices], StrCat("stream ", s)));
-    if (!source.ok()) {
-      r.error = std::string(source.status().message());  // names the stream and the file
-      return r;
-    }
-    streams[static_cast<size_t>(s)].source = std::move(*source);
+  r.offered_fps = n * play.fps;
+  const fs::path dir = work / StrCat("n", n);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  aggregator::AggregatorConfig ac;
+  ac.listen_host = ac.http_host = "127.0.0.1";
+  ac.listen_port = ac.http_port = 0;
+  ac.db_path = (dir / "aggregator.db").string();
+  ac.max_connections = 16;
+  ac.queue_max = 1 << 20;
+  StatusOr<std::unique_ptr<aggregator::Aggregator>> agg = aggregator::Aggregator::Start(ac);
+  if (!agg.ok()) {
+    r.error = StrCat("aggregator: ", agg.status().message());
+    return r;
   }
-  // Every stream decodes its first picture (not delivered) before the clock starts: the cameras of a running
-  // system are already streaming, and starting all decoders at once (probing, NVDEC decoder creation) takes
-  // seconds that are not steady-state latency. Reported as decoder_start_s.
-  const auto priming = Clock::now();
-  std::vector<std::thread> primers;
-  std::mutex prime_mu;
-  for (VideoStream& vs : streams) {
-    primers.emplace_back([&] {
-      StatusOr<std::optional<video::Frame>> first = vs.source->Next();
-      if (!first.ok() || !first->has_value()) {
-        std::lock_guard<std::mutex> lock(prime_mu);
-        if (r.error.empty()) r.error = first.ok() ? StrCat(a.video, ": no frame") : std::string(first.status().message());
-      }
-    });
-  }
-  for (std::thread& t : primers) t.join();
-  r.decoder_start_s = std::chrono::duration<double>(Clock::now() - priming).count();
-  if (!r.error.empty()) return r;
-#endif
-  auto stop_all = [&] {
-    stop = true;
-#if VIGIL_HAVE_FFMPEG
-    for (VideoStream& vs : streams) {
-      vs.source->Interrupt();
-      std::lock_guard<std::mutex> lock(vs.mu);
-      vs.cv.notify_all();
+
+  pipeline::EdgeConfig cfg;
+  cfg.edge = "bench";
+  cfg.aggregator_host = "127.0.0.1";
+  cfg.aggregator_port = (*agg)->listen_port();
+  cfg.model_path = a.model;
+  cfg.devices = devices;
+  cfg.precision = a.precision;
+  cfg.model_batch = static_cast<int>(a.batch);
+  cfg.max_batch = static_cast<int>(a.batch);
+  cfg.max_wait_ms = a.max_wait_ms;
+  cfg.workers_per_device = a.workers_per_device;
+  cfg.state_dir = (dir / "state").string();
+  cfg.progress_flush_ms = a.progress_flush_ms;
+  cfg.max_outbox = 1 << 20;
+  cfg.placement.bind = true;
+  for (int s = 0; s < n; ++s) {
+    pipeline::StreamConfig sc;
+    sc.id = StreamId(s);
+    sc.source = play.uri;
+    sc.realtime = true;
+    sc.loop = true;
+    sc.target_fps = play.target_fps;
+    if (!a.video.empty()) {
+      const int gpu = pipeline::CudaOrdinal(devices[static_cast<size_t>(s) % devices.size()]);
+      sc.hwaccel = a.hwaccel == "cpu" ? "cpu" : StrCat("cuda:", gpu >= 0 ? gpu : 0);
     }
-#endif
-    for (DeviceQueue& q : queues) {
-      std::lock_guard<std::mutex> lock(q.mu);
-      q.cv.notify_all();
+    cfg.streams.push_back(std::move(sc));
+  }
+
+  std::mutex mu;
+  std::vector<StreamTrack> tracks(static_cast<size_t>(n));
+  std::map<std::string, size_t> index;
+  for (int s = 0; s < n; ++s) index[StreamId(s)] = static_cast<size_t>(s);
+  std::vector<double> detection_ms, stored_ms, decode_ms;
+  std::vector<int64_t> served_by_device(devices.size(), 0);
+  int64_t batches = 0, batch_frames = 0;
+  std::atomic<int64_t> started_ns{0};
+  std::atomic<int64_t> from_ns{INT64_MAX}, end_ns{INT64_MAX}, late_ns{INT64_MAX};
+  const int64_t warmup_ns = static_cast<int64_t>(a.warmup_s * 1e9), window_ns = static_cast<int64_t>(a.seconds * 1e9);
+  const int64_t budget_ns = static_cast<int64_t>(a.budget_ms * 1e6);
+
+  pipeline::EdgeRunOptions options;
+  options.shutdown_timeout = std::chrono::milliseconds(3000);
+  options.on_started = [&](uint16_t) {
+    const int64_t now = NowNs();
+    started_ns = now;
+    from_ns = now + warmup_ns;
+    end_ns = now + warmup_ns + window_ns;
+    late_ns = now + warmup_ns + window_ns + budget_ns;
+  };
+  options.on_detected = [&](const pipeline::BatchResult& b) {
+    const int64_t from = from_ns.load(), end = end_ns.load(), late = late_ns.load();
+    std::lock_guard lock(mu);
+    int in_window = 0;
+    for (const pipeline::WorkItem& it : b.items) {
+      StreamTrack& t = tracks[it.stream];
+      const video::Frame& f = it.frame;
+      t.anchor_ns = std::min(t.anchor_ns, f.source_steady_ns - f.pts_ns);
+      const int64_t due = t.anchor_ns + f.pts_ns;
+      if (due < from || due >= end || !b.status.ok() || b.detected_ns > late) continue;
+      ++in_window;
+      ++t.served;
+      ++served_by_device[b.device];
+      detection_ms.push_back(static_cast<double>(b.detected_ns - due) / 1e6);
+      decode_ms.push_back(static_cast<double>(f.decode_ns) / 1e6);
+      t.due[f.seq] = due;
+    }
+    if (in_window > 0) {
+      ++batches;
+      batch_frames += static_cast<int64_t>(b.items.size());
     }
   };
-  const auto t0 = Clock::now() + std::chrono::milliseconds(50);
-  const auto measure_from = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.warmup_s));
-  const auto end = measure_from + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
-  const detect::FrameMemory memory = a.memory == "pinned" ? detect::FrameMemory::kPinnedHost : detect::FrameMemory::kHost;
-  // Frame j of the set is due at t0 + j / (n · fps), from stream j mod n: stream s's frame k at
-  // t0 + (k · n + s) / (n · fps).
-  const double spacing_s = 1.0 / (n * a.fps);
-  auto due_at = [&](int64_t j) {
-    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(j * spacing_s));
+  options.on_acked = [&](const transport::Ack& ack) {
+    const int64_t now = NowNs();
+    std::lock_guard lock(mu);
+    auto i = index.find(ack.stream);
+    if (i == index.end()) return;
+    std::map<uint64_t, int64_t>& due = tracks[i->second].due;
+    for (auto it = due.lower_bound(ack.seq_first); it != due.end() && it->first <= ack.seq_last; it = due.erase(it)) {
+      stored_ms.push_back(static_cast<double>(now - it->second) / 1e6);
+    }
   };
 
-  struct PerWorker {
-    std::vector<double> latency_ms;
-    int64_t batches = 0, frames = 0;
-    double busy_s = 0;
-    std::string error;
-  };
-  std::vector<PerWorker> per(workers.size());
-  std::vector<std::thread> threads;
-  for (size_t w = 0; w < workers.size(); ++w) {
-    threads.emplace_back([&, w] {
-      Worker& worker = workers[w];
-      DeviceQueue& q = queues[worker.device];
-      const size_t batch = static_cast<size_t>(worker.detector->model().batch);
-      std::vector<Item> taken;
-      std::vector<detect::FrameRef> refs;
-      PerWorker& me = per[w];
-      for (;;) {
-        taken.clear();
-        {
-          std::unique_lock<std::mutex> lock(q.mu);
-          q.cv.wait(lock, [&] { return stop.load() || !q.items.empty(); });
-          if (stop.load()) return;  // what is left is counted as unserved
-          while (!q.items.empty() && taken.size() < batch) {
-            taken.push_back(std::move(q.items.front()));
-            q.items.pop_front();
-          }
-        }
-        refs.clear();
-        for (const Item& it : taken) {
-#if VIGIL_HAVE_FFMPEG
-          if (decode) {
-            refs.push_back(pipeline::FrameRefOf(it.frame));
-            continue;
-          }
-#endif
-          refs.push_back({.bgr = (*input.frames)[static_cast<size_t>(it.stream) % input.frames->size()].data,
-                          .width = input.width, .height = input.height, .pitch = 0, .memory = memory});
-        }
-        const auto start = Clock::now();
-        auto result = worker.detector->DetectFrames(refs);
-        const auto done = Clock::now();
-        if (!result.ok()) {
-          me.error = std::string(result.status().message());
-          stop_all();
-          return;
-        }
-        if (start >= measure_from && done <= end) me.busy_s += std::chrono::duration<double>(done - start).count();
-        for (const Item& it : taken) {
-          if (it.due >= measure_from && it.due < end) {
-            me.latency_ms.push_back(std::chrono::duration<double, std::milli>(done - it.due).count());
-            ++me.frames;
-          }
-        }
-        if (!taken.empty() && taken.front().due >= measure_from) ++me.batches;
-#if VIGIL_HAVE_FFMPEG
-        // The pictures are read (DetectFrames has waited for the GPU): give their surfaces back.
-        for (Item& it : taken) {
-          if (!decode) break;
-          it.frame = video::Frame();
-          VideoStream& vs = streams[static_cast<size_t>(it.stream)];
-          std::lock_guard<std::mutex> lock(vs.mu);
-          --vs.in_flight;
-          vs.cv.notify_one();
-        }
-#endif
-      }
-    });
+  metrics::Registry registry;
+  std::atomic<bool> stop{false};
+  Status result;
+  std::atomic<bool> finished{false};
+  const int64_t called_ns = NowNs();
+  std::thread edge([&] {
+    result = pipeline::RunEdge(cfg, stop, registry, options);
+    finished = true;
+  });
+  // Until the streams start (model loads, admission): bounded, in case the edge never gets there.
+  for (int i = 0; i < 6000 && started_ns.load() == 0 && !finished.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  auto enqueue = [&](Item item) {
-    DeviceQueue& q = queues[static_cast<size_t>(item.stream) % num_devices];
-    {
-      std::lock_guard<std::mutex> lock(q.mu);
-      q.items.push_back(std::move(item));
+  double cpu_ms = 0;
+  if (started_ns.load() != 0 && !finished.load()) {
+    r.startup_s = static_cast<double>(started_ns.load() - called_ns) / 1e9;
+    auto sleep_until_ns = [&](int64_t t) {
+      while (!finished.load() && NowNs() < t) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    };
+    sleep_until_ns(from_ns.load());
+    const double cpu0 = ProcessCpuMs();
+    sleep_until_ns(end_ns.load());
+    cpu_ms = ProcessCpuMs() - cpu0;
+    // The last frames' detections (the budget), then their acknowledgements (a little longer).
+    sleep_until_ns(late_ns.load() + std::max<int64_t>(budget_ns, 2LL * a.progress_flush_ms * 1'000'000 + 200'000'000));
+  }
+  const std::string scrape = registry.Render();
+  stop = true;
+  edge.join();
+  (*agg)->Stop();
+  if (!result.ok()) r.error = std::string(result.message());
+  if (started_ns.load() == 0 && r.error.empty()) r.error = "the edge did not start its streams within 300 s";
+
+  r.dropped = static_cast<int64_t>(SumCounter(scrape, "vigil_edge_frames_dropped_total", "stream="));
+  r.decode_errors = static_cast<int64_t>(SumCounter(scrape, "vigil_edge_decode_errors_total", "stream="));
+  {
+    std::istringstream in(scrape);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("vigil_edge_stream_decoder{", 0) != 0 || std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr) != 1) {
+        continue;
+      }
+      const size_t at = line.find("decoder=\"") + 9;
+      ++r.streams_by_decoder[line.substr(at, line.find('"', at) - at)];
     }
-    q.cv.notify_one();
-  };
-  double cpu0 = -1;  // process CPU time at the start of the measured window (the warm-up is not counted)
-#if VIGIL_HAVE_FFMPEG
-  // --video: one decoding thread per stream, the camera model of the header comment.
-  for (int s = 0; s < static_cast<int>(streams.size()); ++s) {
-    threads.emplace_back([&, s] {
-      VideoStream& vs = streams[static_cast<size_t>(s)];
-      for (int64_t k = 0;; ++k) {
-        const auto due = due_at(k * n + s);
-        if (due >= end) return;
-        {
-          std::unique_lock<std::mutex> lock(vs.mu);
-          vs.cv.wait(lock, [&] { return stop.load() || vs.in_flight < kMaxFramesInFlight; });
-        }
-        if (stop.load()) return;
-        std::this_thread::sleep_until(due);
-        auto frame = vs.source->Next();
-        if (stop.load()) return;  // interrupted at the end of the trial
-        if (!frame.ok() || !frame->has_value()) {
-          vs.error = frame.ok() ? StrCat("stream ", s, ": ", a.video, " delivered no frame (empty file?)")
-                                : std::string(frame.status().message());
-          stop_all();
-          return;
-        }
-        if (due >= measure_from) {
-          vs.decode_ms.push_back(static_cast<double>((*frame)->decode_ns) / 1e6);
-          ++vs.decoded;
-        }
-        {
-          std::lock_guard<std::mutex> lock(vs.mu);
-          ++vs.in_flight;
-        }
-        enqueue({.stream = s, .due = due, .frame = std::move(**frame)});
-      }
-    });
   }
-#endif
-  // The clock of the pre-decoded frames (--video streams keep their own).
-  for (int64_t j = 0; !decode; ++j) {
-    const auto due = due_at(j);
-    if (due >= end || stop.load()) break;
-    std::this_thread::sleep_until(due);
-    if (cpu0 < 0 && due >= measure_from) cpu0 = ProcessCpuMs();
-    enqueue({.stream = static_cast<int>(j % n), .due = due});
+  std::lock_guard lock(mu);
+  const int64_t expected_per_stream = static_cast<int64_t>(std::llround(a.seconds * play.fps));
+  r.min_stream_fps = 1e18;
+  for (const StreamTrack& t : tracks) {
+    r.served += t.served;
+    r.unserved += std::max<int64_t>(0, expected_per_stream - t.served);
+    r.not_stored += static_cast<int64_t>(t.due.size());
+    r.min_stream_fps = std::min(r.min_stream_fps, static_cast<double>(t.served) / a.seconds);
   }
-  if (cpu0 < 0) {
-    std::this_thread::sleep_until(measure_from);
-    cpu0 = ProcessCpuMs();
-  }
-  std::this_thread::sleep_until(end);
-  const double cpu_ms = ProcessCpuMs() - cpu0;
-  // Let the last frames finish: a real-time pipeline has the budget to do so.
-  std::this_thread::sleep_until(end + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double, std::milli>(a.budget_ms)));
-  stop_all();
-  for (DeviceQueue& q : queues) {
-    std::lock_guard<std::mutex> lock(q.mu);
-    for (const Item& it : q.items) r.unserved += it.due >= measure_from && it.due < end;
-  }
-  for (std::thread& t : threads) t.join();
-  std::vector<double> all;
-  int64_t batches = 0;
-  r.served_fps_per_device.assign(num_devices, 0);
-  for (size_t w = 0; w < workers.size(); ++w) {
-    if (!per[w].error.empty() && r.error.empty()) r.error = per[w].error;
-    all.insert(all.end(), per[w].latency_ms.begin(), per[w].latency_ms.end());
-    r.served += per[w].frames;
-    batches += per[w].batches;
-    r.served_fps_per_device[workers[w].device] += static_cast<double>(per[w].frames) / a.seconds;
-    r.busy_per_worker.push_back(per[w].busy_s / a.seconds);
-  }
-#if VIGIL_HAVE_FFMPEG
-  std::vector<double> decode_ms;
-  for (VideoStream& vs : streams) {
-    if (!vs.error.empty() && r.error.empty()) r.error = vs.error;
-    const video::StreamStats stats = vs.source->Stats();
-    ++r.streams_by_hwaccel[stats.hwaccel.empty() ? "cpu" : stats.hwaccel];
-    r.decode_errors += static_cast<int64_t>(stats.decode_errors);
-    r.decoded += vs.decoded;
-    decode_ms.insert(decode_ms.end(), vs.decode_ms.begin(), vs.decode_ms.end());
-  }
-  r.decode = Summarize(std::move(decode_ms));
-#endif
-  // Frames due in the window whose detections arrived after the grace period are unserved too.
-  const int64_t expected = static_cast<int64_t>(std::llround(a.seconds * n * a.fps));
-  r.unserved = std::max<int64_t>(r.unserved, expected - r.served);
+  for (int64_t d : served_by_device) r.served_fps_per_device.push_back(static_cast<double>(d) / a.seconds);
   r.served_fps = static_cast<double>(r.served) / a.seconds;
-  r.latency = Summarize(std::move(all));
-  r.mean_batch = batches > 0 ? static_cast<double>(r.served) / static_cast<double>(batches) : 0;
+  r.detection = Summarize(std::move(detection_ms));
+  r.stored = Summarize(std::move(stored_ms));
+  r.decode = Summarize(std::move(decode_ms));
+  r.mean_batch = batches > 0 ? static_cast<double>(batch_frames) / static_cast<double>(batches) : 0;
   r.cpu_ms_per_frame = r.served > 0 ? cpu_ms / static_cast<double>(r.served) : 0;
-  r.holds = r.error.empty() && r.unserved == 0 && r.latency.p99 <= a.budget_ms;
+  r.holds = r.error.empty() && r.unserved == 0 && r.dropped == 0 && r.detection.p99 <= a.budget_ms;
+  fs::remove_all(dir, ec);
   return r;
 }
 
-nlohmann::json ToJson(const TrialResult& r, bool decode) {
+nlohmann::json LatencyJson(const Latency& l) {
+  return {{"p50", l.p50}, {"p90", l.p90}, {"p99", l.p99}, {"mean", l.mean}, {"max", l.max}};
+}
+
+nlohmann::json ToJson(const TrialResult& r) {
   nlohmann::json j;
   j["streams"] = r.streams;
   j["offered_fps"] = r.offered_fps;
   j["served_fps"] = r.served_fps;
+  j["min_stream_fps"] = r.min_stream_fps;
   j["served"] = r.served;
   j["unserved"] = r.unserved;
-  j["latency_ms"] = {{"p50", r.latency.p50}, {"p90", r.latency.p90}, {"p99", r.latency.p99},
-                     {"mean", r.latency.mean}, {"max", r.latency.max}};
+  j["dropped"] = r.dropped;
+  j["latency_ms"] = LatencyJson(r.detection);
+  j["stored_ms"] = LatencyJson(r.stored);
+  j["not_stored"] = r.not_stored;
   j["mean_batch"] = r.mean_batch;
   j["cpu_ms_per_frame"] = r.cpu_ms_per_frame;
   j["served_fps_per_device"] = r.served_fps_per_device;
-  j["busy_per_worker"] = r.busy_per_worker;
+  j["startup_s"] = r.startup_s;
+  j["decode"] = {{"decoders", r.streams_by_decoder}, {"errors", r.decode_errors}, {"ms", LatencyJson(r.decode)}};
   j["holds"] = r.holds;
-  if (decode) {
-    j["decode"] = {{"hwaccel", r.streams_by_hwaccel}, {"frames", r.decoded}, {"errors", r.decode_errors},
-                   {"decoder_start_s", r.decoder_start_s},
-                   {"ms", {{"mean", r.decode.mean}, {"p50", r.decode.p50}, {"p99", r.decode.p99}, {"max", r.decode.max}}}};
-  }
   if (!r.error.empty()) j["error"] = r.error;
   return j;
 }
 
-// The sweep itself, with the arguments checked and resolved (memory, batch) by BenchStreams.
-int RunSweep(const BenchStreamsArgs& a, const std::vector<std::string>& devices, const std::vector<int>& counts,
-             infer::Precision precision);
-
-int BenchStreams(const BenchStreamsArgs& a) {
+int BenchStreams(BenchStreamsArgs a) {
   auto counts = ParseList(a.streams);
   if (!counts.ok()) {
     std::fprintf(stderr, "vigil bench streams: %s\n", std::string(counts.status().message()).c_str());
@@ -471,250 +355,124 @@ int BenchStreams(const BenchStreamsArgs& a) {
     std::fprintf(stderr, "vigil bench streams: --hwaccel '%s' is not 'cuda' or 'cpu'\n", a.hwaccel.c_str());
     return 2;
   }
-  if (a.memory != "auto" && a.memory != "pinned" && a.memory != "host") {
-    std::fprintf(stderr, "vigil bench streams: --memory '%s' is not 'auto', 'pinned' or 'host'\n", a.memory.c_str());
-    return 2;
-  }
-  auto precision = infer::ParsePrecision(a.precision);
-  if (!precision.ok()) {
-    std::fprintf(stderr, "vigil bench streams: --precision: %s\n", std::string(precision.status().message()).c_str());
+  if (auto p = infer::ParsePrecision(a.precision); !p.ok()) {
+    std::fprintf(stderr, "vigil bench streams: --precision: %s\n", std::string(p.status().message()).c_str());
     return 2;
   }
   std::vector<std::string> devices;
   {
     std::stringstream ss(a.devices);
     std::string d;
-    while (std::getline(ss, d, ',')) devices.push_back(d);
+    while (std::getline(ss, d, ',')) devices.push_back(d == "cuda" ? "cuda:0" : d);
+  }
+  for (const std::string& d : devices) {
+    if (d != "cpu" && pipeline::CudaOrdinal(d) < 0) {
+      std::fprintf(stderr, "vigil bench streams: --devices: '%s' is not cpu or cuda:N\n", d.c_str());
+      return 2;
+    }
   }
   if (devices.empty()) {
     std::fprintf(stderr, "vigil bench streams: --devices is empty\n");
     return 2;
   }
-  // Page-locked frames need the CUDA driver: "auto" takes them when every device is a GPU.
-  BenchStreamsArgs args = a;
-  const bool all_gpus = std::all_of(devices.begin(), devices.end(), [](const std::string& d) { return d.rfind("cuda", 0) == 0; });
-  if (!a.video.empty()) args.memory = "as decoded";  // --memory is for pre-decoded frames (excluded with --video)
-  if (args.memory == "auto") args.memory = all_gpus ? "pinned" : "host";
-  if (args.memory == "pinned" && !all_gpus) {
-    std::fprintf(stderr, "vigil bench streams: --memory pinned needs CUDA devices only (got --devices %s)\n",
-                 a.devices.c_str());
+  // A model with a fixed batch runs it; a symbolic batch gets --batch (16 when not given).
+  StatusOr<infer::ModelSummary> summary = infer::InspectModel(a.model);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "vigil bench streams: %s\n", std::string(summary.status().message()).c_str());
     return 2;
   }
-  // A model with a fixed batch runs it; a symbolic batch gets --batch (16 when not given).
-  if (StatusOr<infer::ModelSummary> summary = infer::InspectModel(a.model); summary.ok() && !summary->inputs.empty() &&
-                                                                       !summary->inputs[0].dims.empty()) {
-    const infer::Dim& d0 = summary->inputs[0].dims[0];
-    if (d0.value > 0) {
-      if (args.batch > 0 && args.batch != d0.value) {
-        std::fprintf(stderr, "vigil bench streams: %s has a fixed batch of %lld; --batch %lld ignored\n", a.model.c_str(),
-                     static_cast<long long>(d0.value), static_cast<long long>(args.batch));
-      }
-      args.batch = d0.value;
+  if (!summary->inputs.empty() && !summary->inputs[0].dims.empty() && summary->inputs[0].dims[0].value > 0) {
+    const int64_t fixed = summary->inputs[0].dims[0].value;
+    if (a.batch > 0 && a.batch != fixed) {
+      std::fprintf(stderr, "vigil bench streams: %s has a fixed batch of %lld; --batch %lld ignored\n", a.model.c_str(),
+                   static_cast<long long>(fixed), static_cast<long long>(a.batch));
     }
+    a.batch = fixed;
   }
-  if (args.batch == 0) args.batch = 16;
-  return RunSweep(args, devices, *counts, *precision);
-}
-
-int RunSweep(const BenchStreamsArgs& a, const std::vector<std::string>& devices, const std::vector<int>& counts,
-             infer::Precision precision) {
-  const bool decode = !a.video.empty();
-  // The frame (pre-decoded), or for --video how each device's streams decode.
-  int width = a.width, height = a.height;
-  std::vector<uint8_t> base;
-  std::vector<DecodePlan> plans;
-#if VIGIL_HAVE_FFMPEG
-  // The file must open (checked before the models load); NVDEC's GPUs get their primary contexts from
-  // FFmpeg before the Detectors' CUDA runtime touches them (video/source.h, "GPU decode").
-  std::vector<std::shared_ptr<void>> decode_devices;
-  if (decode) {
+  if (a.batch == 0) a.batch = 16;
+  // What each stream plays.
+  Play play;
+  if (a.video.empty()) {
+    play.uri = StrCat("synthetic:", a.width, "x", a.height, "?fps=", a.fps);
+    play.fps = a.fps;
+  } else {
     video::SourceOptions probe;
     probe.uri = a.video;
     probe.stream_id = "probe";
-    if (auto source = video::OpenSource(std::move(probe)); !source.ok()) {
-      std::fprintf(stderr, "vigil bench streams: --video: %s\n", std::string(source.status().message()).c_str());
+    StatusOr<std::unique_ptr<video::Source>> source = video::OpenSource(std::move(probe));
+    StatusOr<std::optional<video::Frame>> first = source.ok() ? (*source)->Next() : source.status();
+    if (!first.ok() || !first->has_value()) {
+      std::fprintf(stderr, "vigil bench streams: --video: %s\n",
+                   first.ok() ? StrCat(a.video, ": no frame").c_str() : std::string(first.status().message()).c_str());
       return 2;
     }
-    std::set<int> gpus;
-    for (const std::string& device : devices) {
-      DecodePlan plan{.hwaccel = "cpu"};
-      if (a.hwaccel == "cuda") {
-        const StatusOr<std::optional<int>> gpu = video::ParseHwaccel(device);  // "cuda:N" -> N, "cpu" -> none
-        const int n = gpu.ok() && *gpu ? **gpu : 0;                           // a CPU device's streams: GPU 0
-        plan.hwaccel = StrCat("cuda:", n);
-        gpus.insert(n);
-      }
-      plans.push_back(plan);
-    }
-    for (int gpu : gpus) {
-      StatusOr<std::shared_ptr<void>> held = video::RetainCudaDecodeDevice(gpu);
-      if (held.ok()) {
-        decode_devices.push_back(std::move(*held));
-      } else {
-        std::fprintf(stderr, "vigil bench streams: %s; its streams decode on the CPU\n",
-                     std::string(held.status().message()).c_str());
-      }
+    a.width = (*first)->width;
+    a.height = (*first)->height;
+    const double native = (*source)->probed().fps > 0 ? (*source)->probed().fps : 30;
+    play.uri = a.video;
+    play.fps = native;
+    if (a.fps_given && a.fps < native) {
+      play.target_fps = a.fps;
+      play.fps = a.fps;
     }
   }
-#endif
-  if (!decode && !a.frame.empty()) {
-    auto t = ReadNpy(a.frame);
-    if (!t.ok() || t->dtype() != DType::kUInt8 || t->rank() != 3 || t->dim(2) != 3) {
-      std::fprintf(stderr, "vigil bench streams: --frame %s: %s\n", a.frame.c_str(),
-                   t.ok() ? "not an H x W x 3 uint8 array" : std::string(t.status().message()).c_str());
-      return 2;
-    }
-    height = static_cast<int>(t->dim(0));
-    width = static_cast<int>(t->dim(1));
-    base.assign(t->data<uint8_t>(), t->data<uint8_t>() + t->numel());
-  } else if (!decode) {
-    base.resize(static_cast<size_t>(width) * height * 3);
-    for (int y = 0; y < height; ++y) {
-      for (int x = 0; x < width; ++x) {
-        for (int c = 0; c < 3; ++c) base[(static_cast<size_t>(y) * width + x) * 3 + c] = static_cast<uint8_t>((x + y * (c + 1)) & 255);
-      }
-    }
+  std::error_code ec;
+  const char* tmp = std::getenv("TMPDIR");
+  const fs::path work = fs::path(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") / StrCat("vigil-bench-streams-", getpid());
+  fs::create_directories(work, ec);
+  if (ec) {
+    std::fprintf(stderr, "vigil bench streams: %s: %s\n", work.c_str(), ec.message().c_str());
+    return 1;
   }
-  // Detectors, loaded in parallel (the CUDA backend's load compiles cuDNN engines on the CPU).
-  std::vector<Worker> workers(devices.size() * static_cast<size_t>(a.workers_per_device));
-  std::vector<std::string> load_errors(workers.size());
-  const auto load_start = Clock::now();
-  {
-    std::vector<std::thread> loaders;
-    for (size_t w = 0; w < workers.size(); ++w) {
-      workers[w].device = w % devices.size();
-      loaders.emplace_back([&, w] {
-        detect::DetectorOptions o;
-        o.engine.device = devices[workers[w].device];
-        o.engine.precision = precision;
-        o.engine.batch = a.batch;
-        auto d = detect::Detector::Load(a.model, o);
-        if (d.ok()) {
-          workers[w].detector = std::move(*d);
-        } else {
-          load_errors[w] = std::string(d.status().message());
-        }
-      });
-    }
-    for (std::thread& t : loaders) t.join();
-  }
-  for (const std::string& e : load_errors) {
-    if (!e.empty()) {
-      std::fprintf(stderr, "vigil bench streams: %s\n", e.c_str());
-      return 2;
-    }
-  }
-  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-  // Frame copies.
-  const size_t copies =
-      decode ? 0 : std::min<size_t>(16, static_cast<size_t>(*std::max_element(counts.begin(), counts.end())));
-  std::vector<FrameBuffer> frames(copies);
-  for (FrameBuffer& f : frames) {
-#if VIGIL_HAVE_CUDA
-    if (a.memory == "pinned") {
-      auto p = cuda::PinnedBuffer::Allocate(base.size(), "bench frame");
-      if (!p.ok()) {
-        std::fprintf(stderr, "vigil bench streams: %s\n", std::string(p.status().message()).c_str());
-        return 1;
-      }
-      f.pinned = std::move(*p);
-      std::copy(base.begin(), base.end(), static_cast<uint8_t*>(f.pinned.get()));
-      f.data = static_cast<const uint8_t*>(f.pinned.get());
-      continue;
-    }
-#endif
-    f.pageable = base;
-    f.data = f.pageable.data();
-  }
-  // Warm every worker (first runs: eager, then CUDA graph capture) on a frame as its streams deliver them.
-  for (size_t w = 0; w < workers.size(); ++w) {
-    detect::FrameRef ref{.bgr = decode ? nullptr : frames[0].data, .width = width, .height = height};
-#if VIGIL_HAVE_FFMPEG
-    std::optional<video::Frame> first;
-    if (decode) {
-      DecodePlan& plan = plans[workers[w].device];
-      // NV12 pictures stay on the GPU when the device's Detector reads them there (its GPU is the decoder's).
-      plan.device_frames = a.hwaccel == "cuda" && workers[w].detector->uses_gpu_stages() &&
-                           video::ParseHwaccel(devices[workers[w].device]).value_or(std::nullopt).has_value();
-      auto source = video::OpenSource(SourceOptionsFor(a.video, plan, StrCat("warm-up ", w)));
-      StatusOr<std::optional<video::Frame>> frame = source.ok() ? (*source)->Next() : source.status();
-      if (!frame.ok() || !frame->has_value()) {
-        std::fprintf(stderr, "vigil bench streams: --video: %s\n",
-                     frame.ok() ? StrCat(a.video, ": no frame").c_str() : std::string(frame.status().message()).c_str());
-        return 2;
-      }
-      first = std::move(*frame);
-      ref = pipeline::FrameRefOf(*first);
-      width = ref.width;
-      height = ref.height;
-    }
-#endif
-    for (int i = 0; i < 3; ++i) {
-      auto r = workers[w].detector->DetectFrames({&ref, 1});
-      if (!r.ok()) {
-        std::fprintf(stderr, "vigil bench streams: %s\n", std::string(r.status().message()).c_str());
-        return 1;
-      }
-    }
-  }
-  const Input input{.frames = &frames, .width = width, .height = height, .plans = plans};
-  const detect::Detector& d0 = *workers[0].detector;
   nlohmann::json trials = nlohmann::json::array();
   int holding = 0;
   if (!a.json) {
-    if (decode) {
-      std::printf("%s: %s, %dx%d, decoded per stream (--hwaccel %s) at %.0f FPS, %zu device(s) x %d workers, batch %lld, "
-                  "GPU stages %s\n",
-                  a.model.c_str(), a.video.c_str(), width, height, a.hwaccel.c_str(), a.fps, devices.size(),
-                  a.workers_per_device, static_cast<long long>(d0.model().batch), d0.uses_gpu_stages() ? "on" : "off");
-    } else {
-      std::printf("%s: %dx%d frames at %.0f FPS per stream, %zu device(s) x %d workers, batch %lld, %s frames, GPU stages %s\n",
-                  a.model.c_str(), width, height, a.fps, devices.size(), a.workers_per_device,
-                  static_cast<long long>(d0.model().batch), a.memory.c_str(), d0.uses_gpu_stages() ? "on" : "off");
-    }
-    std::printf("%8s %10s %10s %9s %9s %9s %9s %8s %10s %6s%s\n", "streams", "offered/s", "served/s", "p50 ms", "p99 ms",
-                "max ms", "unserved", "batch", "cpu ms/fr", "holds", decode ? "  dec ms  dec p99  dec errors" : "");
+    std::printf("%s: %s, %dx%d at %.1f FPS per stream, %zu device(s) x %d workers, batch %lld (wait %d ms), "
+                "edge + aggregator in this process\n",
+                a.model.c_str(), a.video.empty() ? "synthetic frames" : (a.video + " (--hwaccel " + a.hwaccel + ")").c_str(),
+                a.width, a.height, play.fps, devices.size(), a.workers_per_device, static_cast<long long>(a.batch),
+                a.max_wait_ms);
+    std::printf("%8s %10s %10s %9s %9s %9s %9s %9s %8s %8s %6s %10s %6s\n", "streams", "offered/s", "served/s", "det p50",
+                "det p99", "stored p50", "stored p99", "unserved", "dropped", "batch", "min fps", "cpu ms/fr", "holds");
   }
-  for (int n : counts) {
-    TrialResult r = RunTrial(a, n, workers, devices.size(), input);
+  for (int n : *counts) {
+    TrialResult r = RunTrial(a, n, devices, play, work);
     if (r.holds) holding = std::max(holding, n);
-    trials.push_back(ToJson(r, decode));
+    trials.push_back(ToJson(r));
     if (!a.json) {
-      std::printf("%8d %10.0f %10.0f %9.2f %9.2f %9.2f %9lld %8.1f %10.2f %6s", n, r.offered_fps, r.served_fps,
-                  r.latency.p50, r.latency.p99, r.latency.max, static_cast<long long>(r.unserved), r.mean_batch,
+      std::printf("%8d %10.0f %10.0f %9.2f %9.2f %9.2f %9.2f %9lld %8lld %8.1f %6.1f %10.2f %6s\n", n, r.offered_fps,
+                  r.served_fps, r.detection.p50, r.detection.p99, r.stored.p50, r.stored.p99,
+                  static_cast<long long>(r.unserved), static_cast<long long>(r.dropped), r.mean_batch, r.min_stream_fps,
                   r.cpu_ms_per_frame, r.holds ? "yes" : "no");
-      if (decode) {
-        std::printf(" %7.2f %8.2f %11lld\n  decoded on:", r.decode.mean, r.decode.p99,
-                    static_cast<long long>(r.decode_errors));
-        for (const auto& [where, streams] : r.streams_by_hwaccel) std::printf(" %s: %d stream(s);", where.c_str(), streams);
-      }
-      std::printf("\n");
+      std::printf("  decoded on:");
+      for (const auto& [where, streams] : r.streams_by_decoder) std::printf(" %s: %d;", where.c_str(), streams);
+      std::printf(" startup %.1f s\n", r.startup_s);
       if (!r.error.empty()) std::printf("  error: %s\n", r.error.c_str());
       std::fflush(stdout);
     }
     if (!r.holds) break;
   }
+  fs::remove_all(work, ec);
   nlohmann::json out;
   out["model"] = a.model;
   out["devices"] = devices;
   out["precision"] = a.precision;
-  out["batch"] = d0.model().batch;
+  out["batch"] = a.batch;
+  out["max_wait_ms"] = a.max_wait_ms;
   out["workers_per_device"] = a.workers_per_device;
-  out["frame"] = {{"width", width}, {"height", height}, {"memory", a.memory}, {"file", decode ? a.video : a.frame}};
-  if (decode) {
-    out["video"] = {{"file", a.video}, {"hwaccel", a.hwaccel}, {"max_frames_in_flight_per_stream", kMaxFramesInFlight}};
-  }
-  out["fps_per_stream"] = a.fps;
+  out["progress_flush_ms"] = a.progress_flush_ms;
+  out["frame"] = {{"width", a.width}, {"height", a.height}, {"source", play.uri}};
+  if (!a.video.empty()) out["video"] = {{"file", a.video}, {"hwaccel", a.hwaccel}};
+  out["fps_per_stream"] = play.fps;
   out["seconds"] = a.seconds;
   out["budget_ms"] = a.budget_ms;
-  out["gpu_stages"] = d0.uses_gpu_stages();
-  out["load_s"] = load_s;
   out["trials"] = trials;
   out["max_streams_holding"] = holding;
   if (a.json) {
     std::printf("%s\n", out.dump(1).c_str());
   } else {
-    std::printf("largest stream count holding real time (p99 <= %.0f ms, nothing unserved): %d\n", a.budget_ms, holding);
+    std::printf("largest stream count holding real time (p99 frame->detection <= %.0f ms, nothing unserved or dropped): %d\n",
+                a.budget_ms, holding);
   }
   return 0;
 }
@@ -723,43 +481,53 @@ int RunSweep(const BenchStreamsArgs& a, const std::vector<std::string>& devices,
 
 void AddBenchStreamsCommand(CLI::App& bench, int* exit_code) {
   auto a = std::make_shared<BenchStreamsArgs>();
-#if VIGIL_HAVE_FFMPEG
-  const char* what = "Largest number of live streams a device holds in real time (pre-decoded frames or, with "
-                     "--video, each stream decoding a video file; see --help)";
-#else
-  const char* what = "Largest number of live streams a device holds in real time (pre-decoded frames; see --help)";
-#endif
-  CLI::App* cmd = bench.add_subcommand("streams", what);
+  CLI::App* cmd = bench.add_subcommand(
+      "streams", "Largest number of real-time streams the edge pipeline holds, against an in-process aggregator "
+                 "(synthetic frames or, with --video, each stream decoding a file; see --help)");
   cmd->add_option("--model", a->model, "ONNX detection model")->required()->check(CLI::ExistingFile);
   cmd->add_option("--devices", a->devices, "comma-separated devices, e.g. cuda:0,cuda:1 (or cpu)")->capture_default_str();
   cmd->add_option("--precision", a->precision, "CUDA precision: fp32 or fp16")->capture_default_str();
   cmd->add_option("--streams", a->streams, "stream counts to try, in order")->capture_default_str();
-  cmd->add_option("--fps", a->fps, "frames per second per stream")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--fps", a->fps, "frames per second per stream (--video: at most the file's rate)")
+      ->check(CLI::Range(0.1, 1000.0))
+      ->capture_default_str()
+      ->each([a](const std::string&) { a->fps_given = true; });
   cmd->add_option("--seconds", a->seconds, "measured seconds per stream count")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--warmup-s", a->warmup_s, "unmeasured seconds first")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--batch", a->batch, "engine batch, frames per inference at most (default: the model's fixed batch, else 16)")
+  cmd->add_option("--batch", a->batch, "engine batch and frames per batch at most (default: the model's fixed batch, else 16)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--workers-per-device", a->workers_per_device, "detectors per device")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--frame", a->frame, "H x W x 3 uint8 BGR .npy frame (default: synthetic)")->check(CLI::ExistingFile);
-  cmd->add_option("--width", a->width, "synthetic frame width")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--height", a->height, "synthetic frame height")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--memory", a->memory, "frames in 'pinned' (page-locked) or 'host' (pageable) memory; 'auto': pinned for GPUs")
+  cmd->add_option("--max-wait-ms", a->max_wait_ms, "a partial batch waits at most this long")
+      ->check(CLI::Range(0, 10000))
       ->capture_default_str();
+  cmd->add_option("--workers-per-device", a->workers_per_device, "Detectors per device")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--progress-flush-ms", a->progress_flush_ms, "the edge's progress_flush_ms (marks of frames without events)")
+      ->check(CLI::Range(1, 60000))
+      ->capture_default_str();
+  cmd->add_option("--width", a->width, "synthetic frame width")->check(CLI::Range(1, 16384))->capture_default_str();
+  cmd->add_option("--height", a->height, "synthetic frame height")->check(CLI::Range(1, 16384))->capture_default_str();
   cmd->add_option("--budget-ms", a->budget_ms, "p99 frame-to-detection budget")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object");
-#if VIGIL_HAVE_FFMPEG
   CLI::Option* video =
-      cmd->add_option("--video", a->video, "every stream decodes this video file (looped) instead of pre-decoded frames")
+      cmd->add_option("--video", a->video, "every stream decodes this video file (looped, in real time)")
           ->check(CLI::ExistingFile)
-          ->excludes("--frame")
           ->excludes("--width")
-          ->excludes("--height")
-          ->excludes("--memory");
+          ->excludes("--height");
   cmd->add_option("--hwaccel", a->hwaccel, "--video: decode on the stream's GPU with NVDEC ('cuda') or on the CPU ('cpu')")
       ->needs(video)
       ->capture_default_str();
-#endif
   cmd->callback([a, exit_code] { *exit_code = BenchStreams(*a); });
 }
+#else
+void AddBenchStreamsCommand(CLI::App& bench, int* exit_code) {
+  CLI::App* cmd = bench.add_subcommand("streams", "Stream benchmark (unavailable: this vigil was built without FFmpeg)");
+  cmd->allow_extras();
+  cmd->callback([exit_code] {
+    std::fprintf(stderr, "vigil bench streams: this vigil was built without FFmpeg (video ingest); rebuild with it\n");
+    *exit_code = 2;
+  });
+}
+#endif
 
 }  // namespace vigil::cli

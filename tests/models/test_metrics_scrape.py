@@ -26,7 +26,7 @@ from edge_harness import Aggregator, Camera, free_port, stop, stored_frames
 
 MODEL = SHARED_DIR / "yolov8n_coco_640_int8dyn.onnx"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+LATENCY_BUCKETS = [0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10]
 
 # family -> (type, label names of its series; a histogram's without "le")
 EDGE_FAMILIES = {

@@ -23,7 +23,6 @@ int main(int argc, char** argv) {
   vigil::cli::AddModelCommands(app, &exit_code);
   CLI::App* bench = vigil::cli::AddBenchCommands(app, &exit_code);
   vigil::cli::AddBenchPlacementCommand(*bench, &exit_code);
-  vigil::cli::AddBenchStreamsCommand(*bench, &exit_code);
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   try {
     app.parse(argc, argv);
