@@ -13,7 +13,7 @@
 // model's fixed batch, else 16) and batches of up to --batch frames with a --max-wait-ms deadline.
 //
 // Measured over --seconds after --warmup-s (the warm-up starts once the aggregator admitted the edge and
-// the streams started): for every frame due in the window — due = its stream's start + its pts, the
+// every stream had a frame detected): for every frame due in the window — due = its stream's start + its pts, the
 // time a camera would have sent it, so a pipeline that falls behind shows as latency, not as a slower
 // clock — frame→detection (detections ready on the host, EdgeRunOptions::on_detected) and
 // frame→stored (its report acknowledged by the aggregator after the commit, EdgeRunOptions::on_acked;
@@ -97,7 +97,7 @@ struct TrialResult {
   int64_t served = 0, unserved = 0, dropped = 0, not_stored = 0;
   double mean_batch = 0;
   double cpu_ms_per_frame = 0;
-  double startup_s = 0;  // RunEdge called → streams started (model loads, admission, opening)
+  double startup_s = 0;  // RunEdge called → every stream had a frame detected (model loads, admission, decoders)
   std::vector<double> served_fps_per_device;
   std::map<std::string, int> streams_by_decoder;  // vigil_edge_stream_decoder at 1: "cpu", "cuda:0", "cpu (why)"
   Latency decode;                                 // Frame::decode_ns of the frames served, ms
@@ -212,13 +212,7 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
 
   pipeline::EdgeRunOptions options;
   options.shutdown_timeout = std::chrono::milliseconds(3000);
-  options.on_started = [&](uint16_t) {
-    const int64_t now = NowNs();
-    started_ns = now;
-    from_ns = now + warmup_ns;
-    end_ns = now + warmup_ns + window_ns;
-    late_ns = now + warmup_ns + window_ns + budget_ns;
-  };
+  options.on_started = [&](uint16_t) { started_ns = NowNs(); };
   options.on_detected = [&](const pipeline::BatchResult& b) {
     const int64_t from = from_ns.load(), end = end_ns.load(), late = late_ns.load();
     std::lock_guard lock(mu);
@@ -265,9 +259,21 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
   for (int i = 0; i < 6000 && started_ns.load() == 0 && !finished.load(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // Then until every stream has a frame detected (decoders start one after another: NVDEC takes ~55 ms each).
+  auto all_streaming = [&] {
+    std::lock_guard lock(mu);
+    return std::all_of(tracks.begin(), tracks.end(), [](const StreamTrack& t) { return t.anchor_ns != INT64_MAX; });
+  };
+  for (int i = 0; i < 6000 && started_ns.load() != 0 && !finished.load() && !all_streaming(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   double cpu_ms = 0;
   if (started_ns.load() != 0 && !finished.load()) {
-    r.startup_s = static_cast<double>(started_ns.load() - called_ns) / 1e9;
+    const int64_t now = NowNs();
+    r.startup_s = static_cast<double>(now - called_ns) / 1e9;
+    from_ns = now + warmup_ns;
+    end_ns = now + warmup_ns + window_ns;
+    late_ns = now + warmup_ns + window_ns + budget_ns;
     auto sleep_until_ns = [&](int64_t t) {
       while (!finished.load() && NowNs() < t) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     };

@@ -161,6 +161,7 @@ class Edge final : public transport::CourierHandler {
     metrics::Histogram *decode, *queue, *preprocess, *inference, *postprocess, *rules, *publish, *frame_to_ack;
   } stages_{};
   metrics::Counter* engine_busy_ = nullptr;
+  metrics::Histogram* batch_frames_ = nullptr;
   metrics::Histogram* frame_to_detection_ = nullptr;
   metrics::Gauge *batcher_depth_ = nullptr, *outbox_depth_ = nullptr, *streams_active_ = nullptr, *connected_ = nullptr;
   metrics::Gauge* epoch_gauge_ = nullptr;
@@ -267,13 +268,29 @@ Status Edge::LoadWorkers() {
   wo.detector.engine.threads = config_.threads;
   if (StatusOr<infer::Precision> p = infer::ParsePrecision(config_.precision); p.ok()) wo.detector.engine.precision = *p;
   wo.detector.engine.batch = config_.model_batch;
+  const bool all_gpus = std::all_of(config_.devices.begin(), config_.devices.end(),
+                                    [](const std::string& d) { return CudaOrdinal(d) >= 0; });
+  if (config_.model_batch == 0 && config_.max_batch > 1 && all_gpus) {
+    // On GPUs a model with a symbolic batch runs the cross-stream batches whole: one engine run per batch,
+    // not one per frame (a fixed batch stays the model's). A partial batch is padded, which a GPU absorbs;
+    // on the CPU padding costs in proportion, so there the engine batch stays 1 unless model.batch says.
+    if (StatusOr<infer::ModelSummary> m = infer::InspectModel(config_.model_path);
+        m.ok() && !m->inputs.empty() && !m->inputs[0].dims.empty() && m->inputs[0].dims[0].value <= 0) {
+      wo.detector.engine.batch = config_.max_batch;
+    }
+  }
   wo.detector.conf = static_cast<float>(config_.conf);
   wo.detector.iou = static_cast<float>(config_.iou);
   wo.detector.max_det = config_.max_det;
   wo.devices = config_.devices;
-  const bool all_gpus = std::all_of(config_.devices.begin(), config_.devices.end(),
-                                    [](const std::string& d) { return CudaOrdinal(d) >= 0; });
   wo.workers_per_device = config_.workers_per_device > 0 ? config_.workers_per_device : all_gpus ? 2 : 1;
+  if (config_.threads == 0 && wo.workers_per_device > 1 &&
+      std::find(config_.devices.begin(), config_.devices.end(), "cpu") != config_.devices.end()) {
+    // Several CPU Detectors share the cores: each takes its part instead of all of them (oversubscribed
+    // OpenMP teams spin against each other).
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    wo.detector.engine.threads = std::max(1, cores / wo.workers_per_device);
+  }
   wo.max_batch = static_cast<size_t>(config_.max_batch);
   wo.max_wait = milliseconds(config_.max_wait_ms);
   wo.streams = std::max<size_t>(config_.streams.size(), 1);
@@ -474,6 +491,7 @@ void Edge::OnBatch(BatchResult& r) {
     engine_ns += static_cast<double>(t.inference_ns) / t.chunk_images;
   }
   engine_busy_->Inc(engine_ns * 1e-9);
+  batch_frames_->Observe(static_cast<double>(r.items.size()));
   if (on_detected_) on_detected_(r);
   metrics::Histogram& rules_stage = *stages_.rules;
   metrics::Histogram& publish_stage = *stages_.publish;
@@ -598,6 +616,8 @@ Status Edge::Run(const EdgeRunOptions& options) {
                                            "Frame released by its source to its detections ready, seconds",
                                            metrics::LatencyBuckets());
   engine_busy_ = &reg_.GetCounter("vigil_edge_engine_busy_seconds_total", "Time the inference engine spent running batches");
+  batch_frames_ = &reg_.GetHistogram("vigil_edge_batch_frames", "Frames per batch a worker ran",
+                                     {1, 2, 4, 8, 16, 32, 64, 128, 256});
   batcher_depth_ = &reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "batcher"}});
   outbox_depth_ = &reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue", {{"queue", "outbox"}});
   streams_active_ = &reg_.GetGauge("vigil_edge_streams_active", "Streams still delivering frames");

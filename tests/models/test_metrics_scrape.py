@@ -26,6 +26,7 @@ from edge_harness import Aggregator, Camera, free_port, stop, stored_frames
 
 MODEL = SHARED_DIR / "yolov8n_coco_640_int8dyn.onnx"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256]  # frames per batch
 LATENCY_BUCKETS = [0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10]
 
 # family -> (type, label names of its series; a histogram's without "le")
@@ -126,7 +127,8 @@ def check_histogram(name: str, samples: dict[tuple, float], who: str):
         buckets = sorted((float(dict(l)["le"]), v) for (sample, l), v in samples.items()
                          if sample == name + "_bucket" and tuple((k, x) for k, x in l if k != "le") == labels)
         bounds = [b for b, _ in buckets]
-        assert bounds == LATENCY_BUCKETS + [math.inf], f"{who}: {name}{labels} buckets {bounds}"
+        want = BATCH_BUCKETS if name == "vigil_edge_batch_frames" else LATENCY_BUCKETS
+        assert bounds == want + [math.inf], f"{who}: {name}{labels} buckets {bounds}"
         counts = [c for _, c in buckets]
         assert counts == sorted(counts), f"{who}: {name}{labels} buckets not cumulative: {counts}"
         assert samples[(name + "_count", labels)] == counts[-1], f"{who}: {name}{labels} +Inf != _count"

@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--frames", type=int, default=200, help="frames per stream")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--workers", type=int, default=1,
+                    help="edge model.workers; each gets threads // workers kernel threads (engine-only keeps --threads)")
     ap.add_argument("--iters", type=int, default=30, help="engine benchmark runs")
     ap.add_argument("--vigil", default="build/src/vigil")
     ap.add_argument("--out", default="runs/bench-pipeline")
@@ -79,7 +81,7 @@ def main() -> None:
     streams = "".join(f"  - id: s{i}\n    source: {clip}\n" for i in range(a.streams))
     (out / "edge.yaml").write_text(f"""edge: bench-edge
 aggregator: 127.0.0.1:{agg_port}
-model: {{path: {Path(a.model).resolve()}, threads: {a.threads}, batch: {a.batch}}}
+model: {{path: {Path(a.model).resolve()}, threads: {max(1, a.threads // a.workers)}, batch: {a.batch}, workers: {a.workers}}}
 batching: {{max_batch: {a.batch}, max_wait_ms: 10}}
 state_dir: {out / 'state'}
 progress_flush_ms: 200
@@ -123,7 +125,7 @@ streams:
     engine_after = engine()
     eng = max(engine_before, engine_after, key=lambda e: e["throughput_images_per_s"])
     res = {"model": Path(a.model).name, "batch": a.batch, "streams": a.streams, "frames": frames, "events": events,
-           "threads": a.threads, "pipeline_fps": fps, "edge_wall_s": edge_wall,
+           "threads": a.threads, "workers": a.workers, "pipeline_fps": fps, "edge_wall_s": edge_wall,
            "frame_to_stored_ms": {"p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99)},
            "stage_ms_per_frame": stage, "edge_cpu_ms_per_frame": cpu(edge_ru), "agg_cpu_ms_per_frame": cpu(agg_ru),
            "engine_images_per_s": eng["throughput_images_per_s"], "engine_latency_ms": eng["latency_ms"],

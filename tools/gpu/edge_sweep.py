@@ -4,7 +4,8 @@
 For each N of --streams: an aggregator (SQLite in a fresh folder) and an edge with N streams of --clip
 (real time, looped, `hwaccel` --hwaccel), the model on --device in --precision, batches of --batch with
 --max-wait-ms, --workers Detectors, progress marks flushed every --progress-flush-ms. After the streams
-started (the edge logs "epoch E, N streams") and --warmup-s, both processes' /metrics are scraped, again
+started (the edge logs "epoch E, N streams", and every stream processed a frame) and --warmup-s, both
+processes' /metrics are scraped, again
 --seconds later; everything below is the difference of the two scrapes, i.e. the steady state:
 - frame->detection: the edge's vigil_edge_frame_to_detection_seconds (frame released by its source ->
   detections ready); frame->stored: the aggregator's vigil_aggregator_frame_to_stored_seconds (capture ->
@@ -37,8 +38,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def scrape(port: int) -> dict:
+def scrape(port: int, save: Path | None = None) -> dict:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    if save is not None:
+        save.write_text(text)
     out: dict = {}
     for line in text.splitlines():
         m = re.match(r"([a-zA-Z_:][\w:]*)(\{.*\})? (\S+)$", line)
@@ -120,12 +123,28 @@ def run(args, n: int, work: Path) -> dict:
             time.sleep(0.2)
         else:
             raise RuntimeError("the edge did not start its streams in time")
+        # Every stream decoding (NVDEC decoders are created one after another: seconds for hundreds).
+        while time.monotonic() - t0 < args.start_timeout_s:
+            m = scrape(edge_http)
+            if all(total(m, "vigil_edge_frames_total", stream=f"cam{i:03d}") > 0 for i in range(n)):
+                break
+            if edge.poll() is not None:
+                raise RuntimeError(f"edge exited {edge.returncode}: {edge_log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("not every stream delivered a frame in time")
         result["startup_s"] = round(time.monotonic() - t0, 1)
         time.sleep(args.warmup_s)
         e0, a0 = scrape(edge_http), scrape(agg_http)
         c0, ca0, w0 = cpu_seconds(edge.pid), cpu_seconds(agg.pid), time.monotonic()
         time.sleep(args.seconds)
-        e1, a1 = scrape(edge_http), scrape(agg_http)
+        dump = Path(args.dump) / f"n{n}" if args.dump else None
+        if dump:
+            dump.mkdir(parents=True, exist_ok=True)
+            top = subprocess.run(["top", "-H", "-b", "-n", "2", "-d", "1", "-p", str(edge.pid)], capture_output=True,
+                                 text=True).stdout
+            (dump / "top.txt").write_text(top)
+        e1, a1 = scrape(edge_http, dump / "edge.prom" if dump else None), scrape(agg_http)
         c1, ca1, w1 = cpu_seconds(edge.pid), cpu_seconds(agg.pid), time.monotonic()
         secs = w1 - w0
         frames = total(e1, "vigil_edge_frames_total") - total(e0, "vigil_edge_frames_total")
@@ -139,7 +158,15 @@ def run(args, n: int, work: Path) -> dict:
             if name == "vigil_edge_stream_decoder" and v == 1:
                 k = dict(labels)["decoder"]
                 decoders[k] = decoders.get(k, 0) + 1
+        def delta(name, **want):
+            return total(e1, name, **want) - total(e0, name, **want)
+        stages = {st: round(1e3 * delta("vigil_edge_stage_seconds_sum", stage=st) /
+                            max(delta("vigil_edge_stage_seconds_count", stage=st), 1), 3)
+                  for st in ("decode", "queue", "preprocess", "inference", "postprocess", "rules")}
         result.update({
+            "mean_batch": round(delta("vigil_edge_batch_frames_sum") / max(delta("vigil_edge_batch_frames_count"), 1), 2),
+            "stage_mean_ms": stages,
+            "engine_busy": round(delta("vigil_edge_engine_busy_seconds_total") / secs, 3),
             "seconds": round(secs, 2),
             "frames_per_s": round(frames / secs, 1),
             "fps_per_stream": {"min": round(min(per_stream) / secs, 2), "mean": round(frames / n / secs, 2)},
@@ -193,6 +220,7 @@ def main() -> int:
     p.add_argument("--min-fps", type=float, default=29.5)
     p.add_argument("--work", default="/tmp/edge-sweep")
     p.add_argument("--keep-going", action="store_true", help="run every N even after one does not hold")
+    p.add_argument("--dump", default="", help="folder: the edge's last scrape and `top -H` per N")
     args = p.parse_args()
     out = {"model": args.model, "clip": args.clip, "device": args.device, "precision": args.precision,
            "hwaccel": args.hwaccel, "workers": args.workers, "batch": args.batch, "max_wait_ms": args.max_wait_ms,
@@ -201,7 +229,8 @@ def main() -> int:
         r = run(args, n, Path(args.work))
         out["trials"].append(r)
         print(json.dumps({k: r.get(k) for k in ("streams", "fps_per_stream", "dropped_share", "p99_ms", "holds",
-                                                 "edge_cpu_ms_per_frame", "error")}), file=sys.stderr, flush=True)
+                                                 "mean_batch", "stage_mean_ms", "engine_busy", "edge_cpu_ms_per_frame",
+                                                 "error")}), file=sys.stderr, flush=True)
         if not r["holds"] and not args.keep_going:
             break
     out["max_streams_holding"] = max([t["streams"] for t in out["trials"] if t["holds"]], default=0)

@@ -41,6 +41,7 @@
 //     reports as frame→detection), the edge's counterpart of the aggregator's frame_to_stored.
 //   vigil_edge_engine_busy_seconds_total   time the engines spent in runs (each run once, however many frames;
 //     summed over the workers, which may run at once): ÷ vigil_edge_frames_total = inference time per frame.
+//   vigil_edge_batch_frames   histogram: frames per batch a worker ran (le 1, 2, 4, …, 256)
 //   vigil_edge_frames_total{stream}, vigil_edge_events_total{stream,severity}, vigil_edge_fps{stream}
 //   vigil_edge_queue_depth{queue=reader|batcher|outbox[,stream]}   gauges
 //   vigil_edge_frames_dropped_total{stream,reason=queue_full|detect_error|backpressure|shutdown}

@@ -5,6 +5,7 @@
 //   model: {path: m.onnx, conf: 0.25, iou: 0.7, max_det: 300, threads: 2, batch: 1,
 //           device: cpu | cuda:N | [cuda:0, cuda:1],   # a list: workers on each, streams spread over them
 //           workers: 0,                                  # Detectors per device; 0 = 2 on GPUs, 1 on the CPU
+//                                                        # (CPU, threads 0: cores split between them)
 //           precision: fp32 | fp16}
 //   batching: {max_batch: 4, max_wait_ms: 10}
 //   http_port: 0                     # /healthz and /metrics on 127.0.0.1; 0 = off
@@ -104,9 +105,14 @@ struct EdgeConfig {
   // Engine devices, distinct: "cpu" or "cuda:N" (CUDA backend builds; "cuda" reads as "cuda:0"). Stream i
   // runs on the device its hwaccel names when that is one of them, else on devices[i mod size].
   std::vector<std::string> devices = {"cpu"};
-  int workers_per_device = 0;    // model.workers: Detectors per device, 0..64; 0 = 2 when every device is a GPU, else 1
+  // model.workers: Detectors per device, 0..64; 0 = 2 when every device is a GPU, else 1. On the CPU with
+  // threads 0 each worker takes cores / workers threads; `workers: 2, threads: 1` on 2 cores runs two
+  // single-threaded engines, more frames per second than one on both cores (docs/benchmarks.md) at twice
+  // the per-frame latency.
+  int workers_per_device = 0;
   std::string precision = "fp32";  // CUDA compute precision: "fp32" or "fp16"
-  int model_batch = 0;           // engine batch (0 = the model's)
+  int model_batch = 0;           // model.batch: engine batch, 0..256; 0 = the model's fixed batch; a symbolic
+                                 // batch: max_batch on GPUs (one engine run per cross-stream batch), 1 on the CPU
   int max_batch = 1;             // cross-stream batch, 1..256
   int max_wait_ms = 0;           // 0..10000
   std::string http_host = "127.0.0.1";
