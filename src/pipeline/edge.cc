@@ -227,22 +227,10 @@ Status Edge::OpenStreams() {
   return absl::OkStatus();
 }
 
-// Stream i runs on the device its hwaccel names when that is one of the devices, else on devices[i mod D];
-// an unnumbered "cuda" decoder becomes the GPU of the stream's device (so its frames can stay there).
 void Edge::AssignDevices() {
-  const size_t n = config_.devices.size();
-  for (size_t i = 0; i < config_.streams.size(); ++i) {
-    const StreamConfig& sc = config_.streams[i];
-    size_t device = i % n;
-    if (StatusOr<std::optional<int>> gpu = video::ParseHwaccel(sc.hwaccel); gpu.ok() && *gpu) {
-      for (size_t d = 0; d < n; ++d) {
-        if (CudaOrdinal(config_.devices[d]) == **gpu) device = d;
-      }
-    }
-    std::string hwaccel = sc.hwaccel;
-    if (hwaccel == "cuda" && CudaOrdinal(config_.devices[device]) >= 0) hwaccel = config_.devices[device];
-    stream_device_.push_back(device);
-    stream_hwaccel_.push_back(std::move(hwaccel));
+  for (StreamDevice& sd : AssignStreamDevices(config_)) {
+    stream_device_.push_back(sd.device);
+    stream_hwaccel_.push_back(std::move(sd.hwaccel));
   }
 }
 

@@ -71,6 +71,26 @@ int CudaOrdinal(const std::string& device) {
   return std::stoi(device.substr(5));
 }
 
+std::vector<StreamDevice> AssignStreamDevices(const EdgeConfig& config) {
+  std::vector<StreamDevice> out;
+  const size_t n = std::max<size_t>(config.devices.size(), 1);
+  for (size_t i = 0; i < config.streams.size(); ++i) {
+    const StreamConfig& sc = config.streams[i];
+    StreamDevice sd{i % n, sc.hwaccel};
+    // An explicit "cuda:N" picks the device; "cuda" alone (read as GPU 0 by the decoder) does not.
+    if (StatusOr<std::optional<int>> gpu = video::ParseHwaccel(sc.hwaccel); gpu.ok() && *gpu && sc.hwaccel != "cuda") {
+      for (size_t d = 0; d < config.devices.size(); ++d) {
+        if (CudaOrdinal(config.devices[d]) == **gpu) sd.device = d;
+      }
+    }
+    if (sd.hwaccel == "cuda" && sd.device < config.devices.size() && CudaOrdinal(config.devices[sd.device]) >= 0) {
+      sd.hwaccel = config.devices[sd.device];
+    }
+    out.push_back(std::move(sd));
+  }
+  return out;
+}
+
 StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& name) {
   VIGIL_ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Parse(yaml, name));
   EdgeConfig cfg;

@@ -91,6 +91,44 @@ TEST(EdgeConfig, DeviceAndPrecision) {
   EXPECT_EQ(e.find("device"), std::string::npos) << e;  // cuda:1 is valid
 }
 
+TEST(EdgeConfig, DeviceListAndStreamAssignment) {
+  StatusOr<EdgeConfig> c = ParseEdgeConfig(
+      "edge: e\naggregator: h:1\nmodel: {path: m.onnx, device: [cuda:0, cuda, 'cuda:3'], workers: 3}\n"
+      "streams:\n  - {id: a, source: f, hwaccel: cuda}\n  - {id: b, source: f, hwaccel: cuda}\n"
+      "  - {id: c, source: f, hwaccel: 'cuda:0'}\n  - {id: d, source: f}\n  - {id: e, source: f, hwaccel: 'cuda:7'}\n",
+      "edge.yaml");
+  ASSERT_FALSE(c.ok()) << "cuda and cuda:0 are the same device";
+  EXPECT_NE(std::string(c.status().message()).find("a device is listed twice"), std::string::npos) << c.status();
+  c = ParseEdgeConfig(
+      "edge: e\naggregator: h:1\nmodel: {path: m.onnx, device: [cuda:1, 'cuda:3'], workers: 3}\n"
+      "streams:\n  - {id: a, source: f, hwaccel: cuda}\n  - {id: b, source: f, hwaccel: cuda}\n"
+      "  - {id: c, source: f, hwaccel: 'cuda:1'}\n  - {id: d, source: f}\n  - {id: e, source: f, hwaccel: 'cuda:7'}\n",
+      "edge.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->devices, (std::vector<std::string>{"cuda:1", "cuda:3"}));
+  EXPECT_EQ(c->workers_per_device, 3);
+  EXPECT_EQ(CudaOrdinal("cuda:3"), 3);
+  EXPECT_EQ(CudaOrdinal("cpu"), -1);
+  const std::vector<StreamDevice> sd = AssignStreamDevices(*c);
+  ASSERT_EQ(sd.size(), 5u);
+  // Round-robin, an unnumbered "cuda" decoding on its device's GPU; an explicit GPU that is one of the
+  // devices pins the stream there; one that is not keeps the round-robin device and its own decoder.
+  EXPECT_EQ(sd[0].device, 0u);
+  EXPECT_EQ(sd[0].hwaccel, "cuda:1");
+  EXPECT_EQ(sd[1].device, 1u);
+  EXPECT_EQ(sd[1].hwaccel, "cuda:3");
+  EXPECT_EQ(sd[2].device, 0u);
+  EXPECT_EQ(sd[2].hwaccel, "cuda:1");
+  EXPECT_EQ(sd[3].device, 1u);
+  EXPECT_EQ(sd[3].hwaccel, "");
+  EXPECT_EQ(sd[4].device, 0u);
+  EXPECT_EQ(sd[4].hwaccel, "cuda:7");
+  c = ParseEdgeConfig("edge: e\naggregator: h:1\nmodel: {path: m.onnx, device: []}\nstreams:\n  - {id: a, source: f}\n",
+                      "edge.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("the list is empty"), std::string::npos) << c.status();
+}
+
 TEST(EdgeConfig, OutOfRangeValuesNameKeyAndLine) {
   std::string e = ErrorWith("max_batch: 4", "max_batch: 0");
   EXPECT_NE(e.find("edge.yaml:4:"), std::string::npos) << e;

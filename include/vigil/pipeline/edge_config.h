@@ -128,6 +128,15 @@ struct EdgeConfig {
 // CUDA ordinal of an engine device as EdgeConfig::devices holds it: "cuda:N" → N; -1 otherwise ("cpu").
 int CudaOrdinal(const std::string& device);
 
+// Where each stream (config order) is detected and decoded: stream i runs on the device its hwaccel names
+// explicitly ("cuda:N" when that is one of config.devices), else on devices[i mod D]; an unnumbered
+// hwaccel "cuda" becomes the GPU of the stream's device (so NVDEC frames stay where they are detected).
+struct StreamDevice {
+  size_t device = 0;    // index into config.devices
+  std::string hwaccel;  // what the stream's Source is asked to decode on
+};
+std::vector<StreamDevice> AssignStreamDevices(const EdgeConfig& config);
+
 // Errors: NotFound (unreadable file), InvalidArgument listing each bad key with line:column.
 StatusOr<EdgeConfig> LoadEdgeConfig(const std::string& path);
 StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& name);
