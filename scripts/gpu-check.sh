@@ -126,7 +126,7 @@ run() {
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$DEV"/whl/*.whl >/dev/null 2>&1 &&
     export PYTHONPATH="/tmp/site:$ROOT/tools/testmodels:${PYTHONPATH:-}"
-  # Images as H x W x 3 uint8 BGR .npy for the GPU tests and `streams` (vigil-engine reads no image files).
+  # Images as H x W x 3 uint8 BGR .npy for the GPU tests (vigil-engine reads no image files).
   mkdir -p /tmp/images-npy
   python3 -c 'import cv2, numpy as np, pathlib, sys
 for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
