@@ -227,6 +227,43 @@ Status Edge::OpenStreams() {
   return absl::OkStatus();
 }
 
+}  // namespace
+
+WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, bool symbolic_batch, int cores) {
+  WorkerPoolOptions wo;
+  wo.model_path = config.model_path;
+  wo.detector.engine.threads = config.threads;
+  if (StatusOr<infer::Precision> p = infer::ParsePrecision(config.precision); p.ok()) wo.detector.engine.precision = *p;
+  wo.detector.engine.batch = config.model_batch;
+  const bool all_gpus = std::all_of(config.devices.begin(), config.devices.end(),
+                                    [](const std::string& d) { return CudaOrdinal(d) >= 0; });
+  // On GPUs a model with a symbolic batch runs the cross-stream batches whole: one engine run per batch, not
+  // one per frame (a fixed batch stays the model's). A partial batch is padded, which a GPU absorbs; on the
+  // CPU padding costs in proportion, so there the engine batch stays 1 unless model.batch says.
+  if (config.model_batch == 0 && config.max_batch > 1 && all_gpus && symbolic_batch) {
+    wo.detector.engine.batch = config.max_batch;
+  }
+  wo.detector.conf = static_cast<float>(config.conf);
+  wo.detector.iou = static_cast<float>(config.iou);
+  wo.detector.max_det = config.max_det;
+  wo.devices = config.devices;
+  wo.workers_per_device = config.workers_per_device > 0 ? config.workers_per_device : all_gpus ? 2 : 1;
+  if (config.threads == 0 && wo.workers_per_device > 1 &&
+      std::find(config.devices.begin(), config.devices.end(), "cpu") != config.devices.end()) {
+    // Several CPU Detectors share the cores: each takes its part instead of all of them (oversubscribed
+    // OpenMP teams spin against each other).
+    wo.detector.engine.threads = std::max(1, std::max(cores, 1) / wo.workers_per_device);
+  }
+  wo.max_batch = static_cast<size_t>(config.max_batch);
+  wo.max_wait = milliseconds(config.max_wait_ms);
+  wo.streams = std::max<size_t>(config.streams.size(), 1);
+  for (const StreamDevice& sd : AssignStreamDevices(config)) wo.stream_device.push_back(sd.device);
+  if (wo.stream_device.empty()) wo.stream_device.push_back(0);
+  return wo;
+}
+
+namespace {
+
 void Edge::AssignDevices() {
   for (StreamDevice& sd : AssignStreamDevices(config_)) {
     stream_device_.push_back(sd.device);
@@ -251,39 +288,13 @@ Status Edge::LoadWorkers() {
       spdlog::warn("hwaccel: {}; its streams decode on the CPU", std::string(held.status().message()));
     }
   }
-  WorkerPoolOptions wo;
-  wo.model_path = config_.model_path;
-  wo.detector.engine.threads = config_.threads;
-  if (StatusOr<infer::Precision> p = infer::ParsePrecision(config_.precision); p.ok()) wo.detector.engine.precision = *p;
-  wo.detector.engine.batch = config_.model_batch;
-  const bool all_gpus = std::all_of(config_.devices.begin(), config_.devices.end(),
-                                    [](const std::string& d) { return CudaOrdinal(d) >= 0; });
-  if (config_.model_batch == 0 && config_.max_batch > 1 && all_gpus) {
-    // On GPUs a model with a symbolic batch runs the cross-stream batches whole: one engine run per batch,
-    // not one per frame (a fixed batch stays the model's). A partial batch is padded, which a GPU absorbs;
-    // on the CPU padding costs in proportion, so there the engine batch stays 1 unless model.batch says.
-    if (StatusOr<infer::ModelSummary> m = infer::InspectModel(config_.model_path);
-        m.ok() && !m->inputs.empty() && !m->inputs[0].dims.empty() && m->inputs[0].dims[0].value <= 0) {
-      wo.detector.engine.batch = config_.max_batch;
-    }
+  bool symbolic_batch = false;
+  if (StatusOr<infer::ModelSummary> m = infer::InspectModel(config_.model_path);
+      m.ok() && !m->inputs.empty() && !m->inputs[0].dims.empty()) {
+    symbolic_batch = m->inputs[0].dims[0].value <= 0;
   }
-  wo.detector.conf = static_cast<float>(config_.conf);
-  wo.detector.iou = static_cast<float>(config_.iou);
-  wo.detector.max_det = config_.max_det;
-  wo.devices = config_.devices;
-  wo.workers_per_device = config_.workers_per_device > 0 ? config_.workers_per_device : all_gpus ? 2 : 1;
-  if (config_.threads == 0 && wo.workers_per_device > 1 &&
-      std::find(config_.devices.begin(), config_.devices.end(), "cpu") != config_.devices.end()) {
-    // Several CPU Detectors share the cores: each takes its part instead of all of them (oversubscribed
-    // OpenMP teams spin against each other).
-    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    wo.detector.engine.threads = std::max(1, cores / wo.workers_per_device);
-  }
-  wo.max_batch = static_cast<size_t>(config_.max_batch);
-  wo.max_wait = milliseconds(config_.max_wait_ms);
-  wo.streams = std::max<size_t>(config_.streams.size(), 1);
-  wo.stream_device = stream_device_;
-  if (wo.stream_device.empty()) wo.stream_device.push_back(0);
+  WorkerPoolOptions wo =
+      EdgeWorkerOptions(config_, symbolic_batch, static_cast<int>(std::thread::hardware_concurrency()));
   VIGIL_ASSIGN_OR_RETURN(pool_, WorkerPool::Load(std::move(wo)));
   device_gpu_.assign(config_.devices.size(), -1);
   for (size_t w = 0; w < pool_->num_workers(); ++w) {

@@ -1,5 +1,7 @@
 #include "vigil/pipeline/edge_config.h"
 
+#include "vigil/pipeline/edge.h"
+
 #include <gtest/gtest.h>
 
 namespace vigil::pipeline {
@@ -127,6 +129,36 @@ TEST(EdgeConfig, DeviceListAndStreamAssignment) {
                       "edge.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(std::string(c.status().message()).find("the list is empty"), std::string::npos) << c.status();
+}
+
+TEST(EdgeConfig, WorkerOptionsFollowTheDevicesAndTheModelsBatch) {
+  auto parse = [](const std::string& model_yaml) {
+    StatusOr<EdgeConfig> c = ParseEdgeConfig("edge: e\naggregator: h:1\nmodel: {path: m.onnx" + model_yaml +
+                                                 "}\nbatching: {max_batch: 16, max_wait_ms: 3}\nstreams:\n"
+                                                 "  - {id: a, source: f}\n  - {id: b, source: f}\n  - {id: c, source: f}\n",
+                                             "edge.yaml");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *c;
+  };
+  // GPUs: 2 workers each, a symbolic batch runs whole batches; a fixed one stays the model's (0).
+  WorkerPoolOptions o = EdgeWorkerOptions(parse(", device: [cuda:0, cuda:1], precision: fp16"), true, 16);
+  EXPECT_EQ(o.workers_per_device, 2);
+  EXPECT_EQ(o.detector.engine.batch, 16);
+  EXPECT_EQ(o.detector.engine.precision, infer::Precision::kFp16);
+  EXPECT_EQ(o.max_batch, 16u);
+  EXPECT_EQ(o.max_wait, std::chrono::milliseconds(3));
+  EXPECT_EQ(o.stream_device, (std::vector<size_t>{0, 1, 0}));
+  EXPECT_EQ(EdgeWorkerOptions(parse(", device: cuda:0"), false, 16).detector.engine.batch, 0);
+  EXPECT_EQ(EdgeWorkerOptions(parse(", device: cuda:0, batch: 4"), true, 16).detector.engine.batch, 4);
+  // CPU: one worker with every core (threads 0), engine batch 1 for a symbolic batch (no padding).
+  o = EdgeWorkerOptions(parse(""), true, 16);
+  EXPECT_EQ(o.workers_per_device, 1);
+  EXPECT_EQ(o.detector.engine.batch, 0);
+  EXPECT_EQ(o.detector.engine.threads, 0);
+  // Several CPU workers split the cores; explicit threads are kept.
+  EXPECT_EQ(EdgeWorkerOptions(parse(", workers: 2"), true, 16).detector.engine.threads, 8);
+  EXPECT_EQ(EdgeWorkerOptions(parse(", workers: 4"), true, 2).detector.engine.threads, 1);
+  EXPECT_EQ(EdgeWorkerOptions(parse(", workers: 2, threads: 3"), true, 16).detector.engine.threads, 3);
 }
 
 TEST(EdgeConfig, OutOfRangeValuesNameKeyAndLine) {
