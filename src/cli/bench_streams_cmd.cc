@@ -23,8 +23,9 @@
 // dropped and p99 frame→detection <= --budget-ms; the sweep stops at the first count that does not hold.
 // CPU ms per frame: the process's CPU time (edge and aggregator, getrusage) over the window / frames served.
 //
-// A model or --video file that does not open fails the run (exit 2, naming it); an edge that fails during
-// a trial ends that trial with its error, which then does not hold. Exit codes as cli/commands.h. Output:
+// A model or --video file that does not open fails the run (exit 2, naming it); an edge that cannot start
+// (e.g. the model on a device that is not there) fails it with exit 1 and its error; an edge that fails
+// during a trial ends that trial with its error, which then does not hold. Exit codes as cli/commands.h. Output:
 // a table, or with --json one object with a summary and one entry per stream count.
 #include <algorithm>
 #include <atomic>
@@ -103,6 +104,7 @@ struct TrialResult {
   Latency decode;                                 // Frame::decode_ns of the frames served, ms
   int64_t decode_errors = 0;
   bool holds = false;
+  bool started = false;  // the edge started its streams (else `error` says why it could not: model, device)
   std::string error;
 };
 
@@ -289,7 +291,8 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
   edge.join();
   (*agg)->Stop();
   if (!result.ok()) r.error = std::string(result.message());
-  if (started_ns.load() == 0 && r.error.empty()) r.error = "the edge did not start its streams within 300 s";
+  r.started = started_ns.load() != 0;
+  if (!r.started && r.error.empty()) r.error = "the edge did not start its streams within 300 s";
 
   r.dropped = static_cast<int64_t>(SumCounter(scrape, "vigil_edge_frames_dropped_total", "stream="));
   r.decode_errors = static_cast<int64_t>(SumCounter(scrape, "vigil_edge_decode_errors_total", "stream="));
@@ -450,11 +453,20 @@ int BenchStreams(BenchStreamsArgs a) {
                   r.served_fps, r.detection.p50, r.detection.p99, r.stored.p50, r.stored.p99,
                   static_cast<long long>(r.unserved), static_cast<long long>(r.dropped), r.mean_batch, r.min_stream_fps,
                   r.cpu_ms_per_frame, r.holds ? "yes" : "no");
-      std::printf("  decoded on:");
-      for (const auto& [where, streams] : r.streams_by_decoder) std::printf(" %s: %d;", where.c_str(), streams);
-      std::printf(" startup %.1f s\n", r.startup_s);
+      if (r.started) {
+        std::printf("  decoded on:");
+        for (const auto& [where, streams] : r.streams_by_decoder) std::printf(" %s: %d;", where.c_str(), streams);
+        std::printf(" startup %.1f s\n", r.startup_s);
+      }
       if (!r.error.empty()) std::printf("  error: %s\n", r.error.c_str());
       std::fflush(stdout);
+    }
+    if (!r.started) {
+      // Not a measurement: the edge could not run at all (the model on that device, the state folder, ...).
+      std::fprintf(stderr, "vigil bench streams: the edge did not start: %s%s\n", r.error.c_str(),
+                   std::find(devices.begin(), devices.end(), "cpu") == devices.end() ? " (--devices cpu runs on the CPU)" : "");
+      fs::remove_all(work, ec);
+      return 1;
     }
     if (!r.holds) break;
   }
@@ -489,7 +501,8 @@ void AddBenchStreamsCommand(CLI::App& bench, int* exit_code) {
   auto a = std::make_shared<BenchStreamsArgs>();
   CLI::App* cmd = bench.add_subcommand(
       "streams", "Largest number of real-time streams the edge pipeline holds, against an in-process aggregator "
-                 "(synthetic frames or, with --video, each stream decoding a file; see --help)");
+                 "(synthetic frames or, with --video, each stream decoding a file). Latencies in ms; cpu ms/fr: "
+                 "process CPU time per frame served");
   cmd->add_option("--model", a->model, "ONNX detection model")->required()->check(CLI::ExistingFile);
   cmd->add_option("--devices", a->devices, "comma-separated devices, e.g. cuda:0,cuda:1 (or cpu)")->capture_default_str();
   cmd->add_option("--precision", a->precision, "CUDA precision: fp32 or fp16")->capture_default_str();

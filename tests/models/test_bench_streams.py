@@ -100,6 +100,10 @@ def test_bad_arguments_are_named(tmp_path):
     assert p.returncode == 2 and "--devices: 'gpu0' is not cpu or cuda:N" in p.stderr, describe(p)
     p = vigil("bench", "streams", "--model", model, "--devices", "cpu", "--precision", "int4")
     assert p.returncode == 2 and "--precision" in p.stderr, describe(p)
+    # An edge that cannot start is not a measurement: exit 1 with its error (no GPU here, or not this one).
+    p = vigil("bench", "streams", "--model", model, "--devices", "cuda:63", "--streams", "1", "--seconds", "1",
+              "--warmup-s", "0", timeout=120)
+    assert p.returncode == 1 and "the edge did not start" in p.stderr and "--devices cpu" in p.stderr, describe(p)
     bad = tmp_path / "model.onnx"
     bad.write_bytes(b"not a model")
     p = vigil("bench", "streams", "--model", bad, "--devices", "cpu")
