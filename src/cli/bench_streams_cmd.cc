@@ -185,7 +185,6 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
   cfg.state_dir = (dir / "state").string();
   cfg.progress_flush_ms = a.progress_flush_ms;
   cfg.max_outbox = 1 << 20;
-  cfg.placement.bind = true;
   for (int s = 0; s < n; ++s) {
     pipeline::StreamConfig sc;
     sc.id = StreamId(s);

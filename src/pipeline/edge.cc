@@ -138,8 +138,7 @@ class Edge final : public transport::CourierHandler {
   std::unique_ptr<WorkerPool> pool_;
   std::vector<std::string> class_names_;
   std::vector<std::shared_ptr<void>> decode_devices_;  // FFmpeg's CUDA contexts, held before the model loads
-  std::vector<size_t> stream_device_;       // per stream: index into config_.devices (AssignDevices)
-  std::vector<std::string> stream_hwaccel_;  // per stream: its hwaccel, "cuda" made its device's GPU
+  std::vector<std::string> stream_hwaccel_;  // per stream: its hwaccel, "cuda" made its device's GPU (AssignDevices)
   std::vector<int> device_gpu_;  // per device: CUDA ordinal whose NVDEC frames its Detectors read in place; -1 none
   std::function<void(const BatchResult&)> on_detected_;  // EdgeRunOptions::on_detected
   std::function<void(const transport::Ack&)> on_acked_;   // EdgeRunOptions::on_acked
@@ -202,7 +201,7 @@ Status Edge::OpenStreams() {
     so.hwaccel = stream_hwaccel_[index];
     // Frames decoded on the GPU of the stream's Detectors stay there (NV12 into the GPU letterbox);
     // save_frames needs host pixels, so such a stream gets host frames.
-    const int gpu = device_gpu_[stream_device_[index]];
+    const int gpu = device_gpu_[pool_->device_of(index)];
     const StatusOr<std::optional<int>> decode_gpu = video::ParseHwaccel(so.hwaccel);
     so.deliver_device_frames = gpu >= 0 && decode_gpu.ok() && *decode_gpu == gpu && sc.save_frames.empty();
     if (!sc.save_frames.empty()) {
@@ -229,7 +228,7 @@ Status Edge::OpenStreams() {
 
 }  // namespace
 
-WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, bool symbolic_batch, int cores) {
+WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, const std::function<bool()>& symbolic_batch, int cores) {
   WorkerPoolOptions wo;
   wo.model_path = config.model_path;
   wo.detector.engine.threads = config.threads;
@@ -240,7 +239,7 @@ WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, bool symbolic_batc
   // On GPUs a model with a symbolic batch runs the cross-stream batches whole: one engine run per batch, not
   // one per frame (a fixed batch stays the model's). A partial batch is padded, which a GPU absorbs; on the
   // CPU padding costs in proportion, so there the engine batch stays 1 unless model.batch says.
-  if (config.model_batch == 0 && config.max_batch > 1 && all_gpus && symbolic_batch) {
+  if (config.model_batch == 0 && config.max_batch > 1 && all_gpus && symbolic_batch()) {
     wo.detector.engine.batch = config.max_batch;
   }
   wo.detector.conf = static_cast<float>(config.conf);
@@ -265,8 +264,7 @@ WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, bool symbolic_batc
 namespace {
 
 void Edge::AssignDevices() {
-  for (StreamDevice& sd : AssignStreamDevices(config_)) {
-    stream_device_.push_back(sd.device);
+  for (StreamDevice& sd : AssignStreamDevices(config_)) {  // the device itself: pool_->device_of
     stream_hwaccel_.push_back(std::move(sd.hwaccel));
   }
 }
@@ -288,11 +286,11 @@ Status Edge::LoadWorkers() {
       spdlog::warn("hwaccel: {}; its streams decode on the CPU", std::string(held.status().message()));
     }
   }
-  bool symbolic_batch = false;
-  if (StatusOr<infer::ModelSummary> m = infer::InspectModel(config_.model_path);
-      m.ok() && !m->inputs.empty() && !m->inputs[0].dims.empty()) {
-    symbolic_batch = m->inputs[0].dims[0].value <= 0;
-  }
+  // The model file is read for its batch dimension only when the answer changes the engine batch.
+  const auto symbolic_batch = [&] {
+    StatusOr<infer::ModelSummary> m = infer::InspectModel(config_.model_path);
+    return m.ok() && !m->inputs.empty() && !m->inputs[0].dims.empty() && m->inputs[0].dims[0].value <= 0;
+  };
   WorkerPoolOptions wo =
       EdgeWorkerOptions(config_, symbolic_batch, static_cast<int>(std::thread::hardware_concurrency()));
   VIGIL_ASSIGN_OR_RETURN(pool_, WorkerPool::Load(std::move(wo)));

@@ -46,7 +46,6 @@ StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Load(WorkerPoolOptions options
   }
   std::unique_ptr<WorkerPool> pool(new WorkerPool(std::move(options)));
   WorkerPoolOptions& o = pool->options_;
-  pool->devices_ = o.devices;
   const size_t num_devices = o.devices.size();
   pool->stream_device_.resize(o.streams);
   std::vector<size_t> streams_of(num_devices, 0);

@@ -2,13 +2,25 @@
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from common import vigil_bin
+
+
+def skip_without(model: Path, *tools: str):
+    """Skips the calling test unless VIGIL_BIN, `model` and the command-line `tools` are there."""
+    for need, what in ((vigil_bin(), "VIGIL_BIN"), *((shutil.which(t), t) for t in tools)):
+        if not need:
+            pytest.skip(f"{what} not available")
+    if not model.is_file():
+        pytest.skip(f"{model} missing (set VIGIL_SHARED_MODELS)")
 
 
 def free_port() -> int:

@@ -16,7 +16,6 @@ Needs: VIGIL_BIN, ffmpeg (lavfi testsrc, libx264, mpegts), the int8 YOLOv8n in V
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import socket
 import struct
@@ -29,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from common import SHARED_DIR, THREADS, vigil_bin
-from edge_harness import Aggregator, Camera, free_port, parse_metrics, query, stop
+from edge_harness import Aggregator, Camera, free_port, parse_metrics, query, skip_without, stop
 
 MODEL = SHARED_DIR / "yolov8n_coco_640_int8dyn.onnx"
 HEADER = 16
@@ -38,11 +37,7 @@ REPORT, ACK = 2, 3  # protocol.h MessageType
 
 @pytest.fixture(autouse=True)
 def needs():
-    for need, what in ((vigil_bin(), "VIGIL_BIN"), (shutil.which("ffmpeg"), "ffmpeg")):
-        if not need:
-            pytest.skip(f"{what} not available")
-    if not MODEL.is_file():
-        pytest.skip(f"{MODEL} missing (set VIGIL_SHARED_MODELS)")
+    skip_without(MODEL, "ffmpeg")
 
 
 class Proxy:

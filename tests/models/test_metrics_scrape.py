@@ -12,7 +12,6 @@ Needs: VIGIL_BIN, ffmpeg (lavfi testsrc, libx264, mpegts), the int8 YOLOv8n in V
 from __future__ import annotations
 
 import math
-import shutil
 import signal
 import subprocess
 import time
@@ -22,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from common import SHARED_DIR, THREADS, vigil_bin
-from edge_harness import Aggregator, Camera, free_port, stop, stored_frames
+from edge_harness import Aggregator, Camera, free_port, skip_without, stop, stored_frames
 
 MODEL = SHARED_DIR / "yolov8n_coco_640_int8dyn.onnx"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -83,11 +82,7 @@ AGGREGATOR_FAMILIES = {
 
 @pytest.fixture(autouse=True)
 def needs():
-    for need, what in ((vigil_bin(), "VIGIL_BIN"), (shutil.which("ffmpeg"), "ffmpeg")):
-        if not need:
-            pytest.skip(f"{what} not available")
-    if not MODEL.is_file():
-        pytest.skip(f"{MODEL} missing (set VIGIL_SHARED_MODELS)")
+    skip_without(MODEL, "ffmpeg")
 
 
 def scrape(port: int) -> str:

@@ -140,25 +140,31 @@ TEST(EdgeConfig, WorkerOptionsFollowTheDevicesAndTheModelsBatch) {
     EXPECT_TRUE(c.ok()) << c.status();
     return *c;
   };
+  const auto yes = [] { return true; };
+  const auto no = [] { return false; };
+  int asked = 0;
+  const auto counted = [&] { ++asked; return true; };
   // GPUs: 2 workers each, a symbolic batch runs whole batches; a fixed one stays the model's (0).
-  WorkerPoolOptions o = EdgeWorkerOptions(parse(", device: [cuda:0, cuda:1], precision: fp16"), true, 16);
+  WorkerPoolOptions o = EdgeWorkerOptions(parse(", device: [cuda:0, cuda:1], precision: fp16"), yes, 16);
   EXPECT_EQ(o.workers_per_device, 2);
   EXPECT_EQ(o.detector.engine.batch, 16);
   EXPECT_EQ(o.detector.engine.precision, infer::Precision::kFp16);
   EXPECT_EQ(o.max_batch, 16u);
   EXPECT_EQ(o.max_wait, std::chrono::milliseconds(3));
   EXPECT_EQ(o.stream_device, (std::vector<size_t>{0, 1, 0}));
-  EXPECT_EQ(EdgeWorkerOptions(parse(", device: cuda:0"), false, 16).detector.engine.batch, 0);
-  EXPECT_EQ(EdgeWorkerOptions(parse(", device: cuda:0, batch: 4"), true, 16).detector.engine.batch, 4);
-  // CPU: one worker with every core (threads 0), engine batch 1 for a symbolic batch (no padding).
-  o = EdgeWorkerOptions(parse(""), true, 16);
+  EXPECT_EQ(EdgeWorkerOptions(parse(", device: cuda:0"), no, 16).detector.engine.batch, 0);
+  EXPECT_EQ(EdgeWorkerOptions(parse(", device: cuda:0, batch: 4"), yes, 16).detector.engine.batch, 4);
+  // CPU: one worker with every core (threads 0), engine batch 1 for a symbolic batch (no padding); the
+  // model is not even asked.
+  o = EdgeWorkerOptions(parse(""), counted, 16);
+  EXPECT_EQ(asked, 0);
   EXPECT_EQ(o.workers_per_device, 1);
   EXPECT_EQ(o.detector.engine.batch, 0);
   EXPECT_EQ(o.detector.engine.threads, 0);
   // Several CPU workers split the cores; explicit threads are kept.
-  EXPECT_EQ(EdgeWorkerOptions(parse(", workers: 2"), true, 16).detector.engine.threads, 8);
-  EXPECT_EQ(EdgeWorkerOptions(parse(", workers: 4"), true, 2).detector.engine.threads, 1);
-  EXPECT_EQ(EdgeWorkerOptions(parse(", workers: 2, threads: 3"), true, 16).detector.engine.threads, 3);
+  EXPECT_EQ(EdgeWorkerOptions(parse(", workers: 2"), yes, 16).detector.engine.threads, 8);
+  EXPECT_EQ(EdgeWorkerOptions(parse(", workers: 4"), yes, 2).detector.engine.threads, 1);
+  EXPECT_EQ(EdgeWorkerOptions(parse(", workers: 2, threads: 3"), yes, 16).detector.engine.threads, 3);
 }
 
 TEST(EdgeConfig, OutOfRangeValuesNameKeyAndLine) {

@@ -33,6 +33,16 @@ Bgr PixelAt(const Frame& f, int x, int y) {
   return {p[0], p[1], p[2]};
 }
 
+// A resumed source delivers frames first, first + 1, … of the full run: same seq, pts and pixels.
+void ExpectSameFramesFrom(const std::vector<Frame>& resumed, const std::vector<Frame>& full, size_t first) {
+  ASSERT_LE(first + resumed.size(), full.size());
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i].seq, first + i);
+    EXPECT_EQ(resumed[i].pts_ns, full[first + i].pts_ns);
+    EXPECT_EQ(resumed[i].bgr, full[first + i].bgr);
+  }
+}
+
 // The centres of the four quadrants, top-left, top-right, bottom-left, bottom-right, within `tolerance`.
 void ExpectQuadrants(const Frame& f, const std::array<Bgr, 4>& expected, int tolerance) {
   const std::array<std::pair<int, int>, 4> centres = {
@@ -452,11 +462,7 @@ TEST(FileSourceTest, ResumeSkipsAcknowledgedFrames) {
   ASSERT_TRUE(source);
   const std::vector<Frame> resumed = ReadAll(*source);
   ASSERT_EQ(resumed.size(), 10u);
-  for (size_t i = 0; i < resumed.size(); ++i) {
-    EXPECT_EQ(resumed[i].seq, 20 + i);
-    EXPECT_EQ(resumed[i].pts_ns, full[20 + i].pts_ns);
-    EXPECT_EQ(resumed[i].bgr, full[20 + i].bgr);
-  }
+  ExpectSameFramesFrom(resumed, full, 20);
   EXPECT_EQ(source->Stats().skipped_resume, 20u);
 }
 
@@ -660,11 +666,7 @@ TEST(SyntheticSourceTest, TargetFpsAndResumeDeliverTheSameFrames) {
   ASSERT_TRUE(source);
   const std::vector<Frame> resumed = ReadAll(*source);
   ASSERT_EQ(resumed.size(), 15u);
-  for (size_t i = 0; i < resumed.size(); ++i) {
-    EXPECT_EQ(resumed[i].seq, 5 + i);
-    EXPECT_EQ(resumed[i].pts_ns, full[5 + i].pts_ns);
-    EXPECT_EQ(resumed[i].bgr, full[5 + i].bgr);
-  }
+  ExpectSameFramesFrom(resumed, full, 5);
   EXPECT_EQ(source->Stats().skipped_resume, 5u);
 
   options.target_fps = 0;

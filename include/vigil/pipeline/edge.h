@@ -91,11 +91,11 @@ struct EdgeRunOptions {
 
 // The WorkerPool the edge runs for `config` (model_path, detector options, devices, batching, stream →
 // device by AssignStreamDevices): workers per device model.workers, else 2 when every device is a GPU and 1
-// otherwise; a model whose batch is symbolic (`symbolic_batch`) gets engine batch max_batch on GPUs when
-// model.batch is 0 (one engine run per cross-stream batch) and stays at 1 on the CPU (padding a partial
-// batch costs in proportion there); on the CPU with threads 0 and several workers each takes cores / workers
-// threads. Pure: no file is read.
-WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, bool symbolic_batch, int cores);
+// otherwise; a model whose batch is symbolic (`symbolic_batch()` says so; asked only on GPUs with model.batch
+// 0 and max_batch > 1) gets engine batch max_batch there (one engine run per cross-stream batch) and stays
+// at 1 on the CPU (padding a partial batch costs in proportion there); on the CPU with threads 0 and several
+// workers each takes cores / workers threads. Reads no file itself.
+WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, const std::function<bool()>& symbolic_batch, int cores);
 
 Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& registry,
                const EdgeRunOptions& options = {});

@@ -121,7 +121,7 @@ class WorkerPool {
   // Waits for the workers and the sink thread to end (so: call Close first).
   void Join();
 
-  size_t num_devices() const { return devices_.size(); }
+  size_t num_devices() const { return options_.devices.size(); }
   size_t num_workers() const { return workers_.size(); }
   size_t device_of(size_t stream) const { return stream_device_[stream]; }
   // Detector of worker `w` (0..num_workers()-1): device w / workers_per_device. Immutable, thread-safe.
@@ -148,7 +148,6 @@ class WorkerPool {
   void Deliver(size_t device, uint64_t ticket, BatchResult result);
 
   WorkerPoolOptions options_;
-  std::vector<std::string> devices_;
   std::vector<size_t> stream_device_;
   size_t per_stream_capacity_ = 1;
   std::vector<std::unique_ptr<Batcher<WorkItem>>> batchers_;  // by device
