@@ -1,9 +1,11 @@
-// vigil/transport/connection.h — byte-stream connections (TCP today) behind small interfaces.
+// vigil/transport/connection.h — byte-stream connections behind small interfaces: TCP here, TLS over any
+// connection (tls.h), UCX endpoints (ucx.h).
 //
-// Connection and Dialer are the seam between the report protocol and the wire: the publisher dials
-// through a Dialer, so tests wrap the TCP one with faults (cut a connection after N bytes, delay,
-// drop) the way leveldb tests run on a fault-injecting Env. This module is the only code that opens
-// sockets (docs/architecture.md).
+// Connection, Dialer and Listener are the seam between the report protocol and the wire: the publisher
+// dials through a Dialer and the receiver accepts from a Listener, so the same framing and handshake run
+// over every link kind, and tests wrap them with faults (cut a connection after N bytes, delay, drop)
+// the way leveldb tests run on a fault-injecting Env. The transport module is the only code that opens
+// sockets or UCX endpoints (docs/architecture.md).
 //
 // TCP specifics: sockets are non-blocking with TCP_NODELAY (a report is a small frame; Nagle plus
 // delayed ACKs would add ~40 ms) and close-on-exec; writes use MSG_NOSIGNAL (no SIGPIPE).
@@ -33,8 +35,12 @@ class Connection {
   virtual StatusOr<size_t> Read(char* buf, size_t max, std::chrono::milliseconds timeout) = 0;
   // Makes pending and later Read/Write calls fail promptly with Unavailable. Idempotent.
   virtual void Shutdown() = 0;
-  // The peer's address, "127.0.0.1:40212" or "[::1]:40212".
+  // The peer's address, "127.0.0.1:40212" or "[::1]:40212" (the access control's allow-list matches it).
   virtual std::string peer() const = 0;
+  // What carries the bytes underneath, for metrics and logs: "" for a plain socket; for UCX the
+  // transports its endpoint selected, comma-separated ("tcp", "posix,sysv,cma", "rc_mlx5"); for TLS the
+  // inner connection's. Thread-safe.
+  virtual std::string transports() const { return {}; }
 };
 
 class Dialer {
@@ -50,22 +56,35 @@ class Dialer {
 // Dials host:port over TCP (IPv4 or IPv6, whatever the name resolves to, in resolver order).
 std::unique_ptr<Dialer> MakeTcpDialer(std::string host, uint16_t port);
 
+// Where a receiver accepts connections from (a TCP socket, UCX listener, TLS over either).
+// Thread-safety: Accept from one thread; the accessors from any.
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // The link kind it serves as the configs name it: "tcp", "ucx" (TLS keeps its inner kind: "tcp").
+  virtual std::string_view kind() const = 0;
+  virtual uint16_t port() const = 0;               // the bound port (resolves port 0)
+  virtual const std::string& address() const = 0;  // "0.0.0.0:7400", for logs
+  // Waits up to `timeout` for a connection. Errors: DeadlineExceeded when none arrived, Unavailable
+  // on an error of the listener (e.g. out of file descriptors). A connection whose own setup fails (a
+  // TLS handshake) is not reported here: it fails on its first Read or Write.
+  virtual StatusOr<std::unique_ptr<Connection>> Accept(std::chrono::milliseconds timeout) = 0;
+};
+
 // A listening TCP socket (SO_REUSEADDR, so a restarted aggregator can bind its port at once).
-class TcpListener {
+class TcpListener final : public Listener {
  public:
   // Binds host:port (host "" = all IPv4 interfaces, port 0 = any free port) and listens.
   // Errors: Unavailable naming the address and the OS reason (e.g. "Address already in use").
   static StatusOr<std::unique_ptr<TcpListener>> Listen(const std::string& host, uint16_t port, int backlog = 128);
-  ~TcpListener();
+  ~TcpListener() override;
   TcpListener(const TcpListener&) = delete;
   TcpListener& operator=(const TcpListener&) = delete;
 
-  uint16_t port() const { return port_; }  // the bound port (resolves port 0)
-  const std::string& address() const { return address_; }
-
-  // Waits up to `timeout` for a connection. Errors: DeadlineExceeded when none arrived, Unavailable
-  // on a socket error (e.g. out of file descriptors).
-  StatusOr<std::unique_ptr<Connection>> Accept(std::chrono::milliseconds timeout);
+  std::string_view kind() const override { return "tcp"; }
+  uint16_t port() const override { return port_; }
+  const std::string& address() const override { return address_; }
+  StatusOr<std::unique_ptr<Connection>> Accept(std::chrono::milliseconds timeout) override;
 
  private:
   TcpListener(int fd, uint16_t port, std::string address) : fd_(fd), port_(port), address_(std::move(address)) {}
