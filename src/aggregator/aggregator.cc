@@ -15,6 +15,8 @@
 
 #include "vigil/aggregator/store.h"
 #include "vigil/common/config.h"
+#include "vigil/transport/auth.h"
+#include "vigil/transport/http_access.h"
 #include "vigil/transport/receiver.h"
 
 namespace vigil::aggregator {
@@ -37,7 +39,23 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
   AggregatorConfig c;
   ConfigMap root = file.root();
   root.GetHostPort("listen", &c.listen_host, &c.listen_port);
+  c.ucx_enabled = root.GetHostPort("ucx_listen", &c.ucx_host, &c.ucx_port);
+  if (std::optional<ConfigMap> tls = root.Map("tls")) {
+    tls->Get("cert_file", &c.tls_cert_file, ConfigMap::kRequired);
+    tls->Get("key_file", &c.tls_key_file, ConfigMap::kRequired);
+    tls->Get("client_ca_file", &c.tls_client_ca_file);
+  }
+  root.Get("allow", &c.allow);
+  if (std::optional<ConfigMap> auth = root.Map("auth")) {
+    auth->Get("keys_file", &c.keys_file);
+    auth->Get("required", &c.auth_required);
+  }
   root.GetHostPort("http", &c.http_host, &c.http_port);
+  if (std::optional<ConfigMap> tls = root.Map("http_tls")) {
+    tls->Get("cert_file", &c.http_cert_file, ConfigMap::kRequired);
+    tls->Get("key_file", &c.http_key_file, ConfigMap::kRequired);
+  }
+  root.Get("http_token_file", &c.http_token_file);
   if (root.Get("db", &c.db_path) && c.db_path.empty()) root.Error("db", "must name a file");
   std::string sync;
   if (root.GetOneOf("db_synchronous", &sync, {"normal", "full"})) c.db_synchronous_full = sync == "full";
@@ -45,6 +63,10 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
   root.Get("batch_max", &c.batch_max, 1, 100000);
   root.Get("queue_max", &c.queue_max, 1, 10000000);
   root.Get("peer_timeout_ms", &c.peer_timeout_ms, 100, 3600000);
+  if (c.auth_required && c.keys_file.empty()) {
+    root.Error("auth", "keys_file is required (a YAML map `edge-id: hex key`; make a key with `openssl rand -hex 32`), "
+                       "or `auth: {required: false}` to accept edges without authentication");
+  }
   VIGIL_RETURN_IF_ERROR(file.Finish());
   return c;
 }
@@ -88,9 +110,9 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
 
   AggregatorConfig cfg;
   std::unique_ptr<Store> store;
-  std::unique_ptr<transport::TcpReceiver> receiver;
+  std::vector<std::unique_ptr<transport::Receiver>> receivers;  // the tcp link first, then ucx
   metrics::Registry registry;
-  httplib::Server http;
+  std::unique_ptr<httplib::Server> http;
   int http_port = 0;
   std::thread http_thread, storage_thread;
   bool stopped = false;  // Stop/Kill ran (controlling thread only)
@@ -115,6 +137,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "duplicate"}});
   metrics::Counter& stale_reports =
       registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "stale"}});
+  metrics::Counter& superseded_reports =
+      registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "superseded"}});
   metrics::Counter& hellos_granted =
       registry.GetCounter("vigil_aggregator_hellos_total", "Hellos by decision", {{"result", "granted"}});
   metrics::Counter& hellos_readmitted =
@@ -237,14 +261,24 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     (g->kind == Grant::kNew ? hellos_granted : hellos_readmitted).Inc();
     // Evict the sessions of older epochs first, so no Welcome coexists with an older admitted session.
-    std::vector<std::shared_ptr<Session>> older;
+    std::vector<std::shared_ptr<Session>> older, same;
     {
       std::lock_guard lock(mu);
       auto [first, last] = sessions.equal_range(h.edge);
       for (auto it = first; it != last; ++it) {
         const std::shared_ptr<Session>& o = it->second;
-        if (o != s && o->admitted() && o->epoch() < g->epoch) older.push_back(o);
+        if (o == s || !o->admitted()) continue;
+        if (o->epoch() < g->epoch) older.push_back(o);
+        if (o->epoch() == g->epoch) same.push_back(o);
       }
+    }
+    // The same instance came back (a new session after a break, or a move to a preferred link): its old
+    // session ends, and what it still had queued is ignored — the edge re-sends it here, after what the old
+    // session stored, so nothing is stored out of order.
+    for (const std::shared_ptr<Session>& o : same) {
+      spdlog::info("aggregator: edge {}: the session on {} ({}) is superseded by the new one on {} ({})", h.edge,
+                   o->link(), o->peer(), s->link(), s->peer());
+      o->Supersede();
     }
     for (const std::shared_ptr<Session>& o : older) {
       evicted_sessions.Inc();
@@ -283,6 +317,13 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   // Stores a batch of reports (no Hello among them) in one transaction, then queues the answers: one
   // Enqueue per session. No socket I/O here.
   void ProcessReports(std::vector<Item>& batch) {
+    // Reports of a superseded session are not stored: the edge re-sends them on its new session.
+    std::erase_if(batch, [this](const Item& item) {
+      if (!item.session->superseded()) return false;
+      superseded_reports.Inc();
+      return true;
+    });
+    if (batch.empty()) return;
     const int64_t now = NowNs();
     std::vector<PendingReport> reports;
     reports.reserve(batch.size());
@@ -338,7 +379,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   // ---- HTTP ----
 
   void Routes() {
-    http.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    http->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
       json j;
       {
         std::lock_guard lock(mu);
@@ -352,11 +393,11 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       res.status = j["status"] == "ok" ? 200 : 503;
       res.set_content(Dump(j), "application/json");
     });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    http->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(registry.Render(), metrics::Registry::kContentType);
     });
-    http.Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
-    http.Get("/api/stats", [this](const httplib::Request&, httplib::Response& res) { Stats(res); });
+    http->Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
+    http->Get("/api/stats", [this](const httplib::Request&, httplib::Response& res) { Stats(res); });
   }
 
   static void Error(httplib::Response& res, int status, const std::string& message) {
@@ -468,39 +509,67 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     res.set_content(Dump({{"edges", std::move(edges)}, {"streams", std::move(streams)}}), "application/json");
   }
 
-  // Mirrors the receiver's counters into the registry at scrape time.
-  void AddTransportMetrics() {
+  // Mirrors each receiver's counters into the registry at scrape time, labelled by link.
+  void AddTransportMetrics(transport::Receiver* rx) {
     struct Mirror {
       std::mutex mu;
       transport::ReceiverStats last;  // GUARDED_BY(mu)
     };
     auto mirror = std::make_shared<Mirror>();
+    const std::string link(rx->kind());
     const char* conn_help = "Edge connections by outcome";
-    metrics::Counter& accepted =
-        registry.GetCounter("vigil_transport_connections_total", conn_help, {{"result", "accepted"}});
-    metrics::Counter& refused =
-        registry.GetCounter("vigil_transport_connections_total", conn_help, {{"result", "refused"}});
+    auto conn = [&](const char* result) -> metrics::Counter* {
+      return &registry.GetCounter("vigil_transport_connections_total", conn_help, {{"link", link}, {"result", result}});
+    };
     const char* disc_help = "Edge connections closed by the aggregator";
-    metrics::Counter& protocol =
-        registry.GetCounter("vigil_transport_disconnects_total", disc_help, {{"reason", "protocol_error"}});
-    metrics::Counter& timeouts =
-        registry.GetCounter("vigil_transport_disconnects_total", disc_help, {{"reason", "timeout"}});
-    metrics::Counter& bytes = registry.GetCounter("vigil_transport_received_bytes_total", "Bytes received from edges");
-    metrics::Counter& frames = registry.GetCounter("vigil_transport_received_frames_total", "Protocol frames received");
-    registry.AddCollectHook([=, this, &accepted, &refused, &protocol, &timeouts, &bytes, &frames] {
+    auto disc = [&](const char* reason) -> metrics::Counter* {
+      return &registry.GetCounter("vigil_transport_disconnects_total", disc_help, {{"link", link}, {"reason", reason}});
+    };
+    struct Counters {
+      metrics::Counter *accepted, *refused, *authenticated, *protocol, *timeouts, *gaps, *repeated, *bytes, *frames;
+    } c{conn("accepted"),
+        conn("refused"),
+        conn("authenticated"),
+        disc("protocol_error"),
+        disc("timeout"),
+        disc("sequence_gap"),
+        &registry.GetCounter("vigil_transport_repeated_reports_total", "Duplicated report frames ignored",
+                             {{"link", link}}),
+        &registry.GetCounter("vigil_transport_received_bytes_total", "Bytes received from edges", {{"link", link}}),
+        &registry.GetCounter("vigil_transport_received_frames_total", "Protocol frames received", {{"link", link}})};
+    // Every reason exists from the start (at 0), so a dashboard's rate() sees the first rejection.
+    std::map<std::string, metrics::Counter*> rejected;
+    for (const char* reason : {transport::kRejectAddress, transport::kRejectUnknownEdge, transport::kRejectBadProof,
+                               transport::kRejectNoProof, transport::kRejectHandshakeTimeout,
+                               transport::kRejectMalformed, transport::kRejectVersion}) {
+      rejected[reason] = &registry.GetCounter("vigil_transport_rejected_total",
+                                              "Connections refused before their session began, by reason",
+                                              {{"link", link}, {"reason", reason}});
+    }
+    registry.AddCollectHook([=, this] {
       {
         std::lock_guard lock(mu);
         queue_depth.Set(static_cast<double>(queue.size()));
       }
-      const transport::ReceiverStats now = receiver->Stats();
+      const transport::ReceiverStats now = rx->Stats();
       std::lock_guard lock(mirror->mu);
       transport::ReceiverStats& last = mirror->last;
-      accepted.Inc(static_cast<double>(now.accepted - last.accepted));
-      refused.Inc(static_cast<double>(now.refused - last.refused));
-      protocol.Inc(static_cast<double>(now.protocol_errors - last.protocol_errors));
-      timeouts.Inc(static_cast<double>(now.timeouts - last.timeouts));
-      bytes.Inc(static_cast<double>(now.bytes - last.bytes));
-      frames.Inc(static_cast<double>(now.frames - last.frames));
+      auto delta = [](uint64_t a, uint64_t b) { return static_cast<double>(a - b); };
+      c.accepted->Inc(delta(now.accepted, last.accepted));
+      c.refused->Inc(delta(now.refused, last.refused));
+      c.authenticated->Inc(delta(now.authenticated, last.authenticated));
+      c.protocol->Inc(delta(now.protocol_errors - now.sequence_gaps, last.protocol_errors - last.sequence_gaps));
+      c.timeouts->Inc(delta(now.timeouts, last.timeouts));
+      c.gaps->Inc(delta(now.sequence_gaps, last.sequence_gaps));
+      c.repeated->Inc(delta(now.repeated_reports, last.repeated_reports));
+      c.bytes->Inc(delta(now.bytes, last.bytes));
+      c.frames->Inc(delta(now.frames, last.frames));
+      for (const auto& [reason, n] : now.rejected) {
+        auto it = rejected.find(reason);
+        if (it == rejected.end()) continue;
+        auto was = last.rejected.find(reason);
+        it->second->Inc(delta(n, was == last.rejected.end() ? 0 : was->second));
+      }
       last = now;
     });
   }
@@ -516,10 +585,12 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       not_empty.notify_all();
       not_full.notify_all();
     }
-    if (crash) receiver->Stop();  // cut the edges first: no ack for anything queued
-    storage_thread.join();        // clean: stores and acks everything queued first
-    receiver->Stop();
-    http.stop();
+    if (crash) {  // cut the edges first: no ack for anything queued
+      for (auto& rx : receivers) rx->Stop();
+    }
+    storage_thread.join();  // clean: stores and acks everything queued first
+    for (auto& rx : receivers) rx->Stop();
+    http->stop();
     http_thread.join();
     spdlog::info("aggregator: {}", crash ? "killed" : "stopped");
   }
@@ -532,37 +603,81 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   auto impl = std::make_unique<Impl>();
   Impl& d = *impl;
   d.cfg = config;
+  // Access control first: a misconfigured key, certificate or network fails the start, naming it.
+  std::shared_ptr<const transport::AllowList> allow;
+  if (!config.allow.empty()) {
+    VIGIL_ASSIGN_OR_RETURN(transport::AllowList list, transport::AllowList::Parse(config.allow));
+    allow = std::make_shared<const transport::AllowList>(std::move(list));
+  }
+  std::shared_ptr<const transport::KeyStore> keys;
+  if (!config.keys_file.empty()) {
+    VIGIL_ASSIGN_OR_RETURN(transport::KeyStore store, transport::KeyStore::Load(config.keys_file));
+    keys = std::make_shared<const transport::KeyStore>(std::move(store));
+  } else if (config.auth_required) {
+    return absl::InvalidArgumentError("auth: keys_file is required (or auth: {required: false})");
+  } else {
+    spdlog::warn("aggregator: authentication is OFF (auth: {{required: false}}): any peer that reaches the report "
+                 "ports can write events under any edge id");
+  }
+  VIGIL_ASSIGN_OR_RETURN(std::string token, transport::ReadToken(config.http_token_file, "VIGIL_HTTP_TOKEN"));
+  metrics::Counter& http_address = d.registry.GetCounter("vigil_http_rejected_total", "HTTP requests refused",
+                                                         {{"reason", "address"}});
+  metrics::Counter& http_token = d.registry.GetCounter("vigil_http_rejected_total", "HTTP requests refused",
+                                                       {{"reason", "token"}});
+  VIGIL_ASSIGN_OR_RETURN(
+      d.http, transport::MakeHttpServer({allow, token, config.http_cert_file, config.http_key_file,
+                                         [&http_address, &http_token](std::string_view reason, const std::string&) {
+                                           (reason == "address" ? http_address : http_token).Inc();
+                                         }}));
   VIGIL_ASSIGN_OR_RETURN(d.store, Store::Open(config.db_path, {config.db_synchronous_full}));
   d.Routes();
   d.http_port = config.http_port == 0
-                    ? d.http.bind_to_any_port(config.http_host)
-                    : (d.http.bind_to_port(config.http_host, config.http_port) ? config.http_port : -1);
+                    ? d.http->bind_to_any_port(config.http_host)
+                    : (d.http->bind_to_port(config.http_host, config.http_port) ? config.http_port : -1);
   if (d.http_port < 0) {
     return absl::UnavailableError(StrCat("http: cannot listen on ", config.http_host, ":", config.http_port));
   }
-  d.http_thread = std::thread([&d] { d.http.listen_after_bind(); });
+  d.http_thread = std::thread([&d] { d.http->listen_after_bind(); });
   // stop() is a no-op until the server runs: wait, so a Stop right after Start cannot hang.
-  for (int i = 0; i < 5000 && !d.http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 5000 && !d.http->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto fail = [&d](const Status& st) {
+    for (auto& rx : d.receivers) rx->Stop();
+    d.http->stop();
+    d.http_thread.join();
+    return st;
+  };
   transport::ReceiverOptions ro;
-  ro.host = config.listen_host;
-  ro.port = config.listen_port;
   ro.max_connections = config.max_connections;
   ro.peer_timeout = std::chrono::milliseconds(config.peer_timeout_ms);
-  StatusOr<std::unique_ptr<transport::TcpReceiver>> rx = transport::TcpReceiver::Start(ro, &d);
-  if (!rx.ok()) {
-    d.http.stop();
-    d.http_thread.join();
-    return rx.status();
-  }
-  d.receiver = std::move(*rx);
-  d.AddTransportMetrics();
+  ro.keys = keys;
+  ro.allow = allow;
+  auto start_link = [&](StatusOr<std::unique_ptr<transport::Listener>> listener) -> Status {
+    if (!listener.ok()) return listener.status();
+    VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<transport::Receiver> rx,
+                           transport::Receiver::Start(ro, std::move(*listener), &d));
+    d.AddTransportMetrics(rx.get());
+    d.receivers.push_back(std::move(rx));
+    return absl::OkStatus();
+  };
+  StatusOr<std::unique_ptr<transport::TcpListener>> tcp = transport::TcpListener::Listen(config.listen_host,
+                                                                                         config.listen_port);
+  if (!tcp.ok()) return fail(tcp.status());
+  Status st = start_link(std::unique_ptr<transport::Listener>(std::move(*tcp)));
+  if (!st.ok()) return fail(st);
   d.storage_thread = std::thread([&d] { d.StorageLoop(); });
-  spdlog::info("aggregator: edges on {}, HTTP on {}:{}, database {} (schema {})", d.receiver->address(),
-               config.http_host, d.http_port, config.db_path, d.store->schema_version());
+  spdlog::info("aggregator: edges on {} ({}), HTTP on {}:{}{}, database {} (schema {})", d.receivers[0]->address(),
+               d.receivers[0]->kind(), config.http_host, d.http_port, token.empty() ? "" : " (bearer token)",
+               config.db_path, d.store->schema_version());
   return std::unique_ptr<Aggregator>(new Aggregator(std::move(impl)));
 }
 
-uint16_t Aggregator::listen_port() const { return impl_->receiver->port(); }
+uint16_t Aggregator::listen_port() const { return impl_->receivers[0]->port(); }
+uint16_t Aggregator::ucx_port() const {
+  for (const auto& rx : impl_->receivers) {
+    if (rx->kind() == "ucx") return rx->port();
+  }
+  return 0;
+}
 uint16_t Aggregator::http_port() const { return static_cast<uint16_t>(impl_->http_port); }
 metrics::Registry& Aggregator::metrics() { return impl_->registry; }
 void Aggregator::Stop() { impl_->Shutdown(false); }

@@ -55,8 +55,10 @@ void AddAggregatorCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd =
       app.add_subcommand("aggregator", "Run the aggregation node: receive, de-duplicate and store edge reports");
   cmd->add_option("--config", *config,
-                  "agg.yaml; keys: listen, http (host:port), db, db_synchronous (normal|full), max_connections, "
-                  "batch_max, queue_max, peer_timeout_ms (default: all defaults)");
+                  "agg.yaml; keys: listen, ucx_listen, http (host:port), allow (CIDR list), auth {keys_file, required}, "
+                  "tls {cert_file, key_file, client_ca_file}, http_tls {cert_file, key_file}, http_token_file, db, "
+                  "db_synchronous (normal|full), max_connections, batch_max, queue_max, peer_timeout_ms. "
+                  "auth.keys_file is required unless auth: {required: false} (docs/architecture.md, Access control)");
   cmd->footer("Exit: 0 stopped by SIGINT/SIGTERM, 1 cannot start, 2 bad configuration.");
   cmd->callback([config, exit_code] { *exit_code = RunAggregator(*config); });
 }

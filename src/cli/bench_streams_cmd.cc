@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +51,7 @@
 #ifdef VIGIL_HAVE_PIPELINE
 #include "cli/bench_stats.h"
 #include "vigil/aggregator/aggregator.h"
+#include "vigil/transport/auth.h"
 #include "vigil/infer/engine.h"
 #include "vigil/pipeline/edge.h"
 #include "vigil/video/source.h"
@@ -150,6 +152,14 @@ struct Play {
   double fps = 0;  // frames per second each stream delivers
 };
 
+// 32 random bytes as hex: a pre-shared key (transport/auth.h).
+std::string RandomKeyHex() {
+  const transport::Nonce raw = transport::RandomNonce();
+  std::string hex;
+  for (uint8_t b : raw) hex += StrCat(absl::Hex(b, absl::kZeroPad2));
+  return hex;
+}
+
 TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::string>& devices, const Play& play,
                      const fs::path& work) {
   TrialResult r;
@@ -165,6 +175,13 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
   ac.db_path = (dir / "aggregator.db").string();
   ac.max_connections = 16;
   ac.queue_max = 1 << 20;
+  // Authenticated, as shipped: a fresh key for this run's edge.
+  const std::string key_hex = RandomKeyHex();
+  ac.keys_file = (dir / "keys.yaml").string();
+  std::ofstream(ac.keys_file) << "bench: " << key_hex << "\n";
+  std::ofstream((dir / "edge.key").string()) << key_hex << "\n";
+  fs::permissions(ac.keys_file, fs::perms::owner_read | fs::perms::owner_write, ec);
+  fs::permissions(dir / "edge.key", fs::perms::owner_read | fs::perms::owner_write, ec);
   StatusOr<std::unique_ptr<aggregator::Aggregator>> agg = aggregator::Aggregator::Start(ac);
   if (!agg.ok()) {
     r.error = StrCat("aggregator: ", agg.status().message());
@@ -183,6 +200,7 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
   cfg.max_wait_ms = a.max_wait_ms;
   cfg.workers_per_device = a.workers_per_device;
   cfg.state_dir = (dir / "state").string();
+  cfg.key_file = (dir / "edge.key").string();
   cfg.progress_flush_ms = a.progress_flush_ms;
   cfg.max_outbox = 1 << 20;
   for (int s = 0; s < n; ++s) {

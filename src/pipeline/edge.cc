@@ -27,7 +27,9 @@
 #include "vigil/pipeline/placement.h"
 #include "vigil/pipeline/rules.h"
 #include "vigil/pipeline/workers.h"
+#include "vigil/transport/auth.h"
 #include "vigil/transport/courier.h"
+#include "vigil/transport/http_access.h"
 #include "vigil/video/source.h"
 #include "vigil/video/stream_reader.h"
 
@@ -130,7 +132,7 @@ class Edge final : public transport::CourierHandler {
   void OnBatch(BatchResult& r);
   void SaveFrame(const Stream& s, const video::Frame& f);
   void Periodic(bool force);
-  void StartHttp();
+  Status StartHttp();
 
   const EdgeConfig& config_;
   const std::atomic<bool>& stop_;
@@ -227,6 +229,34 @@ Status Edge::OpenStreams() {
 }
 
 }  // namespace
+
+StatusOr<std::vector<std::shared_ptr<transport::Link>>> MakeEdgeLinks(const EdgeConfig& config) {
+  std::string key;
+  if (!config.key_file.empty()) {
+    VIGIL_ASSIGN_OR_RETURN(key, transport::ReadKeyFile(config.key_file));
+  } else if (const char* env = std::getenv("VIGIL_EDGE_KEY"); env != nullptr && *env != '\0') {
+    VIGIL_ASSIGN_OR_RETURN(key, transport::ParseHexKey(env, "environment variable VIGIL_EDGE_KEY"));
+  } else {
+    spdlog::warn("edge '{}': no key (transport.key_file or VIGIL_EDGE_KEY): the links carry no proof, and this edge "
+                 "cannot tell the aggregator from an impostor",
+                 config.edge);
+  }
+  std::vector<std::shared_ptr<transport::Link>> links;
+  for (const std::string& kind : config.links) {
+    if (kind == "tcp") {
+      std::unique_ptr<transport::Dialer> dialer = transport::MakeTcpDialer(config.aggregator_host, config.aggregator_port);
+      if (config.tls) {
+        return absl::UnimplementedError("transport.tls: not built yet");
+      }
+      links.push_back(transport::MakeFramedLink(std::move(dialer), {"tcp", key}));
+    } else if (kind == "ucx") {
+      return absl::UnimplementedError("transport.links: ucx: not built yet");
+    } else {
+      return absl::InvalidArgumentError(StrCat("transport.links: unknown link '", kind, "'"));
+    }
+  }
+  return links;
+}
 
 WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, const std::function<bool()>& symbolic_batch, int cores) {
   WorkerPoolOptions wo;
@@ -328,11 +358,10 @@ Status Edge::StartCourier() {
   co.edge = config_.edge;
   // A Hello waits behind the reports queued at a busy aggregator before it is granted: give the Welcome time.
   co.connect_timeout = milliseconds(10000);
-  for (const std::string& kind : config_.links) {
-    if (kind == "tcp") {
-      co.links.push_back(transport::MakeTcpLink(transport::MakeTcpDialer(config_.aggregator_host, config_.aggregator_port)));
-    }
-  }
+  co.probe_interval = milliseconds(config_.probe_interval_ms);
+  co.ack_timeout = milliseconds(config_.ack_timeout_ms);
+  VIGIL_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<transport::Link>> links, MakeEdgeLinks(config_));
+  co.links = std::move(links);
   VIGIL_ASSIGN_OR_RETURN(courier_, transport::Courier::Start(std::move(co), &ledger_->outbox(), this));
   return absl::OkStatus();
 }
@@ -575,9 +604,24 @@ void Edge::Periodic(bool force) {
   connected_->Set(cs.connected ? 1 : 0);
 }
 
-void Edge::StartHttp() {
-  if (config_.http_port == 0) return;
-  http_ = std::make_unique<httplib::Server>();
+Status Edge::StartHttp() {
+  if (config_.http_port == 0) return absl::OkStatus();
+  transport::HttpAccess access;
+  if (!config_.http_allow.empty()) {
+    VIGIL_ASSIGN_OR_RETURN(transport::AllowList allow, transport::AllowList::Parse(config_.http_allow));
+    access.allow = std::make_shared<const transport::AllowList>(std::move(allow));
+  }
+  VIGIL_ASSIGN_OR_RETURN(access.token, transport::ReadToken(config_.http_token_file, "VIGIL_HTTP_TOKEN"));
+  access.cert_file = config_.http_cert_file;
+  access.key_file = config_.http_key_file;
+  metrics::Counter* by_address = &reg_.GetCounter("vigil_http_rejected_total", "HTTP requests refused",
+                                                  {{"reason", "address"}});
+  metrics::Counter* by_token = &reg_.GetCounter("vigil_http_rejected_total", "HTTP requests refused",
+                                                {{"reason", "token"}});
+  access.on_reject = [by_address, by_token](std::string_view reason, const std::string&) {
+    (reason == "address" ? by_address : by_token)->Inc();
+  };
+  VIGIL_ASSIGN_OR_RETURN(http_, transport::MakeHttpServer(std::move(access)));
   http_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
     const transport::CourierStats cs = courier_->Stats();
     const transport::OutboxStats os = ledger_->outbox().Stats();
@@ -600,10 +644,11 @@ void Edge::StartHttp() {
     spdlog::error("edge: cannot bind http {}:{}; /healthz and /metrics are off", config_.http_host,
                   config_.http_port);
     http_.reset();
-    return;
+    return absl::OkStatus();
   }
   http_port_ = config_.http_port;
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  return absl::OkStatus();
 }
 
 Status Edge::Run(const EdgeRunOptions& options) {
@@ -641,7 +686,11 @@ Status Edge::Run(const EdgeRunOptions& options) {
   Place();
   RegisterNumaMetrics(reg_);
   VIGIL_RETURN_IF_ERROR(StartCourier());
-  StartHttp();
+  if (Status st = StartHttp(); !st.ok()) {
+    courier_->Close();
+    ledger_->Close();
+    return st;
+  }
   auto finish_http = [&] {
     if (!http_) return;
     // A stop() before the server thread is listening is lost: give it up to 2 s to get there.

@@ -134,22 +134,43 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
   }
   root.Get("http_port", &cfg.http_port, uint16_t{0}, uint16_t{65535});
   root.Get("http_host", &cfg.http_host);
+  root.Get("http_allow", &cfg.http_allow);
+  root.Get("http_token_file", &cfg.http_token_file);
+  if (std::optional<ConfigMap> tls = root.Map("http_tls")) {
+    tls->Get("cert_file", &cfg.http_cert_file, ConfigMap::kRequired);
+    tls->Get("key_file", &cfg.http_key_file, ConfigMap::kRequired);
+  }
   root.Get("state_dir", &cfg.state_dir);
   if (root.Has("state_dir") && cfg.state_dir.empty()) root.Error("state_dir", "must not be empty");
   root.Get("progress_flush_ms", &cfg.progress_flush_ms, 1, 60000);
   if (std::optional<ConfigMap> t = root.Map("transport")) {
     if (t->Get("links", &cfg.links)) {
-      if (cfg.links.empty()) t->Error("links", "name at least one link (tcp)");
+      if (cfg.links.empty()) t->Error("links", "name at least one link (tcp, ucx)");
       std::set<std::string> seen;
       for (const std::string& l : cfg.links) {
-        if (l != "tcp") {
-          t->Error("links", StrCat("unknown link '", l, "' (this vigil has: tcp)"));
+        if (l != "tcp" && l != "ucx") {
+          t->Error("links", StrCat("unknown link '", l, "' (links: tcp, ucx)"));
         } else if (!seen.insert(l).second) {
           t->Error("links", StrCat("link '", l, "' given twice"));
         }
       }
     }
     t->Get("max_outbox", &cfg.max_outbox, 1, 10000000);
+    t->GetHostPort("ucx", &cfg.ucx_host, &cfg.ucx_port);
+    t->Get("key_file", &cfg.key_file);
+    if (t->Has("key_file") && cfg.key_file.empty()) t->Error("key_file", "must name a file");
+    if (std::optional<ConfigMap> tls = t->Map("tls")) {
+      cfg.tls = true;
+      tls->Get("ca_file", &cfg.tls_ca_file, ConfigMap::kRequired);
+      tls->Get("cert_file", &cfg.tls_cert_file);
+      tls->Get("key_file", &cfg.tls_key_file);
+      tls->Get("server_name", &cfg.tls_server_name);
+      if (cfg.tls_cert_file.empty() != cfg.tls_key_file.empty()) {
+        tls->Error("cert_file", "cert_file and key_file go together (a client certificate and its key)");
+      }
+    }
+    t->Get("probe_interval_ms", &cfg.probe_interval_ms, 10, 600000);
+    t->Get("ack_timeout_ms", &cfg.ack_timeout_ms, 100, 3600000);
   }
   if (std::optional<ConfigMap> p = root.Map("placement")) {
     p->Get("bind", &cfg.placement.bind);

@@ -6,16 +6,20 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
+
+#include "vigil/transport/health.h"
 
 namespace vigil::transport {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // How long the sender waits for new messages before it looks at its session again (stop, broken).
 constexpr milliseconds kSenderPoll{20};
+// How long the reader waits for a frame before it looks at its session again.
+constexpr milliseconds kReaderPoll{50};
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -25,7 +29,8 @@ int64_t NowNs() {
 class CourierImpl final : public Courier {
  public:
   CourierImpl(CourierOptions o, Outbox* outbox, CourierHandler* handler)
-      : opt_(std::move(o)), outbox_(outbox), handler_(handler) {
+      : opt_(std::move(o)), outbox_(outbox), handler_(handler), clock_(opt_.clock ? opt_.clock : SystemClock()) {
+    for (const auto& l : opt_.links) stats_.links.push_back({std::string(l->kind()), l->target()});
     sender_ = std::thread([this] { SenderLoop(); });
   }
   ~CourierImpl() override { Close(); }
@@ -41,17 +46,28 @@ class CourierImpl final : public Courier {
       if (stop_) return;
       stop_ = true;
       if (live_) live_->Close();
+      if (probing_) probing_->Close();
       cv_.notify_all();
     }
     if (sender_.joinable()) sender_.join();
   }
 
  private:
-  // What one session's reader thread tells the sender.
+  // A session a probe opened on a preferred link, to be run next.
+  struct Opened {
+    size_t index = 0;
+    Welcome welcome;
+  };
+  // What one session's reader and prober threads tell the sender.
   struct SessionState {
     std::atomic<bool> broken{false};     // the reader ended: the session is lost
     std::atomic<bool> delivered{false};  // an Ack or Reject arrived
+    std::atomic<int64_t> heard_ns{0};    // steady time of the last frame received
+    std::optional<Opened> fail_back;     // GUARDED_BY(mu_) set by the prober
+    bool done = false;                   // GUARDED_BY(mu_) the session is over: the prober stops
   };
+
+  int64_t Now() const { return clock_->SteadyNs(); }
 
   bool stopping() const {
     std::lock_guard lock(mu_);
@@ -77,48 +93,63 @@ class CourierImpl final : public Courier {
     handler_->OnFenced(why);
   }
 
+  // Opens a session on link `i` (Hello with the epoch held). `slot` is where Close() finds the link to
+  // interrupt the handshake (live_ for the sender, probing_ for the prober). Fencing ends the courier.
+  StatusOr<Welcome> OpenLink(size_t i, Link* CourierImpl::*slot) {
+    Link& link = *opt_.links[i];
+    Hello hello = handler_->MakeHello();
+    hello.edge = opt_.edge;
+    hello.protocol_version = kProtocolVersion;
+    {
+      std::lock_guard lock(mu_);
+      if (stop_ || stats_.fenced) return absl::CancelledError("courier closed");
+      hello.epoch = stats_.epoch;
+      this->*slot = &link;
+    }
+    StatusOr<Welcome> welcome = link.Open(hello, opt_.connect_timeout);
+    std::lock_guard lock(mu_);
+    this->*slot = nullptr;
+    if (welcome.ok()) return welcome;
+    ++stats_.open_failures;
+    ++stats_.links[i].open_failures;
+    stats_.last_error = std::string(welcome.status().message());
+    if (welcome.status().code() == absl::StatusCode::kUnauthenticated) ++stats_.auth_failures;
+    return welcome.status();
+  }
+
   void SenderLoop() {
     Backoff backoff(opt_.backoff_initial, opt_.backoff_max, std::random_device{}());
     bool failing = false;  // in a streak of failed opens (logged once)
+    std::optional<Opened> next;
     while (!stopping()) {
       bool delivered = false, opened = false;
-      for (size_t i = 0; i < opt_.links.size() && !stopping(); ++i) {
-        Link& link = *opt_.links[i];
-        Hello hello = handler_->MakeHello();
-        hello.edge = opt_.edge;
-        hello.protocol_version = kProtocolVersion;
-        {
-          std::lock_guard lock(mu_);
-          hello.epoch = stats_.epoch;
-          if (stop_) break;
-          live_ = &link;  // Close() interrupts the handshake
-        }
-        StatusOr<Welcome> welcome = link.Open(hello, opt_.connect_timeout);
+      if (next) {  // a probe found a preferred link up: go there at once
+        Opened o = std::move(*next);
+        next.reset();
+        opened = true;
+        delivered = RunSession(o.index, o.welcome, /*fail_back=*/true, &next);
+      }
+      for (size_t i = 0; !opened && i < opt_.links.size() && !stopping(); ++i) {
+        StatusOr<Welcome> welcome = OpenLink(i, &CourierImpl::live_);
         if (!welcome.ok()) {
-          {
-            std::lock_guard lock(mu_);
-            live_ = nullptr;
-          }
           if (welcome.status().code() == absl::StatusCode::kPermissionDenied) {
             Fence(welcome.status(), nullptr);
             return;
           }
-          if (!failing) {
-            spdlog::warn("courier {}: {} link {}: {}", opt_.edge, link.kind(), link.target(),
-                         std::string(welcome.status().message()));
+          if (!failing || welcome.status().code() == absl::StatusCode::kUnauthenticated) {
+            auto level = welcome.status().code() == absl::StatusCode::kUnauthenticated ? spdlog::level::err
+                                                                                       : spdlog::level::warn;
+            spdlog::log(level, "courier {}: {} link {}: {}", opt_.edge, opt_.links[i]->kind(),
+                        opt_.links[i]->target(), std::string(welcome.status().message()));
           }
-          std::lock_guard lock(mu_);
-          ++stats_.open_failures;
-          stats_.last_error = std::string(welcome.status().message());
           continue;
         }
         failing = false;
         opened = true;
-        delivered = RunSession(i, link, *welcome);
-        break;  // the next session tries the preferred link first again (fail-back)
+        delivered = RunSession(i, *welcome, /*fail_back=*/false, &next);
       }
       if (!opened) failing = true;
-      if (delivered) {
+      if (delivered || next) {
         backoff.Reset();
         continue;
       }
@@ -127,63 +158,147 @@ class CourierImpl final : public Courier {
     }
   }
 
-  // Runs one admitted session on `link` until it breaks, the courier stops or the edge is fenced.
-  // Returns whether the aggregator answered anything of it.
-  bool RunSession(size_t index, Link& link, const Welcome& welcome) {
+  // Runs one admitted session on link `index` until it breaks, the courier stops, the edge is fenced, or
+  // a probe opened a preferred link (then *next is set). Returns whether the aggregator answered anything.
+  bool RunSession(size_t index, const Welcome& welcome, bool fail_back, std::optional<Opened>* next) {
+    Link& link = *opt_.links[index];
     {
       std::lock_guard lock(mu_);
-      if (stop_) {
-        live_ = nullptr;
+      if (stop_ || stats_.fenced) {
         link.Close();
         return false;
       }
+      live_ = &link;
       ++stats_.sessions;
-      if (last_link_ != SIZE_MAX && last_link_ != index) ++stats_.link_switches;
+      ++stats_.links[index].sessions;
+      stats_.links[index].transports = link.transports();
+      if (last_link_ != SIZE_MAX && last_link_ != index) {
+        ++stats_.link_switches;
+        if (fail_back) ++stats_.fail_backs;
+      }
       last_link_ = index;
       stats_.epoch = welcome.epoch;
       stats_.link = std::string(link.kind());
       stats_.connected = true;
     }
-    spdlog::info("courier {}: session on {} link {} (epoch {})", opt_.edge, link.kind(), link.target(), welcome.epoch);
+    const std::string transports = link.transports();
+    spdlog::info("courier {}: session on {} link {}{} (epoch {}){}", opt_.edge, link.kind(), link.target(),
+                 transports.empty() ? "" : StrCat(" over ", transports), welcome.epoch,
+                 fail_back ? ": back on a preferred link" : index > 0 ? ": on a fallback link" : "");
     handler_->OnWelcome(welcome, link.kind());
 
     SessionState state;
+    state.heard_ns = Now();
     std::thread reader([&] { ReaderLoop(link, state); });
-    Status st = SendLoop(link, state);
+    std::thread prober;
+    if (index > 0) prober = std::thread([&] { ProbeLoop(index, state); });
+    Status st = SendLoop(index, link, state);
+    {
+      std::lock_guard lock(mu_);
+      state.done = true;
+      cv_.notify_all();
+    }
     link.Close();
     reader.join();
+    if (prober.joinable()) prober.join();
     std::lock_guard lock(mu_);
     live_ = nullptr;
     stats_.connected = false;
     stats_.link.clear();
+    if (state.fail_back && !stop_ && !stats_.fenced) {
+      spdlog::info("courier {}: moving from {} link {} to the preferred {} link {}", opt_.edge, link.kind(),
+                   link.target(), opt_.links[state.fail_back->index]->kind(),
+                   opt_.links[state.fail_back->index]->target());
+      *next = std::move(state.fail_back);
+      return state.delivered.load();
+    }
+    if (state.fail_back) opt_.links[state.fail_back->index]->Close();  // stopping: never used
     if (!stop_ && !stats_.fenced) {
       ++stats_.disconnects;
       if (!st.ok()) stats_.last_error = std::string(st.message());
-      spdlog::warn("courier {}: session on {} lost: {}", opt_.edge, link.target(), stats_.last_error);
+      spdlog::warn("courier {}: session on {} link {} lost: {}", opt_.edge, link.kind(), link.target(),
+                   stats_.last_error);
     }
     return state.delivered.load();
   }
 
-  // Sends every pending message from the oldest on, then new ones, with heartbeats when idle.
-  Status SendLoop(Link& link, SessionState& state) {
+  // While the session on link `index` runs: every probe_interval, try the links before it in order.
+  void ProbeLoop(size_t index, SessionState& state) {
+    FailbackSchedule schedule(std::chrono::nanoseconds(opt_.probe_interval).count());
+    schedule.SessionStarted(index, Now());
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        if (stop_ || stats_.fenced || state.done) return;
+        if (!schedule.ProbeDue(Now())) {
+          const int64_t wait_ns = std::max<int64_t>(schedule.next_probe() - Now(), 1'000'000);
+          cv_.wait_for(lock, std::min(std::chrono::nanoseconds(wait_ns), std::chrono::nanoseconds(kSenderPoll)));
+          continue;
+        }
+        ++stats_.probes;
+      }
+      for (size_t j = 0; j < index; ++j) {
+        StatusOr<Welcome> welcome = OpenLink(j, &CourierImpl::probing_);
+        if (welcome.ok()) {
+          std::lock_guard lock(mu_);
+          if (state.done || stop_ || stats_.fenced) {  // too late: the session already ended
+            opt_.links[j]->Close();
+            return;
+          }
+          state.fail_back = Opened{j, std::move(*welcome)};
+          state.broken = true;  // the sender leaves this session now
+          cv_.notify_all();
+          return;
+        }
+        if (welcome.status().code() == absl::StatusCode::kPermissionDenied) {
+          Fence(welcome.status(), opt_.links[index].get());
+          return;
+        }
+      }
+      schedule.Probed(Now());
+    }
+  }
+
+  // Sends every pending message from the oldest on, then new ones, with heartbeats when idle; ends the
+  // session when SessionHealth gives it up.
+  Status SendLoop(size_t index, Link& link, SessionState& state) {
     uint64_t send_id = outbox_->front_id();  // re-send everything unacknowledged
-    auto last_write = Clock::now();
+    SessionHealth health({std::chrono::nanoseconds(opt_.heartbeat_interval).count(),
+                          std::chrono::nanoseconds(opt_.peer_timeout).count(),
+                          std::chrono::nanoseconds(opt_.ack_timeout).count()},
+                         Now());
     std::vector<const OutboxMessage*> batch;
     for (;;) {
       if (stopping()) return absl::OkStatus();
-      if (state.broken.load()) return absl::OkStatus();  // the reader recorded why
+      if (state.broken.load()) return absl::OkStatus();  // the reader recorded why, or a probe moves us
+      const int64_t now = Now();
+      health.Heard(state.heard_ns.load());
+      const uint64_t front = outbox_->front_id();
+      health.Oldest(front, front < send_id, now);
+      switch (health.Check(now)) {
+        case SessionHealth::Verdict::kPeerSilent:
+          return absl::UnavailableError(StrCat(link.target(), ": nothing heard from the aggregator for ",
+                                               health.silent_for(now) / 1'000'000, " ms"));
+        case SessionHealth::Verdict::kAckOverdue: {
+          std::lock_guard lock(mu_);
+          ++stats_.ack_timeouts;
+          return absl::UnavailableError(StrCat(link.target(), ": message ", health.oldest_id(),
+                                               " not acknowledged for ", health.oldest_unacked_for(now) / 1'000'000,
+                                               " ms: re-sending in a new session"));
+        }
+        case SessionHealth::Verdict::kSendHeartbeat:
+          VIGIL_RETURN_IF_ERROR(link.SendHeartbeat(NowNs(), opt_.peer_timeout));
+          health.Wrote(now);
+          continue;
+        case SessionHealth::Verdict::kOk:
+          break;
+      }
       const uint64_t next = outbox_->next_id();
       std::vector<std::shared_ptr<const OutboxMessage>> msgs = outbox_->PendingFrom(send_id, opt_.max_batch);
       if (msgs.empty()) {
         send_id = std::max(send_id, next);  // everything below `next` is completed
-        const auto heartbeat_at = last_write + opt_.heartbeat_interval;
-        if (Clock::now() >= heartbeat_at) {
-          VIGIL_RETURN_IF_ERROR(link.SendHeartbeat(NowNs(), opt_.peer_timeout));
-          last_write = Clock::now();
-          continue;
-        }
-        const auto until_heartbeat = std::chrono::duration_cast<milliseconds>(heartbeat_at - Clock::now());
-        outbox_->WaitBeyond(send_id, std::clamp(until_heartbeat, milliseconds(1), kSenderPoll));
+        const auto until = std::chrono::duration_cast<milliseconds>(std::chrono::nanoseconds(health.NextCheck(now) - now));
+        outbox_->WaitBeyond(send_id, std::clamp(until, milliseconds(1), kSenderPoll));
         continue;
       }
       batch.clear();
@@ -194,11 +309,12 @@ class CourierImpl final : public Courier {
         st = SendOneByOne(link, &batch);  // find the payload that does not download; send the others
       }
       VIGIL_RETURN_IF_ERROR(st);
-      last_write = Clock::now();
+      health.Wrote(Now());
       send_id = after;
       std::lock_guard lock(mu_);
       for (const OutboxMessage* m : batch) {
         ++stats_.sent;
+        ++stats_.links[index].sent;
         if (m->id < sent_high_) ++stats_.resent;
       }
       sent_high_ = std::max(sent_high_, send_id);
@@ -231,19 +347,18 @@ class CourierImpl final : public Courier {
     return absl::OkStatus();
   }
 
+  // Passes what the aggregator sends to the Outbox and the handler; silence is the sender's to judge
+  // (SessionHealth), so this only polls.
   void ReaderLoop(Link& link, SessionState& state) {
     Status st;
-    while (st.ok() && !stopping()) {
-      StatusOr<std::optional<Message>> m = link.Receive(opt_.peer_timeout);
+    while (st.ok() && !stopping() && !state.broken.load()) {
+      StatusOr<std::optional<Message>> m = link.Receive(kReaderPoll);
       if (!m.ok()) {
         st = m.status();
         break;
       }
-      if (!m->has_value()) {
-        st = absl::UnavailableError(
-            StrCat(link.target(), ": nothing heard from the aggregator for ", opt_.peer_timeout.count(), " ms"));
-        break;
-      }
+      if (!m->has_value()) continue;
+      state.heard_ns = Now();
       st = Handle(link, **m, state);
     }
     if (!st.ok() && !stopping()) SetError(st);
@@ -289,10 +404,12 @@ class CourierImpl final : public Courier {
   const CourierOptions opt_;
   Outbox* const outbox_;
   CourierHandler* const handler_;
+  vigil::Clock* const clock_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;    // stop or fenced (backoff waits)
+  std::condition_variable cv_;    // stop, fenced, session done or probe result
   bool stop_ = false;             // GUARDED_BY(mu_)
   Link* live_ = nullptr;          // GUARDED_BY(mu_) the link opening or in session, for Close
+  Link* probing_ = nullptr;       // GUARDED_BY(mu_) the link a probe is opening, for Close
   size_t last_link_ = SIZE_MAX;   // GUARDED_BY(mu_) index of the previous session's link
   uint64_t sent_high_ = 0;        // GUARDED_BY(mu_) one past the highest message id ever sent
   CourierStats stats_;            // GUARDED_BY(mu_)
@@ -314,6 +431,8 @@ StatusOr<std::unique_ptr<Courier>> Courier::Start(CourierOptions o, Outbox* outb
   if (o.connect_timeout.count() <= 0) return bad("connect_timeout must be > 0");
   if (o.heartbeat_interval.count() <= 0) return bad("heartbeat_interval must be > 0");
   if (o.peer_timeout <= o.heartbeat_interval) return bad("peer_timeout must be longer than heartbeat_interval");
+  if (o.ack_timeout.count() <= 0) return bad("ack_timeout must be > 0");
+  if (o.probe_interval.count() <= 0) return bad("probe_interval must be > 0");
   if (o.max_batch == 0) return bad("max_batch must be at least 1");
   return std::unique_ptr<Courier>(new CourierImpl(std::move(o), outbox, handler));
 }

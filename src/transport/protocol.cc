@@ -1,6 +1,8 @@
 #include "vigil/transport/protocol.h"
 
 #include <array>
+#include <iterator>
+#include <span>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -45,6 +47,11 @@ class Writer {
     U16(static_cast<uint16_t>(s.size()));
     out_->append(s);
   }
+  void Bytes(std::span<const uint8_t> b) { out_->append(reinterpret_cast<const char*>(b.data()), b.size()); }
+  void Proof(std::string_view p) {
+    U8(static_cast<uint8_t>(p.size()));
+    out_->append(p);
+  }
 
  private:
   void Le(uint64_t v, int bytes) {
@@ -60,6 +67,7 @@ struct BodyEncoder {
     w.U64(m.epoch);
     w.U16(m.protocol_version);
     w.U8(m.flags);
+    w.Bytes(m.nonce);
     w.U32(static_cast<uint32_t>(m.class_names.size()));
     for (const std::string& n : m.class_names) w.Str(n);
     w.U32(static_cast<uint32_t>(m.streams.size()));
@@ -80,14 +88,16 @@ struct BodyEncoder {
     }
     return MessageType::kWelcome;
   }
-  MessageType operator()(const Report& m) { return ReportWith(m, m.edge, m.epoch, m.detections); }
-  MessageType ReportWith(const Report& m, std::string_view edge, uint64_t epoch, std::span<const ReportDetection> rows) {
+  MessageType operator()(const Report& m) { return ReportWith(m, m.edge, m.epoch, m.link_seq, m.detections); }
+  MessageType ReportWith(const Report& m, std::string_view edge, uint64_t epoch, uint64_t link_seq,
+                         std::span<const ReportDetection> rows) {
     w.Str(edge);
     w.Str(m.stream);
     w.U64(m.run);
     w.U64(m.seq_first);
     w.U64(m.seq_last);
     w.U64(epoch);
+    w.U64(link_seq);
     w.U8(static_cast<uint8_t>(m.kind));
     w.U8(static_cast<uint8_t>(m.severity));
     w.I64(m.capture_ns);
@@ -130,6 +140,15 @@ struct BodyEncoder {
     w.I64(m.sent_ns);
     return MessageType::kHeartbeat;
   }
+  MessageType operator()(const Challenge& m) {
+    w.Bytes(m.nonce);
+    w.Proof(m.proof);
+    return MessageType::kChallenge;
+  }
+  MessageType operator()(const Auth& m) {
+    w.Proof(m.proof);
+    return MessageType::kAuth;
+  }
 };
 
 // ---- decoding -----------------------------------------------------------------------------------
@@ -157,6 +176,22 @@ class Reader {
   bool Str(const char* field, std::string* out) {
     uint16_t n = 0;
     if (!Int(field, &n) || !Need(field, n)) return false;
+    out->assign(data_.substr(pos_, n));
+    pos_ += n;
+    return true;
+  }
+  bool Bytes(const char* field, std::span<uint8_t> out) {
+    if (!Need(field, out.size())) return false;
+    std::memcpy(out.data(), data_.data() + pos_, out.size());
+    pos_ += out.size();
+    return true;
+  }
+  // u8 length, 0 or kProofBytes, then the proof.
+  bool Proof(std::string* out) {
+    uint8_t n = 0;
+    if (!Int("proof_length", &n)) return false;
+    if (n != 0 && n != kProofBytes) return Fail(StrCat("proof_length ", n, " is neither 0 nor ", kProofBytes));
+    if (!Need("proof", n)) return false;
     out->assign(data_.substr(pos_, n));
     pos_ += n;
     return true;
@@ -193,7 +228,7 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
       // the receiver answer kUnsupportedVersion.
       bool ok = r.Str("edge", &m.edge) && r.Int("epoch", &m.epoch) && r.Int("protocol_version", &m.protocol_version);
       if (ok && m.protocol_version != kProtocolVersion) return Message(std::move(m));
-      ok = ok && r.Int("flags", &m.flags) && r.Int("class_count", &classes);
+      ok = ok && r.Int("flags", &m.flags) && r.Bytes("nonce", m.nonce) && r.Int("class_count", &classes);
       // Each name takes at least 2 bytes, each stream at least 10: check before allocating for a hostile count.
       if (ok && (classes > kMaxClasses || size_t{classes} * 2 > r.left())) {
         ok = r.Fail(StrCat("class_count ", classes, " does not fit the ", r.left(), " bytes left"));
@@ -242,7 +277,7 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
       uint32_t n = 0;
       bool ok = r.Str("edge", &m.edge) && r.Str("stream", &m.stream) && r.Int("run", &m.run) &&
                 r.Int("seq_first", &m.seq_first) && r.Int("seq_last", &m.seq_last) && r.Int("epoch", &m.epoch) &&
-                r.Int("kind", &kind) && r.Int("severity", &severity) && r.Int("capture_ns", &m.capture_ns) &&
+                r.Int("link_seq", &m.link_seq) && r.Int("kind", &kind) && r.Int("severity", &severity) && r.Int("capture_ns", &m.capture_ns) &&
                 r.Int("pts_ns", &m.pts_ns) && r.Int("publish_ns", &m.publish_ns) && r.Int("width", &m.width) &&
                 r.Int("height", &m.height) && r.Str("rule", &m.rule) && r.Int("detection_count", &n);
       // Each detection takes 24 bytes: check before allocating for a hostile count.
@@ -277,7 +312,7 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
           r.Int("seq_first", &m.seq_first) && r.Int("seq_last", &m.seq_last) && r.Int("epoch", &m.epoch) &&
           r.Str("detail", &m.detail);
       VIGIL_RETURN_IF_ERROR(r.Finish());
-      if (reason < 1 || reason > 5) return absl::InvalidArgumentError(StrCat("Reject body: unknown reason ", reason));
+      if (reason < 1 || reason > 6) return absl::InvalidArgumentError(StrCat("Reject body: unknown reason ", reason));
       m.reason = static_cast<RejectReason>(reason);
       return Message(std::move(m));
     }
@@ -287,6 +322,20 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
       r.Int("sent_ns", &m.sent_ns);
       VIGIL_RETURN_IF_ERROR(r.Finish());
       return Message(m);
+    }
+    case MessageType::kChallenge: {
+      Reader r(body, "Challenge");
+      Challenge m;
+      r.Bytes("nonce", m.nonce) && r.Proof(&m.proof);
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      return Message(std::move(m));
+    }
+    case MessageType::kAuth: {
+      Reader r(body, "Auth");
+      Auth m;
+      r.Proof(&m.proof);
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      return Message(std::move(m));
     }
   }
   return absl::InvalidArgumentError(StrCat("frame: unknown message type ", static_cast<int>(type)));
@@ -326,6 +375,8 @@ std::string_view ToString(RejectReason r) {
       return "protocol_error";
     case RejectReason::kFenced:
       return "fenced";
+    case RejectReason::kUnauthenticated:
+      return "unauthenticated";
   }
   return "unknown";
 }
@@ -342,6 +393,13 @@ std::string_view ToString(ReportKind k) {
       return "lost";
   }
   return "unknown";
+}
+
+std::string_view MessageName(const Message& m) {
+  static constexpr std::string_view kNames[] = {"Hello",     "Welcome",   "Report", "Ack",
+                                                "Reject",    "Heartbeat", "Challenge", "Auth"};
+  static_assert(std::size(kNames) == std::variant_size_v<Message>);
+  return kNames[m.index()];
 }
 
 uint32_t Crc32(std::string_view data, uint32_t crc) {
@@ -401,7 +459,7 @@ Status ValidateHello(const Hello& h) {
   if ((h.flags & ~kHelloPromote) != 0) return bad(StrCat("unknown flags ", static_cast<int>(h.flags)));
   if (h.class_names.size() > kMaxClasses) return bad(StrCat(h.class_names.size(), " class names, more than ", kMaxClasses));
   if (h.streams.size() > kMaxHelloStreams) return bad(StrCat(h.streams.size(), " streams, more than ", kMaxHelloStreams));
-  size_t bytes = 2 + h.edge.size() + 8 + 2 + 1 + 4 + 4;
+  size_t bytes = 2 + h.edge.size() + 8 + 2 + 1 + kNonceBytes + 4 + 4;
   size_t welcome_bytes = 8 + 4;  // the Welcome lists every stream again, with two i64 cursors each
   for (const std::string& n : h.class_names) {
     if (n.size() > 65535) return bad("a class name over 65535 bytes");
@@ -441,11 +499,11 @@ void AppendFrame(const Message& m, std::string* out) {
   FinishFrame(std::visit(BodyEncoder{Writer(out)}, m), start, out);
 }
 
-void AppendReportFrame(const Report& report, std::string_view edge, uint64_t epoch,
+void AppendReportFrame(const Report& report, std::string_view edge, uint64_t epoch, uint64_t link_seq,
                        std::span<const ReportDetection> rows, std::string* out) {
   const size_t start = out->size();
   out->append(kHeaderBytes, '\0');
-  FinishFrame(BodyEncoder{Writer(out)}.ReportWith(report, edge, epoch, rows), start, out);
+  FinishFrame(BodyEncoder{Writer(out)}.ReportWith(report, edge, epoch, link_seq, rows), start, out);
 }
 
 std::string EncodeFrame(const Message& m) {

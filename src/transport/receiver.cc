@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -19,8 +20,13 @@ constexpr size_t kMaxWriteBytes = 1 << 20;  // queued frames coalesced into one 
 
 // ---- Session ----------------------------------------------------------------------------------------
 
-Session::Session(uint64_t id, std::shared_ptr<Connection> conn, Hello hello, size_t max_send_queue_bytes)
-    : id_(id), conn_(std::move(conn)), hello_(std::move(hello)), max_queue_bytes_(max_send_queue_bytes) {}
+Session::Session(uint64_t id, std::shared_ptr<Connection> conn, Hello hello, size_t max_send_queue_bytes,
+                 std::string link)
+    : id_(id),
+      conn_(std::move(conn)),
+      hello_(std::move(hello)),
+      max_queue_bytes_(max_send_queue_bytes),
+      link_(std::move(link)) {}
 
 uint64_t Session::epoch() const {
   std::lock_guard lock(mu_);
@@ -76,6 +82,19 @@ bool Session::closed() const {
   return closed_ || closing_;
 }
 
+void Session::Supersede() {
+  std::lock_guard lock(mu_);
+  superseded_ = true;
+  closed_ = true;
+  conn_->Shutdown();
+  cv_.notify_all();
+}
+
+bool Session::superseded() const {
+  std::lock_guard lock(mu_);
+  return superseded_;
+}
+
 void Session::WriterLoop(milliseconds write_timeout) {
   std::string batch;
   for (;;) {
@@ -106,9 +125,9 @@ void Session::WriterLoop(milliseconds write_timeout) {
   }
 }
 
-// ---- TcpReceiver ------------------------------------------------------------------------------------
+// ---- Receiver ---------------------------------------------------------------------------------------
 
-struct TcpReceiver::Impl {
+struct Receiver::Impl {
   struct Conn {
     std::shared_ptr<Connection> conn;
     std::thread thread;
@@ -117,7 +136,7 @@ struct TcpReceiver::Impl {
 
   ReceiverOptions opt;
   ReceiverHandler* handler = nullptr;
-  std::unique_ptr<TcpListener> listener;
+  std::unique_ptr<Listener> listener;
   std::thread acceptor;
   std::atomic<bool> stop{false};
   mutable std::mutex mu;
@@ -137,6 +156,14 @@ struct TcpReceiver::Impl {
         continue;
       }
       std::shared_ptr<Connection> conn = std::move(*c);
+      if (opt.allow && !opt.allow->Allows(conn->peer())) {
+        // Nothing is sent: a peer that may not connect learns nothing, not even the protocol.
+        spdlog::warn("receiver {}: refusing {}: not in the allow-list", listener->address(), conn->peer());
+        conn->Shutdown();
+        std::lock_guard lock(mu);
+        ++stats.rejected[kRejectAddress];
+        continue;
+      }
       std::lock_guard lock(mu);
       if (stats.active >= static_cast<uint64_t>(opt.max_connections)) {
         ++stats.refused;
@@ -186,29 +213,52 @@ struct TcpReceiver::Impl {
     if (auto it = conns.find(id); it != conns.end()) it->second.finished = true;  // absent once Stop took over
   }
 
-  // Reads and dispatches frames until the connection ends; returns why it ended. Starts the session's
-  // writer thread (`writer`) once the Hello arrived.
+  // Refuses a connection before its session began: counted under `reason`, logged with the peer, answered
+  // Reject(`wire_reason`, `wire_detail`) — which says no more than the peer may know.
+  Status RefuseEarly(Connection& conn, const char* reason, RejectReason wire_reason, std::string_view wire_detail,
+                     const Status& why) {
+    spdlog::warn("receiver {}: {}: refused ({}): {}", listener->kind(), conn.peer(), reason, std::string(why.message()));
+    (void)conn.Write(EncodeFrame(Reject{wire_reason, "", 0, 0, 0, 0, std::string(wire_detail)}), opt.write_timeout);
+    std::lock_guard lock(mu);
+    ++stats.rejected[reason];
+    return why;
+  }
+
+  // Reads and dispatches frames until the connection ends; returns why it ended. Runs the handshake
+  // (Hello → Challenge → Auth), then starts the session's writer thread (`writer`).
   Status ServeFrames(uint64_t id, const std::shared_ptr<Connection>& conn, std::shared_ptr<Session>* session,
                      std::thread* writer) {
+    using Clock = std::chrono::steady_clock;
     FrameDecoder decoder;
     std::string buf(kReadBufferBytes, '\0');
-    // A protocol violation: Reject (empty stream) and close this connection only.
+    const auto handshake_deadline = Clock::now() + opt.handshake_timeout;
+    std::optional<Hello> hello;   // received, waiting for Auth
+    Nonce nonce{};                // ours, sent in the Challenge
+    const std::string* key = nullptr;
+    uint64_t next_link_seq = 0;
+    // A protocol violation after authentication: Reject (empty stream) and close this connection only.
     auto violation = [&](RejectReason reason, const Status& st) {
-      spdlog::warn("receiver: {}{}: closing the connection: {}", conn->peer(),
-                   *session ? StrCat(" (edge ", (*session)->edge(), ")") : "", std::string(st.message()));
-      if (*session) {
-        (*session)->Refuse(reason, (*session)->epoch(), std::string(st.message()));
-      } else {
-        (void)conn->Write(EncodeFrame(Reject{reason, "", 0, 0, 0, 0, std::string(st.message())}), opt.write_timeout);
-      }
+      spdlog::warn("receiver: {} (edge {}): closing the connection: {}", conn->peer(), (*session)->edge(),
+                   std::string(st.message()));
+      (*session)->Refuse(reason, (*session)->epoch(), std::string(st.message()));
       std::lock_guard lock(mu);
       ++stats.protocol_errors;
       return st;
     };
     for (;;) {
-      StatusOr<size_t> n = conn->Read(buf.data(), buf.size(), opt.peer_timeout);
+      milliseconds wait = opt.peer_timeout;
+      if (!*session) {
+        wait = std::min(wait, std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(
+                                                            handshake_deadline - Clock::now())));
+      }
+      StatusOr<size_t> n = conn->Read(buf.data(), buf.size(), wait);
       if (!n.ok()) {
         if (n.status().code() == absl::StatusCode::kDeadlineExceeded) {
+          if (!*session) {
+            return RefuseEarly(*conn, kRejectHandshakeTimeout, RejectReason::kUnauthenticated, "authentication failed",
+                               absl::DeadlineExceededError(StrCat("no authenticated Hello within ",
+                                                                  opt.handshake_timeout.count(), " ms")));
+          }
           std::lock_guard lock(mu);
           ++stats.timeouts;
         }
@@ -225,9 +275,13 @@ struct TcpReceiver::Impl {
       for (;;) {
         StatusOr<std::optional<Message>> m = decoder.Next();
         if (!m.ok()) {
-          return violation(m.status().code() == absl::StatusCode::kUnimplemented ? RejectReason::kUnsupportedVersion
-                                                                                 : RejectReason::kProtocolError,
-                           m.status());
+          const bool version = m.status().code() == absl::StatusCode::kUnimplemented;
+          const RejectReason reason = version ? RejectReason::kUnsupportedVersion : RejectReason::kProtocolError;
+          if (!*session) {
+            return RefuseEarly(*conn, version ? kRejectVersion : kRejectMalformed, reason, std::string(m.status().message()),
+                               m.status());
+          }
+          return violation(reason, m.status());
         }
         if (!m->has_value()) break;
         {
@@ -235,21 +289,69 @@ struct TcpReceiver::Impl {
           ++stats.frames;
         }
         Message& msg = **m;
-        if (Hello* h = std::get_if<Hello>(&msg)) {
-          if (*session) return violation(RejectReason::kProtocolError, absl::InvalidArgumentError("a second Hello"));
-          if (h->protocol_version != kProtocolVersion) {
-            return violation(RejectReason::kUnsupportedVersion,
-                             absl::UnimplementedError(StrCat("Hello: protocol version ", h->protocol_version,
-                                                             " not supported (this aggregator speaks ",
-                                                             static_cast<int>(kProtocolVersion), ")")));
+        if (!*session) {
+          // The handshake. Until a valid Auth the peer gets the Challenge and, at the end, one Reject.
+          if (!hello) {
+            Hello* h = std::get_if<Hello>(&msg);
+            if (h == nullptr) {
+              return RefuseEarly(*conn, kRejectMalformed, RejectReason::kProtocolError, "the first message must be Hello",
+                                 absl::InvalidArgumentError(StrCat("the first message was ", MessageName(msg))));
+            }
+            if (h->protocol_version != kProtocolVersion) {
+              const std::string why = StrCat("Hello: protocol version ", h->protocol_version,
+                                             " not supported (this aggregator speaks ",
+                                             static_cast<int>(kProtocolVersion), ")");
+              return RefuseEarly(*conn, kRejectVersion, RejectReason::kUnsupportedVersion, why,
+                                 absl::UnimplementedError(why));
+            }
+            hello = std::move(*h);
+            nonce = RandomNonce();
+            Challenge challenge{nonce, {}};
+            if (opt.keys) {
+              key = opt.keys->Find(hello->edge);
+              // An unknown edge id gets a proof that matches nothing, so a prober cannot tell ids apart.
+              if (key != nullptr) {
+                challenge.proof = AggregatorProof(*key, *hello, nonce);
+              } else {
+                const Nonce noise = RandomNonce();
+                challenge.proof.assign(reinterpret_cast<const char*>(noise.data()), noise.size());
+              }
+            }
+            Status st = conn->Write(EncodeFrame(challenge), opt.write_timeout);
+            if (!st.ok()) return st;
+            continue;
           }
-          *session = std::make_shared<Session>(id, conn, std::move(*h), opt.max_send_queue_bytes);
+          const Auth* auth = std::get_if<Auth>(&msg);
+          if (auth == nullptr) {
+            return RefuseEarly(*conn, kRejectMalformed, RejectReason::kProtocolError, "expected Auth",
+                               absl::InvalidArgumentError(StrCat("edge '", hello->edge, "': ", MessageName(msg),
+                                                                 " instead of Auth")));
+          }
+          if (opt.keys) {
+            const char* reason = nullptr;
+            if (key == nullptr) {
+              reason = kRejectUnknownEdge;
+            } else if (auth->proof.empty()) {
+              reason = kRejectNoProof;
+            } else if (!ProofMatches(EdgeProof(*key, *hello, nonce), auth->proof)) {
+              reason = kRejectBadProof;
+            }
+            if (reason != nullptr) {
+              return RefuseEarly(*conn, reason, RejectReason::kUnauthenticated, "authentication failed",
+                                 absl::UnauthenticatedError(StrCat("edge '", hello->edge.substr(0, 200),
+                                                                   "' failed authentication")));
+            }
+          }
+          {
+            std::lock_guard lock(mu);
+            ++stats.authenticated;
+          }
+          *session = std::make_shared<Session>(id, conn, std::move(*hello), opt.max_send_queue_bytes,
+                                               std::string(listener->kind()));
           Session* s = session->get();
           *writer = std::thread([s, timeout = opt.write_timeout] { s->WriterLoop(timeout); });
           Status st = handler->OnHello(*session);
           if (!st.ok()) return violation(RejectReason::kProtocolError, st);
-        } else if (!*session) {
-          return violation(RejectReason::kProtocolError, absl::InvalidArgumentError("the first message must be Hello"));
         } else if (Report* r = std::get_if<Report>(&msg)) {
           Session& s = **session;
           const uint64_t epoch = s.epoch();
@@ -262,6 +364,21 @@ struct TcpReceiver::Impl {
                              absl::InvalidArgumentError(
                                  StrCat("a report from edge '", r->edge, "' on the connection of '", s.edge(), "'")));
           }
+          if (r->link_seq < next_link_seq) {  // a repeated frame: its first copy was taken
+            std::lock_guard lock(mu);
+            ++stats.repeated_reports;
+            continue;
+          }
+          if (r->link_seq > next_link_seq) {
+            {
+              std::lock_guard lock(mu);
+              ++stats.sequence_gaps;
+            }
+            return violation(RejectReason::kProtocolError,
+                             absl::DataLossError(StrCat("report link_seq ", r->link_seq, " where ", next_link_seq,
+                                                        " was due: a report was lost or reordered on the link")));
+          }
+          ++next_link_seq;
           if (r->epoch != epoch) {
             {
               std::lock_guard lock(mu);
@@ -277,20 +394,24 @@ struct TcpReceiver::Impl {
           (void)(*session)->Enqueue(EncodeFrame(msg));  // echo, also before admission
         } else {
           return violation(RejectReason::kProtocolError,
-                           absl::InvalidArgumentError("an edge may send only Hello, Report and Heartbeat"));
+                           absl::InvalidArgumentError(StrCat("an edge may not send ", MessageName(msg),
+                                                             " in a session (only Report and Heartbeat)")));
         }
       }
     }
   }
 };
 
-TcpReceiver::TcpReceiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Receiver::Receiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-TcpReceiver::~TcpReceiver() { Stop(); }
+Receiver::~Receiver() { Stop(); }
 
-StatusOr<std::unique_ptr<TcpReceiver>> TcpReceiver::Start(ReceiverOptions options, ReceiverHandler* handler) {
+StatusOr<std::unique_ptr<Receiver>> Receiver::Start(ReceiverOptions options, std::unique_ptr<Listener> listener,
+                                                    ReceiverHandler* handler) {
   auto bad = [](std::string_view what) { return absl::InvalidArgumentError(StrCat("receiver options: ", what)); };
   if (handler == nullptr) return bad("handler is required");
+  if (listener == nullptr) return bad("listener is required");
+  if (options.handshake_timeout.count() <= 0) return bad("handshake_timeout must be > 0");
   if (options.max_connections < 1) return bad("max_connections must be at least 1");
   if (options.peer_timeout.count() <= 0) return bad("peer_timeout must be > 0");
   if (options.write_timeout.count() <= 0) return bad("write_timeout must be > 0");
@@ -298,24 +419,27 @@ StatusOr<std::unique_ptr<TcpReceiver>> TcpReceiver::Start(ReceiverOptions option
     return bad(StrCat("max_send_queue_bytes must hold one largest frame (", kHeaderBytes + kMaxBodyBytes, " bytes)"));
   }
   auto impl = std::make_unique<Impl>();
-  VIGIL_ASSIGN_OR_RETURN(impl->listener, TcpListener::Listen(options.host, options.port));
+  impl->listener = std::move(listener);
   impl->opt = std::move(options);
   impl->handler = handler;
   Impl* raw = impl.get();
   impl->acceptor = std::thread([raw] { raw->AcceptLoop(); });
-  spdlog::info("receiver: listening on {}", raw->listener->address());
-  return std::unique_ptr<TcpReceiver>(new TcpReceiver(std::move(impl)));
+  spdlog::info("receiver: {} link listening on {}{}{}", raw->listener->kind(), raw->listener->address(),
+               raw->opt.keys ? StrCat(", ", raw->opt.keys->size(), " edge keys") : ", WITHOUT authentication",
+               raw->opt.allow ? StrCat(", ", raw->opt.allow->entries().size(), " allowed networks") : "");
+  return std::unique_ptr<Receiver>(new Receiver(std::move(impl)));
 }
 
-uint16_t TcpReceiver::port() const { return impl_->listener->port(); }
-const std::string& TcpReceiver::address() const { return impl_->listener->address(); }
+uint16_t Receiver::port() const { return impl_->listener->port(); }
+const std::string& Receiver::address() const { return impl_->listener->address(); }
+std::string_view Receiver::kind() const { return impl_->listener->kind(); }
 
-ReceiverStats TcpReceiver::Stats() const {
+ReceiverStats Receiver::Stats() const {
   std::lock_guard lock(impl_->mu);
   return impl_->stats;
 }
 
-void TcpReceiver::Stop() {
+void Receiver::Stop() {
   if (impl_->stop.exchange(true)) return;
   impl_->acceptor.join();
   {

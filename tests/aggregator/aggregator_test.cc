@@ -4,17 +4,25 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sqlite3.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
+#include "vigil/transport/auth.h"
 #include "vigil/transport/connection.h"
 #include "vigil/transport/protocol.h"
 
@@ -35,12 +43,39 @@ constexpr milliseconds kWait{20000};  // generous: an upper bound on a busy 2-co
 
 std::string Message(const Status& s) { return std::string(s.message()); }
 
+// Every test edge id's key (raw bytes), as the keys file the fixture writes holds it in hex.
+const std::string kTestKey(32, '\x5a');
+std::string Hex(std::string_view raw) {
+  static const char* d = "0123456789abcdef";
+  std::string h;
+  for (unsigned char c : raw) {
+    h += d[c >> 4];
+    h += d[c & 15];
+  }
+  return h;
+}
+
 TEST(AggregatorConfigTest, ReadsEveryKey) {
   StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
       "listen: 127.0.0.1:0\nhttp: ':8080'\ndb: /tmp/a.db\ndb_synchronous: full\nmax_connections: 8\n"
-      "batch_max: 64\nqueue_max: 1000\npeer_timeout_ms: 2500\n",
+      "batch_max: 64\nqueue_max: 1000\npeer_timeout_ms: 2500\n"
+      "ucx_listen: 10.0.0.1:7500\ntls: {cert_file: s.pem, key_file: s.key, client_ca_file: ca.pem}\n"
+      "allow: [127.0.0.1/32, 10.0.0.0/8]\nauth: {keys_file: keys.yaml}\n"
+      "http_tls: {cert_file: h.pem, key_file: h.key}\nhttp_token_file: token\n",
       "agg.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->ucx_enabled);
+  EXPECT_EQ(c->ucx_host, "10.0.0.1");
+  EXPECT_EQ(c->ucx_port, 7500);
+  EXPECT_EQ(c->tls_cert_file, "s.pem");
+  EXPECT_EQ(c->tls_key_file, "s.key");
+  EXPECT_EQ(c->tls_client_ca_file, "ca.pem");
+  EXPECT_EQ(c->allow, (std::vector<std::string>{"127.0.0.1/32", "10.0.0.0/8"}));
+  EXPECT_EQ(c->keys_file, "keys.yaml");
+  EXPECT_TRUE(c->auth_required);
+  EXPECT_EQ(c->http_cert_file, "h.pem");
+  EXPECT_EQ(c->http_key_file, "h.key");
+  EXPECT_EQ(c->http_token_file, "token");
   EXPECT_EQ(c->listen_host, "127.0.0.1");
   EXPECT_EQ(c->listen_port, 0);
   EXPECT_EQ(c->http_host, "");
@@ -52,10 +87,17 @@ TEST(AggregatorConfigTest, ReadsEveryKey) {
   EXPECT_EQ(c->queue_max, 1000);
   EXPECT_EQ(c->peer_timeout_ms, 2500);
 
-  StatusOr<AggregatorConfig> defaults = ParseAggregatorConfig("", "empty.yaml");
-  ASSERT_TRUE(defaults.ok());
+  // Authentication is on unless switched off in so many words.
+  EXPECT_EQ(Message(ParseAggregatorConfig("", "empty.yaml").status()),
+            "empty.yaml: auth: keys_file is required (a YAML map `edge-id: hex key`; make a key with `openssl rand -hex "
+            "32`), or `auth: {required: false}` to accept edges without authentication");
+  StatusOr<AggregatorConfig> defaults = ParseAggregatorConfig("auth: {required: false}", "open.yaml");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(defaults->listen_port, 7400);
   EXPECT_EQ(defaults->db_path, "vigil-aggregator.db");
+  EXPECT_FALSE(defaults->ucx_enabled);
+  EXPECT_TRUE(defaults->allow.empty());
+  EXPECT_FALSE(defaults->auth_required);
 }
 
 TEST(AggregatorConfigTest, ErrorsNameKeyAndLine) {
@@ -65,7 +107,8 @@ TEST(AggregatorConfigTest, ErrorsNameKeyAndLine) {
       "batch_max: lots\n"
       "databse: x.db\n"
       "db_synchronous: sometimes\n"
-      "peer_timeout_ms: 5\n",
+      "peer_timeout_ms: 5\n"
+      "auth: {keys_file: k.yaml}\n",
       "agg.yaml");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
@@ -82,7 +125,7 @@ TEST(AggregatorConfigTest, ErrorsNameKeyAndLine) {
 // by a reader thread (so the aggregator's writer never waits on this client).
 class RawEdge {
  public:
-  explicit RawEdge(uint16_t port) {
+  explicit RawEdge(uint16_t port, std::string key = kTestKey) : key_(std::move(key)) {
     StatusOr<std::unique_ptr<transport::Connection>> c =
         transport::MakeTcpDialer("127.0.0.1", port)->Dial(milliseconds(5000));
     EXPECT_TRUE(c.ok()) << c.status();
@@ -99,11 +142,21 @@ class RawEdge {
   }
 
   Status Send(const transport::Message& m) { return Write(transport::EncodeFrame(m)); }
+  // Reports, stamped with the connection's next link_seq numbers as a link would.
   Status Send(const std::vector<Report>& reports) {
     std::string frames;
-    for (const Report& r : reports) transport::AppendFrame(r, &frames);
+    for (Report r : reports) {
+      r.link_seq = link_seq_++;
+      transport::AppendFrame(r, &frames);
+    }
     return Write(frames);
   }
+
+  bool aggregator_proved = false;  // the last Challenge proved the key this edge holds
+  // Writes raw bytes (a replay, garbage).
+  Status SendRaw(const std::string& bytes) { return Write(bytes); }
+  // Every frame this edge wrote, in order (for a replay).
+  const std::string& written() const { return written_; }
 
   // Says Hello; the Welcome, or nullopt when refused (then reject() says why) or nothing came.
   std::optional<Welcome> Hello(const std::string& edge, uint64_t held, std::vector<std::string> classes = {"person"},
@@ -114,7 +167,20 @@ class RawEdge {
     h.flags = flags;
     h.class_names = std::move(classes);
     h.streams = std::move(streams);
+    h.nonce = transport::RandomNonce();
     EXPECT_TRUE(Send(h).ok());
+    // The handshake: the aggregator proves the key, then so does this edge.
+    std::optional<transport::Challenge> challenge;
+    EXPECT_TRUE(WaitUntil([&] {
+      for (const transport::Message& m : messages_) {
+        if (const auto* c = std::get_if<transport::Challenge>(&m)) challenge = *c;
+      }
+      return challenge.has_value() || closed_;
+    })) << edge << ": no Challenge";
+    if (!challenge) return std::nullopt;
+    // A wrong key (a test of the aggregator's refusal) still answers, as an attacker would.
+    aggregator_proved = challenge->proof == transport::AggregatorProof(key_, h, challenge->nonce);
+    EXPECT_TRUE(Send(transport::Auth{transport::EdgeProof(key_, h, challenge->nonce)}).ok());
     std::optional<Welcome> w;
     EXPECT_TRUE(WaitUntil([&] {
       for (const transport::Message& m : messages_) {
@@ -173,6 +239,7 @@ class RawEdge {
  private:
   Status Write(const std::string& bytes) {
     if (!conn_) return absl::UnavailableError("not connected");
+    written_ += bytes;
     return conn_->Write(bytes, milliseconds(10000));
   }
   size_t AnswersLocked() const {
@@ -207,6 +274,9 @@ class RawEdge {
   std::unique_ptr<transport::Connection> conn_;
   std::thread reader_;
   mutable std::mutex mu_;
+  const std::string key_;
+  uint64_t link_seq_ = 0;
+  std::string written_;
   std::condition_variable cv_;
   std::vector<transport::Message> messages_;  // GUARDED_BY(mu_)
   bool closed_ = false;                       // GUARDED_BY(mu_) the aggregator closed the connection
@@ -223,6 +293,12 @@ class AggregatorTest : public ::testing::Test {
     config_.http_port = 0;
     config_.db_path = (dir_ / "agg.db").string();
     config_.batch_max = 64;
+    config_.keys_file = (dir_ / "keys.yaml").string();
+    {
+      std::ofstream keys(config_.keys_file);
+      for (int e = 0; e < 8; ++e) keys << "edge-" << e << ": " << Hex(kTestKey) << "\n";
+    }
+    std::filesystem::permissions(config_.keys_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -320,6 +396,7 @@ TEST_F(AggregatorTest, StoresReportsAndServesThemOverHttp) {
   ASSERT_TRUE(agg);
   RawEdge edge(agg->listen_port());
   std::optional<Welcome> w = edge.Hello("edge-1", 0, {"person", "bicycle"}, {{"cam0", 1}});
+  EXPECT_TRUE(edge.aggregator_proved);
   ASSERT_TRUE(w);
   EXPECT_EQ(*w, (Welcome{1, {{"cam0", 1, -1, -1}}}));
   SendAndAwaitAcks(edge, Frames("edge-1", 1, "cam0", 0, 99));
@@ -380,7 +457,9 @@ TEST_F(AggregatorTest, StoresReportsAndServesThemOverHttp) {
   EXPECT_NE(metrics.find("vigil_aggregator_events_total{edge=\"edge-1\",stream=\"cam1\"} 3\n"), std::string::npos);
   EXPECT_NE(metrics.find("vigil_aggregator_reports_total{result=\"stored\"} 56\n"), std::string::npos);
   EXPECT_NE(metrics.find("vigil_aggregator_hellos_total{result=\"granted\"} 1\n"), std::string::npos);
-  EXPECT_NE(metrics.find("vigil_transport_connections_total{result=\"accepted\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("vigil_transport_connections_total{link=\"tcp\",result=\"accepted\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("vigil_transport_connections_total{link=\"tcp\",result=\"authenticated\"} 1\n"),
+            std::string::npos);
   EXPECT_NE(metrics.find("vigil_aggregator_frame_to_stored_seconds_count{edge=\"edge-1\",stream=\"cam0\"} 50\n"),
             std::string::npos);
   EXPECT_NE(metrics.find("# TYPE vigil_aggregator_commit_seconds histogram\n"), std::string::npos);
@@ -573,31 +652,32 @@ TEST_F(AggregatorTest, AnEvictedSessionsReportsInFlightAreStaleNeverStored) {
             std::string::npos);
 }
 
-TEST_F(AggregatorTest, AGrantEvictsEveryOlderSessionButReadmissionEvictsNone) {
-  // Two sessions of epoch 1 (the second re-admitted: the same instance reconnecting), then a new
-  // instance: both epoch-1 sessions are fenced and closed. (That a report of epoch 1 committed after the
-  // grant is refused is StoreTest.AnOldSessionsReportCommittedAfterANewerGrantIsStale.)
+TEST_F(AggregatorTest, AReadmissionSupersedesTheSameEpochsSessionAndAGrantEvictsTheOlderEpoch) {
+  // The same instance reconnects (a re-admission, as after a break or a move to a preferred link): its old
+  // session is closed, so nothing it still had in flight can be stored after what the new one sends. Then a
+  // new instance: the epoch-1 session is fenced. (That a report of epoch 1 committed after the grant is
+  // refused is StoreTest.AnOldSessionsReportCommittedAfterANewerGrantIsStale.)
   auto agg = StartAggregator();
   ASSERT_TRUE(agg);
   RawEdge a(agg->listen_port());
   ASSERT_EQ(a.Hello("edge-1", 0)->epoch, 1u);
+  SendAndAwaitAcks(a, Frames("edge-1", 1, "cam0", 0, 3));
   RawEdge b(agg->listen_port());
   std::optional<Welcome> w = b.Hello("edge-1", 1);
   ASSERT_TRUE(w);
-  EXPECT_EQ(w->epoch, 1u);  // re-admitted: a is not evicted (same epoch)
-  SendAndAwaitAcks(a, Frames("edge-1", 1, "cam0", 0, 3));
+  EXPECT_EQ(w->epoch, 1u);  // re-admitted
+  EXPECT_TRUE(a.WaitClosed());  // superseded: closed without a Reject (the instance is not fenced)
+  EXPECT_TRUE(a.rejects().empty());
   SendAndAwaitAcks(b, Frames("edge-1", 1, "cam0", 4, 7));
   RawEdge c(agg->listen_port());
   ASSERT_EQ(c.Hello("edge-1", 0)->epoch, 2u);
-  for (RawEdge* e : {&a, &b}) {
-    EXPECT_TRUE(e->WaitUntil([&] { return !e->MessagesLocked().empty() &&
-                                          std::holds_alternative<Reject>(e->MessagesLocked().back()); }));
-    EXPECT_EQ(e->rejects().back().reason, RejectReason::kFenced);
-    EXPECT_EQ(e->rejects().back().epoch, 2u);
-  }
+  EXPECT_TRUE(b.WaitUntil(
+      [&] { return !b.MessagesLocked().empty() && std::holds_alternative<Reject>(b.MessagesLocked().back()); }));
+  EXPECT_EQ(b.rejects().back().reason, RejectReason::kFenced);
+  EXPECT_EQ(b.rejects().back().epoch, 2u);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 8);
   const std::string metrics = Metrics(agg->http_port());
-  EXPECT_NE(metrics.find("vigil_aggregator_evicted_sessions_total 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("vigil_aggregator_evicted_sessions_total 1\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("vigil_aggregator_hellos_total{result=\"readmitted\"} 1\n"), std::string::npos);
 }
 
@@ -678,6 +758,114 @@ TEST_F(AggregatorTest, ManyEdgesAtOnce) {
     EXPECT_EQ(e["frames"], 300) << e["edge"];
     EXPECT_EQ(e["events"], 75) << e["edge"];
     EXPECT_EQ(e["missing"], 0) << e["edge"];
+  }
+}
+
+// Connects to 127.0.0.1:port from `source` (another loopback address); true when the aggregator closed the
+// connection without sending a single byte.
+bool ClosedWithoutAWord(const char* source, uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in from{}, to{};
+  from.sin_family = to.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  to.sin_port = htons(port);
+  bool closed = false;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0) {
+    const std::string hello = transport::EncodeFrame(transport::Hello{"edge-1", 0, transport::kProtocolVersion});
+    (void)::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, 0);
+    closed = n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+  ::close(fd);
+  return closed;
+}
+
+TEST_F(AggregatorTest, UnauthenticatedPeersAreRefusedCountedAndStoreNothingWhileTheGoodEdgeIsServed) {
+  config_.allow = {"127.0.0.1/32"};
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  config_.http_token_file = (dir_ / "token").string();
+  std::ofstream(config_.http_token_file) << token << "\n";
+  auto agg = StartAggregator();
+  ASSERT_TRUE(agg);
+  const uint16_t port = agg->listen_port();
+  // The good edge reports before, between and after the attacks, on one session.
+  RawEdge good(port);
+  ASSERT_EQ(good.Hello("edge-1", 0)->epoch, 1u);
+  SendAndAwaitAcks(good, Frames("edge-1", 1, "cam0", 0, 9));
+
+  // An address outside the allow-list: closed without a word.
+  EXPECT_TRUE(ClosedWithoutAWord("127.0.0.2", port));
+  // A wrong key: the aggregator's proof does not match it, and its own proof is refused.
+  RawEdge wrong(port, std::string(32, '\x11'));
+  EXPECT_FALSE(wrong.Hello("edge-2", 0));
+  EXPECT_FALSE(wrong.aggregator_proved);
+  // No key: an Auth without proof.
+  RawEdge keyless(port, "");
+  {
+    transport::Hello h{"edge-3", 0, transport::kProtocolVersion};
+    ASSERT_TRUE(keyless.Send(h).ok());
+    ASSERT_TRUE(keyless.WaitUntil([&] { return !keyless.MessagesLocked().empty(); }));
+    ASSERT_TRUE(keyless.Send(transport::Auth{}).ok());
+    ASSERT_TRUE(keyless.WaitClosed());
+  }
+  // An edge id the aggregator has no key for.
+  RawEdge stranger(port);
+  EXPECT_FALSE(stranger.Hello("edge-unknown", 0));
+  EXPECT_FALSE(stranger.aggregator_proved);  // a proof that matches nothing, like a wrong key's
+  // A replayed Hello + Auth of a real session: the aggregator's nonce is new, so the old proof fails.
+  RawEdge recorded(port);
+  ASSERT_TRUE(recorded.Hello("edge-4", 0));
+  RawEdge replay(port);
+  ASSERT_TRUE(replay.SendRaw(recorded.written()).ok());
+  ASSERT_TRUE(replay.WaitClosed());
+  // Malformed and oversized frames before authentication.
+  RawEdge garbage(port);
+  ASSERT_TRUE(garbage.SendRaw("GET / HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  ASSERT_TRUE(garbage.WaitClosed());
+  RawEdge oversized(port);
+  std::string huge = transport::EncodeFrame(transport::Heartbeat{1});
+  huge[8] = huge[9] = huge[10] = huge[11] = '\x7F';
+  ASSERT_TRUE(oversized.SendRaw(huge).ok());
+  ASSERT_TRUE(oversized.WaitClosed());
+  for (RawEdge* e : {&wrong, &keyless, &stranger, &replay}) {
+    ASSERT_FALSE(e->rejects().empty());
+    EXPECT_EQ(e->rejects().back().reason, RejectReason::kUnauthenticated);
+    EXPECT_EQ(e->rejects().back().detail, "authentication failed");  // no hint for the prober
+  }
+  // The HTTP API: no token, a wrong token, the right one; /healthz needs none.
+  httplib::Client http("127.0.0.1", agg->http_port());
+  auto no_token = http.Get("/api/events");
+  ASSERT_TRUE(no_token);
+  EXPECT_EQ(no_token->status, 401);
+  EXPECT_EQ(no_token->get_header_value("WWW-Authenticate"), "Bearer");
+  auto wrong_token = http.Get("/api/events", {{"Authorization", "Bearer not-the-token-at-all"}});
+  ASSERT_TRUE(wrong_token);
+  EXPECT_EQ(wrong_token->status, 401);
+  auto healthz = http.Get("/healthz");
+  ASSERT_TRUE(healthz);
+  EXPECT_EQ(healthz->status, 200);
+
+  SendAndAwaitAcks(good, Frames("edge-1", 1, "cam0", 10, 19));
+  EXPECT_TRUE(good.rejects().empty());
+  // Nothing of the refused peers was stored: only edge-1's frames and edge-4's (empty) grant.
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 20);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM edges WHERE edge NOT IN ('edge-1', 'edge-4')"), 0);
+  auto metrics = http.Get("/metrics", {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(metrics);
+  ASSERT_EQ(metrics->status, 200);
+  for (const char* line : {"vigil_transport_rejected_total{link=\"tcp\",reason=\"address\"} 1\n",
+                           "vigil_transport_rejected_total{link=\"tcp\",reason=\"bad_proof\"} 2\n",
+                           "vigil_transport_rejected_total{link=\"tcp\",reason=\"no_proof\"} 1\n",
+                           "vigil_transport_rejected_total{link=\"tcp\",reason=\"unknown_edge\"} 1\n",
+                           "vigil_transport_rejected_total{link=\"tcp\",reason=\"malformed\"} 2\n",
+                           "vigil_http_rejected_total{reason=\"token\"} 2\n",
+                           "vigil_transport_connections_total{link=\"tcp\",result=\"authenticated\"} 2\n"}) {
+    EXPECT_NE(metrics->body.find(line), std::string::npos) << line << metrics->body;
   }
 }
 

@@ -113,6 +113,7 @@ class EdgePlacementTest : public ::testing::Test {
     ac.listen_host = ac.http_host = "127.0.0.1";
     ac.listen_port = ac.http_port = 0;
     ac.db_path = (dir_ / "agg.db").string();
+    ac.auth_required = false;  // placement is under test here; authentication has its own tests
     StatusOr<std::unique_ptr<aggregator::Aggregator>> agg = aggregator::Aggregator::Start(ac);
     ASSERT_TRUE(agg.ok()) << agg.status();
     aggregator_ = std::move(*agg);

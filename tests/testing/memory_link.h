@@ -209,6 +209,7 @@ class MemoryLink final : public transport::Link {
 
   std::string_view kind() const override { return "memory"; }
   std::string target() const override { return "memory://" + name_; }
+  std::string transports() const override { return {}; }
 
   StatusOr<transport::Welcome> Open(const transport::Hello& hello, std::chrono::milliseconds) override {
     Close();

@@ -1,4 +1,4 @@
-// Outbox + TcpLink + Courier against TcpReceiver on loopback (127.0.0.1, ephemeral ports), with a
+// Outbox + TcpLink + Courier against Receiver on loopback (127.0.0.1, ephemeral ports), with a
 // fault-injecting Dialer, and misbehaving raw clients against the receiver.
 #include <gtest/gtest.h>
 
@@ -279,10 +279,14 @@ std::unique_ptr<Courier> StartCourier(CourierOptions o, Outbox* outbox, CourierH
   return c.ok() ? std::move(*c) : nullptr;
 }
 
-std::unique_ptr<TcpReceiver> StartReceiver(ReceiverHandler* h, ReceiverOptions o = {}) {
-  o.host = "127.0.0.1";
-  o.port = 0;
-  StatusOr<std::unique_ptr<TcpReceiver>> r = TcpReceiver::Start(o, h);
+std::unique_ptr<Listener> Loopback() {
+  StatusOr<std::unique_ptr<TcpListener>> l = TcpListener::Listen("127.0.0.1", 0);
+  EXPECT_TRUE(l.ok()) << l.status();
+  return l.ok() ? std::move(*l) : nullptr;
+}
+
+std::unique_ptr<Receiver> StartReceiver(ReceiverHandler* h, ReceiverOptions o = {}) {
+  StatusOr<std::unique_ptr<Receiver>> r = Receiver::Start(o, Loopback(), h);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? std::move(*r) : nullptr;
 }
@@ -582,12 +586,18 @@ std::string RejectDetail(const std::vector<Message>& replies) {
   return std::get<Reject>(replies.back()).detail;
 }
 
-Report RawReport(const std::string& edge, uint64_t epoch) {
+Report RawReport(const std::string& edge, uint64_t epoch, uint64_t link_seq = 0) {
   Report r;
   r.edge = edge;
   r.stream = "s";
   r.epoch = epoch;
+  r.link_seq = link_seq;
   return r;
+}
+
+// Hello and an Auth without proof: what an edge without a key sends (the test receivers run without keys).
+std::string HelloAuth(const std::string& edge, uint16_t version = kProtocolVersion) {
+  return EncodeFrame(Hello{edge, 0, version}) + EncodeFrame(Auth{});
 }
 
 TEST(ReceiverTest, ReportWithAnotherEpochGetsStaleEpochAndNeverReachesTheHandler) {
@@ -596,13 +606,16 @@ TEST(ReceiverTest, ReportWithAnotherEpochGetsStaleEpochAndNeverReachesTheHandler
   ASSERT_TRUE(rx);
   RawClient c(rx->port());
   ASSERT_TRUE(c.ok());
-  c.Write(EncodeFrame(Hello{"edge-raw", 0, kProtocolVersion}));
+  c.Write(HelloAuth("edge-raw"));
+  std::optional<Message> challenge = c.Next();
+  ASSERT_TRUE(challenge && std::holds_alternative<Challenge>(*challenge));
+  EXPECT_EQ(std::get<Challenge>(*challenge).proof, "");  // no keys: the receiver proves nothing
   std::optional<Message> welcome = c.Next();
   ASSERT_TRUE(welcome && std::holds_alternative<Welcome>(*welcome));
   const uint64_t epoch = std::get<Welcome>(*welcome).epoch;
   Report stale = RawReport("edge-raw", epoch + 5);
   stale.seq_first = stale.seq_last = 3;
-  c.Write(EncodeFrame(stale) + EncodeFrame(RawReport("edge-raw", epoch)));
+  c.Write(EncodeFrame(stale) + EncodeFrame(RawReport("edge-raw", epoch, 1)));
   std::optional<Message> reject = c.Next();
   ASSERT_TRUE(reject && std::holds_alternative<Reject>(*reject));
   const Reject& rj = std::get<Reject>(*reject);
@@ -633,12 +646,12 @@ TEST(ReceiverTest, MisbehavingClientsLoseOnlyTheirOwnConnection) {
   ASSERT_TRUE(courier);
   ASSERT_TRUE(Eventually([&] { return courier->Stats().connected; }));
 
-  const std::string hello = EncodeFrame(Hello{"edge-x", 0, kProtocolVersion});
+  const std::string hello = HelloAuth("edge-x");
   std::string corrupt = EncodeFrame(RawReport("edge-x", 1));
   corrupt[corrupt.size() - 1] ^= 0x40;
   std::string huge = EncodeFrame(Heartbeat{1});
   huge[8] = huge[9] = huge[10] = huge[11] = '\x7F';
-  std::string v1 = hello;
+  std::string v1 = EncodeFrame(Hello{"edge-x", 0, kProtocolVersion});
   v1[4] = 1;
   Hello v9{"edge-x", 0, 9};
 
@@ -651,32 +664,37 @@ TEST(ReceiverTest, MisbehavingClientsLoseOnlyTheirOwnConnection) {
             "the first message must be Hello");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(RawReport("edge-y", 1)))),
             "a report from edge 'edge-y' on the connection of 'edge-x'");
-  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(Hello{"pending-1", 0, kProtocolVersion}) +
-                                                     EncodeFrame(RawReport("pending-1", 1)))),
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), HelloAuth("pending-1") + EncodeFrame(RawReport("pending-1", 1)))),
             "a report before the session was admitted (no Welcome yet)");
-  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + hello)), "a second Hello");
-  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(Ack{}))), "an edge may send only Hello, Report and Heartbeat");
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + hello)),
+            "an edge may not send Hello in a session (only Report and Heartbeat)");
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(Ack{}))),
+            "an edge may not send Ack in a session (only Report and Heartbeat)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(v9))),
-            "Hello: protocol version 9 not supported (this aggregator speaks 2)");
+            "Hello: protocol version 9 not supported (this aggregator speaks 3)");
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(Hello{"edge-x", 0, kProtocolVersion}) + hello)),
+            "expected Auth");
   std::vector<Message> old = RawExchange(rx->port(), v1);
   ASSERT_FALSE(old.empty());
   EXPECT_EQ(std::get<Reject>(old.back()).reason, RejectReason::kUnsupportedVersion);
-  EXPECT_EQ(std::get<Reject>(old.back()).detail, "frame: protocol version 1 not supported (this side speaks 2)");
+  EXPECT_EQ(std::get<Reject>(old.back()).detail, "frame: protocol version 1 not supported (this side speaks 3)");
   // Half a frame, then silence: closed after peer_timeout.
-  EXPECT_TRUE(RawExchange(rx->port(), hello + EncodeFrame(RawReport("edge-x", 1)).substr(0, 20)).size() <= 1);
-  // A Heartbeat is echoed, also before admission.
-  std::vector<Message> echo =
-      RawExchange(rx->port(), EncodeFrame(Hello{"pending-2", 0, kProtocolVersion}) + EncodeFrame(Heartbeat{42}));
-  ASSERT_FALSE(echo.empty());
-  EXPECT_EQ(echo.front(), Message(Heartbeat{42}));
+  EXPECT_TRUE(RawExchange(rx->port(), hello + EncodeFrame(RawReport("edge-x", 1)).substr(0, 20)).size() <= 2);
+  // A Heartbeat is echoed after authentication, also before admission.
+  std::vector<Message> echo = RawExchange(rx->port(), HelloAuth("pending-2") + EncodeFrame(Heartbeat{42}));
+  ASSERT_EQ(echo.size(), 2u);
+  EXPECT_TRUE(std::holds_alternative<Challenge>(echo[0]));
+  EXPECT_EQ(echo[1], Message(Heartbeat{42}));
 
   const std::vector<Key> order = PushMix(outbox, {"good"}, 50);
   ASSERT_TRUE(outbox.WaitEmpty(kLong));
   EXPECT_EQ(agg.Get(agg.first_arrivals), order);
   ReceiverStats s = rx->Stats();
-  EXPECT_EQ(s.protocol_errors, 10u);
+  EXPECT_EQ(s.protocol_errors, 6u);  // after authentication: CRC, length, edge id, not admitted, Hello, Ack
+  const std::map<std::string, uint64_t> rejected = {{kRejectMalformed, 3}, {kRejectVersion, 2}};
+  EXPECT_EQ(s.rejected, rejected);  // before: HTTP, Report first, no Auth; version 9, frame version 1
   EXPECT_EQ(s.timeouts, 2u);  // the half frame and the heartbeat client
-  EXPECT_EQ(s.accepted, 13u);
+  EXPECT_EQ(s.accepted, 14u);
   EXPECT_EQ(courier->Stats().sessions, 1u);
   EXPECT_EQ(courier->Stats().disconnects, 0u);
 }
@@ -691,8 +709,7 @@ TEST(ReceiverTest, RefusedHelloAndConnectionLimit) {
     std::lock_guard lock(agg.mu_);
     agg.refuse_hello = "edge-x is not allowed";
   }
-  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(Hello{"edge-x", 0, kProtocolVersion}))),
-            "edge-x is not allowed");
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), HelloAuth("edge-x"))), "edge-x is not allowed");
   {
     std::lock_guard lock(agg.mu_);
     agg.refuse_hello.clear();
@@ -717,7 +734,7 @@ TEST(ReceiverTest, SlowReaderIsClosedWithoutBlockingEnqueue) {
   ASSERT_TRUE(rx);
   RawClient c(rx->port());  // says Hello, then never reads
   ASSERT_TRUE(c.ok());
-  c.Write(EncodeFrame(Hello{"edge-slow", 0, kProtocolVersion}));
+  c.Write(HelloAuth("edge-slow"));
   std::shared_ptr<Session> s = agg.WaitSession("edge-slow");
   ASSERT_TRUE(s);
   std::string chunk;
@@ -778,13 +795,11 @@ TEST(OptionsTest, InvalidOptionsAreNamed) {
 
   TestAggregator agg;
   ReceiverOptions ro;
-  ro.port = 0;
   ro.write_timeout = milliseconds(0);
-  EXPECT_EQ(std::string(TcpReceiver::Start(ro, &agg).status().message()), "receiver options: write_timeout must be > 0");
+  EXPECT_EQ(std::string(Receiver::Start(ro, Loopback(), &agg).status().message()), "receiver options: write_timeout must be > 0");
   ro = ReceiverOptions();
-  ro.port = 0;
   ro.max_send_queue_bytes = 1000;
-  EXPECT_TRUE(std::string(TcpReceiver::Start(ro, &agg).status().message())
+  EXPECT_TRUE(std::string(Receiver::Start(ro, Loopback(), &agg).status().message())
                   .starts_with("receiver options: max_send_queue_bytes must hold one largest frame"));
 }
 

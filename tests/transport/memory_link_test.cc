@@ -69,6 +69,7 @@ CourierOptions Options(std::vector<std::shared_ptr<transport::Link>> links) {
   o.heartbeat_interval = milliseconds(50);
   o.peer_timeout = milliseconds(5000);
   o.max_batch = 7;
+  o.probe_interval = milliseconds(20);
   return o;
 }
 
@@ -86,20 +87,25 @@ TEST(MemoryLinkTest, CourierSwitchesLinksWhenOneFailsMidStreamAndStoresEverythin
   EXPECT_EQ(a->breaks(), 1);
   EXPECT_EQ((*courier)->Stats().link_switches, 1u);
 
-  // The preferred link comes back; the other fails: the next session goes back to the first one.
+  // The preferred link comes back: a probe finds it and the courier moves back, with b still healthy.
   a->FailOpen(false);
-  b->BreakAfter(10, /*then_down=*/true);
+  ASSERT_TRUE(Eventually([&] { return (*courier)->Stats().fail_backs == 1; }));
   std::vector<FakeAggregator::Key> more = Push(outbox, 100, 100);
   order.insert(order.end(), more.begin(), more.end());
   ASSERT_TRUE(outbox.WaitEmpty(kLong)) << outbox.Stats().pending << " pending";
   (*courier)->Close();
 
   EXPECT_EQ(agg->StoredOrder(), order);  // every report stored once, in order, across both links
-  EXPECT_EQ(b->breaks(), 1);
+  EXPECT_EQ(b->breaks(), 0);
   transport::CourierStats s = (*courier)->Stats();
   EXPECT_EQ(s.link_switches, 2u);
+  EXPECT_EQ(s.fail_backs, 1u);
   EXPECT_EQ(s.sessions, 3u);
-  EXPECT_EQ(s.disconnects, 2u);
+  EXPECT_EQ(s.disconnects, 1u);  // a's break; moving back is not a loss
+  ASSERT_EQ(s.links.size(), 2u);
+  EXPECT_EQ(s.links[0].sessions, 2u);
+  EXPECT_EQ(s.links[1].sessions, 1u);
+  EXPECT_GE(s.probes, 1u);
   EXPECT_EQ(s.epoch, 1u);  // granted once, re-admitted on every later session
   EXPECT_EQ(outbox.Stats().acked, 200u);
   EXPECT_EQ(edge.fenced.load(), 0);

@@ -67,7 +67,7 @@ TEST(ProtocolTest, HeartbeatFrameHasTheDocumentedBytes) {
   const std::string body("\x08\x07\x06\x05\x04\x03\x02\x01", 8);
   EXPECT_EQ(f, MakeFrame(5, body));
   ASSERT_EQ(f.size(), 24u);
-  EXPECT_EQ(f.substr(0, 12), std::string("VGIL\x02\x05\x00\x00\x08\x00\x00\x00", 12));
+  EXPECT_EQ(f.substr(0, 12), std::string("VGIL\x03\x05\x00\x00\x08\x00\x00\x00", 12));
 }
 
 TEST(ProtocolTest, ReportFieldOrderMatchesTheDocumentedLayout) {
@@ -77,6 +77,7 @@ TEST(ProtocolTest, ReportFieldOrderMatchesTheDocumentedLayout) {
   r.run = 2;
   r.seq_first = r.seq_last = 3;
   r.epoch = 4;
+  r.link_seq = 9;
   r.kind = ReportKind::kEvent;
   r.severity = Severity::kCritical;
   r.capture_ns = 5;
@@ -97,6 +98,7 @@ TEST(ProtocolTest, ReportFieldOrderMatchesTheDocumentedLayout) {
   PutLe(&body, 3, 8);
   PutLe(&body, 3, 8);
   PutLe(&body, 4, 8);
+  PutLe(&body, 9, 8);  // link_seq
   PutLe(&body, 1, 1);  // event
   PutLe(&body, 3, 1);  // critical
   PutLe(&body, 5, 8);
@@ -109,7 +111,7 @@ TEST(ProtocolTest, ReportFieldOrderMatchesTheDocumentedLayout) {
   for (uint32_t bits : {0x3F800000u, 0x40000000u, 0x40400000u, 0x40800000u, 0x3F000000u, 0x40E00000u}) {
     PutLe(&body, bits, 4);
   }
-  ASSERT_EQ(body.size(), 2 + 1 + 2 + 1 + 8 * 4 + 1 + 1 + 8 * 3 + 4 + 4 + 2 + 1 + 4 + 24u);
+  ASSERT_EQ(body.size(), 2 + 1 + 2 + 1 + 8 * 5 + 1 + 1 + 8 * 3 + 4 + 4 + 2 + 1 + 4 + 24u);
   EXPECT_EQ(EncodeFrame(r), MakeFrame(2, body));
   StatusOr<Message> back = DecodeFrame(MakeFrame(2, body));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -123,7 +125,7 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
   std::vector<Message> messages = {
       Hello{"edge-a", rng(), kProtocolVersion},
       Hello{"edge-b", 0, kProtocolVersion, kHelloPromote, {"person", "", "traffic light"},
-            {{"cam0", 3}, {"cam/1", rng()}}},
+            {{"cam0", 3}, {"cam/1", rng()}}, Nonce{1, 2, 3}},
       Welcome{rng() | 1, {}},
       Welcome{42, {{"cam0", 3, 99, 120}, {"cam/1", 7, -1, -1}}},
       Reject{RejectReason::kFenced, "", 0, 0, 0, 12, "edge-b holds epoch 12"},
@@ -199,7 +201,7 @@ TEST(ProtocolTest, HeaderErrorsAreClear) {
 
   m = DecodeFrame(MakeFrame(5, hb.substr(16), 1));  // a version 1 frame
   EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(Message_(m.status()), "frame: protocol version 1 not supported (this side speaks 2)");
+  EXPECT_EQ(Message_(m.status()), "frame: protocol version 1 not supported (this side speaks 3)");
   // The incremental decoder says the same at the first header.
   FrameDecoder d;
   d.Feed(MakeFrame(2, "anything", 1));
@@ -304,12 +306,13 @@ TEST(ProtocolTest, AReportFrameIsStampedWithTheSessionsIdentityAndTheGivenRows) 
   EXPECT_TRUE(ValidateReportFields(r).ok());
   const std::vector<ReportDetection> rows = {{10, 20, 30, 40, 0.9f, 2}, {5, 6, 7, 8, 0.4f, 0}};
   std::string frame;
-  AppendReportFrame(r, "edge-1", 12, rows, &frame);
+  AppendReportFrame(r, "edge-1", 12, 77, rows, &frame);
   StatusOr<Message> m = DecodeFrame(frame);
   ASSERT_TRUE(m.ok()) << m.status();
   Report want = r;
   want.edge = "edge-1";
   want.epoch = 12;
+  want.link_seq = 77;
   want.detections = rows;
   EXPECT_EQ(std::get<Report>(*m), want);
   Report anonymous = r;

@@ -1,7 +1,8 @@
 // vigil/aggregator/aggregator.h — the aggregation node: `vigil aggregator --config agg.yaml`.
 //
-// Edges connect over TCP (transport/receiver.h, protocol v2) and say Hello; the aggregator is the
-// authority on epochs. Hellos and reports go through one queue to one storage thread, in arrival order:
+// Edges connect over the tcp link (optionally TLS) and the ucx link when configured (transport/receiver.h,
+// protocol v3), prove their key (transport/auth.h) and say Hello; the aggregator is the authority on
+// epochs. Every listener, HTTP included, takes only addresses in `allow`. Hellos and reports go through one queue to one storage thread, in arrival order:
 //  - a Hello is decided by Store::Admit in a committed transaction of its own, BEFORE any answer: a
 //    held epoch older than the edge id's current one is refused (Reject kFenced, epoch = current, the
 //    connection closes); otherwise the session gets a new epoch (held 0, kHelloPromote, or an epoch this
@@ -16,6 +17,10 @@
 //    so a report of an evicted session that commits after the newer grant is refused and never stored),
 //    and only after the commit every report is answered: Ack, or Reject(kStaleEpoch, epoch = the edge's
 //    current epoch). Answers are batched per session per transaction.
+//  - admitting a session (granted or re-admitted) supersedes every other session of that edge id with the
+//    same epoch: the same instance reconnected, maybe over another link (fail-back). The old connection is
+//    closed and its reports still queued are ignored, counted as result="superseded" — the edge re-sends
+//    them on the new session, so a stream's frames are stored in the order the edge sent them.
 // A report that was received but not committed is never acked, so the edge re-sends it: nothing is lost
 // when the aggregator dies, and nothing is stored twice. If a transaction fails (disk full, I/O error)
 // the connections whose reports (or Hello) were in it are closed, so their edges reconnect and re-send;
@@ -25,7 +30,7 @@
 // The storage thread never writes to a socket: it only queues frames on sessions (Session::Admit,
 // Refuse, Enqueue), whose writer threads send them; a session that cannot keep up is closed.
 //
-// HTTP (cpp-httplib), all GET:
+// HTTP (cpp-httplib), all GET; allow-list, bearer token and TLS as transport/http_access.h says:
 //   /healthz      200 {"status":"ok",...}; 503 with "status":"degraded" while storage is failing
 //   /metrics      Prometheus text format 0.0.4 (metrics/registry.h)
 //   /api/events   ?since_seq=ID (events with id > ID; default 0) &since_time=SECONDS (capture time ≥,
@@ -43,7 +48,7 @@
 //   A bad query parameter gives 400 {"error": "..."} naming it.
 //
 // Metrics (names are the contract for dashboards):
-//   vigil_aggregator_reports_total{result=stored|duplicate|stale}   counter
+//   vigil_aggregator_reports_total{result=stored|duplicate|stale|superseded}   counter
 //   vigil_aggregator_frames_total{edge,stream}                      counter, new frames stored (event/progress)
 //   vigil_aggregator_events_total{edge,stream}                      counter
 //   vigil_aggregator_dropped_frames_total{edge,stream}              counter, new frames stored as dropped
@@ -58,9 +63,13 @@
 //   vigil_aggregator_storage_errors_total                           counter: failed transactions
 //   vigil_aggregator_queue_depth                                    gauge: reports waiting for storage
 //   vigil_aggregator_edges_connected                                gauge: open sessions past their Hello
-//   vigil_transport_connections_total{result=accepted|refused}      counter
-//   vigil_transport_disconnects_total{reason=protocol_error|timeout} counter
-//   vigil_transport_received_bytes_total, vigil_transport_received_frames_total   counters
+//   vigil_transport_connections_total{link,result=accepted|refused|authenticated}   counter
+//   vigil_transport_rejected_total{link,reason=address|unknown_edge|bad_proof|no_proof|handshake_timeout|
+//                                   malformed|unsupported_version}   counter: refused before a session
+//   vigil_transport_disconnects_total{link,reason=protocol_error|timeout|sequence_gap} counter
+//   vigil_transport_repeated_reports_total{link}                    counter: duplicated frames ignored
+//   vigil_transport_received_bytes_total{link}, vigil_transport_received_frames_total{link}   counters
+//   vigil_http_rejected_total{reason=address|token}                 counter
 //
 // Thread-safety: Start/Stop/Kill from one controlling thread; the accessors from any thread.
 #pragma once
@@ -69,6 +78,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "vigil/common/status.h"
 #include "vigil/metrics/registry.h"
@@ -77,8 +87,24 @@ namespace vigil::aggregator {
 
 // agg.yaml; every key is optional.
 struct AggregatorConfig {
-  std::string listen_host = "0.0.0.0";  // listen: edges connect here. Default: 0.0.0.0:7400
+  std::string listen_host = "0.0.0.0";  // listen: the tcp link; edges connect here. Default: 0.0.0.0:7400
   uint16_t listen_port = 7400;          //   (port 0 = any free port, printed at start)
+  bool ucx_enabled = false;             // ucx_listen: the ucx link (UCX active messages). Default: off
+  std::string ucx_host = "0.0.0.0";
+  uint16_t ucx_port = 7402;
+  // tls: {cert_file, key_file, client_ca_file}: TLS on the tcp link; client_ca_file makes client
+  // certificates mandatory (mutual TLS). Default: off.
+  std::string tls_cert_file, tls_key_file, tls_client_ca_file;
+  // allow: [CIDR, ...]: addresses that may connect to any listener (report links and HTTP). Default: any.
+  std::vector<std::string> allow;
+  // auth: {keys_file, required}: edge keys (auth.h: a YAML map edge id → hex key). Required unless
+  // `required: false`, which runs without authentication (logged as a warning at start).
+  std::string keys_file;
+  bool auth_required = true;
+  // http_tls: {cert_file, key_file}: HTTPS for the API. Default: off.
+  std::string http_cert_file, http_key_file;
+  // http_token_file: a bearer token every API request but /healthz must carry (or VIGIL_HTTP_TOKEN).
+  std::string http_token_file;
   std::string http_host = "127.0.0.1";  // http: the API. Default: 127.0.0.1:7401
   uint16_t http_port = 7401;
   std::string db_path = "vigil-aggregator.db";  // db: SQLite file. Default: vigil-aggregator.db
@@ -102,6 +128,7 @@ class Aggregator {
   ~Aggregator();  // Stop()
 
   uint16_t listen_port() const;  // the bound ports (resolving port 0)
+  uint16_t ucx_port() const;     // 0 when the ucx link is off
   uint16_t http_port() const;
   metrics::Registry& metrics();
 

@@ -71,6 +71,7 @@
 #include "vigil/common/status.h"
 #include "vigil/metrics/registry.h"
 #include "vigil/pipeline/edge_config.h"
+#include "vigil/transport/link.h"
 #include "vigil/pipeline/workers.h"
 #include "vigil/transport/protocol.h"
 
@@ -96,6 +97,14 @@ struct EdgeRunOptions {
 // at 1 on the CPU (padding a partial batch costs in proportion there); on the CPU with threads 0 and several
 // workers each takes cores / workers threads. Reads no file itself.
 WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, const std::function<bool()>& symbolic_batch, int cores);
+
+// The links of config.links, in that order: tcp to the aggregator (TLS when transport.tls is set), ucx to
+// transport.ucx (default: the aggregator's host, port 7402). Each proves the key of transport.key_file, or
+// of the environment's VIGIL_EDGE_KEY (hex) when no file is named; with neither, the links carry no proof
+// (logged: only an aggregator without authentication admits such an edge). Nothing connects here.
+// Errors: NotFound / InvalidArgument naming the key or certificate file and the reason; Unimplemented for
+// ucx in a build without UCX.
+StatusOr<std::vector<std::shared_ptr<transport::Link>>> MakeEdgeLinks(const EdgeConfig& config);
 
 Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& registry,
                const EdgeRunOptions& options = {});

@@ -10,11 +10,23 @@
 //   batching: {max_batch: 4, max_wait_ms: 10}
 //   http_port: 0                     # /healthz and /metrics on 127.0.0.1; 0 = off
 //   http_host: 127.0.0.1
+//   http_allow: [10.0.0.0/8]         # addresses that may use it (CIDR); default: any
+//   http_token_file: token           # a bearer token every request but /healthz must carry (or the
+//                                    # environment's VIGIL_HTTP_TOKEN); default: none
+//   http_tls: {cert_file: c.pem, key_file: k.pem}   # HTTPS; default: off
 //   state_dir: ./vigil-edge-state    # the stream ledger's runs, cursors and high-water marks; locked by
 //                                    # one edge process at a time
 //   progress_flush_ms: 500           # pending progress and drop marks are published at least this often
 //   transport:
-//     links: [tcp]                   # links to the aggregator in order of preference (tcp today)
+//     links: [ucx, tcp]              # links to the aggregator in order of preference: tcp, ucx. Default: [tcp]
+//     ucx: host:port                 # the aggregator's ucx_listen; default: the aggregator's host, port 7402
+//     key_file: /etc/vigil/edge.key  # this edge's pre-shared key (hex), or the environment's VIGIL_EDGE_KEY;
+//                                    # with it the aggregator must prove it knows the key too. Default: none
+//     tls: {ca_file: ca.pem,         # TLS on the tcp link: the CA the aggregator's certificate chains to,
+//           cert_file: c.pem, key_file: k.pem,   # a client certificate (mutual TLS), optional
+//           server_name: agg.example}            # the name to verify; default: the aggregator's host
+//     probe_interval_ms: 1000        # on a fallback link, try the preferred ones this often
+//     ack_timeout_ms: 15000          # a report unacknowledged this long: the session is replaced, re-sent
 //     max_outbox: 4096               # reports held until the aggregator acknowledges them
 //   placement:                       # threads on the cores of their NUMA node (docs/architecture.md)
 //     bind: true                     # false (or DISABLE_NUMA_BIND=1 in the environment): no binding
@@ -119,7 +131,17 @@ struct EdgeConfig {
   uint16_t http_port = 0;
   std::string state_dir = "vigil-edge-state";
   int progress_flush_ms = 500;   // 1..60000
-  std::vector<std::string> links = {"tcp"};  // transport.links, in order of preference
+  std::vector<std::string> http_allow;        // CIDRs; empty = any
+  std::string http_token_file;                // "" = VIGIL_HTTP_TOKEN or none
+  std::string http_cert_file, http_key_file;  // http_tls
+  std::vector<std::string> links = {"tcp"};  // transport.links, in order of preference: "tcp", "ucx"
+  std::string ucx_host;                      // transport.ucx; "" = aggregator_host
+  uint16_t ucx_port = 7402;
+  std::string key_file;                      // transport.key_file; "" = VIGIL_EDGE_KEY or none
+  bool tls = false;                          // transport.tls given
+  std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;
+  int probe_interval_ms = 1000;              // transport.probe_interval_ms, 10..600000
+  int ack_timeout_ms = 15000;                // transport.ack_timeout_ms, 100..3600000
   int max_outbox = 4096;         // transport.max_outbox, 1..10^7
   PlacementConfig placement;
   std::vector<StreamConfig> streams;  // at least one, ids unique

@@ -5,12 +5,26 @@
 // Welcome —, the handler's class names and resumed streams), and hands the Welcome to the handler
 // before sending anything else. Then it sends every pending Outbox message from the oldest on, in id
 // order, and after that each new one as it is pushed; a reader thread passes Acks and Rejects to the
-// Outbox (Complete) and to the handler. A session that breaks (error, or `peer_timeout` with nothing
-// received while heartbeats go out every `heartbeat_interval`) is closed, and the next session — on the
-// same link or the next one in the list — starts again from the oldest pending message: at-least-once
-// delivery, in order, across links. After every failure of all links the sender waits with exponential
-// backoff and jitter (Backoff); a session that delivered anything resets the backoff, and each new
-// session tries the preferred link first again (fail-back).
+// Outbox (Complete) and to the handler. A session that breaks is closed — an error; `peer_timeout` with
+// nothing received while heartbeats go out every `heartbeat_interval`; or the oldest message it sent
+// not acknowledged within `ack_timeout` (a report or its ack lost on the link) — and the next session,
+// on the same link or the next one in the list, starts again from the oldest pending message:
+// at-least-once delivery, in order, across links (the aggregator stores each frame once: protocol.h).
+// After every failure of all links the sender waits with exponential backoff and jitter (Backoff); a
+// session that delivered anything resets the backoff, and each new session tries the preferred link
+// first again.
+//
+// Fail-back: while a session runs on a link other than the first, a prober thread tries the links
+// before it every `probe_interval` (a full authenticated Open). When one opens, the courier moves there:
+// the current session ends, and the new one re-sends everything unacknowledged. The aggregator
+// supersedes the old session when it admits the new one (it ignores what the old one still had queued),
+// so nothing is stored twice or out of order. Every switch is counted (CourierStats::link_switches,
+// per link `sessions`) and logged. Failure detection and the probe schedule are health.h's pure state
+// machines on `clock`.
+//
+// Authentication: an Open that fails with Unauthenticated (wrong or missing key, or an aggregator that
+// cannot prove it knows ours) is counted (auth_failures), logged, and retried with backoff like an
+// unreachable link: an operator may fix the keys while the edge keeps its outbox.
 //
 // A message whose device rows cannot be downloaded (Link::Send fails with Internal) can never be sent: the
 // courier completes it as refused in the Outbox and calls OnReject with Reject(kInvalid, detail "not sent:
@@ -31,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "vigil/common/clock.h"
 #include "vigil/common/status.h"
 #include "vigil/transport/link.h"
 #include "vigil/transport/outbox.h"
@@ -64,7 +79,21 @@ struct CourierOptions {
   std::chrono::milliseconds connect_timeout{2000};     // Open (connect + Welcome). Default: 2 s
   std::chrono::milliseconds heartbeat_interval{1000};  // Default: 1 s
   std::chrono::milliseconds peer_timeout{5000};        // silence that ends a session. Default: 5 s
+  std::chrono::milliseconds ack_timeout{15000};        // oldest sent message unacknowledged this long ends
+                                                       // the session. Default: 15 s
+  std::chrono::milliseconds probe_interval{1000};      // on a fallback link: try the preferred ones this
+                                                       // often. Default: 1 s
   size_t max_batch = 256;                              // messages per Send call. Default: 256
+  Clock* clock = nullptr;                              // failure detection and probes; null = SystemClock()
+};
+
+// Per link, in the order of CourierOptions::links.
+struct CourierLinkStats {
+  std::string kind, target;
+  uint64_t sessions = 0;       // sessions admitted on it
+  uint64_t open_failures = 0;  // Opens that failed (probes included)
+  uint64_t sent = 0;           // messages written on it, re-sends included
+  std::string transports;      // Link::transports() of its last session ("tcp" under UCX: degraded)
 };
 
 struct CourierStats {
@@ -74,6 +103,11 @@ struct CourierStats {
   uint64_t sent = 0;              // messages written, re-sends included
   uint64_t resent = 0;            // messages written again in a later session
   uint64_t link_switches = 0;     // sessions on another link than the previous session's
+  uint64_t fail_backs = 0;        // of those, moves to a preferred link found by a probe
+  uint64_t probes = 0;            // probes of preferred links (each tries them in order)
+  uint64_t auth_failures = 0;     // Opens refused for authentication (either side)
+  uint64_t ack_timeouts = 0;      // sessions ended because an ack did not come within ack_timeout
+  std::vector<CourierLinkStats> links;
   uint64_t epoch = 0;             // the epoch held; 0 before the first Welcome
   std::string link;               // kind of the link of the current session; "" when none
   bool connected = false;

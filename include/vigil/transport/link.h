@@ -1,13 +1,15 @@
-// vigil/transport/link.h — one way to reach the aggregator (TCP today; UCX and CUDA IPC later).
+// vigil/transport/link.h — one way to reach the aggregator: the framed protocol over TCP, TLS or UCX
+// connections (CUDA IPC later).
 //
-// A Link carries sessions. Open() connects, sends the Hello and waits for the aggregator's answer; then
+// A Link carries sessions. Open() connects, runs the authenticated handshake (Hello, Challenge, Auth:
+// auth.h) and waits for the aggregator's answer; then
 // Send() writes messages in the order given and Receive() returns what the aggregator sends back (Acks,
 // Rejects, Heartbeat echoes). A Link knows nothing of ordering across sessions, retransmission or which
 // link to use: the Courier (courier.h) and the Outbox (outbox.h) above it do that, so switching links
 // loses and reorders nothing.
 //
-// The link stamps every Report it sends with the session's edge id (the Hello's) and epoch (the
-// Welcome's). A message whose rows live in device memory (OutboxMessage::device) is sent from there by a
+// The link stamps every Report it sends with the session's edge id (the Hello's), epoch (the Welcome's)
+// and link_seq (consecutive from 0 per session: the aggregator takes only the next one, protocol.h). A message whose rows live in device memory (OutboxMessage::device) is sent from there by a
 // link that can; the TCP link downloads the rows into its own staging buffer.
 //
 // Thread-safety: Open, then Send from one thread while Receive runs on another; Close from any thread
@@ -37,9 +39,15 @@ class Link {
   virtual std::string_view kind() const = 0;
   // What it reaches, for logs: "tcp://agg:7400".
   virtual std::string target() const = 0;
+  // What carries the open session underneath (Connection::transports(): for UCX "tcp", "posix,sysv",
+  // "rc_mlx5"...); "" when none is open or the link is a plain socket.
+  virtual std::string transports() const = 0;
 
-  // Connects within `timeout`, sends `hello`, and waits (up to `timeout`) for the Welcome.
-  // Errors: Unavailable (cannot connect, the connection broke, no answer in time), PermissionDenied
+  // Connects within `timeout`, sends `hello` (with a fresh nonce the link draws), answers the Challenge
+  // and waits (up to `timeout` in all) for the Welcome.
+  // Errors: Unavailable (cannot connect, the connection broke, no answer in time), Unauthenticated (the
+  // aggregator refused our proof — wrong or missing key —, or could not prove it knows our key: a
+  // man in the middle or a misconfigured aggregator; the message says which), PermissionDenied
   // (Reject kFenced: another instance holds a newer epoch; the message says so), FailedPrecondition
   // (any other Reject of the Hello: version, protocol; the message quotes the aggregator), InvalidArgument
   // (`hello` fails ValidateHello; nothing is sent).
@@ -58,8 +66,19 @@ class Link {
   virtual void Close() = 0;
 };
 
-// The TCP link: sessions over connections made by `dialer` (MakeTcpDialer(host, port), or a test's
-// fault-injecting one). Protocol frames as protocol.h lays them out.
-std::unique_ptr<Link> MakeTcpLink(std::shared_ptr<Dialer> dialer);
+struct LinkOptions {
+  std::string kind = "tcp";  // kind(): "tcp" (TLS or not), "ucx"
+  // The edge's pre-shared key (raw bytes, auth.h). With a key, the aggregator must prove it knows it
+  // (a Challenge without a valid proof fails Open with Unauthenticated); without one, Auth carries no
+  // proof and only an aggregator running without authentication admits the edge.
+  std::string key;
+};
+
+// The framed link: protocol frames (protocol.h) over connections made by `dialer` — MakeTcpDialer,
+// MakeTlsDialer (tls.h), MakeUcxDialer (ucx.h), or a test's fault-injecting one.
+std::unique_ptr<Link> MakeFramedLink(std::shared_ptr<Dialer> dialer, LinkOptions options);
+inline std::unique_ptr<Link> MakeTcpLink(std::shared_ptr<Dialer> dialer, std::string key = {}) {
+  return MakeFramedLink(std::move(dialer), LinkOptions{"tcp", std::move(key)});
+}
 
 }  // namespace vigil::transport

@@ -1,8 +1,10 @@
-// vigil/transport/protocol.h — the edge ↔ aggregator report protocol, version 2.
+// vigil/transport/protocol.h — the edge ↔ aggregator report protocol, version 3.
 //
 // A connection (a session) is a byte stream of frames. The edge opens it and sends Hello first; the
-// aggregator answers Welcome (it admits the edge and says which epoch the session holds) or Reject
-// (kFenced, kUnsupportedVersion, kProtocolError) and closes. After the Welcome the edge sends Reports and
+// aggregator answers Challenge (its nonce, and its proof that it knows the edge's key); the edge checks
+// the proof and answers Auth (its own proof); only then does the aggregator decide on the Hello and answer
+// Welcome (it admits the edge and says which epoch the session holds) or Reject (kUnauthenticated,
+// kFenced, kUnsupportedVersion, kProtocolError) and close (auth.h: the proofs). After the Welcome the edge sends Reports and
 // Heartbeats; the aggregator answers each stored Report with an Ack, a refused one with a Reject, and
 // echoes Heartbeats. Delivery is at-least-once: the edge re-sends every Report not yet acknowledged after
 // a reconnect (on any link), and the aggregator stores a frame once, keyed by (edge, stream, run, seq)
@@ -12,7 +14,7 @@
 //
 //   offset size  field
 //   0      4     magic        'V' 'G' 'I' 'L' (bytes 56 47 49 4C)
-//   4      1     version      kProtocolVersion (2); a frame of another version is refused
+//   4      1     version      kProtocolVersion (3); a frame of another version is refused
 //   5      1     type         MessageType
 //   6      2     flags        0 (reserved; non-zero is refused)
 //   8      4     body_length  N bytes, ≤ kMaxBodyBytes
@@ -23,11 +25,15 @@
 // Body field encodings: u8/u16/u32/u64/i64 fixed width; f32; str = u16 byte length + UTF-8 bytes.
 //
 //   Hello     str edge, u64 epoch, u16 protocol_version, u8 flags (bit 0: kHelloPromote; others 0),
+//             32 bytes nonce (random, fresh per connection),
 //             u32 class_count, class_count × str class name (index = class id),
 //             u32 stream_count, stream_count × (str stream, u64 run)
+//   Challenge 32 bytes nonce (the aggregator's, fresh per connection), u8 proof_length (0 or 32), proof
+//   Auth      u8 proof_length (0 or 32), proof
 //   Welcome   u64 epoch, u32 stream_count, stream_count × (str stream, u64 run, i64 contiguous_through,
 //             i64 highest_seq)
-//   Report    str edge, str stream, u64 run, u64 seq_first, u64 seq_last, u64 epoch, u8 kind, u8 severity,
+//   Report    str edge, str stream, u64 run, u64 seq_first, u64 seq_last, u64 epoch, u64 link_seq,
+//             u8 kind, u8 severity,
 //             i64 capture_ns, i64 pts_ns, i64 publish_ns, u32 width, u32 height, str rule,
 //             u32 detection_count, then detection_count rows of 6 f32: x1, y1, x2, y2, score, class
 //             (the DetectionTensor row layout [max_det, 6] of docs/architecture.md, so a row is copied
@@ -37,6 +43,17 @@
 //   Heartbeat i64 sent_ns
 //
 // Semantics:
+//  - Authentication (auth.h): Challenge.proof = HMAC-SHA256 of the edge's key over the Hello and both
+//    nonces, empty when the aggregator runs without authentication; Auth.proof likewise from the edge,
+//    empty when it has no key. A Hello whose Auth does not prove the key is refused with
+//    Reject(kUnauthenticated) and nothing of the connection reaches storage; the aggregator answers nothing
+//    but that Challenge and that Reject before a valid Auth (no Heartbeat echo). A replayed Hello + Auth
+//    fails: the aggregator's nonce is new on every connection.
+//  - link_seq numbers the Reports of one session from 0, in the order the edge sent them (the link stamps
+//    it). The aggregator takes only the next one: a repeat (a duplicated frame) is ignored, a gap or a
+//    reordering (a frame lost on the link) closes the session with Reject(kProtocolError); the edge then
+//    re-sends everything unacknowledged in a new session. So a session stores a prefix of what was sent,
+//    in order, whatever the link below does.
 //  - seq counts a stream's frames from 0 within a run; run changes only when a stream starts over
 //    from scratch (its id is the epoch granted in the session where it started); epoch is the fencing
 //    token, granted by the aggregator. Every seq of a run is reported exactly once by one kind or another,
@@ -62,7 +79,7 @@
 //    contiguous_through for (edge, stream, run). The edge persists it as its resume cursor.
 //  - Reject answers a Report that will never be stored: kStaleEpoch (epoch = the edge's current epoch, or
 //    the session's own when the report carried another epoch than its session), kInvalid. Reject with an empty stream refers to the connection (kFenced, kUnsupportedVersion,
-//    kProtocolError); the sender closes the connection after it.
+//    kProtocolError, kUnauthenticated); the sender closes the connection after it.
 //  - Times are nanoseconds: capture_ns and publish_ns on the edge's CLOCK_REALTIME (Unix epoch),
 //    pts_ns the source's presentation time. Boxes are in source-image pixels (width × height).
 //
@@ -71,6 +88,7 @@
 // Unimplemented for a frame of another protocol version.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -84,7 +102,7 @@
 
 namespace vigil::transport {
 
-inline constexpr uint8_t kProtocolVersion = 2;
+inline constexpr uint8_t kProtocolVersion = 3;
 inline constexpr uint32_t kMagic = 0x4C494756;  // "VGIL" read as a little-endian u32
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxBodyBytes = 1 << 20;  // 1 MiB: a report with 300 detections is ~10 KB
@@ -94,8 +112,20 @@ inline constexpr uint64_t kMaxReportFrames = uint64_t{1} << 24;  // frames one r
 inline constexpr size_t kMaxClasses = 65535;    // class names in a Hello
 inline constexpr size_t kMaxHelloStreams = 65535;
 inline constexpr uint8_t kHelloPromote = 1;     // Hello flag: a standby taking over asks for a new epoch
+inline constexpr size_t kNonceBytes = 32;       // Hello and Challenge nonces
+inline constexpr size_t kProofBytes = 32;       // HMAC-SHA256
+using Nonce = std::array<uint8_t, kNonceBytes>;
 
-enum class MessageType : uint8_t { kHello = 1, kReport = 2, kAck = 3, kReject = 4, kHeartbeat = 5, kWelcome = 6 };
+enum class MessageType : uint8_t {
+  kHello = 1,
+  kReport = 2,
+  kAck = 3,
+  kReject = 4,
+  kHeartbeat = 5,
+  kWelcome = 6,
+  kChallenge = 7,
+  kAuth = 8,
+};
 enum class ReportKind : uint8_t { kEvent = 1, kProgress = 2, kDropped = 3, kLost = 4 };
 enum class Severity : uint8_t { kNone = 0, kInfo = 1, kWarning = 2, kCritical = 3 };
 enum class RejectReason : uint8_t {
@@ -104,10 +134,12 @@ enum class RejectReason : uint8_t {
   kUnsupportedVersion = 3,
   kProtocolError = 4,
   kFenced = 5,
+  kUnauthenticated = 6,
 };
 
 std::string_view ToString(Severity s);      // "none", "info", "warning", "critical"
-std::string_view ToString(RejectReason r);  // "stale_epoch", "invalid", "unsupported_version", "protocol_error", "fenced"
+std::string_view ToString(RejectReason r);  // "stale_epoch", "invalid", "unsupported_version", "protocol_error",
+                                            // "fenced", "unauthenticated"
 std::string_view ToString(ReportKind k);    // "event", "progress", "dropped", "lost"
 
 // A (stream, run) the edge resumes, named in its Hello.
@@ -124,6 +156,7 @@ struct Hello {
   uint8_t flags = 0;                     // kHelloPromote or 0
   std::vector<std::string> class_names;  // the model's classes, index = class id (labels of detections)
   std::vector<HelloStream> streams;      // (stream, run) pairs the edge resumes
+  Nonce nonce{};  // the edge's nonce for this connection (the link draws it); on the wire after flags
   bool operator==(const Hello&) const = default;
 };
 
@@ -157,6 +190,7 @@ struct Report {
   uint64_t run = 0;
   uint64_t seq_first = 0, seq_last = 0;  // an event: seq_first == seq_last
   uint64_t epoch = 0;
+  uint64_t link_seq = 0;                    // the report's place in its session, from 0 (the link stamps it)
   ReportKind kind = ReportKind::kProgress;
   Severity severity = Severity::kNone;
   int64_t capture_ns = 0;                   // capture time of frame seq_first, CLOCK_REALTIME ns
@@ -185,12 +219,27 @@ struct Reject {
   bool operator==(const Reject&) const = default;
 };
 
+// The aggregator's answer to a Hello before it decides on it.
+struct Challenge {
+  Nonce nonce{};      // the aggregator's nonce for this connection
+  std::string proof;  // kProofBytes, or empty: the aggregator does not authenticate (auth.h)
+  bool operator==(const Challenge&) const = default;
+};
+
+// The edge's answer to a Challenge.
+struct Auth {
+  std::string proof;  // kProofBytes, or empty: the edge has no key
+  bool operator==(const Auth&) const = default;
+};
+
 struct Heartbeat {
   int64_t sent_ns = 0;
   bool operator==(const Heartbeat&) const = default;
 };
 
-using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat>;
+using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat, Challenge, Auth>;
+// "Hello", "Welcome", "Report", ... for messages.
+std::string_view MessageName(const Message& m);
 
 // OK when `r` satisfies the field rules above (non-empty ids, seq_first ≤ seq_last, an event covers
 // one frame, only events carry detections, kind/severity known, strings ≤ 65535 bytes, finite boxes and
@@ -209,10 +258,11 @@ Status ValidateHello(const Hello& h);
 // ValidateHello fits).
 void AppendFrame(const Message& m, std::string* out);
 std::string EncodeFrame(const Message& m);
-// Appends a Report frame for `report` with edge id `edge`, epoch `epoch` and detections `rows` in place of
-// report.edge, report.epoch and report.detections: a link stamps its session's identity and sends rows that
-// lived elsewhere (a staging copy of device memory) without copying the report. REQUIRES: as AppendFrame.
-void AppendReportFrame(const Report& report, std::string_view edge, uint64_t epoch,
+// Appends a Report frame for `report` with edge id `edge`, epoch `epoch`, link_seq `link_seq` and
+// detections `rows` in place of report.edge, report.epoch, report.link_seq and report.detections: a link
+// stamps its session's identity and sends rows that lived elsewhere (a staging copy of device memory)
+// without copying the report. REQUIRES: as AppendFrame.
+void AppendReportFrame(const Report& report, std::string_view edge, uint64_t epoch, uint64_t link_seq,
                        std::span<const ReportDetection> rows, std::string* out);
 
 // CRC-32 (IEEE 802.3) of `data`, continuing from `crc` (0 to start). Crc32("123456789") = 0xCBF43926.

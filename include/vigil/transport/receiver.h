@@ -1,11 +1,18 @@
-// vigil/transport/receiver.h — the aggregator side: accepts edges over TCP and hands over their reports.
+// vigil/transport/receiver.h — the aggregator side: accepts edges on one Listener (TCP, TLS, UCX) and hands
+// over their reports.
 //
 // One accept thread; per connection one reader thread and one writer thread (an aggregator serves tens of
-// edges, not thousands). A connection must start with Hello (protocol version kProtocolVersion). The
-// handler decides on it — on its own time, e.g. after granting an epoch durably — and calls
+// edges, not thousands). A connection from an address outside the allow-list is closed at once, nothing
+// sent. A connection must start with Hello (protocol version kProtocolVersion); the receiver answers
+// Challenge and checks the edge's Auth (auth.h) before the handler hears of it: a connection that fails
+// authentication, or does not finish it within `handshake_timeout`, gets Reject(kUnauthenticated) and is
+// closed, and nothing of it reaches the handler. Every refusal is counted by reason and logged with the
+// peer. Then the handler decides on the Hello — on its own time, e.g. after granting an epoch durably — and calls
 // Session::Admit (sends Welcome) or Session::Refuse (sends Reject, closes). Until admitted, anything but
-// Heartbeats is a protocol violation. After the Welcome, Reports and Heartbeats (echoed at once); a Report
-// whose epoch is not the session's is answered Reject(kStaleEpoch) by the receiver and never reaches the
+// Heartbeats is a protocol violation. After the Welcome, Reports and Heartbeats (echoed at once). Reports
+// must come in link_seq order (protocol.h): a repeat is ignored (counted), a gap closes the session
+// (Reject kProtocolError, counted), so the handler sees each session's reports once, in the order sent,
+// whatever the link below did. A Report whose epoch is not the session's is answered Reject(kStaleEpoch) by the receiver and never reaches the
 // handler. A frame that does not decode (bad magic, CRC, version, truncated body, invalid report), a
 // Report from another edge id than the Hello's, or any other protocol violation gets a Reject (empty
 // stream, reason kProtocolError / kUnsupportedVersion) and closes that connection only, counted in
@@ -25,12 +32,14 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 
 #include "vigil/common/status.h"
+#include "vigil/transport/auth.h"
 #include "vigil/transport/connection.h"
 #include "vigil/transport/protocol.h"
 
@@ -39,9 +48,11 @@ namespace vigil::transport {
 // One accepted connection after its Hello; made by the receiver, shared with the handler.
 class Session {
  public:
-  Session(uint64_t id, std::shared_ptr<Connection> conn, Hello hello, size_t max_send_queue_bytes);
+  Session(uint64_t id, std::shared_ptr<Connection> conn, Hello hello, size_t max_send_queue_bytes,
+          std::string link = "tcp");
 
   uint64_t id() const { return id_; }  // unique per receiver
+  const std::string& link() const { return link_; }  // the listener's kind: "tcp", "ucx"
   const std::string& edge() const { return hello_.edge; }
   const Hello& hello() const { return hello_; }  // as received: held epoch, flags, class names, streams
   std::string peer() const { return conn_->peer(); }
@@ -61,9 +72,14 @@ class Session {
   // Closes the connection (the receiver then ends it and calls OnClose).
   void Close();
   bool closed() const;
+  // Marks the session as replaced by a newer session of the same edge instance (it reconnected, maybe
+  // over another link) and closes it: the handler ignores whatever of it is still queued, because the
+  // edge re-sends it on the new session. Sticky.
+  void Supersede();
+  bool superseded() const;
 
  private:
-  friend class TcpReceiver;
+  friend class Receiver;
   // Writer thread: sends queued frames until closed (frames still queued at Close are dropped). After
   // Refuse it closes the connection once the Reject is written. A failed or blocked (write_timeout)
   // write closes the session.
@@ -73,6 +89,7 @@ class Session {
   const std::shared_ptr<Connection> conn_;
   const Hello hello_;
   const size_t max_queue_bytes_;
+  const std::string link_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;  // GUARDED_BY(mu_)
@@ -80,12 +97,13 @@ class Session {
   uint64_t epoch_ = 0;             // GUARDED_BY(mu_)
   bool closing_ = false;           // GUARDED_BY(mu_) close after the queue drains (Refuse)
   bool closed_ = false;            // GUARDED_BY(mu_)
+  bool superseded_ = false;        // GUARDED_BY(mu_)
 };
 
 class ReceiverHandler {
  public:
   virtual ~ReceiverHandler() = default;
-  // A connection said Hello (valid, this protocol version). The handler must eventually Admit or Refuse
+  // A connection said Hello (valid, this protocol version) and authenticated. The handler must eventually Admit or Refuse
   // the session (or Close it). A non-OK status refuses it at once: the edge gets
   // Reject(kProtocolError, message) and the connection closes.
   virtual Status OnHello(const std::shared_ptr<Session>& session) = 0;
@@ -98,18 +116,34 @@ class ReceiverHandler {
 };
 
 struct ReceiverOptions {
-  std::string host = "0.0.0.0";                   // "" = all IPv4 interfaces
-  uint16_t port = 7400;                           // 0 = any free port. Default: 7400
   int max_connections = 256;                      // more are accepted and closed at once (counted). Default: 256
   std::chrono::milliseconds peer_timeout{10000};  // close a connection silent this long. Default: 10 s
   std::chrono::milliseconds write_timeout{1000};  // a send blocked this long closes the connection. Default: 1 s
   size_t max_send_queue_bytes = 64 << 20;         // per session, queued and not yet written; at least one
                                                   // largest frame (kHeaderBytes + kMaxBodyBytes). Default: 64 MiB
+  std::chrono::milliseconds handshake_timeout{5000};  // accept → valid Auth, at most. Default: 5 s
+  // Edge keys: null = no authentication (Challenge without proof, any Auth accepted; logged at Start).
+  std::shared_ptr<const KeyStore> keys;
+  // Addresses allowed to connect: null = any.
+  std::shared_ptr<const AllowList> allow;
 };
+
+// Why a connection was refused before its session began (ReceiverStats::rejected, metric label `reason`).
+inline constexpr const char* kRejectAddress = "address";               // not in the allow-list
+inline constexpr const char* kRejectUnknownEdge = "unknown_edge";      // no key for the Hello's edge id
+inline constexpr const char* kRejectBadProof = "bad_proof";            // Auth's proof does not match the key
+inline constexpr const char* kRejectNoProof = "no_proof";              // Auth without a proof
+inline constexpr const char* kRejectHandshakeTimeout = "handshake_timeout";  // no valid Auth in time
+inline constexpr const char* kRejectMalformed = "malformed";           // a frame that does not decode, or not Hello/Auth
+inline constexpr const char* kRejectVersion = "unsupported_version";   // another protocol version
 
 struct ReceiverStats {
   uint64_t accepted = 0;         // connections accepted
   uint64_t refused = 0;          // closed at once: over max_connections
+  std::map<std::string, uint64_t> rejected;  // before the session: by reason (kReject*)
+  uint64_t authenticated = 0;    // connections that passed the handshake
+  uint64_t repeated_reports = 0;  // Reports whose link_seq was already seen (a duplicated frame), ignored
+  uint64_t sequence_gaps = 0;     // sessions closed for a Report after a gap in link_seq
   uint64_t active = 0;           // open now
   uint64_t protocol_errors = 0;  // connections closed for a malformed frame or a protocol violation
   uint64_t timeouts = 0;         // connections closed after peer_timeout of silence
@@ -118,15 +152,17 @@ struct ReceiverStats {
   uint64_t bytes = 0;            // bytes received
 };
 
-class TcpReceiver {
+class Receiver {
  public:
-  // Binds and starts accepting. `handler` must outlive the receiver.
-  // Errors: Unavailable (cannot bind), InvalidArgument (options).
-  static StatusOr<std::unique_ptr<TcpReceiver>> Start(ReceiverOptions options, ReceiverHandler* handler);
-  ~TcpReceiver();  // Stop()
+  // Starts accepting on `listener` (MakeTcp…, TcpListener::Listen, UcxListen, MakeTlsListener). `handler`
+  // must outlive the receiver. Errors: InvalidArgument (options).
+  static StatusOr<std::unique_ptr<Receiver>> Start(ReceiverOptions options, std::unique_ptr<Listener> listener,
+                                                   ReceiverHandler* handler);
+  ~Receiver();  // Stop()
 
   uint16_t port() const;
   const std::string& address() const;
+  std::string_view kind() const;  // the listener's: "tcp", "ucx"
   ReceiverStats Stats() const;
   // Stops accepting, closes every connection, and joins all threads (OnClose runs for each).
   // Idempotent.
@@ -134,7 +170,7 @@ class TcpReceiver {
 
  private:
   struct Impl;
-  explicit TcpReceiver(std::unique_ptr<Impl> impl);
+  explicit Receiver(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,236 @@
+// The framed Link (link.h): protocol frames over a Connection made by a Dialer (TCP, TLS, UCX).
+#include <mutex>
+#include <vector>
+
+#include "vigil/transport/auth.h"
+#include "vigil/transport/link.h"
+
+namespace vigil::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr size_t kReadBufferBytes = 64 << 10;
+
+milliseconds Left(Clock::time_point deadline) {
+  return std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
+
+class FramedLink final : public Link {
+ public:
+  FramedLink(std::shared_ptr<Dialer> dialer, LinkOptions options)
+      : dialer_(std::move(dialer)), opt_(std::move(options)) {}
+  ~FramedLink() override { Close(); }
+
+  std::string_view kind() const override { return opt_.kind; }
+  std::string target() const override { return dialer_->target(); }
+  std::string transports() const override {
+    std::shared_ptr<Connection> conn = current();
+    return conn ? conn->transports() : std::string();
+  }
+
+  StatusOr<Welcome> Open(const Hello& hello_in, milliseconds timeout) override {
+    Close();
+    Hello hello = hello_in;
+    hello.nonce = RandomNonce();
+    VIGIL_RETURN_IF_ERROR(ValidateHello(hello));
+    const auto deadline = Clock::now() + timeout;
+    StatusOr<std::unique_ptr<Connection>> dialed = dialer_->Dial(timeout);
+    if (!dialed.ok()) return Annotate(dialed.status(), target());
+    std::shared_ptr<Connection> conn = std::move(*dialed);
+    {
+      std::lock_guard lock(mu_);
+      conn_ = conn;
+      epoch_ = 0;
+      link_seq_ = 0;
+      edge_ = hello.edge;
+    }
+    decoder_ = FrameDecoder();
+    StatusOr<Welcome> welcome = Handshake(*conn, hello, deadline);
+    std::lock_guard lock(mu_);
+    if (!welcome.ok() || conn_ != conn) {  // failed, or Close ran meanwhile
+      conn->Shutdown();
+      if (conn_ == conn) conn_.reset();
+      if (welcome.ok()) return absl::UnavailableError(StrCat(target(), ": link closed during the handshake"));
+      return welcome.status();
+    }
+    epoch_ = welcome->epoch;
+    return welcome;
+  }
+
+  Status Send(std::span<const OutboxMessage* const> messages, milliseconds timeout) override {
+    std::shared_ptr<Connection> conn;
+    std::string edge;
+    uint64_t epoch = 0, link_seq = 0;
+    {
+      std::lock_guard lock(mu_);
+      conn = conn_;
+      edge = edge_;
+      epoch = epoch_;
+      link_seq = link_seq_;
+    }
+    if (!conn) return absl::UnavailableError(StrCat(target(), ": no open session"));
+    // Encode the whole batch first: a payload that fails to download leaves nothing of it sent (and
+    // takes no link_seq).
+    out_.clear();
+    uint64_t next_seq = link_seq;
+    for (const OutboxMessage* m : messages) {
+      if (!m->device || m->device->count == 0) {
+        AppendReportFrame(m->report, edge, epoch, next_seq++, m->report.detections, &out_);
+        continue;
+      }
+      // The message carries no host rows: check the downloaded ones on a copy of its header (rows that do
+      // not validate would make the aggregator drop the whole session).
+      Report checked = m->report;
+      checked.detections.swap(staging_);  // reuse the staging buffer's capacity
+      checked.detections.resize(m->device->count);
+      Status st = m->device->download(checked.detections.data());
+      if (st.ok()) st = ValidateReportFields(checked);
+      if (st.ok()) AppendReportFrame(checked, edge, epoch, next_seq++, checked.detections, &out_);
+      checked.detections.swap(staging_);
+      if (!st.ok()) {
+        return absl::InternalError(StrCat("message ", m->id, " (", m->report.stream, " seq ", m->report.seq_first,
+                                          "): device rows on cuda:", m->device->device, ": ", st.message()));
+      }
+    }
+    // The numbers are taken whatever the write does: a failed write ends the session, and the next one
+    // starts again from 0.
+    {
+      std::lock_guard lock(mu_);
+      if (conn_ == conn) link_seq_ = next_seq;
+    }
+    return conn->Write(out_, timeout);
+  }
+
+  Status SendHeartbeat(int64_t sent_ns, milliseconds timeout) override {
+    std::shared_ptr<Connection> conn = current();
+    if (!conn) return absl::UnavailableError(StrCat(target(), ": no open session"));
+    return conn->Write(EncodeFrame(Heartbeat{sent_ns}), timeout);
+  }
+
+  StatusOr<std::optional<Message>> Receive(milliseconds timeout) override {
+    std::shared_ptr<Connection> conn = current();
+    if (!conn) return absl::UnavailableError(StrCat(target(), ": no open session"));
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      StatusOr<std::optional<Message>> m = decoder_.Next();
+      if (!m.ok()) return Annotate(m.status(), StrCat(target(), ": from the aggregator"));
+      if (m->has_value()) {
+        const Message& msg = **m;
+        if (!std::holds_alternative<Ack>(msg) && !std::holds_alternative<Reject>(msg) &&
+            !std::holds_alternative<Heartbeat>(msg)) {
+          return absl::InvalidArgumentError(StrCat(
+              target(), ": the aggregator sent a message type it may not send in a session (", MessageName(msg), ")"));
+        }
+        return m;
+      }
+      StatusOr<size_t> n = conn->Read(buf_.data(), buf_.size(), Left(deadline));
+      if (!n.ok()) {
+        if (n.status().code() == absl::StatusCode::kDeadlineExceeded) return std::optional<Message>();
+        return n.status();
+      }
+      decoder_.Feed(std::string_view(buf_.data(), *n));
+    }
+  }
+
+  void Close() override {
+    std::lock_guard lock(mu_);
+    if (conn_) conn_->Shutdown();
+    conn_.reset();
+  }
+
+ private:
+  std::shared_ptr<Connection> current() const {
+    std::lock_guard lock(mu_);
+    return conn_;
+  }
+
+  // The next message of the handshake, waiting until `deadline`; `what` names what we wait for.
+  StatusOr<Message> HandshakeMessage(Connection& conn, Clock::time_point deadline, std::string_view what) {
+    for (;;) {
+      StatusOr<std::optional<Message>> m = decoder_.Next();
+      if (!m.ok()) {
+        return absl::UnavailableError(StrCat(target(), ": waiting for ", what, ": ", m.status().message()));
+      }
+      if (m->has_value()) {
+        if (std::holds_alternative<Heartbeat>(**m)) continue;  // an echo; harmless
+        return std::move(**m);
+      }
+      StatusOr<size_t> n = conn.Read(buf_.data(), buf_.size(), Left(deadline));
+      if (!n.ok()) return absl::UnavailableError(StrCat(target(), ": waiting for ", what, ": ", n.status().message()));
+      decoder_.Feed(std::string_view(buf_.data(), *n));
+    }
+  }
+
+  // The aggregator's Reject of our Hello as a status: kUnauthenticated → Unauthenticated, kFenced →
+  // PermissionDenied, anything else → FailedPrecondition.
+  Status Refused(const Hello& hello, const Reject& r) const {
+    const std::string what = StrCat(target(), ": the aggregator refused the Hello of edge '", hello.edge, "' epoch ",
+                                    hello.epoch, " (", ToString(r.reason), ", its epoch ", r.epoch, "): ", r.detail);
+    if (r.reason == RejectReason::kFenced) return absl::PermissionDeniedError(what);
+    if (r.reason == RejectReason::kUnauthenticated) {
+      return absl::UnauthenticatedError(
+          StrCat(what, opt_.key.empty() ? " (this edge has no key: set transport.key_file or VIGIL_EDGE_KEY)"
+                                        : " (check that the aggregator's keys_file has this edge's key)"));
+    }
+    return absl::FailedPreconditionError(what);
+  }
+
+  // Hello → Challenge → Auth → Welcome or Reject, until `deadline`.
+  StatusOr<Welcome> Handshake(Connection& conn, const Hello& hello, Clock::time_point deadline) {
+    Status st = conn.Write(EncodeFrame(hello), Left(deadline));
+    if (!st.ok()) return absl::UnavailableError(StrCat(target(), ": sending Hello: ", st.message()));
+    VIGIL_ASSIGN_OR_RETURN(Message m, HandshakeMessage(conn, deadline, "Challenge"));
+    if (const Reject* r = std::get_if<Reject>(&m)) return Refused(hello, *r);
+    const Challenge* c = std::get_if<Challenge>(&m);
+    if (c == nullptr) {
+      return absl::UnavailableError(
+          StrCat(target(), ": the aggregator answered Hello with ", MessageName(m), ", not Challenge"));
+    }
+    Auth auth;
+    if (!opt_.key.empty()) {
+      // Mutual: an aggregator that cannot prove it knows our key gets nothing more from us.
+      if (c->proof.empty()) {
+        return absl::UnauthenticatedError(
+            StrCat(target(), ": the aggregator did not authenticate itself (it runs without keys); this edge has a "
+                             "key and reports only to an aggregator that proves it knows it"));
+      }
+      if (!ProofMatches(AggregatorProof(opt_.key, hello, c->nonce), c->proof)) {
+        return absl::UnauthenticatedError(
+            StrCat(target(), ": the aggregator's proof does not match this edge's key (a different key for edge '",
+                   hello.edge, "' in its keys_file, or not the aggregator)"));
+      }
+      auth.proof = EdgeProof(opt_.key, hello, c->nonce);
+    }
+    st = conn.Write(EncodeFrame(auth), Left(deadline));
+    if (!st.ok()) return absl::UnavailableError(StrCat(target(), ": sending Auth: ", st.message()));
+    VIGIL_ASSIGN_OR_RETURN(m, HandshakeMessage(conn, deadline, "Welcome"));
+    if (Welcome* w = std::get_if<Welcome>(&m)) return std::move(*w);
+    if (const Reject* r = std::get_if<Reject>(&m)) return Refused(hello, *r);
+    return absl::UnavailableError(
+        StrCat(target(), ": the aggregator answered Auth with ", MessageName(m), ", neither Welcome nor Reject"));
+  }
+
+  const std::shared_ptr<Dialer> dialer_;
+  const LinkOptions opt_;
+  mutable std::mutex mu_;
+  std::shared_ptr<Connection> conn_;  // GUARDED_BY(mu_) the session's connection; null when none
+  std::string edge_;                  // GUARDED_BY(mu_) from the session's Hello
+  uint64_t epoch_ = 0;                // GUARDED_BY(mu_) from the session's Welcome
+  uint64_t link_seq_ = 0;             // GUARDED_BY(mu_) the next Report's link_seq
+  // Used by the Receive (and Open) thread only:
+  FrameDecoder decoder_;
+  std::vector<char> buf_ = std::vector<char>(kReadBufferBytes);
+  // Used by the Send thread only:
+  std::string out_;
+  std::vector<ReportDetection> staging_;  // device rows downloaded for encoding
+};
+
+}  // namespace
+
+std::unique_ptr<Link> MakeFramedLink(std::shared_ptr<Dialer> dialer, LinkOptions options) {
+  return std::make_unique<FramedLink>(std::move(dialer), std::move(options));
+}
+
+}  // namespace vigil::transport
