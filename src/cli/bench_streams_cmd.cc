@@ -152,14 +152,6 @@ struct Play {
   double fps = 0;  // frames per second each stream delivers
 };
 
-// 32 random bytes as hex: a pre-shared key (transport/auth.h).
-std::string RandomKeyHex() {
-  const transport::Nonce raw = transport::RandomNonce();
-  std::string hex;
-  for (uint8_t b : raw) hex += StrCat(absl::Hex(b, absl::kZeroPad2));
-  return hex;
-}
-
 TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::string>& devices, const Play& play,
                      const fs::path& work) {
   TrialResult r;
@@ -176,7 +168,7 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
   ac.max_connections = 16;
   ac.queue_max = 1 << 20;
   // Authenticated, as shipped: a fresh key for this run's edge.
-  const std::string key_hex = RandomKeyHex();
+  const std::string key_hex = transport::NewKeyHex();
   ac.keys_file = (dir / "keys.yaml").string();
   std::ofstream(ac.keys_file) << "bench: " << key_hex << "\n";
   std::ofstream((dir / "edge.key").string()) << key_hex << "\n";

@@ -84,6 +84,16 @@ Nonce RandomNonce() {
   return n;
 }
 
+std::string NewKeyHex() {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : RandomNonce()) {
+    hex += kDigits[b >> 4];
+    hex += kDigits[b & 15];
+  }
+  return hex;
+}
+
 std::string AggregatorProof(std::string_view key, const Hello& hello, const Nonce& aggregator_nonce) {
   return Proof(key, "vigil-v3 aggregator", hello, hello.nonce, aggregator_nonce);
 }

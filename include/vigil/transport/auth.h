@@ -39,6 +39,9 @@ inline constexpr size_t kMinKeyBytes = 16;  // 128 bits; `openssl rand -hex 32` 
 // secure can be done).
 Nonce RandomNonce();
 
+// A new 256-bit key from the CSPRNG, written as 64 hex digits (what a keys file and a key_file hold).
+std::string NewKeyHex();
+
 // The proofs of the handshake above; `key` is the raw key (bytes, not hex).
 std::string AggregatorProof(std::string_view key, const Hello& hello, const Nonce& aggregator_nonce);
 std::string EdgeProof(std::string_view key, const Hello& hello, const Nonce& aggregator_nonce);
