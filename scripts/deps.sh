@@ -13,6 +13,7 @@ build_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwloc-dev libnuma-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
   libsqlite3-dev libyaml-cpp-dev libcpp-httplib-dev
+  libssl-dev                    # OpenSSL 3: TLS links (transport/tls.h); the tests make their certificates with it
   prometheus-cpp-dev            # metrics: prometheus-cpp core (families, histograms, text exposition)
   dpkg-dev file                 # cpack's .deb: dpkg-shlibdeps computes Depends
   opencv-doc darknet            # sample images and video (vtest.avi, dog.jpg, ...)
@@ -20,6 +21,7 @@ build_pkgs=(
 test_pkgs=(
   python3 python3-venv python3-pip python3-numpy python3-opencv
   ffmpeg sqlite3                     # test media generation, the RTP feed behind the loopback RTSP test server
+  openssl                            # the CLI, to inspect the certificates the TLS tests write
   python3-torch python3-torchvision   # Debian's CPU PyTorch 1.13: exports test models, no CUDA wheels
 )
 
