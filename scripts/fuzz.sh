@@ -38,9 +38,10 @@ fi
 
 # -max_len=70000: the largest single field (a str: 2 + 65535 bytes) fits in one frame with its header and the
 # other fields, and mutation, CRC and decoding cost grow with input length, so smaller is faster. Frames up
-# to kMaxBodyBytes (1 MiB) are legal; what only such large inputs reach — 10000 detections (240 KB), a Hello
-# whose Welcome would exceed 1 MiB (≥ ~505 KB), 65535 classes — is in tests/transport/protocol_test.cc.
-# The body_length limit itself is checked from the header and stays reachable.
+# to kMaxBodyBytes (1 MiB) are legal, but the decoder's limits (body_length, detection, class and stream
+# counts) are checked on the header and count fields, before the bytes, and stay reachable; the one branch
+# only a large body reaches, ValidateHello's Welcome-size rule (a Hello of ≥ ~505 KB), is unit-tested
+# (tests/transport/protocol_test.cc, ValidateHelloRules).
 run=$build/fuzz/run
 rm -rf "$run"
 mkdir -p "$run/corpus" "$build/fuzz/artifacts"
