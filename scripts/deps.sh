@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages vigil needs. Usage: scripts/deps.sh [build|test|all]
+# Installs the Debian 12 packages vigil needs. Usage: scripts/deps.sh [build|test|fuzz|all]
 #   build: compilers, CMake/Ninja and the libraries vigil links (plus the sample images/video)
 #   test:  build + what the test suites need (Python, Debian's PyTorch for exporting test models)
+#   fuzz:  what the libFuzzer build needs alone (clang with its runtimes, CMake/Ninja, abseil): scripts/fuzz.sh
 # Only missing packages are installed; nothing happens when all are present.
 set -euo pipefail
 what=${1:-build}
@@ -24,9 +25,17 @@ test_pkgs=(
   openssl                            # the CLI, to inspect the certificates the TLS tests write
   python3-torch python3-torchvision   # Debian's CPU PyTorch 1.13: exports test models, no CUDA wheels
 )
+fuzz_pkgs=(
+  clang libclang-rt-dev              # libFuzzer, ASan/UBSan runtimes
+  cmake ninja-build libabsl-dev
+)
 
-pkgs=("${build_pkgs[@]}")
-[[ $what == test || $what == all ]] && pkgs+=("${test_pkgs[@]}")
+case $what in
+  fuzz) pkgs=("${fuzz_pkgs[@]}") ;;
+  all) pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
+  test) pkgs=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  *) pkgs=("${build_pkgs[@]}") ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do
