@@ -49,7 +49,10 @@ PY
 ffmpeg -v error -i "$vtest" -frames:v "$frames" -c copy "$work/clip.avi"
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 agg_port=$(port)
-printf 'listen: 127.0.0.1:%s\nhttp: 127.0.0.1:%s\ndb: %s/agg.db\n' "$agg_port" "$(port)" "$work" > "$work/agg.yaml"
+key=$(openssl rand -hex 32)  # authenticated, as shipped: one key for both edge ids
+(umask 077; echo "$key" > "$work/edge.key"; printf 'bench-bound: %s\nbench-unbound: %s\n' "$key" "$key" > "$work/keys.yaml")
+printf 'listen: 127.0.0.1:%s\nhttp: 127.0.0.1:%s\ndb: %s/agg.db\nauth: {keys_file: %s/keys.yaml}\n' \
+  "$agg_port" "$(port)" "$work" "$work" > "$work/agg.yaml"
 $vigil aggregator --config "$work/agg.yaml" > "$work/agg.out" 2> "$work/agg.log" &
 agg=$!
 trap 'kill $agg 2>/dev/null; rm -rf "$work"' EXIT
@@ -61,6 +64,7 @@ run_edge() {  # $1: label, $2: DISABLE_NUMA_BIND value
   {
     printf 'edge: bench-%s\naggregator: 127.0.0.1:%s\nmodel: {path: %s, threads: %s}\n' "$1" "$agg_port" "$model" "$threads"
     printf 'batching: {max_batch: %s, max_wait_ms: 10}\nstate_dir: %s/state\n' "$streams" "$dir"
+    printf 'transport: {key_file: %s/edge.key}\n' "$work"
     printf 'placement: {bind_single_numa: true}\nstreams:\n'
     for i in $(seq 1 "$streams"); do printf '  - {id: s%s, source: %s}\n' "$i" "$work/clip.avi"; done
   } > "$dir/edge.yaml"

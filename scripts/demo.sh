@@ -39,10 +39,15 @@ video=/usr/share/doc/opencv-doc/examples/data/vtest.avi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 agg_port=$(free_port) http_port=$(free_port)
 
+# The edge proves a pre-shared key; the aggregator holds it for that edge id (docs/architecture.md).
+key=$(openssl rand -hex 32)
+(umask 077; echo "$key" > "$out/edge.key"; echo "demo-edge: $key" > "$out/edge-keys.yaml")
 cat > "$out/agg.yaml" <<YAML
 listen: 127.0.0.1:$agg_port
 http: 127.0.0.1:$http_port
 db: $out/vigil.db
+allow: [127.0.0.1/32]
+auth: {keys_file: $out/edge-keys.yaml}
 YAML
 cat > "$out/edge.yaml" <<YAML
 edge: demo-edge
@@ -51,6 +56,7 @@ model: {path: $model, threads: $(nproc)}
 batching: {max_batch: 4, max_wait_ms: 10}
 http_port: 0
 state_dir: $out/edge-state
+transport: {key_file: $out/edge.key}
 streams:
   - id: vtest
     source: $video

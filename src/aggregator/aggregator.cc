@@ -18,6 +18,8 @@
 #include "vigil/transport/auth.h"
 #include "vigil/transport/http_access.h"
 #include "vigil/transport/receiver.h"
+#include "vigil/transport/tls.h"
+#include "vigil/transport/ucx.h"
 
 namespace vigil::aggregator {
 namespace {
@@ -541,7 +543,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::map<std::string, metrics::Counter*> rejected;
     for (const char* reason : {transport::kRejectAddress, transport::kRejectUnknownEdge, transport::kRejectBadProof,
                                transport::kRejectNoProof, transport::kRejectHandshakeTimeout,
-                               transport::kRejectMalformed, transport::kRejectVersion}) {
+                               transport::kRejectMalformed, transport::kRejectVersion, transport::kRejectTls}) {
       rejected[reason] = &registry.GetCounter("vigil_transport_rejected_total",
                                               "Connections refused before their session began, by reason",
                                               {{"link", link}, {"reason", reason}});
@@ -662,12 +664,28 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   StatusOr<std::unique_ptr<transport::TcpListener>> tcp = transport::TcpListener::Listen(config.listen_host,
                                                                                          config.listen_port);
   if (!tcp.ok()) return fail(tcp.status());
-  Status st = start_link(std::unique_ptr<transport::Listener>(std::move(*tcp)));
+  std::unique_ptr<transport::Listener> tcp_link = std::move(*tcp);
+  if (!config.tls_cert_file.empty()) {
+    StatusOr<std::shared_ptr<transport::TlsContext>> tls = transport::TlsContext::Server(
+        {config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file, /*require_peer_cert=*/true, ""});
+    if (!tls.ok()) return fail(tls.status());
+    tcp_link = transport::MakeTlsListener(std::move(tcp_link), *tls);
+  }
+  Status st = start_link(std::move(tcp_link));
   if (!st.ok()) return fail(st);
+  if (config.ucx_enabled) {
+    st = start_link(transport::UcxListen(config.ucx_host, config.ucx_port, {}));
+    if (!st.ok()) return fail(Annotate(st, "ucx_listen"));
+  }
   d.storage_thread = std::thread([&d] { d.StorageLoop(); });
-  spdlog::info("aggregator: edges on {} ({}), HTTP on {}:{}{}, database {} (schema {})", d.receivers[0]->address(),
-               d.receivers[0]->kind(), config.http_host, d.http_port, token.empty() ? "" : " (bearer token)",
-               config.db_path, d.store->schema_version());
+  std::string links;
+  for (const auto& rx : d.receivers) {
+    links += StrCat(links.empty() ? "" : ", ", rx->kind(), " ", rx->address(),
+                    rx->kind() == "tcp" && !config.tls_cert_file.empty() ? " (TLS)" : "");
+  }
+  spdlog::info("aggregator: edges on {}; HTTP{} on {}:{}{}; database {} (schema {})", links,
+               config.http_cert_file.empty() ? "" : "S", config.http_host, d.http_port,
+               token.empty() ? "" : " (bearer token)", config.db_path, d.store->schema_version());
   return std::unique_ptr<Aggregator>(new Aggregator(std::move(impl)));
 }
 

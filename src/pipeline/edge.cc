@@ -30,6 +30,8 @@
 #include "vigil/transport/auth.h"
 #include "vigil/transport/courier.h"
 #include "vigil/transport/http_access.h"
+#include "vigil/transport/tls.h"
+#include "vigil/transport/ucx.h"
 #include "vigil/video/source.h"
 #include "vigil/video/stream_reader.h"
 
@@ -133,6 +135,7 @@ class Edge final : public transport::CourierHandler {
   void SaveFrame(const Stream& s, const video::Frame& f);
   void Periodic(bool force);
   Status StartHttp();
+  void SampleLinks(const transport::CourierStats& cs);
 
   const EdgeConfig& config_;
   const std::atomic<bool>& stop_;
@@ -165,6 +168,8 @@ class Edge final : public transport::CourierHandler {
   metrics::Histogram* batch_frames_ = nullptr;
   metrics::Histogram* frame_to_detection_ = nullptr;
   metrics::Gauge *batcher_depth_ = nullptr, *outbox_depth_ = nullptr, *streams_active_ = nullptr, *connected_ = nullptr;
+  std::mutex link_metrics_mu_;
+  transport::CourierStats last_courier_;  // GUARDED_BY(link_metrics_mu_) at the last SampleLinks
   metrics::Gauge* epoch_gauge_ = nullptr;
   metrics::Gauge* fenced_gauge_ = nullptr;
   metrics::Counter* rejected_ = nullptr;
@@ -246,11 +251,21 @@ StatusOr<std::vector<std::shared_ptr<transport::Link>>> MakeEdgeLinks(const Edge
     if (kind == "tcp") {
       std::unique_ptr<transport::Dialer> dialer = transport::MakeTcpDialer(config.aggregator_host, config.aggregator_port);
       if (config.tls) {
-        return absl::UnimplementedError("transport.tls: not built yet");
+        transport::TlsOptions to;
+        to.ca_file = config.tls_ca_file;
+        to.cert_file = config.tls_cert_file;
+        to.key_file = config.tls_key_file;
+        to.server_name = config.tls_server_name;
+        VIGIL_ASSIGN_OR_RETURN(std::shared_ptr<transport::TlsContext> tls, transport::TlsContext::Client(to));
+        dialer = transport::MakeTlsDialer(std::move(dialer), std::move(tls), config.tls_server_name);
       }
       links.push_back(transport::MakeFramedLink(std::move(dialer), {"tcp", key}));
     } else if (kind == "ucx") {
-      return absl::UnimplementedError("transport.links: ucx: not built yet");
+#if !VIGIL_HAVE_UCX
+      return absl::UnimplementedError("transport.links: ucx: this vigil was built without UCX (Debian libucx-dev)");
+#endif
+      const std::string host = config.ucx_host.empty() ? config.aggregator_host : config.ucx_host;
+      links.push_back(transport::MakeFramedLink(transport::MakeUcxDialer(host, config.ucx_port, {}), {"ucx", key}));
     } else {
       return absl::InvalidArgumentError(StrCat("transport.links: unknown link '", kind, "'"));
     }
@@ -602,6 +617,42 @@ void Edge::Periodic(bool force) {
   outbox_depth_->Set(static_cast<double>(os.pending));
   streams_active_->Set(active);
   connected_->Set(cs.connected ? 1 : 0);
+  SampleLinks(cs);
+}
+
+// Per link: sessions, messages and failed opens as counters; which link carries the session now; and
+// whether a ucx link runs over TCP inside UCX (degraded: the fast path is not there).
+void Edge::SampleLinks(const transport::CourierStats& cs) {
+  auto delta = [](uint64_t now_v, uint64_t before) { return static_cast<double>(now_v - before); };
+  std::lock_guard lock(link_metrics_mu_);  // scrapes and the final sample may overlap
+  for (size_t i = 0; i < cs.links.size(); ++i) {
+    const transport::CourierLinkStats& l = cs.links[i];
+    const transport::CourierLinkStats before = i < last_courier_.links.size() ? last_courier_.links[i]
+                                                                            : transport::CourierLinkStats{};
+    const metrics::Labels labels{{"link", l.kind}};
+    reg_.GetCounter("vigil_edge_link_sessions_total", "Sessions admitted, by link", labels)
+        .Inc(delta(l.sessions, before.sessions));
+    reg_.GetCounter("vigil_edge_link_messages_total", "Reports written, re-sends included, by link", labels)
+        .Inc(delta(l.sent, before.sent));
+    reg_.GetCounter("vigil_edge_link_open_failures_total", "Sessions that could not be opened, by link", labels)
+        .Inc(delta(l.open_failures, before.open_failures));
+    reg_.GetGauge("vigil_edge_link_active", "1 on the link that carries the session now", labels)
+        .Set(cs.connected && cs.link == l.kind ? 1 : 0);
+    // UCX may fall back to TCP inside itself (no shared memory, no RDMA): working, but not the fast path.
+    const bool degraded = l.kind == "ucx" && !l.transports.empty() && l.transports.find("tcp") != std::string::npos &&
+                          l.transports.find(',') == std::string::npos;
+    reg_.GetGauge("vigil_edge_link_degraded", "1 when a ucx link's last session ran over TCP inside UCX", labels)
+        .Set(degraded ? 1 : 0);
+  }
+  reg_.GetCounter("vigil_edge_link_switches_total", "Sessions on another link than the previous one")
+      .Inc(delta(cs.link_switches, last_courier_.link_switches));
+  reg_.GetCounter("vigil_edge_link_fail_backs_total", "Moves back to a preferred link found by a probe")
+      .Inc(delta(cs.fail_backs, last_courier_.fail_backs));
+  reg_.GetCounter("vigil_edge_auth_failures_total", "Sessions refused for authentication (either side)")
+      .Inc(delta(cs.auth_failures, last_courier_.auth_failures));
+  reg_.GetCounter("vigil_edge_ack_timeouts_total", "Sessions replaced because an ack did not come in time")
+      .Inc(delta(cs.ack_timeouts, last_courier_.ack_timeouts));
+  last_courier_ = cs;
 }
 
 Status Edge::StartHttp() {

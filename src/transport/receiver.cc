@@ -1,5 +1,6 @@
 #include "vigil/transport/receiver.h"
 
+#include <absl/strings/match.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -261,6 +262,14 @@ struct Receiver::Impl {
           }
           std::lock_guard lock(mu);
           ++stats.timeouts;
+        }
+        if (!*session && !stop.load() && absl::StrContains(n.status().message(), "tls handshake with")) {
+          // A peer without a certificate we trust, or one that does not speak TLS.
+          spdlog::warn("receiver {}: {}: refused (tls): {}", listener->kind(), conn->peer(),
+                       std::string(n.status().message()));
+          std::lock_guard lock(mu);
+          ++stats.rejected[kRejectTls];
+          return n.status();
         }
         if (!stop.load() && decoder.pending() > 0) {
           return absl::DataLossError(StrCat(n.status().message(), " (", decoder.pending(), " bytes of a frame lost)"));

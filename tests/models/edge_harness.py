@@ -1,6 +1,7 @@
 """Processes and readers shared by the edge/aggregator end-to-end suites (test tooling only)."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -12,6 +13,20 @@ from pathlib import Path
 import pytest
 
 from common import vigil_bin
+
+# Every test edge proves this key (VIGIL_EDGE_KEY, inherited by the edge processes the suites start); the
+# harness's aggregators hold it for the edge ids the suites use.
+TEST_KEY_HEX = "5a" * 32
+os.environ.setdefault("VIGIL_EDGE_KEY", TEST_KEY_HEX)
+TEST_EDGE_IDS = ("e1", "e2e-edge", "vtest", "load-edge", "mixed-edge", "fenced", "gpu-edge", "subprocess",
+                 "metrics-edge", "ledger-edge", "sweep", "bench-edge", "demo-edge", "pipeline-edge")
+
+
+def write_keys(path: Path, edges=TEST_EDGE_IDS, key_hex: str = TEST_KEY_HEX) -> Path:
+    """An aggregator keys file (edge id: hex key), readable by its owner only."""
+    path.write_text("".join(f"{e}: {key_hex}\n" for e in edges))
+    path.chmod(0o600)
+    return path
 
 
 def skip_without(model: Path, *tools: str):
@@ -35,7 +50,10 @@ class Aggregator:
         self.db = tmp / "agg.db"
         self.config = tmp / "agg.yaml"
         self.http_port = free_port()
-        self.config.write_text(f"listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{self.http_port}\ndb: {self.db}\n{extra}")
+        keys = write_keys(tmp / "edge-keys.yaml")
+        auth = "" if "auth:" in extra else f"auth: {{keys_file: {keys}}}\n"
+        self.config.write_text(
+            f"listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{self.http_port}\ndb: {self.db}\n{auth}{extra}")
         self.log = open(tmp / "agg.log", "ab")
         self.proc = None
 

@@ -48,6 +48,16 @@ EDGE_FAMILIES = {
     "vigil_edge_streams_active": ("gauge", set()),
     "vigil_edge_aggregator_connected": ("gauge", set()),
     "vigil_edge_stream_decoder": ("gauge", {"stream", "decoder"}),
+    "vigil_edge_link_sessions_total": ("counter", {"link"}),
+    "vigil_edge_link_messages_total": ("counter", {"link"}),
+    "vigil_edge_link_open_failures_total": ("counter", {"link"}),
+    "vigil_edge_link_active": ("gauge", {"link"}),
+    "vigil_edge_link_degraded": ("gauge", {"link"}),
+    "vigil_edge_link_switches_total": ("counter", set()),
+    "vigil_edge_link_fail_backs_total": ("counter", set()),
+    "vigil_edge_auth_failures_total": ("counter", set()),
+    "vigil_edge_ack_timeouts_total": ("counter", set()),
+    "vigil_http_rejected_total": ("counter", {"reason"}),
 }
 # placement.h: sampled at scrape time from /proc (numa_maps, numastat); a kernel without NUMA has none of
 # the first two, so these are checked when present.
@@ -73,10 +83,13 @@ AGGREGATOR_FAMILIES = {
     "vigil_aggregator_storage_errors_total": ("counter", set()),
     "vigil_aggregator_queue_depth": ("gauge", set()),
     "vigil_aggregator_edges_connected": ("gauge", set()),
-    "vigil_transport_connections_total": ("counter", {"result"}),
-    "vigil_transport_disconnects_total": ("counter", {"reason"}),
-    "vigil_transport_received_bytes_total": ("counter", set()),
-    "vigil_transport_received_frames_total": ("counter", set()),
+    "vigil_transport_connections_total": ("counter", {"link", "result"}),
+    "vigil_transport_disconnects_total": ("counter", {"link", "reason"}),
+    "vigil_transport_rejected_total": ("counter", {"link", "reason"}),
+    "vigil_transport_repeated_reports_total": ("counter", {"link"}),
+    "vigil_transport_received_bytes_total": ("counter", {"link"}),
+    "vigil_transport_received_frames_total": ("counter", {"link"}),
+    "vigil_http_rejected_total": ("counter", {"reason"}),
 }
 
 

@@ -29,6 +29,7 @@ import re
 import signal
 import socket
 import sqlite3
+import secrets
 import subprocess
 import time
 from pathlib import Path
@@ -77,7 +78,13 @@ def main() -> None:
                    check=True)
 
     agg_port, agg_http = free_port(), free_port()
-    (out / "agg.yaml").write_text(f"listen: 127.0.0.1:{agg_port}\nhttp: 127.0.0.1:{agg_http}\ndb: {out / 'agg.db'}\n")
+    key = secrets.token_hex(32)  # authenticated, as shipped
+    (out / "edge.key").write_text(key + "\n")
+    (out / "keys.yaml").write_text(f"bench-edge: {key}\n")
+    for f in ("edge.key", "keys.yaml"):
+        (out / f).chmod(0o600)
+    (out / "agg.yaml").write_text(f"listen: 127.0.0.1:{agg_port}\nhttp: 127.0.0.1:{agg_http}\ndb: {out / 'agg.db'}\n"
+                                  f"auth: {{keys_file: {out / 'keys.yaml'}}}\n")
     streams = "".join(f"  - id: s{i}\n    source: {clip}\n" for i in range(a.streams))
     (out / "edge.yaml").write_text(f"""edge: bench-edge
 aggregator: 127.0.0.1:{agg_port}
@@ -85,6 +92,7 @@ model: {{path: {Path(a.model).resolve()}, threads: {max(1, a.threads // a.worker
 batching: {{max_batch: {a.batch}, max_wait_ms: 10}}
 state_dir: {out / 'state'}
 progress_flush_ms: 200
+transport: {{key_file: {out / 'edge.key'}}}
 streams:
 {streams}""")
     def engine():

@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import socket
+import secrets
 import subprocess
 import sys
 import time
@@ -97,15 +98,20 @@ def run(args, n: int, work: Path) -> dict:
     subprocess.run(["rm", "-rf", str(d)], check=True)
     d.mkdir(parents=True)
     agg_port, agg_http, edge_http = free_port(), free_port(), free_port()
+    key = secrets.token_hex(32)  # authenticated, as shipped
+    (d / "edge.key").write_text(key + "\n")
+    (d / "keys.yaml").write_text(f"sweep: {key}\n")
+    for f in ("edge.key", "keys.yaml"):
+        (d / f).chmod(0o600)
     (d / "agg.yaml").write_text(f"listen: 127.0.0.1:{agg_port}\nhttp: 127.0.0.1:{agg_http}\ndb: {d}/vigil.db\n"
-                                f"queue_max: 1000000\n")
+                                f"queue_max: 1000000\nauth: {{keys_file: {d}/keys.yaml}}\n")
     streams = "".join(f"  - {{id: cam{i:03d}, source: {args.clip}, realtime: true, loop: true}}\n" for i in range(n))
     (d / "edge.yaml").write_text(
         f"edge: sweep\naggregator: 127.0.0.1:{agg_port}\n"
         f"model: {{path: {args.model}, device: {args.device}, precision: {args.precision}, workers: {args.workers}}}\n"
         f"batching: {{max_batch: {args.batch}, max_wait_ms: {args.max_wait_ms}}}\n"
         f"progress_flush_ms: {args.progress_flush_ms}\nhttp_port: {edge_http}\nstate_dir: {d}/state\n"
-        f"transport: {{max_outbox: 1000000}}\nhwaccel: {args.hwaccel}\nstreams:\n{streams}")
+        f"transport: {{max_outbox: 1000000, key_file: {d}/edge.key}}\nhwaccel: {args.hwaccel}\nstreams:\n{streams}")
     agg = subprocess.Popen([args.vigil, "aggregator", "--config", str(d / "agg.yaml")],
                            stdout=open(d / "agg.out", "wb"), stderr=open(d / "agg.log", "wb"))
     time.sleep(1.0)

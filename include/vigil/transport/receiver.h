@@ -136,6 +136,7 @@ inline constexpr const char* kRejectNoProof = "no_proof";              // Auth w
 inline constexpr const char* kRejectHandshakeTimeout = "handshake_timeout";  // no valid Auth in time
 inline constexpr const char* kRejectMalformed = "malformed";           // a frame that does not decode, or not Hello/Auth
 inline constexpr const char* kRejectVersion = "unsupported_version";   // another protocol version
+inline constexpr const char* kRejectTls = "tls";                       // the TLS handshake failed (tls.h)
 
 struct ReceiverStats {
   uint64_t accepted = 0;         // connections accepted
