@@ -14,6 +14,7 @@ build_pkgs=(
   libhwloc-dev libnuma-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
   libsqlite3-dev libyaml-cpp-dev libcpp-httplib-dev
   prometheus-cpp-dev            # metrics: prometheus-cpp core (families, histograms, text exposition)
+  libucx-dev                    # the ucx link kind (UCP active messages); optional: VIGIL_WITH_UCX=AUTO
   dpkg-dev file                 # cpack's .deb: dpkg-shlibdeps computes Depends
   opencv-doc darknet            # sample images and video (vtest.avi, dog.jpg, ...)
 )
@@ -21,6 +22,7 @@ test_pkgs=(
   python3 python3-venv python3-pip python3-numpy python3-opencv
   ffmpeg sqlite3                     # test media generation, the RTP feed behind the loopback RTSP test server
   python3-torch python3-torchvision   # Debian's CPU PyTorch 1.13: exports test models, no CUDA wheels
+  ucx-utils                          # ucx_info / ucx_perftest: what UCX sees and measures on this host
 )
 
 pkgs=("${build_pkgs[@]}")
