@@ -261,7 +261,6 @@ struct AcceptQueue {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<ConnState>> ready;  // GUARDED_BY(mu)
-  bool closed = false;                           // GUARDED_BY(mu) the listener is gone
 };
 
 // A UCP context + worker and the thread that makes every UCP call on them.
@@ -294,11 +293,11 @@ class Worker {
 
   // Runs `fn` on the progress thread (never call from it). Any thread.
   void Post(std::function<void()> fn) {
-    {
-      std::lock_guard lock(mu_);
-      commands_.push_back(std::move(fn));
-    }
-    ucp_worker_signal(worker_);  // documented safe from any thread, in any thread mode
+    std::lock_guard lock(mu_);
+    commands_.push_back(std::move(fn));
+    // Documented safe from any thread in any thread mode. Under mu_: the stop command may run and the
+    // thread destroy the worker as soon as the command is queued, so Cleanup takes mu_ first.
+    if (!destroyed_) ucp_worker_signal(worker_);
   }
 
   // Runs `fn` on the progress thread and waits for its result. Not from the progress thread.
@@ -515,6 +514,10 @@ class Worker {
     for (auto& [ep, conn] : eps_) left.push_back(conn);
     eps_.clear();
     closing_.clear();
+    {
+      std::lock_guard lock(mu_);  // no Post is signalling the worker now, and none will
+      destroyed_ = true;
+    }
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
     for (auto& conn : left) Release(conn.get());
     if (context_ != nullptr) ucp_cleanup(context_);
@@ -859,6 +862,7 @@ class Worker {
   std::thread thread_;
   std::mutex mu_;
   std::vector<std::function<void()>> commands_;  // GUARDED_BY(mu_)
+  bool destroyed_ = false;                        // GUARDED_BY(mu_) the UCP worker is gone
   // Progress thread only (set up before the thread reports it started, torn down after its loop):
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -1054,7 +1058,6 @@ class UcxListener final : public Listener {
     std::deque<std::shared_ptr<ConnState>> unaccepted;
     {
       std::lock_guard lock(queue_->mu);
-      queue_->closed = true;
       unaccepted.swap(queue_->ready);
     }
     for (auto& c : unaccepted) worker_->Post([w = worker_.get(), c] { w->BeginClose(c, /*force=*/true); });

@@ -352,6 +352,17 @@ TEST_P(UcxTest, DialWithNobodyListeningFailsWithUnavailable) {
             << "\n";
 }
 
+TEST_P(UcxTest, DialsAHostName) {
+  // Where "localhost" also resolves to ::1 (first), that attempt fails and the next address is tried.
+  StatusOr<std::unique_ptr<Listener>> l = UcxListen("127.0.0.1", 0, Options());
+  ASSERT_TRUE(l.ok()) << l.status();
+  StatusOr<std::unique_ptr<Connection>> c = MakeUcxDialer("localhost", (*l)->port(), Options())->Dial(kLong);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->peer(), StrCat("127.0.0.1:", (*l)->port()));
+  StatusOr<std::unique_ptr<Connection>> s = (*l)->Accept(kLong);
+  ASSERT_TRUE(s.ok()) << s.status();
+}
+
 TEST_P(UcxTest, ManyConnectDisconnectCyclesLeakNothing) {
   StatusOr<std::unique_ptr<Listener>> l = UcxListen("127.0.0.1", 0, Options());
   ASSERT_TRUE(l.ok()) << l.status();
