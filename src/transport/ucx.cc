@@ -332,6 +332,8 @@ class Worker {
     ucs_status_t st = ucp_listener_create(worker_, &p, &listener_);
     if (st != UCS_OK) {
       listener_ = nullptr;
+      // The tcp connection manager reports a bind() that failed with EADDRINUSE as UCS_ERR_BUSY.
+      if (st == UCS_ERR_BUSY) return absl::UnavailableError(StrCat("Address already in use (UCX: ", UcsError(st), ")"));
       return absl::UnavailableError(UcsError(st));
     }
     ucp_listener_attr_t attr{};
@@ -429,7 +431,8 @@ class Worker {
       ucp_request_free(request);
     };
     p.user_data = slot;
-    ucs_status_ptr_t r = ucp_am_send_nbx(conn->ep, kDataAm, &slot->header, sizeof slot->header, slot->data, slot->len, &p);
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(conn->ep, kDataAm, &slot->header, sizeof slot->header, slot->data, slot->len, &p);
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
       ++conn->inflight;
       return;
@@ -651,7 +654,8 @@ class Worker {
   static void Completed(ConnState* conn, ucs_status_t st, std::string_view what) {
     if (st == UCS_OK || st == UCS_ERR_CANCELED) return;
     std::lock_guard lock(conn->mu);
-    conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": ", conn->connected ? what : kNotConnected, ": ", UcsError(st))));
+    conn->FailLocked(
+        absl::UnavailableError(StrCat(conn->peer, ": ", conn->connected ? what : kNotConnected, ": ", UcsError(st))));
   }
 
   static void DataSent(SendSlot* slot, ucs_status_t st) {

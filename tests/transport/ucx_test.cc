@@ -452,7 +452,8 @@ TEST_P(UcxTest, FramedLinkRunsOverUcx) {
     }
   });
 
-  std::unique_ptr<Link> link = MakeTcpLink(std::shared_ptr<Dialer>(MakeUcxDialer("127.0.0.1", (*l)->port(), Options())));
+  std::unique_ptr<Link> link =
+      MakeTcpLink(std::shared_ptr<Dialer>(MakeUcxDialer("127.0.0.1", (*l)->port(), Options())));
   EXPECT_EQ(link->target(), StrCat("ucx://127.0.0.1:", (*l)->port()));
   Hello hello;
   hello.edge = "edge-ucx";
@@ -524,7 +525,9 @@ TEST(UcxListenTest, PortInUseIsUnavailableNamingTheAddress) {
   ASSERT_TRUE(a.ok()) << a.status();
   StatusOr<std::unique_ptr<Listener>> b = UcxListen("127.0.0.1", (*a)->port());
   EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable) << b.status();
-  EXPECT_TRUE(std::string(b.status().message()).starts_with(StrCat("listen on 127.0.0.1:", (*a)->port()))) << b.status();
+  EXPECT_TRUE(std::string(b.status().message()).starts_with(StrCat("listen on 127.0.0.1:", (*a)->port())))
+      << b.status();
+  std::cout << b.status().message() << "\n";
 }
 
 // A peer process killed with SIGKILL: the client's blocked Read fails with Unavailable, promptly. The
