@@ -16,6 +16,7 @@ build_pkgs=(
   libsqlite3-dev libyaml-cpp-dev libcpp-httplib-dev
   libssl-dev                    # OpenSSL 3: TLS links (transport/tls.h); the tests make their certificates with it
   prometheus-cpp-dev            # metrics: prometheus-cpp core (families, histograms, text exposition)
+  libucx-dev                    # the ucx link kind (UCP active messages); optional: VIGIL_WITH_UCX=AUTO
   dpkg-dev file                 # cpack's .deb: dpkg-shlibdeps computes Depends
   opencv-doc darknet            # sample images and video (vtest.avi, dog.jpg, ...)
 )
@@ -24,6 +25,7 @@ test_pkgs=(
   ffmpeg sqlite3                     # test media generation, the RTP feed behind the loopback RTSP test server
   openssl                            # the CLI, to inspect the certificates the TLS tests write
   python3-torch python3-torchvision   # Debian's CPU PyTorch 1.13: exports test models, no CUDA wheels
+  ucx-utils                          # ucx_info / ucx_perftest: what UCX sees and measures on this host
 )
 fuzz_pkgs=(
   clang libclang-rt-dev              # libFuzzer, ASan/UBSan runtimes
