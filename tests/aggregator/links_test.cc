@@ -21,6 +21,8 @@
 #include "vigil/transport/link.h"
 #include "vigil/transport/outbox.h"
 #include "vigil/transport/protocol.h"
+#include "testing/test_certs.h"
+#include "vigil/transport/tls.h"
 #include "vigil/transport/ucx.h"
 
 namespace vigil::aggregator {
@@ -180,7 +182,7 @@ class TestDialer final : public Dialer {
   TestDialer(std::unique_ptr<Dialer> inner, FaultPlan* plan) : inner_(std::move(inner)), plan_(plan) {}
 
   StatusOr<std::unique_ptr<Connection>> Dial(milliseconds timeout) override {
-    if (down_.load()) return absl::UnavailableError(StrCat(target(), ": injected: path down"));
+    if (down_.load()) return absl::UnavailableError("injected: path down");
     VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> c, inner_->Dial(timeout));
     std::shared_ptr<Connection> conn;
     if (plan_ != nullptr) {
@@ -252,6 +254,8 @@ class LinksTest : public ::testing::Test {
     keys << kEdge << ": ";
     for (char c : key_) keys << "0123456789abcdef"[static_cast<uint8_t>(c) >> 4] << "0123456789abcdef"[c & 15];
     keys << "\n";
+    keys.close();
+    fs::permissions(config_.keys_file, fs::perms::owner_read | fs::perms::owner_write);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -333,7 +337,9 @@ class LinksTest : public ::testing::Test {
       ASSERT_EQ(static_cast<int64_t>(rows.size()), frames);
       for (int64_t i = 0; i < frames; ++i) {
         ASSERT_EQ(rows[i][0], i);
-        if (i > 0) EXPECT_GE(rows[i][1], rows[i - 1][1]) << "frame " << i << " stored before frame " << i - 1;
+        if (i > 0) {
+          EXPECT_GE(rows[i][1], rows[i - 1][1]) << "frame " << i << " stored before frame " << i - 1;
+        }
       }
       auto events = Rows(StrCat("SELECT e.seq FROM events e JOIN streams s ON s.id = e.stream_id WHERE ", where,
                                 " ORDER BY e.id"));
@@ -385,6 +391,51 @@ TEST_F(LinksTest, RandomFaultsOnTheLinkLoseDuplicateAndReorderNothing) {
   // ~1,200 reports plus their re-sends and acks; the seed above replays it).
   EXPECT_GT(plan.count("duplicate") + plan.count("drop") + plan.count("reorder") + plan.count("cut"), 0);
   EXPECT_GT(cs.sessions, 1u);
+}
+
+TEST_F(LinksTest, MutualTlsOnTheTcpLinkAdmitsTheEdgeWithItsCertificateAndRefusesOneWithout) {
+  StatusOr<testing::TestCerts> certs = testing::MakeTestCerts((dir_ / "certs").string());
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  config_.tls_cert_file = certs->server_cert;
+  config_.tls_key_file = certs->server_key;
+  config_.tls_client_ca_file = certs->ca_cert;
+  auto agg = Start();
+  ASSERT_TRUE(agg);
+  auto tls_dialer = [&](bool with_cert) {
+    transport::TlsOptions o;
+    o.ca_file = certs->ca_cert;
+    if (with_cert) {
+      o.cert_file = certs->client_cert;
+      o.key_file = certs->client_key;
+    }
+    StatusOr<std::shared_ptr<transport::TlsContext>> ctx = transport::TlsContext::Client(o);
+    EXPECT_TRUE(ctx.ok()) << ctx.status();
+    return std::shared_ptr<Dialer>(
+        transport::MakeTlsDialer(transport::MakeTcpDialer("127.0.0.1", agg->listen_port()), *ctx, "127.0.0.1"));
+  };
+  // Without a client certificate: the TLS handshake fails; the edge's key alone does not get it in.
+  {
+    auto link = transport::MakeFramedLink(tls_dialer(false), {"tcp", key_});
+    StatusOr<transport::Welcome> w =
+        link->Open(transport::Hello{kEdge, 0, transport::kProtocolVersion}, milliseconds(5000));
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kUnavailable) << w.status();
+  }
+  Outbox outbox(1000);
+  Edge edge;
+  auto courier =
+      transport::Courier::Start(Options({transport::MakeFramedLink(tls_dialer(true), {"tcp", key_})}), &outbox, &edge);
+  ASSERT_TRUE(courier.ok()) << courier.status();
+  Publish(outbox, {"cam0"}, 0, 60);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  (*courier)->Close();
+  ASSERT_TRUE(Eventually([&] {
+    return agg->metrics().Render().find("vigil_transport_rejected_total{link=\"tcp\",reason=\"tls\"} 1\n") !=
+           std::string::npos;
+  }));
+  agg->Stop();
+  ExpectStoredOnceInOrder({"cam0"}, 60);
+  EXPECT_EQ(Rows("SELECT COUNT(*) FROM edges")[0][0], 1);
 }
 
 #if VIGIL_HAVE_UCX

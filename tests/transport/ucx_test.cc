@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "vigil/transport/link.h"
+#include "vigil/transport/receiver.h"
 #include "vigil/transport/protocol.h"
 
 extern char** environ;
@@ -406,55 +407,45 @@ TEST_P(UcxTest, AcceptedConnectionOutlivesItsListener) {
 
 // The existing framed link (tcp_link.cc) over a UCX dialer, against a minimal aggregator on a UCX
 // listener: Hello → Welcome, Reports → Acks, Heartbeat → echo.
+// The receiver's side of a session, minimal: admits with epoch 7, acks every report, echoes nothing itself
+// (the Receiver echoes heartbeats).
+class AckingHandler : public ReceiverHandler {
+ public:
+  Status OnHello(const std::shared_ptr<Session>& s) override {
+    Welcome w{7, {}};
+    for (const HelloStream& hs : s->hello().streams) w.streams.push_back({hs.stream, hs.run, -1, -1});
+    s->Admit(w);
+    return absl::OkStatus();
+  }
+  void OnReport(const std::shared_ptr<Session>& s, Report r) override {
+    if (r.epoch != 7 || r.edge != "edge-ucx") error = "report not stamped with the session";
+    ++reports_seen;
+    (void)s->Enqueue(
+        EncodeFrame(Ack{r.stream, r.run, r.epoch, r.seq_first, r.seq_last, static_cast<int64_t>(r.seq_last)}));
+  }
+  void OnClose(const std::shared_ptr<Session>&, const Status&) override {}
+  std::atomic<int> reports_seen{0};
+  std::string error;
+};
+
+// The framed link over a UCX dialer against the Receiver on a UCX listener, authenticated with a key.
 TEST_P(UcxTest, FramedLinkRunsOverUcx) {
   StatusOr<std::unique_ptr<Listener>> l = UcxListen("127.0.0.1", 0, Options());
   ASSERT_TRUE(l.ok()) << l.status();
+  const uint16_t port = (*l)->port();
   constexpr int kReports = 200;
-  std::atomic<int> reports_seen{0};
-  std::string server_error;
-  std::thread server([&] {
-    StatusOr<std::unique_ptr<Connection>> accepted = (*l)->Accept(kLong);
-    if (!accepted.ok()) {
-      server_error = accepted.status().ToString();
-      return;
-    }
-    Connection& c = **accepted;
-    FrameDecoder decoder;
-    std::vector<char> buf(64 << 10);
-    uint64_t epoch = 0;
-    for (;;) {
-      StatusOr<std::optional<Message>> m = decoder.Next();
-      if (!m.ok()) {
-        server_error = m.status().ToString();
-        return;
-      }
-      if (!m->has_value()) {
-        StatusOr<size_t> n = c.Read(buf.data(), buf.size(), kLong);
-        if (!n.ok()) return;  // the link closed
-        decoder.Feed(std::string_view(buf.data(), *n));
-        continue;
-      }
-      std::string reply;
-      if (const Hello* h = std::get_if<Hello>(&**m)) {
-        epoch = 7;
-        Welcome w{epoch, {}};
-        for (const HelloStream& hs : h->streams) w.streams.push_back({hs.stream, hs.run, -1, -1});
-        reply = EncodeFrame(w);
-      } else if (const Report* r = std::get_if<Report>(&**m)) {
-        if (r->epoch != epoch || r->edge != "edge-ucx") server_error = "report not stamped with the session";
-        ++reports_seen;
-        reply = EncodeFrame(Ack{r->stream, r->run, r->epoch, r->seq_first, r->seq_last,
-                                static_cast<int64_t>(r->seq_last)});
-      } else if (const Heartbeat* hb = std::get_if<Heartbeat>(&**m)) {
-        reply = EncodeFrame(*hb);
-      }
-      if (!reply.empty() && !c.Write(reply, kLong).ok()) return;
-    }
-  });
+  const std::string key(32, '\x33');
+  AckingHandler handler;
+  ReceiverOptions ro;
+  ro.keys = std::make_shared<const KeyStore>(std::map<std::string, std::string, std::less<>>{{"edge-ucx", key}});
+  StatusOr<std::unique_ptr<Receiver>> rx = Receiver::Start(ro, std::move(*l), &handler);
+  ASSERT_TRUE(rx.ok()) << rx.status();
+  EXPECT_EQ((*rx)->kind(), "ucx");
 
   std::unique_ptr<Link> link =
-      MakeTcpLink(std::shared_ptr<Dialer>(MakeUcxDialer("127.0.0.1", (*l)->port(), Options())));
-  EXPECT_EQ(link->target(), StrCat("ucx://127.0.0.1:", (*l)->port()));
+      MakeFramedLink(std::shared_ptr<Dialer>(MakeUcxDialer("127.0.0.1", port, Options())), {"ucx", key});
+  EXPECT_EQ(link->target(), StrCat("ucx://127.0.0.1:", port));
+  EXPECT_EQ(link->kind(), "ucx");
   Hello hello;
   hello.edge = "edge-ucx";
   hello.class_names = {"person", "car"};
@@ -463,6 +454,7 @@ TEST_P(UcxTest, FramedLinkRunsOverUcx) {
   ASSERT_TRUE(welcome.ok()) << welcome.status();
   EXPECT_EQ(welcome->epoch, 7u);
   ASSERT_EQ(welcome->streams.size(), 1u);
+  EXPECT_NE(link->transports().find("tcp"), std::string::npos) << link->transports();
 
   // Reports in batches, one event with detections among them.
   std::vector<OutboxMessage> messages(kReports);
@@ -502,10 +494,11 @@ TEST_P(UcxTest, FramedLinkRunsOverUcx) {
     }
   }
   EXPECT_EQ(last_through, kReports - 1);
-  EXPECT_EQ(reports_seen.load(), kReports);
+  EXPECT_EQ(handler.reports_seen.load(), kReports);
   link->Close();
-  server.join();
-  EXPECT_EQ(server_error, "");
+  (*rx)->Stop();
+  EXPECT_EQ(handler.error, "");
+  EXPECT_EQ((*rx)->Stats().authenticated, 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcxTest, ::testing::Values("tcp", "sm,tcp"), TlsName);
