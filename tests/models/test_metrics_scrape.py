@@ -217,7 +217,13 @@ streams:
         agg_m = parse_strict(scrape(agg.http_port), "aggregator")
         check_families(agg_m, AGGREGATOR_FAMILIES, "aggregator")
         assert {dict(l)["result"] for _, l in agg_m["vigil_aggregator_reports_total"][1]} == {
-            "stored", "duplicate", "stale"}
+            "stored", "duplicate", "stale", "superseded"}
+        # The edge proved its key: one authenticated connection, nothing refused.
+        assert value(agg_m, "vigil_transport_connections_total", "vigil_transport_connections_total", link="tcp",
+                     result="authenticated") == 1
+        assert all(v == 0 for v in agg_m["vigil_transport_rejected_total"][1].values())
+        assert value(edge_m, "vigil_edge_link_active", "vigil_edge_link_active", link="tcp") == 1
+        assert value(edge_m, "vigil_edge_link_sessions_total", "vigil_edge_link_sessions_total", link="tcp") == 1
         assert {dict(l)["result"] for _, l in agg_m["vigil_aggregator_hellos_total"][1]} == {
             "granted", "readmitted", "fenced"}
         assert value(agg_m, "vigil_aggregator_frames_total", "vigil_aggregator_frames_total",

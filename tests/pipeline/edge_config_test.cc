@@ -261,5 +261,73 @@ TEST(EdgeConfig, BadHwaccelNamesStreamKeyLineAndValue) {
   EXPECT_NE(e.find("streams[0].hwaccel"), std::string::npos) << e;
 }
 
+TEST(EdgeConfig, TransportLinksKeysTlsAndHttpAccess) {
+  std::string text = kGood;
+  text.replace(text.find("streams:"), 0,
+               "transport:\n  links: [ucx, tcp]\n  ucx: 10.0.0.9:7402\n  key_file: /etc/vigil/edge.key\n"
+               "  tls: {ca_file: ca.pem, cert_file: c.pem, key_file: c.key, server_name: agg.example}\n"
+               "  probe_interval_ms: 250\n  ack_timeout_ms: 3000\n"
+               "http_allow: [10.0.0.0/8]\nhttp_token_file: /etc/vigil/token\n"
+               "http_tls: {cert_file: h.pem, key_file: h.key}\n");
+  StatusOr<EdgeConfig> c = ParseEdgeConfig(text, "edge.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->links, (std::vector<std::string>{"ucx", "tcp"}));
+  EXPECT_EQ(c->ucx_host, "10.0.0.9");
+  EXPECT_EQ(c->ucx_port, 7402);
+  EXPECT_EQ(c->key_file, "/etc/vigil/edge.key");
+  EXPECT_TRUE(c->tls);
+  EXPECT_EQ(c->tls_ca_file, "ca.pem");
+  EXPECT_EQ(c->tls_cert_file, "c.pem");
+  EXPECT_EQ(c->tls_key_file, "c.key");
+  EXPECT_EQ(c->tls_server_name, "agg.example");
+  EXPECT_EQ(c->probe_interval_ms, 250);
+  EXPECT_EQ(c->ack_timeout_ms, 3000);
+  EXPECT_EQ(c->http_allow, (std::vector<std::string>{"10.0.0.0/8"}));
+  EXPECT_EQ(c->http_token_file, "/etc/vigil/token");
+  EXPECT_EQ(c->http_cert_file, "h.pem");
+  EXPECT_EQ(c->http_key_file, "h.key");
+
+  StatusOr<EdgeConfig> defaults = ParseEdgeConfig(kGood, "edge.yaml");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->links, (std::vector<std::string>{"tcp"}));
+  EXPECT_FALSE(defaults->tls);
+  EXPECT_EQ(defaults->key_file, "");
+
+  text = kGood;
+  text.replace(text.find("streams:"), 0, "transport: {links: [rdma], tls: {cert_file: c.pem}}\n");
+  StatusOr<EdgeConfig> bad = ParseEdgeConfig(text, "edge.yaml");
+  ASSERT_FALSE(bad.ok());
+  const std::string e(bad.status().message());
+  EXPECT_NE(e.find("unknown link 'rdma' (links: tcp, ucx)"), std::string::npos) << e;
+  EXPECT_NE(e.find("transport.tls: missing required key 'ca_file'"), std::string::npos) << e;
+  EXPECT_NE(e.find("cert_file and key_file go together"), std::string::npos) << e;
+}
+
+TEST(EdgeConfig, EdgeLinksNameTheKeyProblemAndAreBuiltInOrder) {
+  StatusOr<EdgeConfig> c = ParseEdgeConfig(kGood, "edge.yaml");
+  ASSERT_TRUE(c.ok());
+  c->key_file = "/nonexistent/edge.key";
+  StatusOr<std::vector<std::shared_ptr<transport::Link>>> links = MakeEdgeLinks(*c);
+  ASSERT_FALSE(links.ok());
+  EXPECT_EQ(std::string(links.status().message()).rfind("key_file /nonexistent/edge.key: cannot read", 0), 0u)
+      << links.status();
+  c->key_file.clear();
+  c->links = {"tcp"};
+  links = MakeEdgeLinks(*c);
+  ASSERT_TRUE(links.ok()) << links.status();
+  ASSERT_EQ(links->size(), 1u);
+  EXPECT_EQ((*links)[0]->kind(), "tcp");
+  EXPECT_EQ((*links)[0]->target(), "tcp://127.0.0.1:7400");
+#if VIGIL_HAVE_UCX
+  c->links = {"ucx", "tcp"};
+  c->ucx_port = 7499;
+  links = MakeEdgeLinks(*c);
+  ASSERT_TRUE(links.ok()) << links.status();
+  ASSERT_EQ(links->size(), 2u);
+  EXPECT_EQ((*links)[0]->kind(), "ucx");
+  EXPECT_EQ((*links)[0]->target(), "ucx://127.0.0.1:7499");
+#endif
+}
+
 }  // namespace
 }  // namespace vigil::pipeline
