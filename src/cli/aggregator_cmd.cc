@@ -4,6 +4,7 @@
 // On start it prints one line to stdout with the bound addresses (port 0 in the config = any free
 // port), for scripts and tests:
 //   vigil aggregator: edges tcp://0.0.0.0:7400 http http://127.0.0.1:7401 db vigil-aggregator.db
+// (tls+tcp:// with TLS; " ucx ucx://host:port" after the tcp address when the ucx link listens; https://).
 // Exit code: 0 after a signal, 1 when it cannot start (port in use, database unusable), 2 for a bad
 // configuration (each problem named with its key and line).
 #include <csignal>
@@ -38,8 +39,12 @@ int RunAggregator(const std::string& config_path) {
     std::fprintf(stderr, "vigil aggregator: %s\n", std::string(agg.status().message()).c_str());
     return 1;
   }
-  std::printf("vigil aggregator: edges tcp://%s:%u http http://%s:%u db %s\n", config.listen_host.c_str(),
-              (*agg)->listen_port(), config.http_host.c_str(), (*agg)->http_port(), config.db_path.c_str());
+  const std::string ucx =
+      config.ucx_enabled ? StrCat(" ucx ucx://", config.ucx_host, ":", (*agg)->ucx_port()) : std::string();
+  std::printf("vigil aggregator: edges %s://%s:%u%s http %s://%s:%u db %s\n",
+              config.tls_cert_file.empty() ? "tcp" : "tls+tcp", config.listen_host.c_str(), (*agg)->listen_port(),
+              ucx.c_str(), config.http_cert_file.empty() ? "http" : "https", config.http_host.c_str(),
+              (*agg)->http_port(), config.db_path.c_str());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop_signals, &sig);
