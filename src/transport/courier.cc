@@ -20,6 +20,8 @@ using std::chrono::milliseconds;
 constexpr milliseconds kSenderPoll{20};
 // How long the reader waits for a frame before it looks at its session again.
 constexpr milliseconds kReaderPoll{50};
+// How long a session that ended waits for a probe in progress to finish (the probe may be why it ended).
+constexpr milliseconds kProbeGrace{1000};
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -109,6 +111,7 @@ class CourierImpl final : public Courier {
     StatusOr<Welcome> welcome = link.Open(hello, opt_.connect_timeout);
     std::lock_guard lock(mu_);
     this->*slot = nullptr;
+    cv_.notify_all();
     if (welcome.ok()) return welcome;
     ++stats_.open_failures;
     ++stats_.links[i].open_failures;
@@ -193,14 +196,19 @@ class CourierImpl final : public Courier {
     std::thread prober;
     if (index > 0) prober = std::thread([&] { ProbeLoop(index, state); });
     Status st = SendLoop(index, link, state);
-    {
-      std::lock_guard lock(mu_);
-      state.done = true;
-      cv_.notify_all();
-    }
     link.Close();
     reader.join();
-    if (prober.joinable()) prober.join();
+    if (prober.joinable()) {
+      // A probe that is opening a preferred link may be why this session ended (admitting it supersedes this
+      // one at the aggregator): give it a moment to finish and use it, rather than open that link again.
+      std::unique_lock lock(mu_);
+      state.done = true;
+      cv_.notify_all();
+      cv_.wait_for(lock, std::min(opt_.connect_timeout, kProbeGrace), [&] { return probing_ == nullptr; });
+      if (probing_ != nullptr) probing_->Close();
+      lock.unlock();
+      prober.join();
+    }
     std::lock_guard lock(mu_);
     live_ = nullptr;
     stats_.connected = false;
@@ -238,10 +246,14 @@ class CourierImpl final : public Courier {
         ++stats_.probes;
       }
       for (size_t j = 0; j < index; ++j) {
+        {
+          std::lock_guard lock(mu_);
+          if (state.done || stop_ || stats_.fenced) return;
+        }
         StatusOr<Welcome> welcome = OpenLink(j, &CourierImpl::probing_);
         if (welcome.ok()) {
           std::lock_guard lock(mu_);
-          if (state.done || stop_ || stats_.fenced) {  // too late: the session already ended
+          if (stop_ || stats_.fenced) {  // stopping: the session is never used
             opt_.links[j]->Close();
             return;
           }
