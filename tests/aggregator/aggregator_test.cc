@@ -22,6 +22,7 @@
 #include <random>
 #include <thread>
 
+#include "testing/test_certs.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/connection.h"
 #include "vigil/transport/protocol.h"
@@ -867,6 +868,45 @@ TEST_F(AggregatorTest, UnauthenticatedPeersAreRefusedCountedAndStoreNothingWhile
                            "vigil_transport_connections_total{link=\"tcp\",result=\"authenticated\"} 2\n"}) {
     EXPECT_NE(metrics->body.find(line), std::string::npos) << line << metrics->body;
   }
+}
+
+TEST_F(AggregatorTest, TheApiOverHttpsWithATokenAndBadTlsFilesFailTheStart) {
+  StatusOr<testing::TestCerts> certs = testing::MakeTestCerts((dir_ / "certs").string());
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  config_.http_cert_file = certs->server_cert;
+  config_.http_key_file = certs->server_key;
+  const std::string token = "fedcba9876543210fedcba9876543210";
+  config_.http_token_file = (dir_ / "token").string();
+  std::ofstream(config_.http_token_file) << token;
+  auto agg = StartAggregator();
+  ASSERT_TRUE(agg);
+  httplib::SSLClient https("127.0.0.1", agg->http_port());
+  https.set_ca_cert_path(certs->ca_cert.c_str());
+  https.enable_server_certificate_verification(true);
+  auto ok = https.Get("/api/stats", {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(ok) << httplib::to_string(ok.error());
+  EXPECT_EQ(ok->status, 200);
+  auto no_token = https.Get("/api/stats");
+  ASSERT_TRUE(no_token);
+  EXPECT_EQ(no_token->status, 401);
+  httplib::Client plain("127.0.0.1", agg->http_port());  // plain HTTP to an HTTPS port gets nothing
+  plain.set_read_timeout(2, 0);
+  auto refused = plain.Get("/api/stats");
+  EXPECT_TRUE(!refused || refused->status != 200);
+  agg.reset();
+
+  AggregatorConfig bad = config_;
+  bad.http_key_file = certs->client_key;  // not the certificate's key
+  bad.db_path = (dir_ / "bad.db").string();
+  StatusOr<std::unique_ptr<Aggregator>> b = Aggregator::Start(bad);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(Message(b.status()), StrCat("http tls: ", certs->server_cert, " / ", certs->client_key,
+                                        ": not a PEM certificate and its private key"));
+  bad = config_;
+  bad.http_token_file = (dir_ / "short").string();
+  std::ofstream(bad.http_token_file) << "abc";
+  EXPECT_EQ(Message(Aggregator::Start(bad).status()),
+            StrCat("http token_file ", bad.http_token_file, ": a token needs at least 16 characters (`openssl rand -hex 32`)"));
 }
 
 TEST_F(AggregatorTest, StartFailsClearlyWhenThePortIsTaken) {
