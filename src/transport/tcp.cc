@@ -14,11 +14,16 @@
 
 #include "vigil/transport/connection.h"
 
+#include "sockaddr.h"
+
 namespace vigil::transport {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using net::AddrInfoPtr;
+using net::FormatAddress;
+using net::Resolve;
 
 std::string Errno(int err) { return std::strerror(err); }
 
@@ -38,11 +43,6 @@ int PollUntil(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-std::string FormatAddress(const sockaddr* sa, socklen_t len) {
-  char host[NI_MAXHOST], serv[NI_MAXSERV];
-  if (::getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0) return "?";
-  return sa->sa_family == AF_INET6 ? StrCat("[", host, "]:", serv) : StrCat(host, ":", serv);
-}
 
 void Configure(int fd) {
   const int one = 1;
@@ -107,23 +107,6 @@ class TcpConnection final : public Connection {
   std::atomic<bool> shut_{false};
 };
 
-struct AddrInfoDeleter {
-  void operator()(addrinfo* a) const { ::freeaddrinfo(a); }
-};
-using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
-
-StatusOr<AddrInfoPtr> Resolve(const std::string& host, uint16_t port, bool passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  const int rc =
-      ::getaddrinfo(host.empty() ? (passive ? "0.0.0.0" : nullptr) : host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) return absl::InvalidArgumentError(StrCat("cannot resolve '", host, "': ", ::gai_strerror(rc)));
-  return AddrInfoPtr(res);
-}
 
 class TcpDialer final : public Dialer {
  public:
@@ -218,5 +201,28 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Accept(milliseconds timeout) 
     if (ev < 0) return absl::UnavailableError(StrCat("poll on ", address_, ": ", Errno(errno)));
   }
 }
+
+namespace net {
+
+StatusOr<AddrInfoPtr> Resolve(const std::string& host, uint16_t port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc =
+      ::getaddrinfo(host.empty() ? (passive ? "0.0.0.0" : nullptr) : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) return absl::InvalidArgumentError(StrCat("cannot resolve '", host, "': ", ::gai_strerror(rc)));
+  return AddrInfoPtr(res);
+}
+
+std::string FormatAddress(const sockaddr* sa, socklen_t len) {
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (::getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0) return "?";
+  return sa->sa_family == AF_INET6 ? StrCat("[", host, "]:", serv) : StrCat(host, ":", serv);
+}
+
+}  // namespace net
 
 }  // namespace vigil::transport

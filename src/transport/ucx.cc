@@ -12,6 +12,8 @@
 // kFin (number of data messages we sent: no more follow), kFinAck (all of them are in memory here).
 #include "vigil/transport/ucx.h"
 
+#include "sockaddr.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
@@ -38,6 +40,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using net::AddrInfoPtr;
+using net::FormatAddress;
+using net::Resolve;
 
 constexpr unsigned kDataAm = 1;
 constexpr unsigned kControlAm = 2;
@@ -66,33 +71,11 @@ struct ControlHeader {
 
 std::string UcsError(ucs_status_t st) { return ucs_status_string(st); }
 
-std::string FormatAddress(const sockaddr* sa, socklen_t len) {
-  char host[NI_MAXHOST], serv[NI_MAXSERV];
-  if (::getnameinfo(sa, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0) return "?";
-  return sa->sa_family == AF_INET6 ? StrCat("[", host, "]:", serv) : StrCat(host, ":", serv);
-}
 
 socklen_t SockaddrLen(const sockaddr_storage& ss) {
   return ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
 }
 
-struct AddrInfoDeleter {
-  void operator()(addrinfo* a) const { ::freeaddrinfo(a); }
-};
-using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
-
-StatusOr<AddrInfoPtr> Resolve(const std::string& host, uint16_t port, bool passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  const int rc =
-      ::getaddrinfo(host.empty() ? (passive ? "0.0.0.0" : nullptr) : host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) return absl::InvalidArgumentError(StrCat("cannot resolve '", host, "': ", ::gai_strerror(rc)));
-  return AddrInfoPtr(res);
-}
 
 Status ValidateOptions(const UcxOptions& o) {
   if (o.max_message_bytes == 0 || o.send_buffers < 1 || o.receive_window_bytes == 0) {
