@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -170,6 +171,7 @@ class Edge final : public transport::CourierHandler {
   metrics::Gauge *batcher_depth_ = nullptr, *outbox_depth_ = nullptr, *streams_active_ = nullptr, *connected_ = nullptr;
   std::mutex link_metrics_mu_;
   transport::CourierStats last_courier_;  // GUARDED_BY(link_metrics_mu_) at the last SampleLinks
+  std::map<std::string, std::string> link_transports_;  // GUARDED_BY(link_metrics_mu_) link → transports shown
   metrics::Gauge* epoch_gauge_ = nullptr;
   metrics::Gauge* fenced_gauge_ = nullptr;
   metrics::Counter* rejected_ = nullptr;
@@ -643,6 +645,18 @@ void Edge::SampleLinks(const transport::CourierStats& cs) {
                           l.transports.find(',') == std::string::npos;
     reg_.GetGauge("vigil_edge_link_degraded", "1 when a ucx link's last session ran over TCP inside UCX", labels)
         .Set(degraded ? 1 : 0);
+    // What carries the link underneath (UCX's selected transports), Prometheus' "info" pattern: 1 on the
+    // current value, 0 on an old one.
+    std::string& shown = link_transports_[l.kind];
+    if (!l.transports.empty() && l.transports != shown) {
+      auto info = [&](const std::string& t) -> metrics::Gauge& {
+        return reg_.GetGauge("vigil_edge_link_transports", "1 on what carries the link underneath (UCX: its transports)",
+                             {{"link", l.kind}, {"transports", t}});
+      };
+      if (!shown.empty()) info(shown).Set(0);
+      info(l.transports).Set(1);
+      shown = l.transports;
+    }
   }
   reg_.GetCounter("vigil_edge_link_switches_total", "Sessions on another link than the previous one")
       .Inc(delta(cs.link_switches, last_courier_.link_switches));
