@@ -7,7 +7,9 @@
 #
 # Environment: VIGIL_BIN (default build/src/vigil), SIZES (64,256,1024,4096,16384,65536), ITERS (2000 round
 # trips per size, both tools), BW_ITERS (20000 ucx_perftest tag_bw messages), WINDOW (64: vigil's Reports in
-# flight = ucx_perftest -O), LINKS (tcp,tls,ucx), RUNS (1: vigil runs; each cell's median is printed).
+# flight = ucx_perftest -O), LINKS (tcp,tls,ucx), RUNS (3: runs of each tool, alternating; each cell is the
+# median), PINNED (1: one more vigil run with both processes on CPU 0, `taskset -c 0`, to show what wake-ups
+# across CPUs cost; 0: skip). About 3–4 minutes with the defaults on the 2-core machine.
 #
 # ucx_perftest configurations, each `ucx_perftest -p PORT` (server) + `ucx_perftest 127.0.0.1 -p PORT -t TEST
 # -s SIZE -n N` (client), TEST tag_lat (ping-pong; its latency columns are one-way = RTT/2: libperf divides
@@ -26,7 +28,7 @@ iters=${ITERS:-2000}
 bw_iters=${BW_ITERS:-20000}
 window=${WINDOW:-64}
 links=${LINKS:-tcp,tls,ucx}
-runs=${RUNS:-1}
+runs=${RUNS:-3}
 if [[ $# -ge 1 ]]; then
   out=$1
   mkdir -p "$out"
@@ -45,37 +47,44 @@ command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing (apt install 
   echo "vigil: $($vigil --version) ($(git rev-parse --short HEAD))"
 } | tee "$out/machine.txt"
 
-for ((r = 1; r <= runs; ++r)); do
-  "$vigil" bench transport --links "$links" --sizes "$sizes" --iters "$iters" --window "$window" \
-    --json "$out/vigil.$r.json" | tee "$out/vigil.$r.txt"
-done
-
-# One ucx_perftest pair: server in the background, client when the server listens; the client's output kept.
-perftest() {  # CONFIG TEST SIZE N [extra args for both sides]
-  local cfg=$1 test=$2 size=$3 n=$4
-  shift 4
-  local port=$((20000 + RANDOM % 20000)) srv="$out/perftest.$cfg.$test.$size.server.txt"
+# One ucx_perftest pair: server in the background (line-buffered, so its "Waiting for connection" shows at
+# once), client when the server listens; the client's output kept.
+perftest() {  # RUN CONFIG TEST SIZE N [extra args for both sides]
+  local run=$1 cfg=$2 test=$3 size=$4 n=$5
+  shift 5
+  local port=$((20000 + RANDOM % 20000)) name="$out/perftest.$cfg.$test.$size.$run"
   local -a env=()
   case $cfg in
     tcp) env=(UCX_TLS=tcp) ;;
     sm) env=() ;;
     sm-vigil) env=(UCX_MM_ERROR_HANDLING=y) ;;
   esac
-  env "${env[@]}" ucx_perftest -p "$port" "$@" >"$srv" 2>&1 &
+  env "${env[@]}" stdbuf -oL ucx_perftest -p "$port" "$@" >"$name.server.txt" 2>&1 &
   local pid=$!
-  for _ in $(seq 100); do grep -q "Waiting for connection" "$srv" 2>/dev/null && break; sleep 0.05; done
-  env "${env[@]}" UCX_LOG_LEVEL=info timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$n" -w 1000 -f "$@" \
-    >"$out/perftest.$cfg.$test.$size.txt" 2>&1 || echo "ucx_perftest $cfg $test $size failed" >&2
+  for _ in $(seq 200); do grep -q "Waiting for connection" "$name.server.txt" 2>/dev/null && break; sleep 0.05; done
+  env "${env[@]}" UCX_LOG_LEVEL=info timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$n" \
+    -w 1000 -f "$@" >"$name.txt" 2>&1 || echo "ucx_perftest $cfg $test $size failed" >&2
   wait "$pid" || true
 }
-for cfg in tcp sm sm-vigil; do
-  extra=()
-  [[ $cfg == sm-vigil ]] && extra=(-e -E sleep)
-  for size in ${sizes//,/ }; do
-    perftest "$cfg" tag_lat "$size" "$iters" "${extra[@]}"
-    perftest "$cfg" tag_bw "$size" "$bw_iters" -O "$window" "${extra[@]}"
+
+# Runs alternate vigil and ucx_perftest, so both see the same machine load; medians over the runs.
+for ((r = 1; r <= runs; ++r)); do
+  "$vigil" bench transport --links "$links" --sizes "$sizes" --iters "$iters" --window "$window" \
+    --json "$out/vigil.$r.json" | tee "$out/vigil.$r.txt"
+  for cfg in tcp sm sm-vigil; do
+    extra=()
+    [[ $cfg == sm-vigil ]] && extra=(-e -E sleep)
+    for size in ${sizes//,/ }; do
+      perftest "$r" "$cfg" tag_lat "$size" "$iters" "${extra[@]}"
+      perftest "$r" "$cfg" tag_bw "$size" "$bw_iters" -O "$window" "${extra[@]}"
+    done
   done
 done
+# Diagnosis, not a product number: both vigil processes on one CPU (no wake-up crosses vCPUs).
+if [[ ${PINNED:-1} == 1 ]]; then
+  taskset -c 0 "$vigil" bench transport --links "$links" --sizes "$sizes" --iters "$iters" --window "$window" \
+    --json "$out/vigil-cpu0.json" | tee "$out/vigil-cpu0.txt"
+fi
 
 python3 - "$out" "$sizes" "$runs" <<'EOF'
 import glob, json, statistics, sys
@@ -83,7 +92,7 @@ out, sizes, runs = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sy
 med = statistics.median
 vigil = {}  # (link, size) -> list of size entries (one per run)
 opens, transports = {}, {}
-for path in sorted(glob.glob(f"{out}/vigil.*.json")):
+for path in sorted(glob.glob(f"{out}/vigil.[0-9]*.json")):
     for l in json.load(open(path))["links"]:
         transports[l["link"]] = l.get("transports", "")
         opens.setdefault(l["link"], []).append(l["open_us"])
@@ -91,16 +100,17 @@ for path in sorted(glob.glob(f"{out}/vigil.*.json")):
             vigil.setdefault((l["link"], s["size"]), []).append(s)
 
 def perftest(cfg, test, size):
-    """(typical latency us, msg/s, MB/s) from the final line of `-f` output, or None."""
-    try:
-        lines = open(f"{out}/perftest.{cfg}.{test}.{size}.txt").read().split("\n")
-    except OSError:
-        return None
-    for line in reversed(lines):
-        f = line.split()
-        if len(f) == 8 and all(x.replace(".", "", 1).isdigit() for x in f):
-            return float(f[1]), float(f[7]), float(f[5])
-    return None
+    """Medians over the runs of (typical latency us, overall msg/s, overall MB/s): the final line of `-f`."""
+    got = []
+    for path in glob.glob(f"{out}/perftest.{cfg}.{test}.{size}.[0-9]*.txt"):
+        if path.endswith(".server.txt"):
+            continue
+        for line in reversed(open(path).read().split("\n")):
+            f = line.split()
+            if len(f) == 8 and all(x.replace(".", "", 1).isdigit() for x in f):
+                got.append((float(f[1]), float(f[7]), float(f[5])))
+                break
+    return tuple(med(g[i] for g in got) for i in range(3)) if got else None
 
 def v(link, size, get):
     rows = vigil.get((link, size))
@@ -154,12 +164,19 @@ if "tls" in opens and "tcp" in opens:
           f"{med(x['with_key'] for x in opens['tls']) - med(x['with_key'] for x in opens['tcp']):.0f} us")
 for c in cfgs:
     try:
-        lanes = [l.split("ep_cfg")[1].split(":", 1)[1].strip() for l in open(f"{out}/perftest.{c}.tag_lat.{sizes[0]}.txt")
+        lanes = [l.split("ep_cfg")[1].split(":", 1)[1].strip() for l in open(f"{out}/perftest.{c}.tag_lat.{sizes[0]}.1.txt")
                  if "ep_cfg" in l]
     except OSError:
         lanes = []
     print(f"  ucx_perftest {c}: {'; '.join(lanes) or '?'}")
 if transports.get("ucx"):
     print(f"  vigil's ucx link selected: {transports['ucx']}")
-print(f"({runs} vigil run(s); medians)")
+print(f"({runs} runs of each, alternating; medians)")
+pinned = f"{out}/vigil-cpu0.json"
+if glob.glob(pinned):
+    print()
+    print("diagnosis: vigil with both processes on CPU 0 (taskset -c 0): one-way p50 us / cpu us per message")
+    for l in json.load(open(pinned))["links"]:
+        print(f"  {l['link']}: " + ", ".join(
+            f"{s['size']}: {s['latency_us']['p50']:.1f} / {s['cpu_us_per_message']['total']:.1f}" for s in l["sizes"]))
 EOF
