@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = vigil::cli::AddBenchCommands(app, &exit_code);
   vigil::cli::AddBenchPlacementCommand(*bench, &exit_code);
   vigil::cli::AddBenchStreamsCommand(*bench, &exit_code);
+  vigil::cli::AddBenchTransportCommand(*bench, &exit_code);
   vigil::cli::AddTopoCommand(app, &exit_code);
   vigil::cli::AddAggregatorCommand(app, &exit_code);
   vigil::cli::AddEdgeCommand(app, &exit_code);
