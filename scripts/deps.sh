@@ -15,6 +15,7 @@ build_pkgs=(
   libhwloc-dev libnuma-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
   libsqlite3-dev libyaml-cpp-dev libcpp-httplib-dev
   libssl-dev                    # OpenSSL 3: TLS links (transport/tls.h); the tests make their certificates with it
+  zlib1g-dev                    # the protocol's CRC-32
   prometheus-cpp-dev            # metrics: prometheus-cpp core (families, histograms, text exposition)
   libucx-dev                    # the ucx link kind (UCP active messages); optional: VIGIL_WITH_UCX=AUTO
   dpkg-dev file                 # cpack's .deb: dpkg-shlibdeps computes Depends
@@ -29,7 +30,7 @@ test_pkgs=(
 )
 fuzz_pkgs=(
   clang libclang-rt-dev              # libFuzzer, ASan/UBSan runtimes
-  cmake ninja-build libabsl-dev
+  cmake ninja-build libabsl-dev zlib1g-dev
 )
 
 case $what in
