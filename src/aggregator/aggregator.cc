@@ -543,7 +543,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::map<std::string, metrics::Counter*> rejected;
     for (const char* reason : {transport::kRejectAddress, transport::kRejectUnknownEdge, transport::kRejectBadProof,
                                transport::kRejectNoProof, transport::kRejectHandshakeTimeout,
-                               transport::kRejectMalformed, transport::kRejectVersion, transport::kRejectTls}) {
+                               transport::kRejectMalformed, transport::kRejectVersion, transport::kRejectTls,
+                               transport::kRejectChallengeRefused}) {
       rejected[reason] = &registry.GetCounter("vigil_transport_rejected_total",
                                               "Connections refused before their session began, by reason",
                                               {{"link", link}, {"reason", reason}});

@@ -185,9 +185,15 @@ class CourierImpl final : public Courier {
       stats_.connected = true;
     }
     const std::string transports = link.transports();
-    spdlog::info("courier {}: session on {} link {}{} (epoch {}){}", opt_.edge, link.kind(), link.target(),
-                 transports.empty() ? "" : StrCat(" over ", transports), welcome.epoch,
-                 fail_back ? ": back on a preferred link" : index > 0 ? ": on a fallback link" : "");
+    // A session on a fallback link is worth a warning: the preferred path is down (the error was logged
+    // just before); the move back is news too.
+    spdlog::log(index > 0 && !fail_back ? spdlog::level::warn : spdlog::level::info,
+                "courier {}: session on {} link {}{} (epoch {}){}", opt_.edge, link.kind(), link.target(),
+                transports.empty() ? "" : StrCat(" over ", transports), welcome.epoch,
+                fail_back   ? ": back on the preferred link"
+                : index > 0 ? StrCat(": on a fallback link, ", opt_.links[0]->kind(),
+                                     " unavailable (probing it every ", opt_.probe_interval.count(), " ms)")
+                            : std::string());
     handler_->OnWelcome(welcome, link.kind());
 
     SessionState state;

@@ -1,4 +1,6 @@
 // The framed Link (link.h): protocol frames over a Connection made by a Dialer (TCP, TLS, UCX).
+#include <absl/strings/match.h>
+
 #include <mutex>
 #include <vector>
 
@@ -181,7 +183,13 @@ class FramedLink final : public Link {
   StatusOr<Welcome> Handshake(Connection& conn, const Hello& hello, Clock::time_point deadline) {
     Status st = conn.Write(EncodeFrame(hello), Left(deadline));
     if (!st.ok()) return absl::UnavailableError(StrCat(target(), ": sending Hello: ", st.message()));
-    VIGIL_ASSIGN_OR_RETURN(Message m, HandshakeMessage(conn, deadline, "Challenge"));
+    StatusOr<Message> first = HandshakeMessage(conn, deadline, "Challenge");
+    if (!first.ok() && absl::StrContains(first.status().message(), "peer closed")) {
+      // An aggregator closes a connection from outside its allow-list without a word.
+      return absl::UnavailableError(StrCat(first.status().message(),
+                                           " (closed before any answer: is this address in the aggregator's allow?)"));
+    }
+    VIGIL_ASSIGN_OR_RETURN(Message m, std::move(first));
     if (const Reject* r = std::get_if<Reject>(&m)) return Refused(hello, *r);
     const Challenge* c = std::get_if<Challenge>(&m);
     if (c == nullptr) {
@@ -198,8 +206,9 @@ class FramedLink final : public Link {
       }
       if (!ProofMatches(AggregatorProof(opt_.key, hello, c->nonce), c->proof)) {
         return absl::UnauthenticatedError(
-            StrCat(target(), ": the aggregator's proof does not match this edge's key (a different key for edge '",
-                   hello.edge, "' in its keys_file, or not the aggregator)"));
+            StrCat(target(), ": the aggregator's proof does not match this edge's key: its keys_file has another key "
+                             "for edge '",
+                   hello.edge, "', or none (then add this edge's key there), or this is not the aggregator"));
       }
       auth.proof = EdgeProof(opt_.key, hello, c->nonce);
     }

@@ -58,7 +58,9 @@ StatusOr<std::unique_ptr<httplib::Server>> MakeHttpServer(HttpAccess access) {
       return reject(403, "address", "this address may not use the API");
     }
     if (!a.token.empty() && req.path != "/healthz" && !TokenMatches(a.token, req.get_header_value("Authorization"))) {
-      return reject(401, "token", "a bearer token is required (Authorization: Bearer ...)");
+      return reject(401, "token",
+                    req.has_header("Authorization") ? "the bearer token does not match (Authorization: Bearer ...)"
+                                                    : "a bearer token is required (Authorization: Bearer ...)");
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });

@@ -263,6 +263,19 @@ struct Receiver::Impl {
           std::lock_guard lock(mu);
           ++stats.timeouts;
         }
+        if (!*session && hello && !stop.load() && n.status().code() == absl::StatusCode::kUnavailable) {
+          // The edge left between our Challenge and its Auth: an edge checks our proof first, so this is
+          // what a key mismatch (or an id we have no key for) looks like from here.
+          const char* reason = opt.keys && key == nullptr ? kRejectUnknownEdge : kRejectChallengeRefused;
+          spdlog::warn("receiver {}: {}: edge '{}' hung up after the Challenge ({}): {}", listener->kind(), conn->peer(),
+                       hello->edge.substr(0, 200), reason,
+                       key == nullptr && opt.keys ? "this aggregator has no key for that edge id in its keys_file"
+                                                  : "it could not verify our proof: its key differs from the one in "
+                                                    "our keys_file (or it is not a vigil edge)");
+          std::lock_guard lock(mu);
+          ++stats.rejected[reason];
+          return n.status();
+        }
         if (!*session && !stop.load() && absl::StrContains(n.status().message(), "tls handshake with")) {
           // A peer without a certificate we trust, or one that does not speak TLS.
           spdlog::warn("receiver {}: {}: refused (tls): {}", listener->kind(), conn->peer(),

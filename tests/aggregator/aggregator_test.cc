@@ -25,6 +25,7 @@
 #include "testing/test_certs.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/connection.h"
+#include "vigil/transport/link.h"
 #include "vigil/transport/protocol.h"
 
 namespace vigil::aggregator {
@@ -818,6 +819,15 @@ TEST_F(AggregatorTest, UnauthenticatedPeersAreRefusedCountedAndStoreNothingWhile
   RawEdge stranger(port);
   EXPECT_FALSE(stranger.Hello("edge-unknown", 0));
   EXPECT_FALSE(stranger.aggregator_proved);  // a proof that matches nothing, like a wrong key's
+  // vigil's own link with a wrong key, and with an id the aggregator has no key for: the link checks the
+  // aggregator's proof first and hangs up; the aggregator counts and logs that too.
+  for (const char* id : {"edge-2", "edge-unknown"}) {
+    auto link = transport::MakeTcpLink(transport::MakeTcpDialer("127.0.0.1", port), std::string(32, '\x11'));
+    StatusOr<Welcome> w = link->Open(transport::Hello{id, 0, transport::kProtocolVersion}, milliseconds(5000));
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kUnauthenticated) << w.status();
+    EXPECT_NE(Message(w.status()).find("its keys_file has another key for edge"), std::string::npos) << w.status();
+  }
   // A replayed Hello + Auth of a real session: the aggregator's nonce is new, so the old proof fails.
   RawEdge recorded(port);
   ASSERT_TRUE(recorded.Hello("edge-4", 0));
@@ -847,6 +857,7 @@ TEST_F(AggregatorTest, UnauthenticatedPeersAreRefusedCountedAndStoreNothingWhile
   auto wrong_token = http.Get("/api/events", {{"Authorization", "Bearer not-the-token-at-all"}});
   ASSERT_TRUE(wrong_token);
   EXPECT_EQ(wrong_token->status, 401);
+  EXPECT_EQ(wrong_token->body, "{\"error\":\"the bearer token does not match (Authorization: Bearer ...)\"}");
   auto healthz = http.Get("/healthz");
   ASSERT_TRUE(healthz);
   EXPECT_EQ(healthz->status, 200);
@@ -862,7 +873,8 @@ TEST_F(AggregatorTest, UnauthenticatedPeersAreRefusedCountedAndStoreNothingWhile
   for (const char* line : {"vigil_transport_rejected_total{link=\"tcp\",reason=\"address\"} 1\n",
                            "vigil_transport_rejected_total{link=\"tcp\",reason=\"bad_proof\"} 2\n",
                            "vigil_transport_rejected_total{link=\"tcp\",reason=\"no_proof\"} 1\n",
-                           "vigil_transport_rejected_total{link=\"tcp\",reason=\"unknown_edge\"} 1\n",
+                           "vigil_transport_rejected_total{link=\"tcp\",reason=\"unknown_edge\"} 2\n",
+                           "vigil_transport_rejected_total{link=\"tcp\",reason=\"challenge_refused\"} 1\n",
                            "vigil_transport_rejected_total{link=\"tcp\",reason=\"malformed\"} 2\n",
                            "vigil_http_rejected_total{reason=\"token\"} 2\n",
                            "vigil_transport_connections_total{link=\"tcp\",result=\"authenticated\"} 2\n"}) {

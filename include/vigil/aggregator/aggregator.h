@@ -65,7 +65,7 @@
 //   vigil_aggregator_edges_connected                                gauge: open sessions past their Hello
 //   vigil_transport_connections_total{link,result=accepted|refused|authenticated}   counter
 //   vigil_transport_rejected_total{link,reason=address|unknown_edge|bad_proof|no_proof|handshake_timeout|
-//                                   malformed|unsupported_version|tls}   counter: refused before a session
+//                                   malformed|unsupported_version|tls|challenge_refused}   counter: refused before a session
 //   vigil_transport_disconnects_total{link,reason=protocol_error|timeout|sequence_gap} counter
 //   vigil_transport_repeated_reports_total{link}                    counter: duplicated frames ignored
 //   vigil_transport_received_bytes_total{link}, vigil_transport_received_frames_total{link}   counters

@@ -137,6 +137,9 @@ inline constexpr const char* kRejectHandshakeTimeout = "handshake_timeout";  // 
 inline constexpr const char* kRejectMalformed = "malformed";           // a frame that does not decode, or not Hello/Auth
 inline constexpr const char* kRejectVersion = "unsupported_version";   // another protocol version
 inline constexpr const char* kRejectTls = "tls";                       // the TLS handshake failed (tls.h)
+// The edge hung up after our Challenge without answering: it could not verify our proof (a different key
+// for its id on the two sides), or it is not a vigil edge.
+inline constexpr const char* kRejectChallengeRefused = "challenge_refused";
 
 struct ReceiverStats {
   uint64_t accepted = 0;         // connections accepted
