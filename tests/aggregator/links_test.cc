@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "testing/eventually.h"
 #include "vigil/aggregator/aggregator.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/courier.h"
@@ -41,15 +42,7 @@ using transport::ReportKind;
 constexpr milliseconds kLong{60000};  // an upper bound on a busy 2-core machine, not a timing assertion
 constexpr char kEdge[] = "edge-1";
 
-template <typename Pred>
-bool Eventually(Pred pred, milliseconds timeout = kLong) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return true;
-}
+using testutil::Eventually;
 
 // What a fault-injecting connection does to each frame after the handshake, drawn per frame from one
 // seeded generator (shared by every connection of a test, so one seed replays the schedule).
@@ -432,7 +425,7 @@ TEST_F(LinksTest, MutualTlsOnTheTcpLinkAdmitsTheEdgeWithItsCertificateAndRefuses
   ASSERT_TRUE(Eventually([&] {
     return agg->metrics().Render().find("vigil_transport_rejected_total{link=\"tcp\",reason=\"tls\"} 1\n") !=
            std::string::npos;
-  }));
+  }, kLong));
   agg->Stop();
   ExpectStoredOnceInOrder({"cam0"}, 60);
   EXPECT_EQ(Rows("SELECT COUNT(*) FROM edges")[0][0], 1);
@@ -476,7 +469,7 @@ TEST_F(LinksTest, UcxCutMidStreamFallsBackToTcpAndComesBackWhenRestored) {
 
   // Phase 3: UCX restored: a probe finds it and the courier moves back.
   ucx->SetDown(false);
-  ASSERT_TRUE(Eventually([&] { return (*courier)->Stats().fail_backs == 1 && (*courier)->Stats().link == "ucx"; }));
+  ASSERT_TRUE(Eventually([&] { return (*courier)->Stats().fail_backs == 1 && (*courier)->Stats().link == "ucx"; }, kLong));
   Publish(outbox, streams, 300, 150);
   ASSERT_TRUE(outbox.WaitEmpty(kLong));
   EXPECT_GT(sent(0), ucx2);

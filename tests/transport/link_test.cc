@@ -12,6 +12,7 @@
 #include <thread>
 #include <tuple>
 
+#include "testing/eventually.h"
 #include "vigil/transport/courier.h"
 #include "vigil/transport/link.h"
 #include "vigil/transport/outbox.h"
@@ -26,16 +27,7 @@ using Key = std::tuple<std::string, uint64_t, uint64_t>;  // stream, run, seq_fi
 
 constexpr milliseconds kLong{20000};  // generous: the machine is busy
 
-// Waits until `pred` holds; false after `timeout`.
-template <typename Pred>
-bool Eventually(Pred pred, milliseconds timeout = kLong) {
-  const auto deadline = Clock::now() + timeout;
-  while (!pred()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return true;
-}
+using testutil::Eventually;
 
 // The aggregator without SQL: grants epochs like protocol.h says (0 or promote → new, equal → re-admit,
 // lower → kFenced), stores reports once per key and acks each.

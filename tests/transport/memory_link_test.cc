@@ -1,5 +1,6 @@
 // The in-memory Link and FakeAggregator (tests/testing/memory_link.h), and the Courier switching
 // between two of them.
+#include "testing/eventually.h"
 #include "testing/memory_link.h"
 
 #include <gtest/gtest.h>
@@ -50,15 +51,7 @@ std::vector<FakeAggregator::Key> Push(Outbox& out, uint64_t from, uint64_t n) {
   return keys;
 }
 
-template <typename Pred>
-bool Eventually(Pred pred, milliseconds timeout = kLong) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return true;
-}
+using testutil::Eventually;
 
 CourierOptions Options(std::vector<std::shared_ptr<transport::Link>> links) {
   CourierOptions o;

@@ -5,6 +5,7 @@
 // uses UCX's tcp connection manager.
 #include <gtest/gtest.h>
 
+#include "testing/eventually.h"
 #include "vigil/transport/ucx.h"
 
 #if VIGIL_HAVE_UCX
@@ -51,15 +52,7 @@ TEST(UcxTest, WithoutUcxEverythingIsUnimplemented) {
 
 constexpr milliseconds kLong{20000};  // generous: the machine is busy
 
-template <typename Pred>
-bool Eventually(Pred pred, milliseconds timeout = kLong) {
-  const auto deadline = Clock::now() + timeout;
-  while (!pred()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return true;
-}
+using testutil::Eventually;
 
 double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
