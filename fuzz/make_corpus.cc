@@ -118,6 +118,11 @@ std::vector<Message> ValidMessages() {
   for (size_t i = 0; i < kProofBytes; ++i) auth.proof.push_back(static_cast<char>(0x5A ^ i));
   v.push_back(auth);
   v.push_back(Auth{});
+  // cuda_ipc: the ring offer after the Welcome (and one that says why there is none), the edge's accept.
+  v.push_back(RingOffer{.memory = "cuda", .device = "0000:17:00.0", .handle = std::string(64, '\x5a'),
+                        .control = "/vigil-ring-0123456789abcdef-ctl", .slots = 64, .slot_bytes = 65536});
+  v.push_back(RingOffer{.error = "cuda:3: no such device"});
+  v.push_back(RingAccept{});
   return v;
 }
 

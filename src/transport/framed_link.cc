@@ -4,6 +4,7 @@
 #include <mutex>
 #include <vector>
 
+#include "ring_writer.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/link.h"
 
@@ -28,8 +29,9 @@ class FramedLink final : public Link {
   std::string_view kind() const override { return opt_.kind; }
   std::string target() const override { return dialer_->target(); }
   std::string transports() const override {
-    std::shared_ptr<Connection> conn = current();
-    return conn ? conn->transports() : std::string();
+    std::lock_guard lock(mu_);
+    if (ring_) return ring_->transports();
+    return conn_ ? conn_->transports() : std::string();
   }
 
   StatusOr<Welcome> Open(const Hello& hello_in, milliseconds timeout) override {
@@ -50,6 +52,15 @@ class FramedLink final : public Link {
     }
     decoder_ = FrameDecoder();
     StatusOr<Welcome> welcome = Handshake(*conn, hello, deadline);
+    std::shared_ptr<RingWriter> ring;
+    if (welcome.ok() && opt_.kind == "cuda_ipc") {
+      StatusOr<std::shared_ptr<RingWriter>> opened = OpenRing(*conn, deadline);
+      if (opened.ok()) {
+        ring = std::move(*opened);
+      } else {
+        welcome = opened.status();
+      }
+    }
     std::lock_guard lock(mu_);
     if (!welcome.ok() || conn_ != conn) {  // failed, or Close ran meanwhile
       conn->Shutdown();
@@ -58,6 +69,7 @@ class FramedLink final : public Link {
       return welcome.status();
     }
     epoch_ = welcome->epoch;
+    ring_ = std::move(ring);
     return welcome;
   }
 
@@ -73,6 +85,13 @@ class FramedLink final : public Link {
       link_seq = link_seq_;
     }
     if (!conn) return absl::UnavailableError(StrCat(target(), ": no open session"));
+    if (std::shared_ptr<RingWriter> ring = current_ring()) {
+      uint64_t seq = link_seq;
+      Status st = ring->Write(messages, edge, epoch, &seq, Clock::now() + timeout);
+      std::lock_guard lock(mu_);
+      if (conn_ == conn) link_seq_ = seq;
+      return st;
+    }
     // Encode the whole batch first: a payload that fails to download leaves nothing of it sent (and
     // takes no link_seq).
     out_.clear();
@@ -140,12 +159,33 @@ class FramedLink final : public Link {
     std::lock_guard lock(mu_);
     if (conn_) conn_->Shutdown();
     conn_.reset();
+    if (ring_) ring_->Abort();  // a Send in progress holds it; the last holder unmaps
+    ring_.reset();
   }
 
  private:
   std::shared_ptr<Connection> current() const {
     std::lock_guard lock(mu_);
     return conn_;
+  }
+  std::shared_ptr<RingWriter> current_ring() const {
+    std::lock_guard lock(mu_);
+    return ring_;
+  }
+
+  // cuda_ipc: after the Welcome, the aggregator's RingOffer; maps it and answers RingAccept.
+  StatusOr<std::shared_ptr<RingWriter>> OpenRing(Connection& conn, Clock::time_point deadline) {
+    VIGIL_ASSIGN_OR_RETURN(Message m, HandshakeMessage(conn, deadline, "RingOffer"));
+    const RingOffer* offer = std::get_if<RingOffer>(&m);
+    if (offer == nullptr) {
+      return absl::UnavailableError(StrCat(target(), ": the aggregator sent ", MessageName(m),
+                                           " where a cuda_ipc ring offer was due (its listener is not cuda_ipc?)"));
+    }
+    StatusOr<std::unique_ptr<RingWriter>> w = RingWriter::Open(*offer, opt_.ring_device);
+    if (!w.ok()) return absl::UnavailableError(StrCat(target(), ": ", w.status().message()));
+    Status st = conn.Write(EncodeFrame(RingAccept{}), Left(deadline));
+    if (!st.ok()) return absl::UnavailableError(StrCat(target(), ": sending RingAccept: ", st.message()));
+    return std::shared_ptr<RingWriter>(std::move(*w));
   }
 
   // The next message of the handshake, waiting until `deadline`; `what` names what we wait for.
@@ -225,6 +265,7 @@ class FramedLink final : public Link {
   const LinkOptions opt_;
   mutable std::mutex mu_;
   std::shared_ptr<Connection> conn_;  // GUARDED_BY(mu_) the session's connection; null when none
+  std::shared_ptr<RingWriter> ring_;  // GUARDED_BY(mu_) cuda_ipc: the session's ring; null otherwise
   std::string edge_;                  // GUARDED_BY(mu_) from the session's Hello
   uint64_t epoch_ = 0;                // GUARDED_BY(mu_) from the session's Welcome
   uint64_t link_seq_ = 0;             // GUARDED_BY(mu_) the next Report's link_seq

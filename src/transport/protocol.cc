@@ -141,6 +141,17 @@ struct BodyEncoder {
     w.Proof(m.proof);
     return MessageType::kAuth;
   }
+  MessageType operator()(const RingOffer& m) {
+    w.Str(m.memory);
+    w.Str(m.device);
+    w.Str(m.handle);
+    w.Str(m.control);
+    w.U32(m.slots);
+    w.U32(m.slot_bytes);
+    w.Str(m.error);
+    return MessageType::kRingOffer;
+  }
+  MessageType operator()(const RingAccept&) { return MessageType::kRingAccept; }
 };
 
 // ---- decoding -----------------------------------------------------------------------------------
@@ -329,6 +340,20 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
       VIGIL_RETURN_IF_ERROR(r.Finish());
       return Message(std::move(m));
     }
+    case MessageType::kRingOffer: {
+      Reader r(body, "RingOffer");
+      RingOffer m;
+      r.Str("memory", &m.memory) && r.Str("device", &m.device) && r.Str("handle", &m.handle) &&
+          r.Str("control", &m.control) && r.Int("slots", &m.slots) && r.Int("slot_bytes", &m.slot_bytes) &&
+          r.Str("error", &m.error);
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      return Message(std::move(m));
+    }
+    case MessageType::kRingAccept: {
+      Reader r(body, "RingAccept");
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      return Message(RingAccept{});
+    }
   }
   return absl::InvalidArgumentError(StrCat("frame: unknown message type ", static_cast<int>(type)));
 }
@@ -389,7 +414,8 @@ std::string_view ToString(ReportKind k) {
 
 std::string_view MessageName(const Message& m) {
   static constexpr std::string_view kNames[] = {"Hello",     "Welcome",   "Report", "Ack",
-                                                "Reject",    "Heartbeat", "Challenge", "Auth"};
+                                                "Reject",    "Heartbeat", "Challenge", "Auth",
+                                                "RingOffer", "RingAccept"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[m.index()];
 }

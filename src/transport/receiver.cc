@@ -35,10 +35,17 @@ uint64_t Session::epoch() const {
 }
 
 void Session::Admit(const Welcome& welcome) {
+  {
+    std::lock_guard lock(mu_);
+    if (epoch_ != 0 || closed_ || closing_ || welcome.epoch == 0) return;
+  }
+  // Outside the lock: a cuda_ipc connection sets up its ring here (Connection::OnAdmitted).
+  std::string after = conn_->OnAdmitted();
   std::lock_guard lock(mu_);
-  if (epoch_ != 0 || closed_ || closing_ || welcome.epoch == 0) return;
+  if (epoch_ != 0 || closed_ || closing_) return;
   epoch_ = welcome.epoch;
   std::string frame = EncodeFrame(welcome);
+  frame += after;
   queue_bytes_ += frame.size();
   queue_.push_back(std::move(frame));
   cv_.notify_all();
@@ -150,6 +157,12 @@ struct Receiver::Impl {
       StatusOr<std::unique_ptr<Connection>> c = listener->Accept(kAcceptPoll);
       ReapFinished();
       if (!c.ok()) {
+        if (c.status().code() == absl::StatusCode::kPermissionDenied) {  // a Unix-socket peer's uid
+          spdlog::warn("receiver {}: refusing {}", listener->address(), std::string(c.status().message()));
+          std::lock_guard lock(mu);
+          ++stats.rejected[kRejectPeerCredentials];
+          continue;
+        }
         if (c.status().code() != absl::StatusCode::kDeadlineExceeded) {
           spdlog::warn("receiver {}: {}", listener->address(), std::string(c.status().message()));
           std::this_thread::sleep_for(kAcceptPoll);  // e.g. out of file descriptors: do not spin
@@ -401,6 +414,16 @@ struct Receiver::Impl {
                                                         " was due: a report was lost or reordered on the link")));
           }
           ++next_link_seq;
+          if (const size_t classes = s.hello().class_names.size(); classes > 0) {
+            for (const ReportDetection& d : r->detections) {
+              if (d.class_id >= static_cast<float>(classes)) {
+                return violation(RejectReason::kProtocolError,
+                                 absl::InvalidArgumentError(StrCat(
+                                     "report ", r->stream, " seq ", r->seq_first, ": class ", d.class_id,
+                                     " but the Hello named ", classes, " classes")));
+              }
+            }
+          }
           if (r->epoch != epoch) {
             {
               std::lock_guard lock(mu);

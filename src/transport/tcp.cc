@@ -15,6 +15,7 @@
 #include "vigil/transport/connection.h"
 
 #include "sockaddr.h"
+#include "socket_connection.h"
 
 namespace vigil::transport {
 namespace {
@@ -24,89 +25,8 @@ using std::chrono::milliseconds;
 using net::AddrInfoPtr;
 using net::FormatAddress;
 using net::Resolve;
-
-std::string Errno(int err) { return std::strerror(err); }
-
-int RemainingMs(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
-}
-
-// Waits for `events` on fd until `deadline`; EINTR is retried. Returns revents, 0 on timeout, -1 error.
-int PollUntil(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, RemainingMs(deadline));
-    if (n > 0) return p.revents;
-    if (n == 0) return 0;
-    if (errno != EINTR) return -1;
-  }
-}
-
-
-void Configure(int fd) {
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
-class TcpConnection final : public Connection {
- public:
-  TcpConnection(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) { Configure(fd_); }
-  ~TcpConnection() override { ::close(fd_); }
-
-  Status Write(std::string_view bytes, milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
-    while (!bytes.empty()) {
-      if (shut_.load()) return absl::UnavailableError(StrCat(peer_, ": connection shut down"));
-      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n > 0) {
-        bytes.remove_prefix(static_cast<size_t>(n));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-        return absl::UnavailableError(StrCat(peer_, ": send: ", Errno(errno)));
-      }
-      const int ev = PollUntil(fd_, POLLOUT, deadline);
-      if (ev == 0) {
-        return absl::DeadlineExceededError(
-            StrCat(peer_, ": send blocked for ", timeout.count(), " ms (the peer is not reading)"));
-      }
-      if (ev < 0) return absl::UnavailableError(StrCat(peer_, ": poll: ", Errno(errno)));
-    }
-    return absl::OkStatus();
-  }
-
-  StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      if (shut_.load()) return absl::UnavailableError(StrCat(peer_, ": connection shut down"));
-      const ssize_t n = ::recv(fd_, buf, max, 0);
-      if (n > 0) return static_cast<size_t>(n);
-      if (n == 0) return absl::UnavailableError(StrCat(peer_, ": peer closed the connection"));
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        return absl::UnavailableError(StrCat(peer_, ": recv: ", Errno(errno)));
-      }
-      const int ev = PollUntil(fd_, POLLIN, deadline);
-      if (ev == 0) return absl::DeadlineExceededError(StrCat(peer_, ": nothing received for ", timeout.count(), " ms"));
-      if (ev < 0) return absl::UnavailableError(StrCat(peer_, ": poll: ", Errno(errno)));
-    }
-  }
-
-  void Shutdown() override {
-    if (!shut_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);  // wakes a poll on another thread
-  }
-
-  std::string peer() const override { return peer_; }
-
- private:
-  const int fd_;
-  const std::string peer_;
-  std::atomic<bool> shut_{false};
-};
-
+using net::Errno;
+using net::PollUntil;
 
 class TcpDialer final : public Dialer {
  public:
@@ -134,7 +54,7 @@ class TcpDialer final : public Dialer {
             err = errno;
         }
       }
-      if (err == 0) return std::unique_ptr<Connection>(new TcpConnection(fd, FormatAddress(a->ai_addr, a->ai_addrlen)));
+      if (err == 0) return std::unique_ptr<Connection>(new SocketConnection(fd, /*tcp_nodelay=*/true, FormatAddress(a->ai_addr, a->ai_addrlen)));
       last_error = StrCat(FormatAddress(a->ai_addr, a->ai_addrlen), ": ", Errno(err));
       ::close(fd);
     }
@@ -190,7 +110,7 @@ StatusOr<std::unique_ptr<Connection>> TcpListener::Accept(milliseconds timeout) 
     socklen_t len = sizeof peer;
     const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-      return std::unique_ptr<Connection>(new TcpConnection(fd, FormatAddress(reinterpret_cast<sockaddr*>(&peer), len)));
+      return std::unique_ptr<Connection>(new SocketConnection(fd, /*tcp_nodelay=*/true, FormatAddress(reinterpret_cast<sockaddr*>(&peer), len)));
     }
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) {

@@ -12,8 +12,12 @@
 #include <thread>
 #include <tuple>
 
+#include <unistd.h>
+
 #include "testing/eventually.h"
 #include "vigil/transport/courier.h"
+#include "vigil/transport/cuda_ipc.h"
+#include "vigil/transport/unix_socket.h"
 #include "vigil/transport/link.h"
 #include "vigil/transport/outbox.h"
 #include "vigil/transport/receiver.h"
@@ -830,7 +834,7 @@ TEST(CourierTcpTest, DevicePayloadArrivesWithTheDownloadedRows) {
   EdgeHandler edge;
   std::atomic<int> downloads{0};
   auto rows = std::make_shared<std::vector<ReportDetection>>(
-      std::vector<ReportDetection>{{10, 20, 30, 40, 0.75f, 0}, {1.5f, 2.5f, 3.5f, 4.5f, 0.5f, 79}});
+      std::vector<ReportDetection>{{10, 20, 30, 40, 0.75f, 0}, {1.5f, 2.5f, 3.5f, 4.5f, 0.5f, 1}});
   Report r;
   r.stream = "cam0";
   r.kind = ReportKind::kEvent;
@@ -841,7 +845,7 @@ TEST(CourierTcpTest, DevicePayloadArrivesWithTheDownloadedRows) {
   ASSERT_TRUE(
       outbox.Push(r, milliseconds(0), FakeDeviceRows(rows, &downloads, absl::InternalError("cudaMemcpy failed"))).ok());
   r.seq_first = r.seq_last = 2;
-  r.detections = {{0, 0, 1, 1, 0.25f, 3}};
+  r.detections = {{0, 0, 1, 1, 0.25f, 1}};
   ASSERT_TRUE(outbox.Push(r, milliseconds(0)).ok());
   // Only events carry rows.
   Report progress;
@@ -906,6 +910,198 @@ TEST(OutboxTest, CompletesOutOfOrderAndFreesTheDonePrefix) {
   outbox.Close();
   EXPECT_TRUE(outbox.closed());
   EXPECT_FALSE(outbox.WaitBeyond(4, kLong));  // Close wakes the waiter
+}
+
+
+// ---- cuda_ipc (cuda_ipc.h) with its ring in shared host memory (the CPU machines; the GPU runs use cuda:N) --
+
+std::string SocketPath(const std::string& name) {
+  return StrCat(::testing::TempDir(), "/vigil-", ::getpid(), "-", name, ".sock");
+}
+
+std::unique_ptr<Receiver> StartRingReceiver(ReceiverHandler* h, const std::string& path, uint32_t slots = 4,
+                                            uint32_t slot_bytes = 4096, std::string device = "host",
+                                            std::vector<uid_t> uids = {}) {
+  CudaIpcListenOptions o;
+  o.path = path;
+  o.device = std::move(device);
+  o.slots = slots;
+  o.slot_bytes = slot_bytes;
+  o.allow_uids = std::move(uids);
+  StatusOr<std::unique_ptr<Listener>> l = CudaIpcListen(o);
+  EXPECT_TRUE(l.ok()) << l.status();
+  if (!l.ok()) return nullptr;
+  StatusOr<std::unique_ptr<Receiver>> r = Receiver::Start({}, std::move(*l), h);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? std::move(*r) : nullptr;
+}
+
+Report BigEvent(uint64_t seq, size_t rows) {
+  Report r;
+  r.stream = "cam0";
+  r.run = 1;
+  r.seq_first = r.seq_last = seq;
+  r.kind = ReportKind::kEvent;
+  r.rule = "crowd";
+  for (size_t i = 0; i < rows; ++i) {
+    const float f = static_cast<float>(i);
+    r.detections.push_back({f, f + 1, f + 2, f + 3, 0.5f, static_cast<float>(i % 2)});
+  }
+  return r;
+}
+
+TEST(CudaIpcTest, ReportsGoThroughTheRingInOrderAndLargeOnesSpanSlots) {
+  TestAggregator agg;
+  const std::string path = SocketPath("ring");
+  auto rx = StartRingReceiver(&agg, path);  // 4 slots of 4 KiB: the sender waits for slots, a report spans them
+  ASSERT_TRUE(rx);
+  EXPECT_EQ(rx->kind(), "cuda_ipc");
+  const CudaIpcCounters before = GetCudaIpcCounters();
+  Outbox outbox(4096);
+  EdgeHandler edge;
+  auto courier = StartCourier(FastOptions(std::shared_ptr<Link>(MakeCudaIpcLink(path, ""))), &outbox, &edge);
+  ASSERT_TRUE(courier);
+  std::vector<Key> order = PushMix(outbox, {"cam0", "cam1"}, 500);
+  const Report big = BigEvent(1000, 1000);  // 24 KB of rows: six slots
+  ASSERT_TRUE(outbox.Push(big, kLong).ok());
+  order.emplace_back("cam0", 1, 1000);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong)) << outbox.Stats().pending << " pending";
+  EXPECT_EQ(agg.Get(agg.first_arrivals), order);
+  EXPECT_EQ(agg.Get(agg.duplicates), 0u);
+  EXPECT_EQ(agg.Get(agg.reports).back().detections, big.detections);
+  const CourierStats s = courier->Stats();
+  EXPECT_EQ(s.sessions, 1u);
+  EXPECT_EQ(s.link, "cuda_ipc");
+  ASSERT_EQ(s.links.size(), 1u);
+  EXPECT_EQ(s.links[0].transports, "shm");
+  const CudaIpcCounters after = GetCudaIpcCounters();
+  EXPECT_EQ(after.rings_offered - before.rings_offered, 1u);
+  EXPECT_EQ(after.rings_mapped - before.rings_mapped, 1u);
+  EXPECT_GE(after.slots_received - before.slots_received, 7u);  // the big report alone fills six
+  EXPECT_EQ(after.slots_received - before.slots_received, after.slots_written - before.slots_written);
+  EXPECT_EQ(after.slots_rejected, before.slots_rejected);
+  const ReceiverStats rs = rx->Stats();
+  EXPECT_EQ(rs.protocol_errors, 0u);
+  EXPECT_EQ(rs.authenticated, 1u);
+  courier->Close();
+}
+
+TEST(CudaIpcTest, ACorruptedSlotIsRejectedCountedAndItsReportsArriveOnceFromTheNextSession) {
+  TestAggregator agg;
+  const std::string path = SocketPath("corrupt");
+  auto rx = StartRingReceiver(&agg, path, 8, 4096);
+  ASSERT_TRUE(rx);
+  const CudaIpcCounters before = GetCudaIpcCounters();
+  Outbox outbox(1024);
+  EdgeHandler edge;
+  CorruptNextRingSlotsForTesting(1);
+  const std::vector<Key> order = PushMix(outbox, {"cam0"}, 50);
+  auto courier = StartCourier(FastOptions(std::shared_ptr<Link>(MakeCudaIpcLink(path, ""))), &outbox, &edge);
+  ASSERT_TRUE(courier);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ(agg.Get(agg.first_arrivals), order);
+  EXPECT_EQ(agg.Get(agg.duplicates), 0u);
+  EXPECT_EQ(GetCudaIpcCounters().slots_rejected - before.slots_rejected, 1u);
+  EXPECT_GE(courier->Stats().sessions, 2u);  // the session with the bad slot ended; the next re-sent
+  courier->Close();
+}
+
+TEST(CudaIpcTest, APeerWhoseUidIsNotAllowedIsRefusedAndCounted) {
+  TestAggregator agg;
+  const std::string path = SocketPath("uid");
+  auto rx = StartRingReceiver(&agg, path, 4, 4096, "host", {::getuid() + 4242});
+  ASSERT_TRUE(rx);
+  std::unique_ptr<Link> link = MakeCudaIpcLink(path, "");
+  Hello h;
+  h.edge = "edge-1";
+  StatusOr<Welcome> w = link->Open(h, milliseconds(2000));
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kUnavailable) << w.status();
+  EXPECT_TRUE(Eventually([&] { return rx->Stats().rejected["peer_credentials"] == 1; }));
+  EXPECT_TRUE(agg.Get(agg.hellos).empty());
+}
+
+TEST(CudaIpcTest, NoRingForTheSessionFallsBackToTcpAndSaysWhy) {
+  TestAggregator agg;
+  const std::string path = SocketPath("noring");
+  auto ring_rx = StartRingReceiver(&agg, path, 4, 4096, "cuda:99");  // no such GPU: the offer says so
+  auto tcp_rx = StartReceiver(&agg);
+  ASSERT_TRUE(ring_rx && tcp_rx);
+  const CudaIpcCounters before = GetCudaIpcCounters();
+  Outbox outbox(1024);
+  EdgeHandler edge;
+  CourierOptions o = FastOptions(std::shared_ptr<Link>(MakeCudaIpcLink(path, "")));
+  o.links.push_back(TcpTo(tcp_rx->port()));
+  o.probe_interval = milliseconds(50);
+  auto courier = StartCourier(o, &outbox, &edge);
+  ASSERT_TRUE(courier);
+  const std::vector<Key> order = PushMix(outbox, {"cam0"}, 50);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ(agg.Get(agg.first_arrivals), order);
+  const CourierStats s = courier->Stats();
+  EXPECT_EQ(s.link, "tcp");
+  EXPECT_GE(s.links[0].open_failures, 1u);
+  EXPECT_NE(s.last_error.find("offers no ring"), std::string::npos) << s.last_error;
+  const CudaIpcCounters after = GetCudaIpcCounters();
+  EXPECT_GE(after.ring_failures - before.ring_failures, 1u);
+  EXPECT_GE(after.map_failures - before.map_failures, 1u);
+  courier->Close();
+}
+
+TEST(CudaIpcTest, AggregatorGoneFallsBackToTcpAndReturnsToTheRingWhenItIsBack) {
+  TestAggregator agg;
+  const std::string path = SocketPath("back");
+  auto ring_rx = StartRingReceiver(&agg, path);
+  auto tcp_rx = StartReceiver(&agg);
+  ASSERT_TRUE(ring_rx && tcp_rx);
+  Outbox outbox(4096);
+  EdgeHandler edge;
+  CourierOptions o = FastOptions(std::shared_ptr<Link>(MakeCudaIpcLink(path, "")));
+  o.links.push_back(TcpTo(tcp_rx->port()));
+  o.probe_interval = milliseconds(50);
+  o.peer_timeout = milliseconds(500);
+  auto courier = StartCourier(o, &outbox, &edge);
+  ASSERT_TRUE(courier);
+  std::vector<Key> order = PushMix(outbox, {"cam0"}, 100);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ(courier->Stats().link, "cuda_ipc");
+  ring_rx->Stop();  // the ring side dies (its socket and ring go away)
+  ring_rx.reset();
+  std::vector<Key> more = PushMix(outbox, {"cam0"}, 100, 1, 100);
+  order.insert(order.end(), more.begin(), more.end());
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ(courier->Stats().link, "tcp");
+  ring_rx = StartRingReceiver(&agg, path);  // back: the prober returns to the ring
+  ASSERT_TRUE(ring_rx);
+  EXPECT_TRUE(Eventually([&] { return courier->Stats().link == "cuda_ipc"; })) << courier->Stats().link;
+  more = PushMix(outbox, {"cam0"}, 100, 1, 200);
+  order.insert(order.end(), more.begin(), more.end());
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ(agg.Get(agg.first_arrivals), order);
+  const CourierStats s = courier->Stats();
+  EXPECT_GE(s.fail_backs, 1u);
+  EXPECT_EQ(s.links[0].transports, "shm");
+  courier->Close();
+}
+
+TEST(CudaIpcTest, ListenOptionsAndSocketFilesAreChecked) {
+  CudaIpcListenOptions o;
+  o.path = SocketPath("opts");
+  o.device = "host";
+  o.slots = 1;
+  EXPECT_EQ(std::string(CudaIpcListen(o).status().message()), "cuda_ipc.slots: 1 (2..65536)");
+  o.slots = 4;
+  o.slot_bytes = 100;
+  EXPECT_EQ(std::string(CudaIpcListen(o).status().message()), "cuda_ipc.slot_bytes: 100 (4096..16777215)");
+  o.slot_bytes = 4096;
+  o.device = "gpu0";
+  EXPECT_EQ(std::string(CudaIpcListen(o).status().message()), "cuda_ipc.device: 'gpu0' (host or cuda:N)");
+  o.device = "host";
+  StatusOr<std::unique_ptr<Listener>> first = CudaIpcListen(o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  StatusOr<std::unique_ptr<Listener>> second = CudaIpcListen(o);  // a live socket is not taken over
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists) << second.status();
+  o.path = std::string(200, 'x');
+  EXPECT_EQ(CudaIpcListen(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

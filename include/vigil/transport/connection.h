@@ -41,6 +41,11 @@ class Connection {
   // transports its endpoint selected, comma-separated ("tcp", "posix,sysv,cma", "rc_mlx5"); for TLS the
   // inner connection's. Thread-safe.
   virtual std::string transports() const { return {}; }
+  // For a link whose reports travel beside the byte stream (cuda_ipc.h: a ring in GPU memory): called once,
+  // by the session's Admit, before the Welcome is queued; returns frames to send right after the Welcome
+  // (the ring offer), "" for a plain connection. Never fails: a ring that cannot be set up is offered as
+  // an error the edge reads (it then falls back to its next link). Thread-safe.
+  virtual std::string OnAdmitted() { return {}; }
 };
 
 class Dialer {

@@ -1,5 +1,5 @@
 // vigil/transport/link.h — one way to reach the aggregator: the framed protocol over TCP, TLS or UCX
-// connections (CUDA IPC later).
+// connections, or over a Unix socket with reports through a GPU ring (cuda_ipc.h).
 //
 // A Link carries sessions. Open() connects, runs the authenticated handshake (Hello, Challenge, Auth:
 // auth.h) and waits for the aggregator's answer; then
@@ -67,11 +67,14 @@ class Link {
 };
 
 struct LinkOptions {
-  std::string kind = "tcp";  // kind(): "tcp" (TLS or not), "ucx"
+  std::string kind = "tcp";  // kind(): "tcp" (TLS or not), "ucx", "cuda_ipc" (a ring after the Welcome:
+                             // cuda_ipc.h; use MakeCudaIpcLink)
   // The edge's pre-shared key (raw bytes, auth.h). With a key, the aggregator must prove it knows it
   // (a Challenge without a valid proof fails Open with Unauthenticated); without one, Auth carries no
   // proof and only an aggregator running without authentication admits the edge.
   std::string key;
+  // cuda_ipc: the CUDA device the edge writes ring slots from; -1 = the ring's own GPU.
+  int ring_device = -1;
 };
 
 // The framed link: protocol frames (protocol.h) over connections made by `dialer` — MakeTcpDialer,

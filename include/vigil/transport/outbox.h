@@ -39,6 +39,9 @@ struct DevicePayload {
   const void* device_rows = nullptr;  // count × 24 bytes in device memory (valid while keepalive lives)
   // Waits for the rows' ready event and copies them to `dst` (host, count rows). Set by the producer.
   std::function<Status(ReportDetection* dst)> download;
+  // A cudaEvent_t recorded after the rows were written (a link copying device to device waits on it on
+  // its own stream), or null when they are complete already.
+  void* ready_event = nullptr;
   std::shared_ptr<const void> keepalive;  // keeps the device memory alive until the message completes
 };
 

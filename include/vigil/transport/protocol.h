@@ -41,6 +41,11 @@
 //   Ack       str stream, u64 run, u64 epoch, u64 seq_first, u64 seq_last, i64 contiguous_through
 //   Reject    u8 reason, str stream, u64 run, u64 seq_first, u64 seq_last, u64 epoch, str detail
 //   Heartbeat i64 sent_ns
+//   RingOffer str memory ("cuda" or "host"), str device (the ring's GPU as a PCI bus id, "" for host),
+//             str handle (cuda: the 64-byte cudaIpcMemHandle_t; host: a shared-memory name), str control
+//             (the shared-memory name of the control block), u32 slots, u32 slot_bytes, str error
+//             ("" = offered; otherwise why no ring could be set up: the other fields are then empty/0)
+//   RingAccept (empty body)
 //
 // Semantics:
 //  - Authentication (auth.h): Challenge.proof = HMAC-SHA256 of the edge's key over the Hello and both
@@ -125,6 +130,8 @@ enum class MessageType : uint8_t {
   kWelcome = 6,
   kChallenge = 7,
   kAuth = 8,
+  kRingOffer = 9,
+  kRingAccept = 10,
 };
 enum class ReportKind : uint8_t { kEvent = 1, kProgress = 2, kDropped = 3, kLost = 4 };
 enum class Severity : uint8_t { kNone = 0, kInfo = 1, kWarning = 2, kCritical = 3 };
@@ -237,7 +244,24 @@ struct Heartbeat {
   bool operator==(const Heartbeat&) const = default;
 };
 
-using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat, Challenge, Auth>;
+// cuda_ipc links only (cuda_ipc.h): sent by the aggregator right after the Welcome, on the authenticated
+// Unix-domain socket — the ring of result slots this session's Reports go through.
+struct RingOffer {
+  std::string memory;   // "cuda" (GPU memory, CUDA IPC) or "host" (shared host memory)
+  std::string device;   // cuda: the ring's GPU, PCI bus id "0000:17:00.0"; host: ""
+  std::string handle;   // cuda: cudaIpcMemHandle_t bytes (64); host: the slots' shared-memory name
+  std::string control;  // shared-memory name of the control block (signal words, consumed cursor)
+  uint32_t slots = 0, slot_bytes = 0;
+  std::string error;    // non-empty: no ring (why); the edge falls back to its next link
+  bool operator==(const RingOffer&) const = default;
+};
+
+// The edge's answer to a RingOffer: it mapped the ring; Reports now come through it. cuda_ipc only.
+struct RingAccept {
+  bool operator==(const RingAccept&) const = default;
+};
+
+using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat, Challenge, Auth, RingOffer, RingAccept>;
 // "Hello", "Welcome", "Report", ... for messages.
 std::string_view MessageName(const Message& m);
 

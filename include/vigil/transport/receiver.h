@@ -13,7 +13,7 @@
 // must come in link_seq order (protocol.h): a repeat is ignored (counted), a gap closes the session
 // (Reject kProtocolError, counted), so the handler sees each session's reports once, in the order sent,
 // whatever the link below did. A Report whose epoch is not the session's is answered Reject(kStaleEpoch) by the receiver and never reaches the
-// handler. A frame that does not decode (bad magic, CRC, version, truncated body, invalid report), a
+// handler. A Report with a class id beyond the Hello's class names (when it named any) closes the session. A frame that does not decode (bad magic, CRC, version, truncated body, invalid report), a
 // Report from another edge id than the Hello's, or any other protocol violation gets a Reject (empty
 // stream, reason kProtocolError / kUnsupportedVersion) and closes that connection only, counted in
 // ReceiverStats; nothing a client sends can stop the receiver or the process.
@@ -137,6 +137,7 @@ inline constexpr const char* kRejectHandshakeTimeout = "handshake_timeout";  // 
 inline constexpr const char* kRejectMalformed = "malformed";           // a frame that does not decode, or not Hello/Auth
 inline constexpr const char* kRejectVersion = "unsupported_version";   // another protocol version
 inline constexpr const char* kRejectTls = "tls";                       // the TLS handshake failed (tls.h)
+inline constexpr const char* kRejectPeerCredentials = "peer_credentials";  // a Unix-socket peer's uid is not allowed
 // The edge hung up after our Challenge without answering: it could not verify our proof (a different key
 // for its id on the two sides), or it is not a vigil edge.
 inline constexpr const char* kRejectChallengeRefused = "challenge_refused";

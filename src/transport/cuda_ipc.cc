@@ -1,0 +1,544 @@
+// The cuda_ipc link (cuda_ipc.h): the aggregator's ring connection and listener, the edge's ring writer.
+#include "vigil/transport/cuda_ipc.h"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "ring.h"
+#include "ring_writer.h"
+#include "socket_connection.h"
+#include "vigil/transport/unix_socket.h"
+
+namespace vigil::transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+struct Counters {
+  std::atomic<uint64_t> rings_offered{0}, ring_failures{0}, slots_received{0}, slots_rejected{0}, device_reports{0},
+      bytes_received{0}, rings_mapped{0}, map_failures{0}, slots_written{0}, device_rows_sent{0}, slot_waits{0};
+};
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+std::atomic<int> g_corrupt_slots{0};
+
+constexpr microseconds kSpin{100};      // after traffic, poll without sleeping this long
+constexpr microseconds kFirstSleep{10};
+constexpr microseconds kMaxSleep{200};  // the idle polling step (a first report after idle waits ≤ this)
+
+uint32_t LoadLe32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);  // the protocol is little-endian, as is every host vigil runs on (x86-64, aarch64)
+  return v;
+}
+
+// Splits a byte stream into whole frames (header magic and body length only; the CRC is checked by the
+// caller when it wants to). Returns false with `why` for bytes that cannot start a frame.
+class FrameSplitter {
+ public:
+  void Feed(std::string_view bytes) { buf_.append(bytes); }
+  // The next whole frame, or empty when more bytes are needed; `bad` is set for a corrupt stream.
+  std::string_view Next(std::string* bad) {
+    const size_t left = buf_.size() - pos_;
+    if (left < kHeaderBytes) return Compact();
+    const char* p = buf_.data() + pos_;
+    if (LoadLe32(p) != kMagic) {
+      *bad = "bad frame magic";
+      return {};
+    }
+    const uint32_t body = LoadLe32(p + 8);
+    if (body > kMaxBodyBytes) {
+      *bad = StrCat("frame body of ", body, " bytes");
+      return {};
+    }
+    if (left < kHeaderBytes + body) return Compact();
+    std::string_view frame(p, kHeaderBytes + body);
+    pos_ += frame.size();
+    return frame;
+  }
+  size_t pending() const { return buf_.size() - pos_; }
+  // Everything not yet returned (after a corrupt frame: for the receiver's decoder to judge).
+  std::string TakeAll() {
+    std::string rest = buf_.substr(pos_);
+    buf_.clear();
+    pos_ = 0;
+    return rest;
+  }
+
+ private:
+  std::string_view Compact() {
+    if (pos_ > 0) {
+      buf_.erase(0, pos_);
+      pos_ = 0;
+    }
+    return {};
+  }
+  std::string buf_;
+  size_t pos_ = 0;
+};
+
+bool CrcMatches(std::string_view frame) {
+  const uint32_t want = LoadLe32(frame.data() + 12);
+  uint32_t crc = Crc32(frame.substr(0, 12));
+  crc = Crc32(frame.substr(kHeaderBytes), crc);
+  return crc == want;
+}
+
+// The aggregator's side of one cuda_ipc session: the Unix socket plus, after the RingAccept, the ring.
+// Read returns whole frames from both (never interleaving inside a frame).
+class RingConnection final : public Connection {
+ public:
+  RingConnection(std::unique_ptr<SocketConnection> sock, const CudaIpcListenOptions& opt)
+      : sock_(std::move(sock)), opt_(opt) {}
+  ~RingConnection() override {
+    if (control_) ring::Word(control_->data(), offsetof(ring::ControlHeader, closed)).store(1);
+  }
+
+  Status Write(std::string_view bytes, milliseconds timeout) override { return sock_->Write(bytes, timeout); }
+  void Shutdown() override {
+    sock_->Shutdown();
+    std::lock_guard lock(mu_);
+    if (control_) ring::Word(control_->data(), offsetof(ring::ControlHeader, closed)).store(1);
+  }
+  std::string peer() const override { return sock_->peer(); }
+  std::string transports() const override {
+    std::lock_guard lock(mu_);
+    return active_ ? (memory_->memory() == "cuda" ? "cuda_ipc" : "shm") : "";
+  }
+
+  std::string OnAdmitted() override {
+    std::lock_guard lock(mu_);
+    if (!offer_.empty()) return offer_;
+    RingOffer offer;
+    Status st = SetUp(&offer);
+    if (!st.ok()) {
+      ++counters().ring_failures;
+      spdlog::warn("cuda_ipc {}: no ring for this session: {}", sock_->peer(), std::string(st.message()));
+      offer = RingOffer{};
+      offer.error = std::string(st.message());
+      memory_.reset();
+      control_.reset();
+    } else {
+      ++counters().rings_offered;
+    }
+    offer_ = EncodeFrame(offer);
+    return offer_;
+  }
+
+  StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    auto spin_until = Clock::now() + kSpin;
+    microseconds sleep = kFirstSleep;
+    for (;;) {
+      if (out_pos_ < out_.size()) {
+        const size_t n = std::min(max, out_.size() - out_pos_);
+        std::memcpy(buf, out_.data() + out_pos_, n);
+        out_pos_ += n;
+        if (out_pos_ == out_.size()) {
+          out_.clear();
+          out_pos_ = 0;
+        }
+        return n;
+      }
+      if (active_) {
+        VIGIL_ASSIGN_OR_RETURN(bool took, PollRing());
+        if (took) {
+          spin_until = Clock::now() + kSpin;
+          sleep = kFirstSleep;
+          continue;
+        }
+      }
+      // The socket: at once when a ring is polled, else blocking for what is left.
+      const auto now = Clock::now();
+      milliseconds wait(0);
+      if (!active_ && deadline > now) wait = std::chrono::ceil<milliseconds>(deadline - now);
+      StatusOr<size_t> n = sock_->Read(sock_buf_, sizeof sock_buf_, wait);
+      if (n.ok()) {
+        VIGIL_RETURN_IF_ERROR(TakeSocketBytes(std::string_view(sock_buf_, *n)));
+        continue;
+      }
+      if (n.status().code() != absl::StatusCode::kDeadlineExceeded) return n.status();
+      if (Clock::now() >= deadline) return n.status();
+      if (!active_) continue;
+      if (Clock::now() < spin_until) {
+        std::this_thread::yield();
+        continue;
+      }
+      // Idle: sleep on the socket (its data wakes us) for a growing step.
+      pollfd p{sock_->fd(), POLLIN, 0};
+      timespec ts{0, static_cast<long>(std::chrono::nanoseconds(sleep).count())};
+      ::ppoll(&p, 1, &ts, nullptr);
+      sleep = std::min(kMaxSleep, sleep * 2);
+    }
+  }
+
+ private:
+  Status SetUp(RingOffer* offer) {
+    VIGIL_ASSIGN_OR_RETURN(memory_, ring::AllocateRing(opt_.device, static_cast<size_t>(opt_.slots) * opt_.slot_bytes));
+    VIGIL_ASSIGN_OR_RETURN(control_, ring::SharedMemory::Create("ctl", ring::ControlBytes(opt_.slots)));
+    std::memset(control_->data(), 0, control_->size());
+    auto* h = reinterpret_cast<ring::ControlHeader*>(control_->data());
+    h->slots = opt_.slots;
+    h->slot_bytes = opt_.slot_bytes;
+    ring::Word(control_->data(), 0).store(ring::kControlMagic, std::memory_order_release);
+    offer->memory = memory_->memory();
+    offer->device = memory_->device();
+    offer->handle = memory_->handle();
+    offer->control = control_->name();
+    offer->slots = opt_.slots;
+    offer->slot_bytes = opt_.slot_bytes;
+    return absl::OkStatus();
+  }
+
+  // Socket bytes: whole frames to out_, except RingAccept, which starts the ring.
+  Status TakeSocketBytes(std::string_view bytes) {
+    sock_split_.Feed(bytes);
+    for (;;) {
+      std::string bad;
+      std::string_view frame = sock_split_.Next(&bad);
+      if (!bad.empty()) {  // not ours to judge: the receiver's decoder reports it
+        out_ += sock_split_.TakeAll();
+        return absl::OkStatus();
+      }
+      if (frame.empty()) return absl::OkStatus();
+      if (static_cast<uint8_t>(frame[5]) == static_cast<uint8_t>(MessageType::kRingAccept)) {
+        std::lock_guard lock(mu_);
+        if (!memory_ || !control_ || active_) {
+          return absl::InvalidArgumentError("RingAccept without a ring offered");
+        }
+        memory_->Unlink();
+        control_->Unlink();
+        active_ = true;
+        spdlog::info("cuda_ipc {}: ring mapped by the edge ({} slots of {} bytes, {} memory{})", sock_->peer(),
+                     opt_.slots, opt_.slot_bytes, memory_->memory(),
+                     memory_->device().empty() ? "" : StrCat(" on ", memory_->device()));
+        continue;
+      }
+      out_.append(frame);
+    }
+  }
+
+  // Takes every complete slot from next_ on; true when it took any. An error: a slot that fails a check.
+  StatusOr<bool> PollRing() {
+    bool took = false;
+    char* ctl = control_->data();
+    while (out_.size() < (1u << 20)) {
+      const uint64_t word = ring::Word(ctl, ring::SignalOffset(next_, opt_.slots)).load(std::memory_order_acquire);
+      if ((word >> 24) != next_ + 1) break;
+      const uint32_t used = static_cast<uint32_t>(word & 0xFFFFFF);
+      VIGIL_RETURN_IF_ERROR(TakeSlot(used));
+      ++next_;
+      ring::Word(ctl, offsetof(ring::ControlHeader, consumed)).store(next_, std::memory_order_release);
+      ++counters().slots_received;
+      counters().bytes_received += used;
+      took = true;
+    }
+    return took;
+  }
+
+  Status Bad(std::string why) {
+    ++counters().slots_rejected;
+    const std::string what = StrCat("cuda_ipc ", sock_->peer(), ": slot ", next_, " rejected: ", why);
+    spdlog::warn("{} (nothing of it is stored; the session ends and the edge re-sends)", what);
+    return absl::DataLossError(what);
+  }
+
+  Status TakeSlot(uint32_t used) {
+    if (used < sizeof(ring::SlotHeader) || used > opt_.slot_bytes) return Bad(StrCat("signalled ", used, " bytes"));
+    const size_t offset = static_cast<size_t>(next_ % opt_.slots) * opt_.slot_bytes;
+    StatusOr<const char*> got = memory_->Read(offset, used);
+    if (!got.ok()) return Bad(std::string(got.status().message()));
+    const char* p = *got;
+    ring::SlotHeader h;
+    std::memcpy(&h, p, sizeof h);
+    if (h.magic != ring::kSlotMagic) return Bad("bad slot magic");
+    const std::string_view payload(p + sizeof h, used - sizeof h);
+    if (h.kind == ring::kKindStream) {
+      if (h.bytes != payload.size() || h.rows != 0) return Bad("slot header does not match its size");
+      ring_split_.Feed(payload);
+      for (;;) {
+        std::string bad;
+        std::string_view frame = ring_split_.Next(&bad);
+        if (!bad.empty()) return Bad(bad);
+        if (frame.empty()) return absl::OkStatus();
+        if (!CrcMatches(frame)) return Bad("frame CRC mismatch");
+        out_.append(frame);
+      }
+    }
+    if (h.kind != ring::kKindDeviceReport) return Bad(StrCat("unknown slot kind ", h.kind));
+    // A Report frame without rows, then the rows that came from device memory.
+    if (ring_split_.pending() != 0) return Bad("a device report inside a frame");
+    if (h.rows > kMaxDetections) return Bad(StrCat(h.rows, " rows, more than ", kMaxDetections));
+    const size_t rows_at = ring::RoundUp8(h.bytes);
+    if (rows_at + static_cast<size_t>(h.rows) * sizeof(ReportDetection) != payload.size()) {
+      return Bad("slot header does not match its size");
+    }
+    StatusOr<Message> m = DecodeFrame(payload.substr(0, h.bytes));
+    if (!m.ok()) return Bad(std::string(m.status().message()));
+    Report* r = std::get_if<Report>(&*m);
+    if (r == nullptr || !r->detections.empty()) return Bad("a device-report slot without its Report header");
+    r->detections.resize(h.rows);
+    std::memcpy(r->detections.data(), payload.data() + rows_at, h.rows * sizeof(ReportDetection));
+    Status valid = ValidateReport(*r);  // finite boxes and scores, integral class ids, an event's rows
+    if (!valid.ok()) return Bad(std::string(valid.message()));
+    AppendFrame(*r, &out_);
+    ++counters().device_reports;
+    return absl::OkStatus();
+  }
+
+  const std::unique_ptr<SocketConnection> sock_;
+  const CudaIpcListenOptions opt_;
+  mutable std::mutex mu_;  // offer_, memory_/control_ set-up, active_ (set by the reader thread)
+  std::string offer_;
+  std::unique_ptr<ring::RingMemory> memory_;
+  std::unique_ptr<ring::SharedMemory> control_;
+  bool active_ = false;
+  // Reader thread only:
+  uint64_t next_ = 0;
+  FrameSplitter sock_split_, ring_split_;
+  std::string out_;
+  size_t out_pos_ = 0;
+  char sock_buf_[16 << 10];
+};
+
+class CudaIpcListener final : public Listener {
+ public:
+  CudaIpcListener(std::unique_ptr<UnixListener> unix, CudaIpcListenOptions opt)
+      : unix_(std::move(unix)), opt_(std::move(opt)) {}
+  std::string_view kind() const override { return "cuda_ipc"; }
+  uint16_t port() const override { return 0; }
+  const std::string& address() const override { return unix_->address(); }
+  StatusOr<std::unique_ptr<Connection>> Accept(milliseconds timeout) override {
+    VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Connection> c, unix_->Accept(timeout));
+    std::unique_ptr<SocketConnection> sock(static_cast<SocketConnection*>(c.release()));  // UnixListener's own type
+    return std::unique_ptr<Connection>(new RingConnection(std::move(sock), opt_));
+  }
+
+ private:
+  std::unique_ptr<UnixListener> unix_;
+  CudaIpcListenOptions opt_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Listener>> CudaIpcListen(CudaIpcListenOptions options) {
+  if (options.slots < 2 || options.slots > (1u << 16)) {
+    return absl::InvalidArgumentError(StrCat("cuda_ipc.slots: ", options.slots, " (2..65536)"));
+  }
+  if (options.slot_bytes < ring::kMinSlotBytes || options.slot_bytes > ring::kMaxSlotBytes) {
+    return absl::InvalidArgumentError(
+        StrCat("cuda_ipc.slot_bytes: ", options.slot_bytes, " (", ring::kMinSlotBytes, "..", ring::kMaxSlotBytes, ")"));
+  }
+  if (options.slot_bytes % 8 != 0) {
+    return absl::InvalidArgumentError(StrCat("cuda_ipc.slot_bytes: ", options.slot_bytes, " is not a multiple of 8"));
+  }
+  if (options.device != "host" && options.device.rfind("cuda:", 0) != 0) {
+    return absl::InvalidArgumentError(StrCat("cuda_ipc.device: '", options.device, "' (host or cuda:N)"));
+  }
+  UnixListenOptions uo;
+  uo.kind = "cuda_ipc";
+  uo.allow_uids = options.allow_uids;
+  VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<UnixListener> unix, UnixListener::Listen(options.path, uo));
+  return std::unique_ptr<Listener>(new CudaIpcListener(std::move(unix), std::move(options)));
+}
+
+std::unique_ptr<Link> MakeCudaIpcLink(std::string path, std::string key, int device) {
+  LinkOptions o;
+  o.kind = "cuda_ipc";
+  o.key = std::move(key);
+  o.ring_device = device;
+  return MakeFramedLink(MakeUnixDialer(std::move(path)), std::move(o));
+}
+
+CudaIpcCounters GetCudaIpcCounters() {
+  const Counters& c = counters();
+  CudaIpcCounters r;
+  r.rings_offered = c.rings_offered.load();
+  r.ring_failures = c.ring_failures.load();
+  r.slots_received = c.slots_received.load();
+  r.slots_rejected = c.slots_rejected.load();
+  r.device_reports = c.device_reports.load();
+  r.bytes_received = c.bytes_received.load();
+  r.rings_mapped = c.rings_mapped.load();
+  r.map_failures = c.map_failures.load();
+  r.slots_written = c.slots_written.load();
+  r.device_rows_sent = c.device_rows_sent.load();
+  r.slot_waits = c.slot_waits.load();
+  return r;
+}
+
+void CorruptNextRingSlotsForTesting(int n) { g_corrupt_slots.store(n); }
+
+// ---- the edge's writer ----------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<RingWriter>> RingWriter::Open(const RingOffer& offer, int device) {
+  auto fail = [](Status st) {
+    ++counters().map_failures;
+    return st;
+  };
+  if (!offer.error.empty()) {
+    return fail(absl::UnavailableError(StrCat("the aggregator offers no ring: ", offer.error.substr(0, 500))));
+  }
+  if (offer.slots < 2 || offer.slots > (1u << 16) || offer.slot_bytes < ring::kMinSlotBytes ||
+      offer.slot_bytes > ring::kMaxSlotBytes || offer.slot_bytes % 8 != 0) {
+    return fail(absl::InvalidArgumentError(
+        StrCat("ring offer: ", offer.slots, " slots of ", offer.slot_bytes, " bytes is outside the limits")));
+  }
+  auto w = std::unique_ptr<RingWriter>(new RingWriter());
+  w->slots_ = offer.slots;
+  w->slot_bytes_ = offer.slot_bytes;
+  w->keep_.resize(offer.slots);
+  StatusOr<std::unique_ptr<ring::SharedMemory>> control =
+      ring::SharedMemory::Open(offer.control, ring::ControlBytes(offer.slots));
+  if (!control.ok()) return fail(control.status());
+  w->control_ = std::move(*control);
+  const auto* h = reinterpret_cast<const ring::ControlHeader*>(w->control_->data());
+  if (ring::Word(w->control_->data(), 0).load(std::memory_order_acquire) != ring::kControlMagic ||
+      h->slots != offer.slots || h->slot_bytes != offer.slot_bytes) {
+    return fail(absl::InvalidArgumentError("ring offer: the control block does not match the offer"));
+  }
+  StatusOr<std::unique_ptr<ring::RingMapping>> mapping =
+      ring::MapRing(offer, w->control_->data(), w->control_->size(), device);
+  if (!mapping.ok()) return fail(mapping.status());
+  w->mapping_ = std::move(*mapping);
+  ++counters().rings_mapped;
+  return w;
+}
+
+RingWriter::~RingWriter() {
+  if (mapping_) (void)mapping_->Drain();
+}
+
+Status RingWriter::Acquire(Clock::time_point deadline, bool* waited) {
+  char* ctl = control_->data();
+  microseconds sleep = kFirstSleep;
+  for (;;) {
+    if (aborted_.load()) return absl::UnavailableError("cuda_ipc: link closed");
+    if (ring::Word(ctl, offsetof(ring::ControlHeader, closed)).load(std::memory_order_acquire) != 0) {
+      return absl::UnavailableError("cuda_ipc: the aggregator closed the ring");
+    }
+    const uint64_t consumed = ring::Word(ctl, offsetof(ring::ControlHeader, consumed)).load(std::memory_order_acquire);
+    if (seq_ - consumed < slots_) {
+      keep_[seq_ % slots_].reset();  // its copy finished: the aggregator saw the slot's signal
+      return absl::OkStatus();
+    }
+    if (!*waited) {
+      *waited = true;
+      ++counters().slot_waits;
+    }
+    if (Clock::now() >= deadline) {
+      return absl::DeadlineExceededError(StrCat("cuda_ipc: all ", slots_, " slots in use (the aggregator is behind)"));
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(kMaxSleep, sleep * 2);
+  }
+}
+
+Status RingWriter::Publish(uint32_t kind, uint32_t payload_bytes, uint32_t rows, uint32_t used) {
+  const size_t off = offset();
+  char* s = mapping_->staging(off);
+  const ring::SlotHeader h{ring::kSlotMagic, kind, payload_bytes, rows};
+  std::memcpy(s, &h, sizeof h);
+  const bool corrupt = g_corrupt_slots.load() > 0 && g_corrupt_slots.fetch_sub(1) > 0;
+  const uint32_t host_bytes = kind == ring::kKindStream ? used : static_cast<uint32_t>(sizeof h + ring::RoundUp8(payload_bytes));
+  if (corrupt) s[kind == ring::kKindStream ? used - 1 : sizeof h + payload_bytes - 1] ^= 0x5a;  // the test hook
+  Status st = mapping_->Put(off, host_bytes);
+  if (st.ok()) st = mapping_->Signal(ring::SignalOffset(seq_, slots_), ring::SignalValue(seq_, used));
+  if (!st.ok()) return absl::UnavailableError(st.message());
+  ++seq_;
+  ++counters().slots_written;
+  return absl::OkStatus();
+}
+
+Status RingWriter::Write(std::span<const OutboxMessage* const> messages, std::string_view edge, uint64_t epoch,
+                         uint64_t* link_seq, Clock::time_point deadline) {
+  // First encode every frame that goes through the host, so a payload that fails to download leaves
+  // nothing of this call written.
+  struct Item {
+    size_t begin, end;                // host frame bytes in out_
+    const OutboxMessage* device;      // rows copied device → ring (a Report frame without rows in out_)
+  };
+  std::vector<Item> items;
+  items.reserve(messages.size());
+  out_.clear();
+  uint64_t next_seq = *link_seq;
+  const size_t slot_payload = slot_bytes_ - sizeof(ring::SlotHeader);
+  for (const OutboxMessage* m : messages) {
+    const size_t begin = out_.size();
+    if (!m->device || m->device->count == 0) {
+      AppendReportFrame(m->report, edge, epoch, next_seq++, m->report.detections, &out_);
+      items.push_back({begin, out_.size(), nullptr});
+      continue;
+    }
+    const DevicePayload& d = *m->device;
+    if (mapping_->takes_device_memory() && d.device_rows != nullptr) {
+      AppendReportFrame(m->report, edge, epoch, next_seq, {}, &out_);
+      if (ring::RoundUp8(out_.size() - begin) + d.count * sizeof(ReportDetection) <= slot_payload) {
+        ++next_seq;
+        items.push_back({begin, out_.size(), m});
+        continue;
+      }
+      out_.resize(begin);  // too large for one slot: through the host
+    }
+    Report checked = m->report;
+    checked.detections.swap(staging_rows_);
+    checked.detections.resize(d.count);
+    Status st = d.download(checked.detections.data());
+    if (st.ok()) st = ValidateReportFields(checked);
+    if (st.ok()) AppendReportFrame(checked, edge, epoch, next_seq++, checked.detections, &out_);
+    checked.detections.swap(staging_rows_);
+    if (!st.ok()) {
+      return absl::InternalError(StrCat("message ", m->id, " (", m->report.stream, " seq ", m->report.seq_first,
+                                        "): device rows on cuda:", d.device, ": ", st.message()));
+    }
+    items.push_back({begin, out_.size(), nullptr});
+  }
+  *link_seq = next_seq;  // taken whatever happens below: a failure ends the session
+  bool waited = false;
+  for (const Item& it : items) {
+    std::string_view bytes(out_.data() + it.begin, it.end - it.begin);
+    if (it.device != nullptr) {
+      if (fill_ > 0) VIGIL_RETURN_IF_ERROR(Publish(ring::kKindStream, fill_, 0, sizeof(ring::SlotHeader) + fill_));
+      fill_ = 0;
+      VIGIL_RETURN_IF_ERROR(Acquire(deadline, &waited));
+      const DevicePayload& d = *it.device->device;
+      const size_t off = offset();
+      std::memcpy(mapping_->staging(off) + sizeof(ring::SlotHeader), bytes.data(), bytes.size());
+      const size_t rows_at = sizeof(ring::SlotHeader) + ring::RoundUp8(bytes.size());
+      const size_t row_bytes = d.count * sizeof(ReportDetection);
+      Status st = mapping_->PutDevice(off + rows_at, d.device_rows, row_bytes, d.device, d.ready_event);
+      if (!st.ok()) return absl::UnavailableError(st.message());
+      keep_[seq_ % slots_] = d.keepalive;
+      VIGIL_RETURN_IF_ERROR(Publish(ring::kKindDeviceReport, static_cast<uint32_t>(bytes.size()), d.count,
+                                    static_cast<uint32_t>(rows_at + row_bytes)));
+      ++counters().device_rows_sent;
+      continue;
+    }
+    while (!bytes.empty()) {
+      if (fill_ == 0) VIGIL_RETURN_IF_ERROR(Acquire(deadline, &waited));
+      const size_t n = std::min(bytes.size(), slot_payload - fill_);
+      std::memcpy(mapping_->staging(offset()) + sizeof(ring::SlotHeader) + fill_, bytes.data(), n);
+      fill_ += static_cast<uint32_t>(n);
+      bytes.remove_prefix(n);
+      if (fill_ == slot_payload) {
+        VIGIL_RETURN_IF_ERROR(Publish(ring::kKindStream, fill_, 0, sizeof(ring::SlotHeader) + fill_));
+        fill_ = 0;
+      }
+    }
+  }
+  if (fill_ > 0) VIGIL_RETURN_IF_ERROR(Publish(ring::kKindStream, fill_, 0, sizeof(ring::SlotHeader) + fill_));
+  fill_ = 0;
+  return absl::OkStatus();
+}
+
+}  // namespace vigil::transport
