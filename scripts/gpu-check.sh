@@ -36,6 +36,12 @@
 #             NVDEC into GPU memory (STREAMS_NVDEC) and, for comparison, on the CPU (STREAMS_CPUDEC)
 #   edge      the edge process itself: `vigil aggregator` + `vigil edge` with EDGE_STREAMS streams of the
 #             clip, `hwaccel: cuda`, the model on cuda:0 in fp16; every frame must reach the aggregator
+#   ipc       the cuda_ipc link (issue 15): `vigil bench transport` with the rows in GPU memory — cuda_ipc
+#             (device-to-device into the aggregator's ring on cuda:0) vs the host-staged tcp path (D2H, TCP,
+#             H2D) — and with host rows; then `vigil edge` with links [cuda_ipc, tcp] and IPC_STREAMS NVDEC
+#             streams against `vigil aggregator` SIGKILLed twice mid-run (restarted once without cuda_ipc,
+#             then with it): every frame stored once, the edge back on cuda_ipc; and a tcp-only run of the same
+#             clip whose stored detections must equal the cuda_ipc run's
 #   product   the product under load (issue 13's benchmark): `vigil aggregator` + `vigil edge` as processes
 #             with N NVDEC streams of the clip in real time, N in PRODUCT_STREAMS, the dynamic-batch YOLOv8n
 #             (PRODUCT_MODEL=int8: the shared int8 one, batch 1) in fp16 (tools/gpu/edge_sweep.py:
@@ -114,7 +120,7 @@ run() {
   # it did not write).
   local pack_results=0
   [ -z "$(ls -A "$OUT")" ] && pack_results=1
-  local stages="${*:-export tests sanitize models bench placement streams video nvdec edge product profile}" failed=0
+  local stages="${*:-export tests sanitize models bench placement streams video nvdec edge ipc product profile}" failed=0
   mkdir -p /tmp/vl "$DEV/bin" && tar -xJf "$DEV/libs.tar.xz" -C /tmp/vl && tar -xJf "$DEV/bin.tar.xz" -C "$DEV/bin"
   local cudnn
   cudnn="$(python3 -c 'import nvidia.cudnn, os; print(nvidia.cudnn.__path__[0])' 2>/dev/null)/lib"
@@ -154,7 +160,7 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
       bench) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \
           --models "$DEV/models" --out "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1 || rc=$? ;;
       placement) timeout "$lim" "$DEV/bin/vigil-engine" bench placement --json >"$OUT/placement.json" 2>"$OUT/placement.log" || rc=$? ;;
-      streams|nvdec|edge|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
+      streams|nvdec|edge|ipc|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
       video) timeout "$lim" "$DEV/bin/vigil_video_tests" --gtest_filter="${VIDEO_FILTER:-GpuDecode.*:Hwaccel.*}" \
           --gtest_output="json:$OUT/video.json" >"$OUT/video.log" 2>&1 || rc=$? ;;
       *) echo "unknown stage '$stage'" >&2; rc=2 ;;
@@ -216,7 +222,12 @@ nvdec() {
 edge_run() {  # edge_run DIR STREAMS HWACCEL MODEL PORT
   local dir=$1 n=$2 hw=$3 model=$4 port=$5 i rc=0
   rm -rf "$dir" && mkdir -p "$dir"
-  printf 'listen: 127.0.0.1:%s\nhttp: 127.0.0.1:%s\ndb: %s/vigil.db\n' "$port" $((port + 1)) "$dir" >"$dir/agg.yaml"
+  local key
+  key=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+  printf 'gpu-edge: %s\n' "$key" >"$dir/keys.yaml" && chmod 600 "$dir/keys.yaml"
+  export VIGIL_EDGE_KEY="$key"
+  printf 'listen: 127.0.0.1:%s\nhttp: 127.0.0.1:%s\ndb: %s/vigil.db\nauth: {keys_file: %s/keys.yaml}\n' \
+    "$port" $((port + 1)) "$dir" "$dir" >"$dir/agg.yaml"
   {
     printf 'edge: gpu-edge\naggregator: 127.0.0.1:%s\nmodel: {path: %s, device: cuda:0, precision: fp16}\n' "$port" "$model"
     printf 'batching: {max_batch: 16, max_wait_ms: 10}\nstate_dir: %s/state\nhwaccel: %s\nstreams:\n' "$dir" "$hw"
@@ -297,6 +308,90 @@ PY
   return $rc
 }
 
+# `ipc`: the cuda_ipc link — the transport benchmark, then the edge and aggregator as processes with the
+# aggregator killed mid-run.
+ipc() {
+  local rc=0 dir=/tmp/ipc model="$DEV/models/yolov8n_coco_640_int8dyn.onnx" clip="$DEV/media/vtest_1080p30.mp4"
+  [ -f "$model" ] || model=$(yolov8n)
+  "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory device --ring-device cuda:0 \
+    --sizes "${IPC_SIZES:-64,4096,65536}" --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 \
+    --json "$OUT/ipc-bench-device.json" || rc=1
+  "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory host --ring-device cuda:0 \
+    --sizes 4096 --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 --json "$OUT/ipc-bench-host.json" || rc=1
+  rm -rf "$dir" && mkdir -p "$dir/state-ipc" "$dir/state-tcp"
+  local key n="${IPC_STREAMS:-8}" i
+  key=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
+  printf 'gpu-edge: %s\n' "$key" >"$dir/keys.yaml" && chmod 600 "$dir/keys.yaml"
+  export VIGIL_EDGE_KEY="$key"
+  local base="listen: 127.0.0.1:17600\nhttp: 127.0.0.1:17601\nauth: {keys_file: $dir/keys.yaml}\n"
+  printf "${base}db: $dir/ipc.db\ncuda_ipc: {socket: $dir/agg.sock, device: cuda:0}\n" >"$dir/agg-ipc.yaml"
+  printf "${base}db: $dir/ipc.db\n" >"$dir/agg-tcponly.yaml"
+  printf "listen: 127.0.0.1:17610\nhttp: 127.0.0.1:17611\nauth: {keys_file: $dir/keys.yaml}\ndb: $dir/tcp.db\n" >"$dir/agg-tcp.yaml"
+  edge_yaml() {  # edge_yaml PORT LINKS STATE REALTIME
+    printf 'edge: gpu-edge\naggregator: 127.0.0.1:%s\nmodel: {path: %s, device: cuda:0, precision: fp16}\n' "$1" "$model"
+    printf 'transport: {links: [%s], cuda_ipc: %s/agg.sock, probe_interval_ms: 200}\n' "$2" "$dir"
+    printf 'batching: {max_batch: 16, max_wait_ms: 10}\nstate_dir: %s\nhwaccel: cuda\nstreams:\n' "$3"
+    for i in $(seq "$n"); do
+      printf '  - {id: cam%02d, source: %s, realtime: %s, rules: {min_score: 0.3}}\n' "$i" "$clip" "$4"
+    done
+  }
+  edge_yaml 17600 "cuda_ipc, tcp" "$dir/state-ipc" true >"$dir/edge-ipc.yaml"
+  edge_yaml 17610 tcp "$dir/state-tcp" false >"$dir/edge-tcp.yaml"
+  "$DEV/bin/vigil" aggregator --config "$dir/agg-ipc.yaml" >"$dir/agg1.log" 2>&1 &
+  local agg=$!
+  sleep 2
+  "$DEV/bin/vigil" --log-level info edge --config "$dir/edge-ipc.yaml" --metrics-out "$dir/edge-ipc.prom" \
+    >"$dir/edge-ipc.log" 2>&1 &
+  local edge=$!
+  sleep 10; kill -9 "$agg"; wait "$agg" 2>/dev/null; echo "aggregator 1 killed (SIGKILL) at ~10 s"
+  sleep 1
+  "$DEV/bin/vigil" aggregator --config "$dir/agg-tcponly.yaml" >"$dir/agg2.log" 2>&1 & agg=$!
+  sleep 5; kill -9 "$agg"; wait "$agg" 2>/dev/null; echo "aggregator 2 (tcp only) killed at ~16 s"
+  "$DEV/bin/vigil" aggregator --config "$dir/agg-ipc.yaml" >"$dir/agg3.log" 2>&1 & agg=$!
+  wait "$edge" || rc=1
+  echo "edge exit $? ($n streams, links cuda_ipc, tcp)"
+  python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:17601/metrics").read().decode())' \
+    >"$dir/agg3.prom" 2>&1
+  kill "$agg"; wait "$agg" 2>/dev/null
+  "$DEV/bin/vigil" aggregator --config "$dir/agg-tcp.yaml" >"$dir/agg-tcp.log" 2>&1 & agg=$!
+  sleep 2
+  "$DEV/bin/vigil" --log-level info edge --config "$dir/edge-tcp.yaml" --metrics-out "$dir/edge-tcp.prom" \
+    >"$dir/edge-tcp.log" 2>&1 || rc=1
+  kill "$agg"; wait "$agg" 2>/dev/null
+  for f in edge-ipc.log edge-ipc.prom agg1.log agg2.log agg3.log agg3.prom edge-tcp.prom; do cp "$dir/$f" "$OUT/ipc-$f"; done
+  python3 - "$dir" "$n" >"$OUT/ipc.json" <<'PY' || rc=1
+import json, re, sqlite3, sys
+d, n = sys.argv[1], int(sys.argv[2])
+def q(db, sql): return sqlite3.connect(f"{d}/{db}").execute(sql).fetchall()
+frames = dict(q("ipc.db", "SELECT s.stream, COUNT(*) FROM frames f JOIN streams s ON s.id = f.stream_id GROUP BY s.stream"))
+dets = lambda db: sorted(q(db, "SELECT s.stream, e.seq, d.class_id, round(d.score, 4), round(d.x1, 1), round(d.y1, 1), "
+    "round(d.x2, 1), round(d.y2, 1) FROM detections d JOIN events e ON e.id = d.event_id JOIN streams s ON s.id = e.stream_id"))
+a, b = dets("ipc.db"), dets("tcp.db")
+def prom(path, name):
+    out = {}
+    for line in open(path):
+        m = re.match(name + r'(\{[^}]*\})? (\S+)$', line)
+        if m: out[m.group(1) or ""] = float(m.group(2))
+    return out
+msgs = prom(f"{d}/edge-ipc.prom", "vigil_edge_link_messages_total")
+ipc_msgs = sum(v for k, v in msgs.items() if 'cuda_ipc' in k)
+tcp_msgs = sum(v for k, v in msgs.items() if '"tcp"' in k)
+share = ipc_msgs / max(1, ipc_msgs + tcp_msgs)
+res = {"streams": n, "frames_per_stream": sorted(set(frames.values())), "streams_stored": len(frames),
+       "detections_ipc": len(a), "detections_tcp": len(b), "equal_to_tcp": a == b,
+       "edge_messages": msgs, "cuda_ipc_share": share,
+       "edge_sessions": prom(f"{d}/edge-ipc.prom", "vigil_edge_link_sessions_total"),
+       "edge_transports": prom(f"{d}/edge-ipc.prom", "vigil_edge_link_transports"),
+       "fail_backs": prom(f"{d}/edge-ipc.prom", "vigil_edge_link_fail_backs_total"),
+       "agg3": {k: prom(f"{d}/agg3.prom", k) for k in ["vigil_cuda_ipc_slots_total", "vigil_cuda_ipc_slots_rejected_total",
+                "vigil_cuda_ipc_device_reports_total", "vigil_cuda_ipc_rings_offered_total"]}}
+res["ok"] = (len(frames) == n and all(v == 900 for v in frames.values()) and a == b and len(a) > 0)
+print(json.dumps(res, indent=1))
+sys.exit(0 if res["ok"] else 1)
+PY
+  return $rc
+}
+
 # `product`: the edge and the aggregator as processes with N NVDEC streams, then `vigil bench streams` (the same
 # pipeline in one process) at the same N.
 product() {
@@ -356,7 +451,7 @@ profile() {
 case "$mode" in
   pack) pack ;;
   run) run "$@" ;;
-  streams|nvdec|edge|product|profile) "$mode" ;;
+  streams|nvdec|edge|ipc|product|profile) "$mode" ;;
   *) echo "usage: $0 pack | run [export tests sanitize models bench placement streams video nvdec edge product profile]" >&2
      exit 2 ;;
 esac

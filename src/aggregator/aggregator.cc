@@ -19,6 +19,7 @@
 #include "vigil/transport/http_access.h"
 #include "vigil/transport/receiver.h"
 #include "vigil/transport/tls.h"
+#include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/ucx.h"
 
 namespace vigil::aggregator {
@@ -42,6 +43,28 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
   ConfigMap root = file.root();
   root.GetHostPort("listen", &c.listen_host, &c.listen_port);
   c.ucx_enabled = root.GetHostPort("ucx_listen", &c.ucx_host, &c.ucx_port);
+  if (std::optional<ConfigMap> ipc = root.Map("cuda_ipc")) {
+    c.cuda_ipc_enabled = true;
+    ipc->Get("socket", &c.cuda_ipc_socket, ConfigMap::kRequired);
+    if (ipc->Get("device", &c.cuda_ipc_device) && c.cuda_ipc_device != "host" &&
+        c.cuda_ipc_device.rfind("cuda:", 0) != 0) {
+      ipc->Error("device", StrCat("'", c.cuda_ipc_device, "': expected cuda:N or host"));
+    }
+    ipc->Get("slots", &c.cuda_ipc_slots, uint32_t{2}, uint32_t{65536});
+    ipc->Get("slot_bytes", &c.cuda_ipc_slot_bytes, uint32_t{4096}, uint32_t{(1u << 24) - 8});
+    std::vector<std::string> uids;
+    if (ipc->Get("allow_uids", &uids)) {
+      for (const std::string& u : uids) {
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(u.c_str(), &end, 10);
+        if (u.empty() || *end != '\0' || v > 0xFFFFFFFEul) {
+          ipc->Error("allow_uids", StrCat("'", u, "' is not a numeric uid"));
+        } else {
+          c.cuda_ipc_allow_uids.push_back(static_cast<uint32_t>(v));
+        }
+      }
+    }
+  }
   if (std::optional<ConfigMap> tls = root.Map("tls")) {
     tls->Get("cert_file", &c.tls_cert_file, ConfigMap::kRequired);
     tls->Get("key_file", &c.tls_key_file, ConfigMap::kRequired);
@@ -511,6 +534,38 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     res.set_content(Dump({{"edges", std::move(edges)}, {"streams", std::move(streams)}}), "application/json");
   }
 
+  // The cuda_ipc link's ring counters (process-wide), mirrored at scrape time.
+  void AddCudaIpcMetrics() {
+    struct Mirror {
+      std::mutex mu;
+      transport::CudaIpcCounters last;  // GUARDED_BY(mu)
+    };
+    auto mirror = std::make_shared<Mirror>();
+    auto counter = [&](const char* name, const char* help) { return &registry.GetCounter(name, help, {}); };
+    metrics::Counter* offered = counter("vigil_cuda_ipc_rings_offered_total", "cuda_ipc sessions offered a ring");
+    metrics::Counter* failed =
+        counter("vigil_cuda_ipc_ring_failures_total", "cuda_ipc sessions whose ring could not be set up");
+    metrics::Counter* slots = counter("vigil_cuda_ipc_slots_total", "cuda_ipc ring slots taken and checked");
+    metrics::Counter* rejected =
+        counter("vigil_cuda_ipc_slots_rejected_total", "cuda_ipc ring slots that failed a check (not stored)");
+    metrics::Counter* device =
+        counter("vigil_cuda_ipc_device_reports_total", "Reports whose rows came from the edge's device memory");
+    metrics::Counter* bytes = counter("vigil_cuda_ipc_bytes_total", "cuda_ipc slot bytes copied to the host");
+    registry.AddCollectHook([=] {
+      const transport::CudaIpcCounters now = transport::GetCudaIpcCounters();
+      std::lock_guard lock(mirror->mu);
+      transport::CudaIpcCounters& last = mirror->last;
+      auto delta = [](uint64_t a, uint64_t b) { return static_cast<double>(a - b); };
+      offered->Inc(delta(now.rings_offered, last.rings_offered));
+      failed->Inc(delta(now.ring_failures, last.ring_failures));
+      slots->Inc(delta(now.slots_received, last.slots_received));
+      rejected->Inc(delta(now.slots_rejected, last.slots_rejected));
+      device->Inc(delta(now.device_reports, last.device_reports));
+      bytes->Inc(delta(now.bytes_received, last.bytes_received));
+      last = now;
+    });
+  }
+
   // Mirrors each receiver's counters into the registry at scrape time, labelled by link.
   void AddTransportMetrics(transport::Receiver* rx) {
     struct Mirror {
@@ -544,7 +599,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     for (const char* reason : {transport::kRejectAddress, transport::kRejectUnknownEdge, transport::kRejectBadProof,
                                transport::kRejectNoProof, transport::kRejectHandshakeTimeout,
                                transport::kRejectMalformed, transport::kRejectVersion, transport::kRejectTls,
-                               transport::kRejectChallengeRefused}) {
+                               transport::kRejectChallengeRefused, transport::kRejectPeerCredentials}) {
       rejected[reason] = &registry.GetCounter("vigil_transport_rejected_total",
                                               "Connections refused before their session began, by reason",
                                               {{"link", link}, {"reason", reason}});
@@ -677,6 +732,17 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   if (config.ucx_enabled) {
     st = start_link(transport::UcxListen(config.ucx_host, config.ucx_port, {}));
     if (!st.ok()) return fail(Annotate(st, "ucx_listen"));
+  }
+  if (config.cuda_ipc_enabled) {
+    transport::CudaIpcListenOptions io;
+    io.path = config.cuda_ipc_socket;
+    io.device = config.cuda_ipc_device;
+    io.slots = config.cuda_ipc_slots;
+    io.slot_bytes = config.cuda_ipc_slot_bytes;
+    io.allow_uids.assign(config.cuda_ipc_allow_uids.begin(), config.cuda_ipc_allow_uids.end());
+    st = start_link(transport::CudaIpcListen(io));
+    if (!st.ok()) return fail(Annotate(st, "cuda_ipc"));
+    d.AddCudaIpcMetrics();
   }
   d.storage_thread = std::thread([&d] { d.StorageLoop(); });
   std::string links;

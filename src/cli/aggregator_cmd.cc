@@ -4,7 +4,8 @@
 // On start it prints one line to stdout with the bound addresses (port 0 in the config = any free
 // port), for scripts and tests:
 //   vigil aggregator: edges tcp://0.0.0.0:7400 http http://127.0.0.1:7401 db vigil-aggregator.db
-// (tls+tcp:// with TLS; " ucx ucx://host:port" after the tcp address when the ucx link listens; https://).
+// (tls+tcp:// with TLS; " ucx ucx://host:port" after the tcp address when the ucx link listens, then
+// " cuda_ipc unix:PATH" when the cuda_ipc link does; https://).
 // Exit code: 0 after a signal, 1 when it cannot start (port in use, database unusable), 2 for a bad
 // configuration (each problem named with its key and line).
 #include <csignal>
@@ -40,7 +41,8 @@ int RunAggregator(const std::string& config_path) {
     return 1;
   }
   const std::string ucx =
-      config.ucx_enabled ? StrCat(" ucx ucx://", config.ucx_host, ":", (*agg)->ucx_port()) : std::string();
+      (config.ucx_enabled ? StrCat(" ucx ucx://", config.ucx_host, ":", (*agg)->ucx_port()) : std::string()) +
+      (config.cuda_ipc_enabled ? StrCat(" cuda_ipc unix:", config.cuda_ipc_socket) : std::string());
   std::printf("vigil aggregator: edges %s://%s:%u%s http %s://%s:%u db %s\n",
               config.tls_cert_file.empty() ? "tcp" : "tls+tcp", config.listen_host.c_str(), (*agg)->listen_port(),
               ucx.c_str(), config.http_cert_file.empty() ? "http" : "https", config.http_host.c_str(),
@@ -60,7 +62,8 @@ void AddAggregatorCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd =
       app.add_subcommand("aggregator", "Run the aggregation node: receive, de-duplicate and store edge reports");
   cmd->add_option("--config", *config,
-                  "agg.yaml; keys: listen, ucx_listen, http (host:port), allow (CIDR list), auth {keys_file, required}, "
+                  "agg.yaml; keys: listen, ucx_listen, http (host:port), cuda_ipc {socket, device, slots, slot_bytes, "
+                  "allow_uids}, allow (CIDR list), auth {keys_file, required}, "
                   "tls {cert_file, key_file, client_ca_file}, http_tls {cert_file, key_file}, http_token_file, db, "
                   "db_synchronous (normal|full), max_connections, batch_max, queue_max, peer_timeout_ms. "
                   "auth.keys_file is required unless auth: {required: false} (docs/architecture.md, Access control)");

@@ -3,9 +3,16 @@
 // pre-shared key) against a Receiver (Receiver::Start over TcpListener, MakeTlsListener(TcpListener) or
 // UcxListen, ReceiverOptions::keys set) in a second process, as ucx_perftest runs its two sides.
 //
-//   vigil bench transport [--links tcp,tls,ucx] [--sizes 64,256,1024,4096,16384,65536] [--iters 2000]
+//   vigil bench transport [--links tcp,tls,ucx,cuda_ipc] [--sizes 64,256,1024,4096,16384,65536] [--iters 2000]
 //                         [--warmup 200] [--window 64] [--stream-messages 20000] [--stream-seconds 2]
-//                         [--opens 200] [--json FILE]
+//                         [--opens 200] [--memory host|device] [--ring-device cuda:0|host] [--json FILE]
+//
+// cuda_ipc (transport/cuda_ipc.h): the server listens on Unix sockets in its folder and offers rings on
+// --ring-device. --memory device puts the Report's rows in GPU memory (cuda:0) as a DevicePayload: cuda_ipc
+// copies them device to device into the ring; every other link is the host-staged path (the link downloads
+// them — D2H copy and synchronize —, sends, and the server copies them into its GPU memory before its ack).
+// Besides RTT/2, each Report's one-way time is measured: the client stamps publish_ns with CLOCK_MONOTONIC
+// just before Link::Send, the server's handler subtracts it from its own CLOCK_MONOTONIC (one host, one clock).
 //
 // The server process is this binary again (/proc/self/exe, fork + exec) in a hidden role
 // (`bench transport --serve KIND --dir DIR`): it starts two Receivers on 127.0.0.1 — one with the edge's
@@ -63,6 +70,12 @@
 #include <thread>
 #include <vector>
 
+#if VIGIL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include <mutex>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -70,6 +83,8 @@
 #include "cli/commands.h"
 #include "testing/test_certs.h"  // throwaway TLS certificates for the tls link (OpenSSL API, header-only)
 #include "vigil/transport/auth.h"
+#include "vigil/transport/cuda_ipc.h"
+#include "vigil/transport/unix_socket.h"
 #include "vigil/transport/link.h"
 #include "vigil/transport/receiver.h"
 #include "vigil/transport/tls.h"
@@ -96,6 +111,8 @@ struct BenchTransportArgs {
   int stream_messages = 20000;
   double stream_seconds = 2;
   int opens = 200;
+  std::string memory = "host";        // where the edge's rows live: host or device (cuda:0)
+  std::string ring_device = "cuda:0";  // cuda_ipc: where the aggregator's ring lives (cuda:N or host)
   std::string json_file;
   // The hidden server role.
   std::string serve;  // link kind
@@ -116,9 +133,28 @@ std::vector<std::string> SplitComma(const std::string& text) {
 
 // ---- the server process -----------------------------------------------------------------------------
 
-// Admits every Hello with epoch 1 and acknowledges every Report at once; stores nothing.
+int64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// Admits every Hello with epoch 1 and acknowledges every Report at once; stores nothing. Records the
+// one-way time of each Report (its publish_ns, stamped by the client on CLOCK_MONOTONIC of this host,
+// to its arrival here). With --memory device the rows are first copied into this process's GPU memory
+// (the host-staged path's last copy; a cuda_ipc ring delivers them there already).
 class AckAtOnce final : public tp::ReceiverHandler {
  public:
+  explicit AckAtOnce(bool to_device) : to_device_(to_device) {}
+  ~AckAtOnce() override {
+#if VIGIL_HAVE_CUDA
+    if (dev_ != nullptr) cudaFree(dev_);
+#endif
+  }
+  std::vector<double> TakeOneWay() {
+    std::lock_guard lock(mu_);
+    return std::exchange(one_way_us_, {});
+  }
   Status OnHello(const std::shared_ptr<tp::Session>& s) override {
     tp::Welcome w{1, {}};
     for (const tp::HelloStream& hs : s->hello().streams) w.streams.push_back({hs.stream, hs.run, -1, -1});
@@ -126,16 +162,49 @@ class AckAtOnce final : public tp::ReceiverHandler {
     return absl::OkStatus();
   }
   void OnReport(const std::shared_ptr<tp::Session>& s, tp::Report r) override {
+#if VIGIL_HAVE_CUDA
+    if (to_device_ && s->link() != "cuda_ipc" && !r.detections.empty()) {
+      const size_t bytes = r.detections.size() * sizeof(tp::ReportDetection);
+      if (bytes > dev_bytes_) {
+        if (dev_ != nullptr) cudaFree(dev_);
+        dev_ = nullptr;
+        if (cudaMalloc(&dev_, bytes) == cudaSuccess) dev_bytes_ = bytes;
+      }
+      if (dev_ != nullptr) cudaMemcpy(dev_, r.detections.data(), bytes, cudaMemcpyHostToDevice);
+    }
+#endif
+    {
+      std::lock_guard lock(mu_);
+      one_way_us_.push_back(static_cast<double>(MonotonicNs() - r.publish_ns) / 1000.0);
+    }
     (void)s->Enqueue(tp::EncodeFrame(
         tp::Ack{r.stream, r.run, r.epoch, r.seq_first, r.seq_last, static_cast<int64_t>(r.seq_last)}));
   }
   void OnClose(const std::shared_ptr<tp::Session>&, const Status&) override {}
+
+ private:
+  const bool to_device_;
+  void* dev_ = nullptr;
+  size_t dev_bytes_ = 0;
+  std::mutex mu_;
+  std::vector<double> one_way_us_;  // GUARDED_BY(mu_)
 };
 
 std::string CertsDir(const std::string& dir) { return (fs::path(dir) / "certs").string(); }
 
-StatusOr<std::unique_ptr<tp::Listener>> Listen(const std::string& kind, const std::string& dir) {
+std::string SocketPath(const std::string& dir, int which) {
+  return (fs::path(dir) / (which == 0 ? "keyed.sock" : "open.sock")).string();
+}
+
+StatusOr<std::unique_ptr<tp::Listener>> Listen(const std::string& kind, const std::string& dir, int which,
+                                               const std::string& ring_device) {
   if (kind == "ucx") return tp::UcxListen("127.0.0.1", 0, tp::UcxOptions{});
+  if (kind == "cuda_ipc") {
+    tp::CudaIpcListenOptions o;
+    o.path = SocketPath(dir, which);
+    o.device = ring_device;
+    return tp::CudaIpcListen(o);
+  }
   VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<tp::TcpListener> tcp, tp::TcpListener::Listen("127.0.0.1", 0));
   if (kind == "tcp") return std::unique_ptr<tp::Listener>(std::move(tcp));
   tp::TlsOptions o;
@@ -152,10 +221,10 @@ int Serve(const BenchTransportArgs& a) {
   };
   StatusOr<tp::KeyStore> keys = tp::KeyStore::Load((fs::path(a.dir) / "keys.yaml").string());
   if (!keys.ok()) return fail(keys.status());
-  AckAtOnce handler;
+  AckAtOnce handler(a.memory == "device");
   std::unique_ptr<tp::Receiver> receivers[2];
   for (int i = 0; i < 2; ++i) {
-    StatusOr<std::unique_ptr<tp::Listener>> l = Listen(a.serve, a.dir);
+    StatusOr<std::unique_ptr<tp::Listener>> l = Listen(a.serve, a.dir, i, a.ring_device);
     if (!l.ok()) return fail(l.status());
     tp::ReceiverOptions o;
     if (i == 0) o.keys = std::make_shared<const tp::KeyStore>(*keys);  // [1]: no keys
@@ -170,6 +239,16 @@ int Serve(const BenchTransportArgs& a) {
     if (line == "cpu") {
       std::printf("cpu %.0f\n", ProcessCpuMs() * 1000.0);
       std::fflush(stdout);
+    } else if (line == "reset") {
+      (void)handler.TakeOneWay();
+      std::printf("ok\n");
+      std::fflush(stdout);
+    } else if (line == "oneway") {
+      std::vector<double> v = handler.TakeOneWay();
+      const size_t n = v.size();
+      const Latency l = Summarize(std::move(v));
+      std::printf("oneway %.3f %.3f %.3f %zu\n", l.p50, l.p99, l.max, n);
+      std::fflush(stdout);
     }
   }
   for (auto& r : receivers) r->Stop();
@@ -179,14 +258,17 @@ int Serve(const BenchTransportArgs& a) {
 // The server as seen from the client: a child process and its two pipes.
 class ServerProcess {
  public:
-  static StatusOr<std::unique_ptr<ServerProcess>> Spawn(const std::string& kind, const std::string& dir) {
+  static StatusOr<std::unique_ptr<ServerProcess>> Spawn(const std::string& kind, const std::string& dir,
+                                                      const BenchTransportArgs& a) {
     int to_child[2], from_child[2];
     if (pipe2(to_child, O_CLOEXEC) != 0) return absl::InternalError(StrCat("pipe: ", std::strerror(errno)));
     if (pipe2(from_child, O_CLOEXEC) != 0) {
       close(to_child[0]), close(to_child[1]);
       return absl::InternalError(StrCat("pipe: ", std::strerror(errno)));
     }
-    std::vector<std::string> args = {"vigil", "--log-level", "error", "bench", "transport", "--serve", kind, "--dir", dir};
+    std::vector<std::string> args = {"vigil",  "--log-level", "error",       "bench",         "transport",
+                                     "--serve", kind,         "--dir",       dir,             "--memory",
+                                     a.memory,  "--ring-device", a.ring_device};
     std::vector<char*> argv;
     for (std::string& s : args) argv.push_back(s.data());
     argv.push_back(nullptr);
@@ -236,6 +318,21 @@ class ServerProcess {
     return us;
   }
 
+  // One-way times recorded by the server since the last call: "reset" drops them, "oneway" summarizes.
+  Status ResetOneWay() {
+    if (write(to_, "reset\n", 6) != 6) return absl::UnavailableError("the server process is gone");
+    return ReadLine().status();
+  }
+  StatusOr<Latency> OneWay(size_t* n) {
+    if (write(to_, "oneway\n", 7) != 7) return absl::UnavailableError("the server process is gone");
+    VIGIL_ASSIGN_OR_RETURN(std::string line, ReadLine());
+    Latency l;
+    if (std::sscanf(line.c_str(), "oneway %lf %lf %lf %zu", &l.p50, &l.p99, &l.max, n) != 4) {
+      return absl::InternalError(StrCat("server said '", line, "'"));
+    }
+    return l;
+  }
+
   uint16_t keyed_port = 0, open_port = 0;
 
  private:
@@ -261,6 +358,7 @@ struct SizeResult {
   size_t frame_bytes = 0;  // sent: the Report frame
   size_t rows = 0, rule_bytes = 0;
   Latency latency_us;  // RTT/2
+  Latency one_way_us;  // client Send → server handler, stamped on CLOCK_MONOTONIC
   int64_t messages = 0;
   double seconds = 0, messages_per_s = 0, mib_per_s = 0;
   double cpu_client_us = 0, cpu_server_us = 0;  // per message, throughput phase
@@ -309,7 +407,7 @@ tp::OutboxMessage MakeMessage(size_t size, SizeResult* r) {
 tp::Hello MakeHello() {
   tp::Hello h;
   h.edge = kEdge;
-  h.class_names = {"person", "car"};
+  for (int i = 0; i < 80; ++i) h.class_names.push_back(StrCat("class", i));  // the rows use ids 0..79
   h.streams = {{kStream, 1}};
   return h;
 }
@@ -329,23 +427,61 @@ Status WaitAck(tp::Link& link) {
 
 Status SendOne(tp::Link& link, tp::OutboxMessage& m, uint64_t seq) {
   m.report.seq_first = m.report.seq_last = seq;
+  m.report.publish_ns = MonotonicNs();
   const tp::OutboxMessage* p = &m;
   return link.Send(std::span<const tp::OutboxMessage* const>(&p, 1), kTimeout);
+}
+
+// --memory device: the rows live in GPU memory (cuda:0) as a DevicePayload, as the edge's post-processing
+// leaves them. A link that takes device memory (cuda_ipc on a GPU ring) copies them device to device; the
+// others download them (a D2H copy and a synchronize: the host-staged path).
+Status MoveRowsToDevice(tp::OutboxMessage* m) {
+#if VIGIL_HAVE_CUDA
+  std::vector<tp::ReportDetection>& rows = m->report.detections;
+  if (rows.empty()) return absl::OkStatus();
+  const size_t bytes = rows.size() * sizeof(tp::ReportDetection);
+  void* dev = nullptr;
+  if (cudaMalloc(&dev, bytes) != cudaSuccess || cudaMemcpy(dev, rows.data(), bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError("--memory device: no usable GPU (cudaMalloc/cudaMemcpy failed)");
+  }
+  tp::DevicePayload p;
+  p.count = static_cast<uint32_t>(rows.size());
+  p.device = 0;
+  p.device_rows = dev;
+  p.keepalive = std::shared_ptr<void>(dev, [](void* d) { cudaFree(d); });
+  p.download = [dev, bytes](tp::ReportDetection* dst) -> Status {
+    if (cudaMemcpy(dst, dev, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+      return absl::InternalError(cudaGetErrorString(cudaGetLastError()));
+    }
+    return absl::OkStatus();
+  };
+  m->device = std::move(p);
+  rows.clear();
+  return absl::OkStatus();
+#else
+  (void)m;
+  return absl::UnimplementedError("--memory device: this vigil was built without CUDA");
+#endif
 }
 
 Status MeasureSize(const BenchTransportArgs& a, tp::Link& link, ServerProcess& server, size_t size, uint64_t* seq,
                    SizeResult* r) {
   tp::OutboxMessage m = MakeMessage(size, r);
+  if (a.memory == "device") VIGIL_RETURN_IF_ERROR(MoveRowsToDevice(&m));
   // Latency: ping-pong.
   std::vector<double> half_rtt;
   half_rtt.reserve(static_cast<size_t>(a.iters));
   for (int i = 0; i < a.warmup + a.iters; ++i) {
+    if (i == a.warmup) VIGIL_RETURN_IF_ERROR(server.ResetOneWay());
     const auto t = Clock::now();
     VIGIL_RETURN_IF_ERROR(SendOne(link, m, (*seq)++));
     VIGIL_RETURN_IF_ERROR(WaitAck(link));
     if (i >= a.warmup) half_rtt.push_back(UsSince(t) / 2);
   }
   r->latency_us = Summarize(std::move(half_rtt));
+  size_t one_way_n = 0;
+  VIGIL_ASSIGN_OR_RETURN(r->one_way_us, server.OneWay(&one_way_n));
 
   // Throughput: a window of reports in flight, acks drained by a reader thread.
   std::counting_semaphore<> credits(a.window);
@@ -405,6 +541,7 @@ Status MeasureSize(const BenchTransportArgs& a, tp::Link& link, ServerProcess& s
 
 struct Dialing {
   std::string kind;
+  std::string dir;                      // cuda_ipc: the server's sockets
   std::shared_ptr<tp::TlsContext> tls;  // tls only
   std::unique_ptr<tp::Dialer> Make(uint16_t port) const {
     if (kind == "ucx") return tp::MakeUcxDialer("127.0.0.1", port, tp::UcxOptions{});
@@ -412,13 +549,18 @@ struct Dialing {
     if (kind == "tcp") return tcp;
     return tp::MakeTlsDialer(std::move(tcp), tls);  // server name: the dialed IP (the certificate's IP SAN)
   }
+  // A link to the keyed receiver (with `key`) or the one without keys.
+  std::unique_ptr<tp::Link> Link(const ServerProcess& server, bool keyed, const std::string& key) const {
+    if (kind == "cuda_ipc") return tp::MakeCudaIpcLink(SocketPath(dir, keyed ? 0 : 1), key);
+    return tp::MakeFramedLink(Make(keyed ? server.keyed_port : server.open_port), {"tcp", key});
+  }
 };
 
 // Median Link::Open time with the key (keyed receiver) and without (receiver without keys), alternating.
 Status MeasureOpens(const Dialing& dialing, const ServerProcess& server, const std::string& key, int opens,
                     LinkResult* r) {
-  std::unique_ptr<tp::Link> keyed = tp::MakeFramedLink(dialing.Make(server.keyed_port), {"tcp", key});
-  std::unique_ptr<tp::Link> open = tp::MakeFramedLink(dialing.Make(server.open_port), {"tcp", ""});
+  std::unique_ptr<tp::Link> keyed = dialing.Link(server, true, key);
+  std::unique_ptr<tp::Link> open = dialing.Link(server, false, "");
   std::vector<double> keyed_us, open_us;
   const tp::Hello hello = MakeHello();
   constexpr int kWarmup = 3;
@@ -444,7 +586,7 @@ LinkResult RunLink(const BenchTransportArgs& a, const std::string& kind, const s
                    const std::string& dir, const std::string& key) {
   LinkResult r;
   r.link = kind;
-  Dialing dialing{kind, nullptr};
+  Dialing dialing{kind, dir, nullptr};
   if (kind == "tls") {
     tp::TlsOptions o;
     o.ca_file = CertsDir(dir) + "/ca.pem";
@@ -455,12 +597,12 @@ LinkResult RunLink(const BenchTransportArgs& a, const std::string& kind, const s
     }
     dialing.tls = *ctx;
   }
-  StatusOr<std::unique_ptr<ServerProcess>> server = ServerProcess::Spawn(kind, dir);
+  StatusOr<std::unique_ptr<ServerProcess>> server = ServerProcess::Spawn(kind, dir, a);
   if (!server.ok()) {
     r.error = StrCat("server: ", server.status().message());
     return r;
   }
-  std::unique_ptr<tp::Link> link = tp::MakeFramedLink(dialing.Make((*server)->keyed_port), {"tcp", key});
+  std::unique_ptr<tp::Link> link = dialing.Link(**server, true, key);
   if (StatusOr<tp::Welcome> w = link->Open(MakeHello(), kTimeout); !w.ok()) {
     r.error = StrCat("open: ", w.status().message());
     return r;
@@ -476,7 +618,8 @@ LinkResult RunLink(const BenchTransportArgs& a, const std::string& kind, const s
     r.sizes.push_back(s);
   }
   link->Close();
-  const int opens = kind == "ucx" ? std::max(1, a.opens / 5) : a.opens;
+  // UCX: each Dial starts a UCP context; cuda_ipc: each session allocates, exports and maps a ring.
+  const int opens = kind == "ucx" || kind == "cuda_ipc" ? std::max(1, a.opens / 5) : a.opens;
   if (Status st = MeasureOpens(dialing, **server, key, opens, &r); !st.ok()) r.error = std::string(st.message());
   return r;
 }
@@ -499,6 +642,7 @@ nlohmann::json ToJson(const LinkResult& r) {
          {"rule_bytes", s.rule_bytes},
          {"latency_us", {{"p50", s.latency_us.p50}, {"p99", s.latency_us.p99}, {"max", s.latency_us.max},
                          {"mean", s.latency_us.mean}, {"min", s.latency_us.min}}},
+         {"one_way_us", {{"p50", s.one_way_us.p50}, {"p99", s.one_way_us.p99}, {"max", s.one_way_us.max}}},
          {"throughput", {{"messages", s.messages}, {"seconds", s.seconds}, {"messages_per_s", s.messages_per_s},
                          {"mib_per_s", s.mib_per_s}}},
          {"cpu_us_per_message",
@@ -519,8 +663,8 @@ int BenchTransport(const BenchTransportArgs& a) {
   std::signal(SIGPIPE, SIG_IGN);  // a server process that died fails its pipe's write, not this process
   std::vector<std::string> links;
   for (const std::string& l : SplitComma(a.links)) {
-    if (l != "tcp" && l != "tls" && l != "ucx") {
-      std::fprintf(stderr, "vigil bench transport: --links: '%s' is not tcp, tls or ucx\n", l.c_str());
+    if (l != "tcp" && l != "tls" && l != "ucx" && l != "cuda_ipc") {
+      std::fprintf(stderr, "vigil bench transport: --links: '%s' is not tcp, tls, ucx or cuda_ipc\n", l.c_str());
       return 2;
     }
     links.push_back(l);
@@ -534,6 +678,10 @@ int BenchTransport(const BenchTransportArgs& a) {
       return 2;
     }
     sizes.push_back(static_cast<size_t>(v));
+  }
+  if (a.memory != "host" && a.memory != "device") {
+    std::fprintf(stderr, "vigil bench transport: --memory: '%s' is not host or device\n", a.memory.c_str());
+    return 2;
   }
   if (links.empty() || sizes.empty()) {
     std::fprintf(stderr, "vigil bench transport: --links and --sizes must name at least one\n");
@@ -562,8 +710,12 @@ int BenchTransport(const BenchTransportArgs& a) {
   std::printf("latency: ping-pong, %d round trips after %d, one-way = RTT/2; throughput: window %d, one Report per "
               "Send, up to %d messages or %.1f s; cpu: client + server process time per message\n\n",
               a.iters, a.warmup, a.window, a.stream_messages, a.stream_seconds);
-  std::printf("%-5s %7s %7s %6s %9s %9s %9s %11s %9s %9s %9s %9s\n", "link", "size", "frame B", "rows", "p50 us",
-              "p99 us", "max us", "msgs/s", "MiB/s", "cpu cli", "cpu srv", "cpu us");
+  std::printf("rows in %s memory%s; one-way: client Send -> server handler, CLOCK_MONOTONIC stamps (same host)\n\n",
+              a.memory.c_str(),
+              a.memory == "device" ? " (cuda:0; links other than cuda_ipc download them: D2H, send, then H2D at "
+                                     "the server)" : "");
+  std::printf("%-8s %7s %7s %6s %9s %9s %9s %9s %9s %11s %9s %9s %9s %9s\n", "link", "size", "frame B", "rows",
+              "rtt/2 p50", "p99", "1-way p50", "p99", "max", "msgs/s", "MiB/s", "cpu cli", "cpu srv", "cpu us");
   std::fflush(stdout);
   std::vector<LinkResult> results;
   bool failed = false;
@@ -576,11 +728,12 @@ int BenchTransport(const BenchTransportArgs& a) {
 #endif
     LinkResult r = RunLink(a, kind, sizes, dir.string(), *key);
     for (const SizeResult& s : r.sizes) {
-      std::printf("%-5s %7zu %7zu %6zu %9.1f %9.1f %9.1f %11.0f %9.1f %9.2f %9.2f %9.2f\n", kind.c_str(), s.size,
-                  s.frame_bytes, s.rows, s.latency_us.p50, s.latency_us.p99, s.latency_us.max, s.messages_per_s,
-                  s.mib_per_s, s.cpu_client_us, s.cpu_server_us, s.cpu_client_us + s.cpu_server_us);
+      std::printf("%-8s %7zu %7zu %6zu %9.1f %9.1f %9.1f %9.1f %9.1f %11.0f %9.1f %9.2f %9.2f %9.2f\n", kind.c_str(),
+                  s.size, s.frame_bytes, s.rows, s.latency_us.p50, s.latency_us.p99, s.one_way_us.p50,
+                  s.one_way_us.p99, s.one_way_us.max, s.messages_per_s, s.mib_per_s, s.cpu_client_us, s.cpu_server_us,
+                  s.cpu_client_us + s.cpu_server_us);
     }
-    if (!r.transports.empty()) std::printf("      %s: UCX transports selected: %s\n", kind.c_str(), r.transports.c_str());
+    if (!r.transports.empty()) std::printf("      %s: transports under the link: %s\n", kind.c_str(), r.transports.c_str());
     if (!r.error.empty()) {
       std::printf("      %s failed: %s\n", kind.c_str(), r.error.c_str());
       failed = true;
@@ -589,10 +742,10 @@ int BenchTransport(const BenchTransportArgs& a) {
     results.push_back(std::move(r));
   }
   std::printf("\nopen (connect + Hello/Challenge/Auth/Welcome), median us\n");
-  std::printf("%-5s %6s %10s %12s %10s\n", "link", "opens", "with key", "without key", "auth cost");
+  std::printf("%-8s %6s %10s %12s %10s\n", "link", "opens", "with key", "without key", "auth cost");
   for (const LinkResult& r : results) {
     if (r.opens == 0) continue;
-    std::printf("%-5s %6d %10.1f %12.1f %10.1f\n", r.link.c_str(), r.opens, r.open_keyed_us, r.open_unkeyed_us,
+    std::printf("%-8s %6d %10.1f %12.1f %10.1f\n", r.link.c_str(), r.opens, r.open_keyed_us, r.open_unkeyed_us,
                 r.open_keyed_us - r.open_unkeyed_us);
   }
   nlohmann::json tls_cost;
@@ -621,6 +774,9 @@ int BenchTransport(const BenchTransportArgs& a) {
         {"stream_messages", a.stream_messages},
         {"stream_seconds", a.stream_seconds},
         {"latency", "one-way = round trip / 2, us"},
+        {"one_way", "client Send -> server handler, CLOCK_MONOTONIC stamps in publish_ns, us"},
+        {"memory", a.memory},
+        {"ring_device", a.ring_device},
         {"cpu", "getrusage user+system of each process over the throughput phase / messages, us"}};
     out["cpus"] = std::thread::hardware_concurrency();
     out["links"] = nlohmann::json::array();
@@ -642,7 +798,7 @@ int BenchTransport(const BenchTransportArgs& a) {
 void AddBenchTransportCommand(CLI::App& bench, int* exit_code) {
   auto a = std::make_shared<BenchTransportArgs>();
   CLI::App* cmd = bench.add_subcommand(
-      "transport", "One-way latency (RTT/2, us), messages/s and CPU us per message of the report links (tcp, tls, ucx), "
+      "transport", "One-way latency (RTT/2, us), messages/s and CPU us per message of the report links (tcp, tls, ucx, cuda_ipc), "
                    "client Link against a Receiver in a second process; the cost of authentication per connection "
                    "and of TLS per message");
   cmd->add_option("--links", a->links, "links to measure, in order: tcp, tls, ucx")->capture_default_str();
@@ -660,6 +816,10 @@ void AddBenchTransportCommand(CLI::App& bench, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--opens", a->opens, "Link::Open timings with and without a key, each (ucx: a fifth)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--memory", a->memory, "where the rows live on the edge: host, or device (cuda:0: cuda_ipc copies "
+                  "device to device; other links download, send, and the server uploads)")->capture_default_str();
+  cmd->add_option("--ring-device", a->ring_device, "cuda_ipc: the aggregator's ring, cuda:N or host")
       ->capture_default_str();
   cmd->add_option("--json", a->json_file, "also write one JSON object to this file");
   cmd->add_option("--serve", a->serve, "internal: the server process of this benchmark")->group("");

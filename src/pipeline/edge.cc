@@ -32,6 +32,7 @@
 #include "vigil/transport/courier.h"
 #include "vigil/transport/http_access.h"
 #include "vigil/transport/tls.h"
+#include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/ucx.h"
 #include "vigil/video/source.h"
 #include "vigil/video/stream_reader.h"
@@ -268,6 +269,13 @@ StatusOr<std::vector<std::shared_ptr<transport::Link>>> MakeEdgeLinks(const Edge
 #endif
       const std::string host = config.ucx_host.empty() ? config.aggregator_host : config.ucx_host;
       links.push_back(transport::MakeFramedLink(transport::MakeUcxDialer(host, config.ucx_port, {}), {"ucx", key}));
+    } else if (kind == "cuda_ipc") {
+      // Ring slots are written from the edge's first GPU (where its detections are); -1: the ring's GPU.
+      int device = -1;
+      for (const std::string& d : config.devices) {
+        if (device < 0) device = CudaOrdinal(d);
+      }
+      links.push_back(transport::MakeCudaIpcLink(config.cuda_ipc_socket, key, device));
     } else {
       return absl::InvalidArgumentError(StrCat("transport.links: unknown link '", kind, "'"));
     }

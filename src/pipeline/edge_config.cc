@@ -145,11 +145,11 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
   root.Get("progress_flush_ms", &cfg.progress_flush_ms, 1, 60000);
   if (std::optional<ConfigMap> t = root.Map("transport")) {
     if (t->Get("links", &cfg.links)) {
-      if (cfg.links.empty()) t->Error("links", "name at least one link (tcp, ucx)");
+      if (cfg.links.empty()) t->Error("links", "name at least one link (tcp, ucx, cuda_ipc)");
       std::set<std::string> seen;
       for (const std::string& l : cfg.links) {
-        if (l != "tcp" && l != "ucx") {
-          t->Error("links", StrCat("unknown link '", l, "' (links: tcp, ucx)"));
+        if (l != "tcp" && l != "ucx" && l != "cuda_ipc") {
+          t->Error("links", StrCat("unknown link '", l, "' (links: tcp, ucx, cuda_ipc)"));
         } else if (!seen.insert(l).second) {
           t->Error("links", StrCat("link '", l, "' given twice"));
         }
@@ -157,6 +157,12 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     }
     t->Get("max_outbox", &cfg.max_outbox, 1, 10000000);
     t->GetHostPort("ucx", &cfg.ucx_host, &cfg.ucx_port);
+    if (t->Get("cuda_ipc", &cfg.cuda_ipc_socket) && cfg.cuda_ipc_socket.empty()) {
+      t->Error("cuda_ipc", "must name the aggregator's cuda_ipc socket");
+    }
+    if (std::find(cfg.links.begin(), cfg.links.end(), "cuda_ipc") != cfg.links.end() && cfg.cuda_ipc_socket.empty()) {
+      t->Error("links", "the cuda_ipc link needs transport.cuda_ipc: the aggregator's socket path");
+    }
     t->Get("key_file", &cfg.key_file);
     if (t->Has("key_file") && cfg.key_file.empty()) t->Error("key_file", "must name a file");
     if (std::optional<ConfigMap> tls = t->Map("tls")) {

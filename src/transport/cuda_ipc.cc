@@ -211,6 +211,12 @@ class RingConnection final : public Connection {
         return absl::OkStatus();
       }
       if (frame.empty()) return absl::OkStatus();
+      if (static_cast<uint8_t>(frame[5]) == static_cast<uint8_t>(MessageType::kHello) && classes_ == 0) {
+        // The edge names every class of its model: device rows are checked against that count.
+        if (StatusOr<Message> m = DecodeFrame(frame); m.ok()) {
+          if (const Hello* h = std::get_if<Hello>(&*m)) classes_ = h->class_names.size();
+        }
+      }
       if (static_cast<uint8_t>(frame[5]) == static_cast<uint8_t>(MessageType::kRingAccept)) {
         std::lock_guard lock(mu_);
         if (!memory_ || !control_ || active_) {
@@ -291,6 +297,11 @@ class RingConnection final : public Connection {
     std::memcpy(r->detections.data(), payload.data() + rows_at, h.rows * sizeof(ReportDetection));
     Status valid = ValidateReport(*r);  // finite boxes and scores, integral class ids, an event's rows
     if (!valid.ok()) return Bad(std::string(valid.message()));
+    for (const ReportDetection& d : r->detections) {
+      if (classes_ > 0 && d.class_id >= static_cast<float>(classes_)) {
+        return Bad(StrCat("class ", d.class_id, " but the Hello named ", classes_, " classes"));
+      }
+    }
     AppendFrame(*r, &out_);
     ++counters().device_reports;
     return absl::OkStatus();
@@ -305,6 +316,7 @@ class RingConnection final : public Connection {
   bool active_ = false;
   // Reader thread only:
   uint64_t next_ = 0;
+  size_t classes_ = 0;  // the Hello's class names (0: none named)
   FrameSplitter sock_split_, ring_split_;
   std::string out_;
   size_t out_pos_ = 0;

@@ -414,16 +414,6 @@ struct Receiver::Impl {
                                                         " was due: a report was lost or reordered on the link")));
           }
           ++next_link_seq;
-          if (const size_t classes = s.hello().class_names.size(); classes > 0) {
-            for (const ReportDetection& d : r->detections) {
-              if (d.class_id >= static_cast<float>(classes)) {
-                return violation(RejectReason::kProtocolError,
-                                 absl::InvalidArgumentError(StrCat(
-                                     "report ", r->stream, " seq ", r->seq_first, ": class ", d.class_id,
-                                     " but the Hello named ", classes, " classes")));
-              }
-            }
-          }
           if (r->epoch != epoch) {
             {
               std::lock_guard lock(mu);

@@ -19,6 +19,7 @@
 #include "vigil/aggregator/aggregator.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/courier.h"
+#include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/link.h"
 #include "vigil/transport/outbox.h"
 #include "vigil/transport/protocol.h"
@@ -429,6 +430,55 @@ TEST_F(LinksTest, MutualTlsOnTheTcpLinkAdmitsTheEdgeWithItsCertificateAndRefuses
   agg->Stop();
   ExpectStoredOnceInOrder({"cam0"}, 60);
   EXPECT_EQ(Rows("SELECT COUNT(*) FROM edges")[0][0], 1);
+}
+
+// cuda_ipc against the real aggregator (rings in shared host memory here; cuda:N on the GPU machine, where
+// the two sides run as two processes: scripts/gpu-check.sh). The aggregator stops mid-run and comes back:
+// the edge falls back to tcp while the ring side is gone, then returns to the ring; every frame once, in order.
+TEST_F(LinksTest, CudaIpcRingStoresEverythingOnceAcrossAnAggregatorRestart) {
+  config_.cuda_ipc_enabled = true;
+  config_.cuda_ipc_socket = (dir_ / "agg.sock").string();
+  config_.cuda_ipc_device = "host";
+  config_.cuda_ipc_slots = 8;
+  config_.cuda_ipc_slot_bytes = 4096;
+  auto agg = Start();
+  ASSERT_TRUE(agg);
+  const uint16_t tcp_port = agg->listen_port();
+  config_.listen_port = tcp_port;  // the restarted aggregator listens where the edge dials
+  Outbox outbox(100000);
+  Edge edge;
+  auto courier = transport::Courier::Start(
+      Options({transport::MakeCudaIpcLink(config_.cuda_ipc_socket, key_),
+               transport::MakeFramedLink(transport::MakeTcpDialer("127.0.0.1", tcp_port), {"tcp", key_})}),
+      &outbox, &edge);
+  ASSERT_TRUE(courier.ok()) << courier.status();
+  const std::vector<std::string> streams = {"cam0", "cam1"};
+  Publish(outbox, streams, 0, 200);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ((*courier)->Stats().link, "cuda_ipc");
+  std::string metrics = agg->metrics().Render();
+  EXPECT_NE(metrics.find("vigil_transport_connections_total{link=\"cuda_ipc\",result=\"authenticated\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("vigil_cuda_ipc_slots_total 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("vigil_cuda_ipc_slots_rejected_total 0\n"), std::string::npos) << metrics;
+
+  agg->Stop();  // gone: reports queue in the outbox
+  agg.reset();
+  Publish(outbox, streams, 200, 100);
+  agg = Start();
+  ASSERT_TRUE(agg);
+  Publish(outbox, streams, 300, 100);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  ASSERT_TRUE(Eventually([&] { return (*courier)->Stats().link == "cuda_ipc"; }, kLong));
+  const transport::CourierStats cs = (*courier)->Stats();
+  (*courier)->Close();
+  agg->Stop();
+  ExpectStoredOnceInOrder(streams, 400);
+  EXPECT_EQ(cs.links[0].kind, "cuda_ipc");
+  EXPECT_EQ(cs.links[0].transports, "shm");
+  EXPECT_GE(cs.links[0].sessions, 2u);
+  EXPECT_EQ(cs.epoch, 1u);  // the same instance: re-admitted with its epoch
 }
 
 #if VIGIL_HAVE_UCX

@@ -298,7 +298,7 @@ TEST(EdgeConfig, TransportLinksKeysTlsAndHttpAccess) {
   StatusOr<EdgeConfig> bad = ParseEdgeConfig(text, "edge.yaml");
   ASSERT_FALSE(bad.ok());
   const std::string e(bad.status().message());
-  EXPECT_NE(e.find("unknown link 'rdma' (links: tcp, ucx)"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown link 'rdma' (links: tcp, ucx, cuda_ipc)"), std::string::npos) << e;
   EXPECT_NE(e.find("transport.tls: missing required key 'ca_file'"), std::string::npos) << e;
   EXPECT_NE(e.find("cert_file and key_file go together"), std::string::npos) << e;
 }

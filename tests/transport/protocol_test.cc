@@ -218,8 +218,10 @@ TEST(ProtocolTest, HeaderErrorsAreClear) {
   m = DecodeFrame(huge);
   EXPECT_EQ(Message_(m.status()), "frame: body length 2139062143 exceeds the limit 1048576");
 
-  m = DecodeFrame(MakeFrame(9, ""));
-  EXPECT_EQ(Message_(m.status()), "frame: unknown message type 9");
+  m = DecodeFrame(MakeFrame(11, ""));
+  EXPECT_EQ(Message_(m.status()), "frame: unknown message type 11");
+  m = DecodeFrame(MakeFrame(9, ""));  // RingOffer with no body
+  EXPECT_EQ(Message_(m.status()), "RingOffer body: field 'memory' truncated (needs 2 bytes, 0 left)");
 }
 
 TEST(ProtocolTest, MalformedBodiesWithValidChecksumsAreRejected) {

@@ -92,6 +92,15 @@ struct AggregatorConfig {
   bool ucx_enabled = false;             // ucx_listen: the ucx link (UCX active messages). Default: off
   std::string ucx_host = "0.0.0.0";
   uint16_t ucx_port = 7402;
+  // cuda_ipc: {socket, device, slots, slot_bytes, allow_uids}: the cuda_ipc link for edges on this host
+  // (transport/cuda_ipc.h): control over the Unix socket `socket`, reports through a ring per session on
+  // `device` ("cuda:N", default cuda:0; "host" = shared host memory). Default: off.
+  bool cuda_ipc_enabled = false;
+  std::string cuda_ipc_socket;
+  std::string cuda_ipc_device = "cuda:0";
+  uint32_t cuda_ipc_slots = 64;
+  uint32_t cuda_ipc_slot_bytes = 64 << 10;
+  std::vector<uint32_t> cuda_ipc_allow_uids;  // empty = the aggregator's own uid
   // tls: {cert_file, key_file, client_ca_file}: TLS on the tcp link; client_ca_file makes client
   // certificates mandatory (mutual TLS). Default: off.
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;

@@ -18,8 +18,10 @@
 //                                    # one edge process at a time
 //   progress_flush_ms: 500           # pending progress and drop marks are published at least this often
 //   transport:
-//     links: [ucx, tcp]              # links to the aggregator in order of preference: tcp, ucx. Default: [tcp]
+//     links: [ucx, tcp]              # links to the aggregator in order of preference: tcp, ucx, cuda_ipc.
+//                                    # Default: [tcp]
 //     ucx: host:port                 # the aggregator's ucx_listen; default: the aggregator's host, port 7402
+//     cuda_ipc: /run/vigil/agg.sock  # the aggregator's cuda_ipc socket (same host); required with that link
 //     key_file: /etc/vigil/edge.key  # this edge's pre-shared key (hex), or the environment's VIGIL_EDGE_KEY;
 //                                    # with it the aggregator must prove it knows the key too. Default: none
 //     tls: {ca_file: ca.pem,         # TLS on the tcp link: the CA the aggregator's certificate chains to,
@@ -137,6 +139,7 @@ struct EdgeConfig {
   std::vector<std::string> links = {"tcp"};  // transport.links, in order of preference: "tcp", "ucx"
   std::string ucx_host;                      // transport.ucx; "" = aggregator_host
   uint16_t ucx_port = 7402;
+  std::string cuda_ipc_socket;               // transport.cuda_ipc: the aggregator's Unix socket
   std::string key_file;                      // transport.key_file; "" = VIGIL_EDGE_KEY or none
   bool tls = false;                          // transport.tls given
   std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;

@@ -14,8 +14,8 @@
 // synchronisation per message on the edge. The aggregator's reader thread polls the sequence words from the
 // host (spinning briefly after traffic, then sleeping in growing steps up to 200 µs), copies each
 // complete slot to the host, checks it (slot header, frame magic, length and CRC; for device rows: at most
-// kMaxDetections rows, finite boxes and scores, integral class ids — and the receiver checks class < the
-// Hello's class count) before anything of it is used, and releases the slot. A slot that fails is counted
+// kMaxDetections rows, finite boxes and scores, integral class ids below the number of classes the Hello
+// named) before anything of it is used, and releases the slot. A slot that fails is counted
 // (`slots_rejected`), logged, and ends the session: nothing of it is stored, and the edge re-sends it on
 // its next session. The edge waits for a free slot when all are in use (flow control).
 //

@@ -13,7 +13,7 @@
 // must come in link_seq order (protocol.h): a repeat is ignored (counted), a gap closes the session
 // (Reject kProtocolError, counted), so the handler sees each session's reports once, in the order sent,
 // whatever the link below did. A Report whose epoch is not the session's is answered Reject(kStaleEpoch) by the receiver and never reaches the
-// handler. A Report with a class id beyond the Hello's class names (when it named any) closes the session. A frame that does not decode (bad magic, CRC, version, truncated body, invalid report), a
+// handler. A frame that does not decode (bad magic, CRC, version, truncated body, invalid report), a
 // Report from another edge id than the Hello's, or any other protocol violation gets a Reject (empty
 // stream, reason kProtocolError / kUnsupportedVersion) and closes that connection only, counted in
 // ReceiverStats; nothing a client sends can stop the receiver or the process.
