@@ -101,19 +101,19 @@ class RingConnection final : public Connection {
   RingConnection(std::unique_ptr<SocketConnection> sock, const CudaIpcListenOptions& opt)
       : sock_(std::move(sock)), opt_(opt) {}
   ~RingConnection() override {
-    if (control_) ring::Word(control_->data(), offsetof(ring::ControlHeader, closed)).store(1);
+    if (shared_) ring::Word(shared_->data(), offsetof(ring::ControlHeader, closed)).store(1);
   }
 
   Status Write(std::string_view bytes, milliseconds timeout) override { return sock_->Write(bytes, timeout); }
   void Shutdown() override {
     sock_->Shutdown();
     std::lock_guard lock(mu_);
-    if (control_) ring::Word(control_->data(), offsetof(ring::ControlHeader, closed)).store(1);
+    if (shared_) ring::Word(shared_->data(), offsetof(ring::ControlHeader, closed)).store(1);
   }
   std::string peer() const override { return sock_->peer(); }
   std::string transports() const override {
     std::lock_guard lock(mu_);
-    return active_ ? (memory_->memory() == "cuda" ? "cuda_ipc" : "shm") : "";
+    return active_ ? (memory_ ? "cuda_ipc" : "shm") : "";
   }
 
   std::string OnAdmitted() override {
@@ -127,7 +127,7 @@ class RingConnection final : public Connection {
       offer = RingOffer{};
       offer.error = std::string(st.message());
       memory_.reset();
-      control_.reset();
+      shared_.reset();
     } else {
       ++counters().rings_offered;
     }
@@ -184,17 +184,21 @@ class RingConnection final : public Connection {
 
  private:
   Status SetUp(RingOffer* offer) {
-    VIGIL_ASSIGN_OR_RETURN(memory_, ring::AllocateRing(opt_.device, static_cast<size_t>(opt_.slots) * opt_.slot_bytes));
-    VIGIL_ASSIGN_OR_RETURN(control_, ring::SharedMemory::Create("ctl", ring::ControlBytes(opt_.slots)));
-    std::memset(control_->data(), 0, control_->size());
-    auto* h = reinterpret_cast<ring::ControlHeader*>(control_->data());
+    if (opt_.device != "host") {
+      VIGIL_ASSIGN_OR_RETURN(memory_,
+                             ring::AllocateRing(opt_.device, static_cast<size_t>(opt_.slots) * opt_.slot_bytes));
+    }
+    VIGIL_ASSIGN_OR_RETURN(shared_, ring::SharedMemory::Create("ring", ring::SharedBytes(opt_.slots, opt_.slot_bytes)));
+    std::memset(shared_->data(), 0, ring::MirrorOffset(opt_.slots));
+    auto* h = reinterpret_cast<ring::ControlHeader*>(shared_->data());
     h->slots = opt_.slots;
     h->slot_bytes = opt_.slot_bytes;
-    ring::Word(control_->data(), 0).store(ring::kControlMagic, std::memory_order_release);
-    offer->memory = memory_->memory();
-    offer->device = memory_->device();
-    offer->handle = memory_->handle();
-    offer->control = control_->name();
+    ring::Word(shared_->data(), 0).store(ring::kControlMagic, std::memory_order_release);
+    copy_.resize(opt_.slot_bytes);
+    offer->memory = memory_ ? "cuda" : "host";
+    offer->device = memory_ ? memory_->device() : "";
+    offer->handle = memory_ ? memory_->handle() : "";
+    offer->control = shared_->name();
     offer->slots = opt_.slots;
     offer->slot_bytes = opt_.slot_bytes;
     return absl::OkStatus();
@@ -219,15 +223,11 @@ class RingConnection final : public Connection {
       }
       if (static_cast<uint8_t>(frame[5]) == static_cast<uint8_t>(MessageType::kRingAccept)) {
         std::lock_guard lock(mu_);
-        if (!memory_ || !control_ || active_) {
-          return absl::InvalidArgumentError("RingAccept without a ring offered");
-        }
-        memory_->Unlink();
-        control_->Unlink();
+        if (!shared_ || active_) return absl::InvalidArgumentError("RingAccept without a ring offered");
+        shared_->Unlink();
         active_ = true;
-        spdlog::info("cuda_ipc {}: ring mapped by the edge ({} slots of {} bytes, {} memory{})", sock_->peer(),
-                     opt_.slots, opt_.slot_bytes, memory_->memory(),
-                     memory_->device().empty() ? "" : StrCat(" on ", memory_->device()));
+        spdlog::info("cuda_ipc {}: ring mapped by the edge ({} slots of {} bytes, {})", sock_->peer(), opt_.slots,
+                     opt_.slot_bytes, memory_ ? StrCat("GPU memory on ", memory_->device()) : "host memory");
         continue;
       }
       out_.append(frame);
@@ -237,7 +237,7 @@ class RingConnection final : public Connection {
   // Takes every complete slot from next_ on; true when it took any. An error: a slot that fails a check.
   StatusOr<bool> PollRing() {
     bool took = false;
-    char* ctl = control_->data();
+    char* ctl = shared_->data();
     while (out_.size() < (1u << 20)) {
       const uint64_t word = ring::Word(ctl, ring::SignalOffset(next_, opt_.slots)).load(std::memory_order_acquire);
       if ((word >> 24) != next_ + 1) break;
@@ -261,10 +261,10 @@ class RingConnection final : public Connection {
 
   Status TakeSlot(uint32_t used) {
     if (used < sizeof(ring::SlotHeader) || used > opt_.slot_bytes) return Bad(StrCat("signalled ", used, " bytes"));
-    const size_t offset = static_cast<size_t>(next_ % opt_.slots) * opt_.slot_bytes;
-    StatusOr<const char*> got = memory_->Read(offset, used);
-    if (!got.ok()) return Bad(std::string(got.status().message()));
-    const char* p = *got;
+    // The slot's host mirror (written with the GPU ring by the edge's kernel), checked on a private copy.
+    const size_t offset = ring::MirrorOffset(opt_.slots) + static_cast<size_t>(next_ % opt_.slots) * opt_.slot_bytes;
+    std::memcpy(copy_.data(), shared_->data() + offset, used);
+    const char* p = copy_.data();
     ring::SlotHeader h;
     std::memcpy(&h, p, sizeof h);
     if (h.magic != ring::kSlotMagic) return Bad("bad slot magic");
@@ -311,12 +311,13 @@ class RingConnection final : public Connection {
   const CudaIpcListenOptions opt_;
   mutable std::mutex mu_;  // offer_, memory_/control_ set-up, active_ (set by the reader thread)
   std::string offer_;
-  std::unique_ptr<ring::RingMemory> memory_;
-  std::unique_ptr<ring::SharedMemory> control_;
+  std::unique_ptr<ring::RingMemory> memory_;   // the GPU ring; null for memory "host"
+  std::unique_ptr<ring::SharedMemory> shared_;  // control block, signals, host mirror
   bool active_ = false;
   // Reader thread only:
   uint64_t next_ = 0;
   size_t classes_ = 0;  // the Hello's class names (0: none named)
+  std::vector<char> copy_;  // one slot, checked here
   FrameSplitter sock_split_, ring_split_;
   std::string out_;
   size_t out_pos_ = 0;
@@ -411,7 +412,7 @@ StatusOr<std::unique_ptr<RingWriter>> RingWriter::Open(const RingOffer& offer, i
   w->slot_bytes_ = offer.slot_bytes;
   w->keep_.resize(offer.slots);
   StatusOr<std::unique_ptr<ring::SharedMemory>> control =
-      ring::SharedMemory::Open(offer.control, ring::ControlBytes(offer.slots));
+      ring::SharedMemory::Open(offer.control, ring::SharedBytes(offer.slots, offer.slot_bytes));
   if (!control.ok()) return fail(control.status());
   w->control_ = std::move(*control);
   const auto* h = reinterpret_cast<const ring::ControlHeader*>(w->control_->data());
@@ -458,14 +459,17 @@ Status RingWriter::Acquire(Clock::time_point deadline, bool* waited) {
 
 Status RingWriter::Publish(uint32_t kind, uint32_t payload_bytes, uint32_t rows, uint32_t used) {
   const size_t off = offset();
-  char* s = mapping_->staging(off);
+  char* s = mirror(off);
   const ring::SlotHeader h{ring::kSlotMagic, kind, payload_bytes, rows};
   std::memcpy(s, &h, sizeof h);
   const bool corrupt = g_corrupt_slots.load() > 0 && g_corrupt_slots.fetch_sub(1) > 0;
-  const uint32_t host_bytes = kind == ring::kKindStream ? used : static_cast<uint32_t>(sizeof h + ring::RoundUp8(payload_bytes));
   if (corrupt) s[kind == ring::kKindStream ? used - 1 : sizeof h + payload_bytes - 1] ^= 0x5a;  // the test hook
-  Status st = mapping_->Put(off, host_bytes);
-  if (st.ok()) st = mapping_->Signal(ring::SignalOffset(seq_, slots_), ring::SignalValue(seq_, used));
+  const size_t host_bytes = kind == ring::kKindStream ? used : sizeof h + ring::RoundUp8(payload_bytes);
+  const DevicePayload* d = device_;
+  Status st = mapping_->Publish(off, host_bytes, d ? d->device_rows : nullptr, host_bytes,
+                                d ? d->count * sizeof(ReportDetection) : 0, d ? d->ready_event : nullptr,
+                                ring::SignalOffset(seq_, slots_), ring::SignalValue(seq_, used));
+  device_ = nullptr;
   if (!st.ok()) return absl::UnavailableError(st.message());
   ++seq_;
   ++counters().slots_written;
@@ -493,7 +497,7 @@ Status RingWriter::Write(std::span<const OutboxMessage* const> messages, std::st
       continue;
     }
     const DevicePayload& d = *m->device;
-    if (mapping_->takes_device_memory() && d.device_rows != nullptr) {
+    if (mapping_->takes_device_rows(d.device) && d.device_rows != nullptr) {
       AppendReportFrame(m->report, edge, epoch, next_seq, {}, &out_);
       if (ring::RoundUp8(out_.size() - begin) + d.count * sizeof(ReportDetection) <= slot_payload) {
         ++next_seq;
@@ -524,13 +528,11 @@ Status RingWriter::Write(std::span<const OutboxMessage* const> messages, std::st
       fill_ = 0;
       VIGIL_RETURN_IF_ERROR(Acquire(deadline, &waited));
       const DevicePayload& d = *it.device->device;
-      const size_t off = offset();
-      std::memcpy(mapping_->staging(off) + sizeof(ring::SlotHeader), bytes.data(), bytes.size());
+      std::memcpy(mirror(offset()) + sizeof(ring::SlotHeader), bytes.data(), bytes.size());
       const size_t rows_at = sizeof(ring::SlotHeader) + ring::RoundUp8(bytes.size());
       const size_t row_bytes = d.count * sizeof(ReportDetection);
-      Status st = mapping_->PutDevice(off + rows_at, d.device_rows, row_bytes, d.device, d.ready_event);
-      if (!st.ok()) return absl::UnavailableError(st.message());
       keep_[seq_ % slots_] = d.keepalive;
+      device_ = &d;  // Publish copies the rows on the GPU
       VIGIL_RETURN_IF_ERROR(Publish(ring::kKindDeviceReport, static_cast<uint32_t>(bytes.size()), d.count,
                                     static_cast<uint32_t>(rows_at + row_bytes)));
       ++counters().device_rows_sent;
@@ -539,7 +541,7 @@ Status RingWriter::Write(std::span<const OutboxMessage* const> messages, std::st
     while (!bytes.empty()) {
       if (fill_ == 0) VIGIL_RETURN_IF_ERROR(Acquire(deadline, &waited));
       const size_t n = std::min(bytes.size(), slot_payload - fill_);
-      std::memcpy(mapping_->staging(offset()) + sizeof(ring::SlotHeader) + fill_, bytes.data(), n);
+      std::memcpy(mirror(offset()) + sizeof(ring::SlotHeader) + fill_, bytes.data(), n);
       fill_ += static_cast<uint32_t>(n);
       bytes.remove_prefix(n);
       if (fill_ == slot_payload) {

@@ -1,12 +1,12 @@
-// The cuda_ipc ring's CUDA backend (ring.h): slots in GPU memory exported with CUDA IPC, signal words
-// written by the edge's stream with cuStreamWriteValue64 into the host-mapped control block.
-#include <cuda.h>  // CUdeviceptr, CUstream, CU_STREAM_WRITE_VALUE_DEFAULT: types only (no libcuda link)
+// The cuda_ipc ring's CUDA backend (ring.h): slots in GPU memory exported with CUDA IPC; one kernel per
+// slot on the edge's stream fills the GPU ring and the host mirror and writes the signal word.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstring>
-#include <mutex>
 
 #include "ring.h"
+#include "transport/cuda/ring_kernels.h"
 
 namespace vigil::transport::ring {
 namespace {
@@ -14,24 +14,6 @@ namespace {
 Status Cuda(cudaError_t e, std::string_view what) {
   if (e == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
-}
-
-using WriteValue64Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
-
-// cuStreamWriteValue64 from the driver, through the runtime's entry-point lookup (the CUDA runtime is
-// linked statically and libcuda is the driver's: no link-time dependency). Null when unavailable.
-WriteValue64Fn WriteValue64() {
-  static WriteValue64Fn fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return static_cast<WriteValue64Fn>(nullptr);
-    }
-    return reinterpret_cast<WriteValue64Fn>(p);
-  }();
-  return fn;
 }
 
 std::string BusId(int device) {
@@ -47,10 +29,9 @@ class CudaRingMemory final : public RingMemory {
  public:
   ~CudaRingMemory() override {
     cudaSetDevice(device_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
     // The edge's mapping (cudaIpcOpenMemHandle) keeps the allocation alive until it closes it.
     if (slots_ != nullptr) cudaFree(slots_);
-    if (bounce_ != nullptr) cudaFreeHost(bounce_);
+    cudaGetLastError();
   }
   static StatusOr<std::unique_ptr<RingMemory>> Make(int device, size_t bytes) {
     int count = 0;
@@ -64,32 +45,18 @@ class CudaRingMemory final : public RingMemory {
     VIGIL_RETURN_IF_ERROR(Cuda(cudaSetDevice(device), StrCat("ring on cuda:", device, ": cudaSetDevice")));
     VIGIL_RETURN_IF_ERROR(Cuda(cudaMalloc(&m->slots_, bytes), StrCat("ring on cuda:", device, ": cudaMalloc ", bytes)));
     VIGIL_RETURN_IF_ERROR(Cuda(cudaMemset(m->slots_, 0, bytes), "ring: cudaMemset"));
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaMallocHost(&m->bounce_, bytes), "ring: cudaMallocHost"));
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), "ring: stream"));
     cudaIpcMemHandle_t h{};
     VIGIL_RETURN_IF_ERROR(Cuda(cudaIpcGetMemHandle(&h, m->slots_), "ring: cudaIpcGetMemHandle"));
     m->handle_.assign(reinterpret_cast<const char*>(&h), sizeof h);
     m->bus_id_ = BusId(device);
     return std::unique_ptr<RingMemory>(std::move(m));
   }
-  std::string memory() const override { return "cuda"; }
   std::string device() const override { return bus_id_; }
   std::string handle() const override { return handle_; }
-  StatusOr<const char*> Read(size_t offset, size_t bytes) override {
+  Status Read(size_t offset, size_t bytes, char* dst) override {
     if (offset + bytes > bytes_) return absl::InternalError("ring read beyond its end");
     cudaSetDevice(device_);
-    char* dst = static_cast<char*>(bounce_) + offset;
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(dst, static_cast<char*>(slots_) + offset, bytes,
-                                               cudaMemcpyDeviceToHost, stream_),
-                               "ring: copy of a slot to the host"));
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "ring: copy of a slot to the host"));
-    return dst;
-  }
-  Status Poke(size_t offset, std::string_view bytes) override {
-    if (offset + bytes.size() > bytes_) return absl::InternalError("ring poke beyond its end");
-    cudaSetDevice(device_);
-    return Cuda(cudaMemcpy(static_cast<char*>(slots_) + offset, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
-                "ring: poke");
+    return Cuda(cudaMemcpy(dst, static_cast<char*>(slots_) + offset, bytes, cudaMemcpyDeviceToHost), "ring: read");
   }
 
  private:
@@ -97,8 +64,6 @@ class CudaRingMemory final : public RingMemory {
   int device_ = 0;
   size_t bytes_ = 0;
   void* slots_ = nullptr;
-  void* bounce_ = nullptr;
-  cudaStream_t stream_ = nullptr;
   std::string handle_, bus_id_;
 };
 
@@ -111,17 +76,13 @@ class CudaRingMapping final : public RingMapping {
       cudaStreamDestroy(stream_);
     }
     if (ring_ != nullptr) cudaIpcCloseMemHandle(ring_);
-    if (registered_) cudaHostUnregister(control_);
-    if (staging_ != nullptr) cudaFreeHost(staging_);
+    if (registered_) cudaHostUnregister(shared_);
     cudaGetLastError();  // nothing of a failed teardown may leak into the caller's next CUDA call
   }
-  static StatusOr<std::unique_ptr<RingMapping>> Make(const RingOffer& offer, char* control, size_t control_bytes,
+  static StatusOr<std::unique_ptr<RingMapping>> Make(const RingOffer& offer, char* shared, size_t shared_bytes,
                                                      int edge_device) {
     if (offer.handle.size() != sizeof(cudaIpcMemHandle_t)) {
       return absl::InvalidArgumentError(StrCat("ring offer: a CUDA IPC handle of ", offer.handle.size(), " bytes"));
-    }
-    if (WriteValue64() == nullptr) {
-      return absl::UnavailableError("cuda_ipc: the driver has no cuStreamWriteValue64 (stream memory operations)");
     }
     int ring_device = -1;
     if (cudaDeviceGetByPCIBusId(&ring_device, offer.device.c_str()) != cudaSuccess) {
@@ -131,8 +92,8 @@ class CudaRingMapping final : public RingMapping {
     }
     auto m = std::unique_ptr<CudaRingMapping>(new CudaRingMapping());
     m->device_ = edge_device >= 0 ? edge_device : ring_device;
-    m->control_ = control;
-    m->bytes_ = static_cast<size_t>(offer.slots) * offer.slot_bytes;
+    m->shared_ = shared;
+    m->mirror_offset_ = MirrorOffset(offer.slots);
     const std::string where = StrCat("cuda_ipc (cuda:", m->device_, " → ring on ", offer.device, ")");
     VIGIL_RETURN_IF_ERROR(Cuda(cudaSetDevice(m->device_), StrCat(where, ": cudaSetDevice")));
     if (m->device_ != ring_device) {
@@ -149,56 +110,44 @@ class CudaRingMapping final : public RingMapping {
       return absl::UnavailableError(StrCat(where, ": cudaIpcOpenMemHandle: ", cudaGetErrorName(e),
                                            " (a container needs --ipc=host and a shared PID namespace)"));
     }
-    e = cudaHostRegister(control, control_bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+    e = cudaHostRegister(shared, shared_bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
     if (e != cudaSuccess) {
       cudaGetLastError();
-      return absl::UnavailableError(StrCat(where, ": cudaHostRegister of the control block: ", cudaGetErrorName(e)));
+      return absl::UnavailableError(StrCat(where, ": cudaHostRegister of the shared block: ", cudaGetErrorName(e)));
     }
     m->registered_ = true;
-    void* dctl = nullptr;
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&dctl, control, 0), StrCat(where, ": control block")));
-    m->control_dev_ = reinterpret_cast<CUdeviceptr>(dctl);
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaMallocHost(&m->staging_, m->bytes_), StrCat(where, ": staging")));
+    void* dev = nullptr;
+    VIGIL_RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&dev, shared, 0), StrCat(where, ": shared block")));
+    m->shared_dev_ = static_cast<char*>(dev);
     VIGIL_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), StrCat(where, ": stream")));
     return std::unique_ptr<RingMapping>(std::move(m));
   }
-  char* staging(size_t offset) override { return static_cast<char*>(staging_) + offset; }
-  Status Put(size_t offset, size_t bytes) override {
-    return Cuda(cudaMemcpyAsync(static_cast<char*>(ring_) + offset, static_cast<char*>(staging_) + offset, bytes,
-                                cudaMemcpyHostToDevice, stream_),
-                "cuda_ipc: slot copy");
-  }
-  Status PutDevice(size_t offset, const void* src, size_t bytes, int src_device, void* ready_event) override {
+  Status Publish(size_t offset, size_t host_bytes, const void* rows, size_t rows_offset, size_t row_bytes,
+                 void* ready_event, size_t signal_offset, uint64_t value) override {
     if (ready_event != nullptr) {
       VIGIL_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready_event), 0),
                                  "cuda_ipc: wait for the rows"));
     }
-    if (src_device == device_ || src_device < 0) {
-      return Cuda(cudaMemcpyAsync(static_cast<char*>(ring_) + offset, src, bytes, cudaMemcpyDeviceToDevice, stream_),
-                  "cuda_ipc: rows copy");
-    }
-    return Cuda(cudaMemcpyPeerAsync(static_cast<char*>(ring_) + offset, device_, src, src_device, bytes, stream_),
-                "cuda_ipc: rows copy from another GPU");
+    // The CPU's stores into the mirror happen before the launch (the kernel reads them, and the consumer
+    // reads them after the signal the kernel writes).
+    std::atomic_thread_fence(std::memory_order_release);
+    return Cuda(LaunchPublishSlot(static_cast<char*>(ring_) + offset, shared_dev_ + mirror_offset_ + offset,
+                                  RoundUp8(host_bytes), static_cast<const char*>(rows), rows_offset, row_bytes,
+                                  reinterpret_cast<unsigned long long*>(shared_dev_ + signal_offset), value, stream_),
+                "cuda_ipc: publish kernel");
   }
-  bool takes_device_memory() const override { return true; }
-  Status Signal(size_t offset, uint64_t value) override {
-    const CUresult r = WriteValue64()(reinterpret_cast<CUstream>(stream_), control_dev_ + offset, value,
-                                      CU_STREAM_WRITE_VALUE_DEFAULT);
-    if (r != CUDA_SUCCESS) return absl::InternalError(StrCat("cuda_ipc: cuStreamWriteValue64 failed (CUresult ", r, ")"));
-    return absl::OkStatus();
-  }
+  bool takes_device_rows(int device) const override { return device == device_; }
   Status Drain() override { return Cuda(cudaStreamSynchronize(stream_), "cuda_ipc: drain"); }
   std::string transports() const override { return "cuda_ipc"; }
 
  private:
   CudaRingMapping() = default;
   int device_ = 0;
-  size_t bytes_ = 0;
-  char* control_ = nullptr;
+  char* shared_ = nullptr;
+  char* shared_dev_ = nullptr;
+  size_t mirror_offset_ = 0;
   bool registered_ = false;
-  CUdeviceptr control_dev_ = 0;
   void* ring_ = nullptr;
-  void* staging_ = nullptr;
   cudaStream_t stream_ = nullptr;
 };
 
@@ -208,9 +157,9 @@ StatusOr<std::unique_ptr<RingMemory>> AllocateCudaRing(int device, size_t bytes)
   return CudaRingMemory::Make(device, bytes);
 }
 
-StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer& offer, char* control, size_t control_bytes,
+StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer& offer, char* shared, size_t shared_bytes,
                                                    int edge_device) {
-  return CudaRingMapping::Make(offer, control, control_bytes, edge_device);
+  return CudaRingMapping::Make(offer, shared, shared_bytes, edge_device);
 }
 
 }  // namespace vigil::transport::ring

@@ -8,7 +8,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <vector>
 
 #include "vigil/transport/auth.h"
 
@@ -26,53 +25,22 @@ std::string RandomName(std::string_view what) {
   return StrCat("/vigil-", hex, "-", what);
 }
 
-class HostRingMemory final : public RingMemory {
- public:
-  explicit HostRingMemory(std::unique_ptr<SharedMemory> shm) : shm_(std::move(shm)), copy_(shm_->size()) {}
-  std::string memory() const override { return "host"; }
-  std::string device() const override { return ""; }
-  std::string handle() const override { return shm_->name(); }
-  StatusOr<const char*> Read(size_t offset, size_t bytes) override {
-    if (offset + bytes > shm_->size()) return absl::InternalError("ring read beyond its end");
-    std::memcpy(copy_.data() + offset, shm_->data() + offset, bytes);  // validated on this copy only
-    return copy_.data() + offset;
-  }
-  Status Poke(size_t offset, std::string_view bytes) override {
-    if (offset + bytes.size() > shm_->size()) return absl::InternalError("ring poke beyond its end");
-    std::memcpy(shm_->data() + offset, bytes.data(), bytes.size());
-    return absl::OkStatus();
-  }
-  void Unlink() override { shm_->Unlink(); }
-
- private:
-  std::unique_ptr<SharedMemory> shm_;
-  std::vector<char> copy_;
-};
-
+// Memory "host": the mirror in the shared block is the ring; the producer's CPU writes it.
 class HostRingMapping final : public RingMapping {
  public:
-  HostRingMapping(std::unique_ptr<SharedMemory> slots, char* control)
-      : slots_(std::move(slots)), control_(control), staging_(slots_->size()) {}
-  char* staging(size_t offset) override { return staging_.data() + offset; }
-  Status Put(size_t offset, size_t bytes) override {
-    std::memcpy(slots_->data() + offset, staging_.data() + offset, bytes);
+  explicit HostRingMapping(char* shared) : shared_(shared) {}
+  Status Publish(size_t, size_t, const void* rows, size_t, size_t row_bytes, void*, size_t signal_offset,
+                 uint64_t value) override {
+    if (rows != nullptr && row_bytes > 0) return absl::UnimplementedError("a host-memory ring takes no device rows");
+    Word(shared_, signal_offset).store(value, std::memory_order_release);  // after the slot's bytes
     return absl::OkStatus();
   }
-  Status PutDevice(size_t, const void*, size_t, int, void*) override {
-    return absl::UnimplementedError("a host-memory ring takes no device memory");
-  }
-  bool takes_device_memory() const override { return false; }
-  Status Signal(size_t offset, uint64_t value) override {
-    Word(control_, offset).store(value, std::memory_order_release);  // after the slot's bytes
-    return absl::OkStatus();
-  }
+  bool takes_device_rows(int) const override { return false; }
   Status Drain() override { return absl::OkStatus(); }
   std::string transports() const override { return "shm"; }
 
  private:
-  std::unique_ptr<SharedMemory> slots_;
-  char* control_;
-  std::vector<char> staging_;
+  char* shared_;
 };
 
 }  // namespace
@@ -126,28 +94,17 @@ void SharedMemory::Unlink() {
 }
 
 StatusOr<std::unique_ptr<RingMemory>> AllocateRing(const std::string& device, size_t bytes) {
-  if (device == "host") {
-    VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemory> shm, SharedMemory::Create("slots", bytes));
-    return std::unique_ptr<RingMemory>(new HostRingMemory(std::move(shm)));
+  const std::string n = device.rfind("cuda:", 0) == 0 ? device.substr(5) : "";
+  if (n.empty() || n.size() > 3 || n.find_first_not_of("0123456789") != std::string::npos) {
+    return absl::InvalidArgumentError(StrCat("ring device '", device, "': expected cuda:N"));
   }
-  if (device.rfind("cuda:", 0) == 0) {
-    const std::string n = device.substr(5);
-    if (n.empty() || n.size() > 3 || n.find_first_not_of("0123456789") != std::string::npos) {
-      return absl::InvalidArgumentError(StrCat("ring device '", device, "': expected host or cuda:N"));
-    }
-    return AllocateCudaRing(std::stoi(n), bytes);
-  }
-  return absl::InvalidArgumentError(StrCat("ring device '", device, "': expected host or cuda:N"));
+  return AllocateCudaRing(std::stoi(n), bytes);
 }
 
-StatusOr<std::unique_ptr<RingMapping>> MapRing(const RingOffer& offer, char* control, size_t control_bytes,
+StatusOr<std::unique_ptr<RingMapping>> MapRing(const RingOffer& offer, char* shared, size_t shared_bytes,
                                                int edge_device) {
-  const size_t bytes = static_cast<size_t>(offer.slots) * offer.slot_bytes;
-  if (offer.memory == "host") {
-    VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemory> slots, SharedMemory::Open(offer.handle, bytes));
-    return std::unique_ptr<RingMapping>(new HostRingMapping(std::move(slots), control));
-  }
-  if (offer.memory == "cuda") return MapCudaRing(offer, control, control_bytes, edge_device);
+  if (offer.memory == "host") return std::unique_ptr<RingMapping>(new HostRingMapping(shared));
+  if (offer.memory == "cuda") return MapCudaRing(offer, shared, shared_bytes, edge_device);
   return absl::InvalidArgumentError(StrCat("ring memory '", offer.memory.substr(0, 100), "': expected cuda or host"));
 }
 

@@ -1,17 +1,21 @@
 // Internal: the cuda_ipc link's ring (cuda_ipc.h) — the shared layout and the memory backends.
 //
-// The aggregator (consumer) owns two pieces of memory per session:
-//  - the slots: `slots` × `slot_bytes` bytes in GPU memory (memory "cuda": cudaMalloc, exported with
-//    cudaIpcGetMemHandle) or in shared host memory (memory "host": a POSIX shared-memory object, for hosts
-//    without a GPU and for the CPU tests);
-//  - the control block, always in shared host memory (ControlHeader, then one u64 signal word per slot).
-// The edge (producer) maps both: it writes a slot (a copy on its CUDA stream), then the slot's signal word
-// (cuStreamWriteValue64 on the same stream into the control block, registered as mapped host memory: the
-// write lands after the slot's bytes, with a system-wide fence). The consumer polls the signal words from
-// the host — no host round trip of the edge per message — and releases slots by advancing `consumed`.
+// The aggregator (consumer) owns, per session:
+//  - the shared block (host memory, a POSIX shared-memory object, mode 0600): ControlHeader, one u64
+//    signal word per slot, and — at MirrorOffset — a host mirror of every slot (`slots` × `slot_bytes`);
+//  - for memory "cuda", the ring itself: `slots` × `slot_bytes` bytes of GPU memory (cudaMalloc, exported
+//    with cudaIpcGetMemHandle), where a GPU consumer of the aggregator reads results without a host copy.
+//    For memory "host" (hosts without a GPU, the CPU tests) the mirror is the ring.
+// The edge (producer) maps both. It writes a slot's host part (slot header, frames) straight into the
+// mirror with the CPU, then — memory "cuda" — launches one kernel on its own stream that copies the host
+// part into the GPU ring, copies device rows (a DevicePayload) into the GPU ring and into the mirror, and
+// then, after a system-wide fence, writes the slot's signal word: the edge never waits for the GPU, and the
+// aggregator learns of the slot from a host-memory poll and reads it from the mirror — the copy to the host
+// that storage needs is made by the same kernel, with no host round trip on either side. Memory "host":
+// the CPU writes everything and stores the signal with release order.
 //
 // Signal word of slot k = seq % slots: ((seq + 1) << 24) | used bytes (slot header included), so the
-// consumer learns that slot seq is complete and how many bytes to copy from one 8-byte read.
+// consumer learns that slot seq is complete and how many bytes to read from one 8-byte read.
 // Slot: SlotHeader, then its payload:
 //   kind 1 (stream): `bytes` bytes of the frame byte stream (protocol.h frames; a frame may span slots);
 //   kind 2 (device report): a Report frame of `bytes` bytes encoded with no detection rows, then at
@@ -51,7 +55,13 @@ struct SlotHeader {
 };
 static_assert(sizeof(SlotHeader) == 16);
 
-inline size_t ControlBytes(uint32_t slots) { return kSignalsOffset + 8 * static_cast<size_t>(slots); }
+// The shared block: header and signals, then the slots' host mirror at a page boundary.
+inline size_t MirrorOffset(uint32_t slots) {
+  return (kSignalsOffset + 8 * static_cast<size_t>(slots) + 4095) & ~size_t{4095};
+}
+inline size_t SharedBytes(uint32_t slots, uint32_t slot_bytes) {
+  return MirrorOffset(slots) + static_cast<size_t>(slots) * slot_bytes;
+}
 inline size_t SignalOffset(uint64_t seq, uint32_t slots) { return kSignalsOffset + 8 * (seq % slots); }
 inline uint64_t SignalValue(uint64_t seq, uint32_t used) { return ((seq + 1) << 24) | used; }
 inline size_t RoundUp8(size_t n) { return (n + 7) & ~size_t{7}; }
@@ -83,54 +93,49 @@ class SharedMemory {
   bool owner_;
 };
 
-// The consumer's slots. Read copies to the host (what it returns stays valid until the next call).
+// The consumer's GPU ring (memory "cuda"); memory "host" has none (the mirror is the ring).
 class RingMemory {
  public:
   virtual ~RingMemory() = default;
-  virtual std::string memory() const = 0;  // "cuda" / "host"
-  virtual std::string device() const = 0;  // PCI bus id, "" for host
-  virtual std::string handle() const = 0;  // what MapRing opens
-  // Copies [offset, offset + bytes) of the slots to host memory. Errors: Internal (a CUDA error).
-  virtual StatusOr<const char*> Read(size_t offset, size_t bytes) = 0;
-  // Writes into the slots (tests: a corrupted slot). Errors: Internal.
-  virtual Status Poke(size_t offset, std::string_view bytes) = 0;
-  // The name to unlink once the producer mapped it (host memory); no-op for CUDA.
-  virtual void Unlink() {}
+  virtual std::string device() const = 0;  // PCI bus id
+  virtual std::string handle() const = 0;  // the cudaIpcMemHandle_t bytes
+  // Copies [offset, offset + bytes) of the GPU ring to `dst` (tests and checks). Errors: Internal.
+  virtual Status Read(size_t offset, size_t bytes, char* dst) = 0;
 };
 
-// `device`: "host" or "cuda:N". Errors: InvalidArgument (device), Unimplemented (cuda without CUDA in
-// this build), Unavailable / ResourceExhausted (allocation, export).
+// `device`: "cuda:N". Errors: InvalidArgument (device), Unimplemented (no CUDA in this build), Unavailable /
+// ResourceExhausted (allocation, export).
 StatusOr<std::unique_ptr<RingMemory>> AllocateRing(const std::string& device, size_t bytes);
 
-// The producer's side of a ring: staging in host memory (pinned for CUDA) and ordered copies + signals.
+// The producer's side of a ring. The host part of each slot is written by the caller into the mirror
+// (`shared` + MirrorOffset) before Publish.
 class RingMapping {
  public:
   virtual ~RingMapping() = default;
-  // Host staging for the slot bytes at `offset` (fill, then Put).
-  virtual char* staging(size_t offset) = 0;
-  // Enqueues the copy of staging [offset, offset + bytes) into the ring at the same offset.
-  virtual Status Put(size_t offset, size_t bytes) = 0;
-  // Enqueues a copy of `bytes` device bytes at `src` (on CUDA device `src_device`, after `ready_event` — a
-  // cudaEvent_t, or null) into the ring at `offset`. Unimplemented for host rings.
-  virtual Status PutDevice(size_t offset, const void* src, size_t bytes, int src_device, void* ready_event) = 0;
-  virtual bool takes_device_memory() const = 0;
-  // Enqueues, after everything enqueued before, the write of `value` to the control word at `offset`.
-  virtual Status Signal(size_t offset, uint64_t value) = 0;
-  // Waits for everything enqueued (before unmapping). Errors: Internal.
+  // Publishes the slot at `offset` (from the start of the slots): its first `host_bytes` bytes are in the
+  // mirror already; `row_bytes` bytes of device rows at `rows` (on the mapping's GPU, ready after
+  // `ready_event`, a cudaEvent_t or null) go to `rows_offset` in the slot (ring and mirror); then the signal
+  // word at `signal_offset` (from the start of the shared block) becomes `value`. Ordered with earlier
+  // publishes. Errors: Unimplemented (device rows on a host ring), Internal (a CUDA error).
+  virtual Status Publish(size_t offset, size_t host_bytes, const void* rows, size_t rows_offset, size_t row_bytes,
+                         void* ready_event, size_t signal_offset, uint64_t value) = 0;
+  // Whether Publish takes device rows from CUDA device `device`.
+  virtual bool takes_device_rows(int device) const = 0;
+  // Waits for everything published (before unmapping). Errors: Internal.
   virtual Status Drain() = 0;
   virtual std::string transports() const = 0;  // "cuda_ipc" or "shm"
 };
 
-// Maps the ring of `offer` (memory "host" or "cuda"); `control` is the mapped control block (the mapping
-// registers it with CUDA for device-side signal writes). `edge_device`: the CUDA device the edge writes
-// from (-1: the ring's own GPU). Errors: Unavailable naming the reason (no such GPU here, no peer access,
-// the IPC handle does not open, CUDA missing), InvalidArgument (a malformed offer).
-StatusOr<std::unique_ptr<RingMapping>> MapRing(const RingOffer& offer, char* control, size_t control_bytes,
+// Maps the ring of `offer`; `shared` is the mapped shared block (the mapping registers it with CUDA for
+// the kernel's writes). `edge_device`: the CUDA device the edge writes from (-1: the ring's own GPU).
+// Errors: Unavailable naming the reason (no such GPU here, no peer access, the IPC handle does not open,
+// CUDA missing), InvalidArgument (a malformed offer).
+StatusOr<std::unique_ptr<RingMapping>> MapRing(const RingOffer& offer, char* shared, size_t shared_bytes,
                                                int edge_device);
 
 // Internal, per backend (ring.cc host, cuda_ring.cc CUDA or its stub).
 StatusOr<std::unique_ptr<RingMemory>> AllocateCudaRing(int device, size_t bytes);
-StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer& offer, char* control, size_t control_bytes,
+StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer& offer, char* shared, size_t shared_bytes,
                                                    int edge_device);
 
 }  // namespace vigil::transport::ring

@@ -39,8 +39,11 @@ class RingWriter {
   Status Acquire(std::chrono::steady_clock::time_point deadline, bool* waited);
   Status Publish(uint32_t kind, uint32_t payload_bytes, uint32_t rows, uint32_t used);
   size_t offset() const { return static_cast<size_t>(seq_ % slots_) * slot_bytes_; }
+  // The slot at `offset` in the host mirror (the CPU writes a slot's host part there).
+  char* mirror(size_t offset) const { return control_->data() + ring::MirrorOffset(slots_) + offset; }
 
-  std::unique_ptr<ring::SharedMemory> control_;
+  std::unique_ptr<ring::SharedMemory> control_;  // the shared block: control, signals, host mirror
+  const DevicePayload* device_ = nullptr;        // rows for the next Publish (a device report)
   std::unique_ptr<ring::RingMapping> mapping_;
   uint32_t slots_ = 0, slot_bytes_ = 0;
   uint64_t seq_ = 0;        // the next slot to publish
