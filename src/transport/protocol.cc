@@ -8,6 +8,7 @@
 #include <span>
 #include <cmath>
 #include <cstdio>
+#include <bit>
 #include <cstring>
 
 namespace vigil::transport {
@@ -40,6 +41,7 @@ class Writer {
     out_->append(s);
   }
   void Bytes(std::span<const uint8_t> b) { out_->append(reinterpret_cast<const char*>(b.data()), b.size()); }
+  void Raw(const void* p, size_t n) { out_->append(static_cast<const char*>(p), n); }
   void Proof(std::string_view p) {
     U8(static_cast<uint8_t>(p.size()));
     out_->append(p);
@@ -47,7 +49,9 @@ class Writer {
 
  private:
   void Le(uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out_->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+    char b[8];
+    for (int i = 0; i < bytes; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+    out_->append(b, static_cast<size_t>(bytes));
   }
   std::string* out_;
 };
@@ -99,13 +103,18 @@ struct BodyEncoder {
     w.U32(m.height);
     w.Str(m.rule);
     w.U32(static_cast<uint32_t>(rows.size()));
-    for (const ReportDetection& d : rows) {
-      w.F32(d.x1);
-      w.F32(d.y1);
-      w.F32(d.x2);
-      w.F32(d.y2);
-      w.F32(d.score);
-      w.F32(d.class_id);
+    if constexpr (std::endian::native == std::endian::little) {
+      // The row layout on the wire is the struct's (6 little-endian f32): one copy, not 6 writes per row.
+      w.Raw(rows.data(), rows.size() * sizeof(ReportDetection));
+    } else {
+      for (const ReportDetection& d : rows) {
+        w.F32(d.x1);
+        w.F32(d.y1);
+        w.F32(d.x2);
+        w.F32(d.y2);
+        w.F32(d.score);
+        w.F32(d.class_id);
+      }
     }
     return MessageType::kReport;
   }
@@ -180,6 +189,12 @@ class Reader {
     uint16_t n = 0;
     if (!Int(field, &n) || !Need(field, n)) return false;
     out->assign(data_.substr(pos_, n));
+    pos_ += n;
+    return true;
+  }
+  bool Raw(const char* field, void* out, size_t n) {
+    if (!Need(field, n)) return false;
+    std::memcpy(out, data_.data() + pos_, n);
     pos_ += n;
     return true;
   }
@@ -287,10 +302,17 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
       if (ok && (n > kMaxDetections || size_t{n} * sizeof(ReportDetection) > r.left())) {
         ok = r.Fail(StrCat("detection_count ", n, " does not fit the ", r.left(), " bytes left"));
       }
-      for (uint32_t i = 0; ok && i < n; ++i) {
-        ReportDetection& d = m.detections.emplace_back();
-        ok = r.F32("x1", &d.x1) && r.F32("y1", &d.y1) && r.F32("x2", &d.x2) && r.F32("y2", &d.y2) &&
-             r.F32("score", &d.score) && r.F32("class", &d.class_id);
+      if constexpr (std::endian::native == std::endian::little) {
+        if (ok) {
+          m.detections.resize(n);
+          ok = r.Raw("detections", m.detections.data(), size_t{n} * sizeof(ReportDetection));
+        }
+      } else {
+        for (uint32_t i = 0; ok && i < n; ++i) {
+          ReportDetection& d = m.detections.emplace_back();
+          ok = r.F32("x1", &d.x1) && r.F32("y1", &d.y1) && r.F32("x2", &d.x2) && r.F32("y2", &d.y2) &&
+               r.F32("score", &d.score) && r.F32("class", &d.class_id);
+        }
       }
       VIGIL_RETURN_IF_ERROR(r.Finish());
       m.kind = static_cast<ReportKind>(kind);
