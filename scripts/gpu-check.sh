@@ -41,7 +41,8 @@
 #             H2D) — and with host rows; then `vigil edge` with links [cuda_ipc, tcp] and IPC_STREAMS NVDEC
 #             streams against `vigil aggregator` SIGKILLed twice mid-run (restarted once without cuda_ipc,
 #             then with it): every frame stored once, the edge back on cuda_ipc; and a tcp-only run of the same
-#             clip whose stored detections must equal the cuda_ipc run's
+#             clip whose stored detections must match the cuda_ipc run's; then the product sweep
+#             (tools/gpu/edge_sweep.py) at IPC_PRODUCT_STREAMS (128) streams over cuda_ipc and over tcp
 #   product   the product under load (issue 13's benchmark): `vigil aggregator` + `vigil edge` as processes
 #             with N NVDEC streams of the clip in real time, N in PRODUCT_STREAMS, the dynamic-batch YOLOv8n
 #             (PRODUCT_MODEL=int8: the shared int8 one, batch 1) in fp16 (tools/gpu/edge_sweep.py:
@@ -366,6 +367,15 @@ except Exception: print(0)' "$dir/ipc.db")" -gt 200 ] && break
     >"$dir/edge-tcp.log" 2>&1 || rc=1
   kill "$agg"; wait "$agg" 2>/dev/null
   for f in edge-ipc.log edge-ipc.prom agg1.log agg2.log agg3.log agg3.prom edge-tcp.prom; do cp "$dir/$f" "$OUT/ipc-$f"; done
+  # The product at IPC_PRODUCT_STREAMS streams over each link (issue 13's sweep, one N): frame->stored p99.
+  if [ -n "${IPC_PRODUCT_STREAMS:-128}" ]; then
+    local link pm
+    pm=$(yolov8n)
+    for link in cuda_ipc tcp; do
+      python3 "$ROOT/tools/gpu/edge_sweep.py" --vigil "$DEV/bin/vigil" --model "$pm" --clip "$clip" \
+        --streams "${IPC_PRODUCT_STREAMS:-128}" --link "$link" --keep-going >"$OUT/ipc-product-$link.json" || rc=1
+    done
+  fi
   python3 - "$dir" "$n" >"$OUT/ipc.json" <<'PY' || rc=1
 import json, re, sqlite3, sys
 d, n = sys.argv[1], int(sys.argv[2])

@@ -103,15 +103,18 @@ def run(args, n: int, work: Path) -> dict:
     (d / "keys.yaml").write_text(f"sweep: {key}\n")
     for f in ("edge.key", "keys.yaml"):
         (d / f).chmod(0o600)
+    ipc = f"cuda_ipc: {{socket: {d}/agg.sock, device: {args.device}}}\n" if args.link == "cuda_ipc" else ""
     (d / "agg.yaml").write_text(f"listen: 127.0.0.1:{agg_port}\nhttp: 127.0.0.1:{agg_http}\ndb: {d}/vigil.db\n"
-                                f"queue_max: 1000000\nauth: {{keys_file: {d}/keys.yaml}}\n")
+                                f"queue_max: 1000000\nauth: {{keys_file: {d}/keys.yaml}}\n{ipc}")
+    links = "cuda_ipc, tcp" if args.link == "cuda_ipc" else "tcp"
     streams = "".join(f"  - {{id: cam{i:03d}, source: {args.clip}, realtime: true, loop: true}}\n" for i in range(n))
     (d / "edge.yaml").write_text(
         f"edge: sweep\naggregator: 127.0.0.1:{agg_port}\n"
         f"model: {{path: {args.model}, device: {args.device}, precision: {args.precision}, workers: {args.workers}}}\n"
         f"batching: {{max_batch: {args.batch}, max_wait_ms: {args.max_wait_ms}}}\n"
         f"progress_flush_ms: {args.progress_flush_ms}\nhttp_port: {edge_http}\nstate_dir: {d}/state\n"
-        f"transport: {{max_outbox: 1000000, key_file: {d}/edge.key}}\nhwaccel: {args.hwaccel}\nstreams:\n{streams}")
+        f"transport: {{max_outbox: 1000000, key_file: {d}/edge.key, links: [{links}], cuda_ipc: {d}/agg.sock}}\n"
+        f"hwaccel: {args.hwaccel}\nstreams:\n{streams}")
     agg = subprocess.Popen([args.vigil, "aggregator", "--config", str(d / "agg.yaml")],
                            stdout=open(d / "agg.out", "wb"), stderr=open(d / "agg.log", "wb"))
     time.sleep(1.0)
@@ -182,6 +185,7 @@ def run(args, n: int, work: Path) -> dict:
             "edge_cpu_ms_per_frame": round(1e3 * (c1 - c0) / max(frames, 1), 3),
             "aggregator_cpu_ms_per_frame": round(1e3 * (ca1 - ca0) / max(frames, 1), 3),
             "decoders": decoders,
+            "link_messages": {link: delta("vigil_edge_link_messages_total", link=link) for link in ("cuda_ipc", "tcp")},
         })
         p99d = result["frame_to_detection_ms"]["p99"]
         p99s = result["frame_to_stored_ms"]["p99"]
@@ -215,6 +219,8 @@ def main() -> int:
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--precision", default="fp16")
     p.add_argument("--hwaccel", default="cuda")
+    p.add_argument("--link", default="tcp", choices=["tcp", "cuda_ipc"],
+                   help="the edge's preferred link (cuda_ipc: the aggregator offers a ring on --device)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--max-wait-ms", type=int, default=2)
