@@ -1,6 +1,7 @@
 // vigil/aggregator/aggregator.h — the aggregation node: `vigil aggregator --config agg.yaml`.
 //
-// Edges connect over the tcp link (optionally TLS) and the ucx link when configured (transport/receiver.h,
+// Edges connect over the tcp link (optionally TLS), the ucx link and the cuda_ipc link (same host:
+// transport/cuda_ipc.h) when configured (transport/receiver.h,
 // protocol v3), prove their key (transport/auth.h) and say Hello; the aggregator is the authority on
 // epochs. Every listener, HTTP included, takes only addresses in `allow`. Hellos and reports go through one queue to one storage thread, in arrival order:
 //  - a Hello is decided by Store::Admit in a committed transaction of its own, BEFORE any answer: a
@@ -65,7 +66,10 @@
 //   vigil_aggregator_edges_connected                                gauge: open sessions past their Hello
 //   vigil_transport_connections_total{link,result=accepted|refused|authenticated}   counter
 //   vigil_transport_rejected_total{link,reason=address|unknown_edge|bad_proof|no_proof|handshake_timeout|
-//                                   malformed|unsupported_version|tls|challenge_refused}   counter: refused before a session
+//                                   malformed|unsupported_version|tls|challenge_refused|peer_credentials}
+//                                                                            counter: refused before a session
+//   vigil_cuda_ipc_{rings_offered,ring_failures,slots,slots_rejected,device_reports,bytes}_total
+//                                                                            counter: the cuda_ipc rings (when on)
 //   vigil_transport_disconnects_total{link,reason=protocol_error|timeout|sequence_gap} counter
 //   vigil_transport_repeated_reports_total{link}                    counter: duplicated frames ignored
 //   vigil_transport_received_bytes_total{link}, vigil_transport_received_frames_total{link}   counters

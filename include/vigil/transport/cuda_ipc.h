@@ -5,19 +5,20 @@
 // SO_PEERCRED) carrying the ordinary protocol (protocol.h): Hello → Challenge → Auth → Welcome, Heartbeats,
 // Acks and Rejects. Right after the Welcome — so only an authenticated edge ever learns a handle — the
 // aggregator offers a ring (RingOffer): `slots` slots of `slot_bytes` bytes allocated for this session on
-// its GPU (`device: cuda:N`, exported with cudaIpcGetMemHandle) or in shared host memory (`device: host`:
-// machines without a GPU, and the CPU tests), plus a control block in shared host memory. The edge maps both
-// once (cudaIpcOpenMemHandle: same GPU, or another GPU with peer access), answers RingAccept, and from then
-// on writes its Reports into the slots on its own CUDA stream — from host memory through pinned staging, or
-// from device memory (OutboxMessage::device) with a device-to-device copy — and publishes each slot with a
-// device-side write of its sequence word into the control block (cuStreamWriteValue64): no host
-// synchronisation per message on the edge. The aggregator's reader thread polls the sequence words from the
-// host (spinning briefly after traffic, then sleeping in growing steps up to 200 µs), copies each
-// complete slot to the host, checks it (slot header, frame magic, length and CRC; for device rows: at most
-// kMaxDetections rows, finite boxes and scores, integral class ids below the number of classes the Hello
-// named) before anything of it is used, and releases the slot. A slot that fails is counted
-// (`slots_rejected`), logged, and ends the session: nothing of it is stored, and the edge re-sends it on
-// its next session. The edge waits for a free slot when all are in use (flow control).
+// its GPU (`device: cuda:N`, exported with cudaIpcGetMemHandle; `device: host`: none, for machines without a
+// GPU and the CPU tests) and a shared-memory block with the control words and a host mirror of the slots.
+// The edge maps both once (cudaIpcOpenMemHandle: same GPU, or another GPU with peer access), answers
+// RingAccept, and from then on writes its Reports into slots: the CPU writes a slot's host part (header,
+// frames) into the mirror, and one kernel on the edge's own CUDA stream copies it into the GPU ring, copies
+// device rows (OutboxMessage::device) into the ring and the mirror, and then, after a system-wide fence,
+// writes the slot's sequence word: no host synchronisation per message on the edge. The aggregator's reader
+// thread polls the sequence words from the host (spinning 100 µs after traffic, then sleeping in growing
+// steps up to 200 µs; socket data wakes it at once), copies each complete slot out of the mirror, checks it
+// (slot header, frame magic, length and CRC; for device rows: at most kMaxDetections rows, finite boxes and
+// scores, integral class ids below the number of classes the Hello named) before anything of it is used, and
+// releases the slot. A slot that fails is counted (`slots_rejected`), logged, and ends the session: nothing of
+// it is stored, and the edge re-sends it on its next session. The edge waits for a free slot when all are in
+// use (flow control).
 //
 // Failure: either side's death is seen on the socket (and by heartbeats): the edge unmaps the ring and the
 // courier falls back to its next link; the aggregator frees the ring when the session ends (the edge's
