@@ -440,8 +440,11 @@ Status RingWriter::Acquire(Clock::time_point deadline, bool* waited) {
     if (ring::Word(ctl, offsetof(ring::ControlHeader, closed)).load(std::memory_order_acquire) != 0) {
       return absl::UnavailableError("cuda_ipc: the aggregator closed the ring");
     }
+    // A slot is free once the consumer released it and the GPU ring's copy of it is done (the CPU may signal
+    // a slot before its kernel ran: ring.h, Publish).
     const uint64_t consumed = ring::Word(ctl, offsetof(ring::ControlHeader, consumed)).load(std::memory_order_acquire);
-    if (seq_ - consumed < slots_) {
+    const uint64_t ready = ring::Word(ctl, offsetof(ring::ControlHeader, ring_ready)).load(std::memory_order_acquire);
+    if (seq_ - consumed < slots_ && seq_ - ready < slots_) {
       keep_[seq_ % slots_].reset();  // its copy finished: the aggregator saw the slot's signal
       return absl::OkStatus();
     }
@@ -466,7 +469,7 @@ Status RingWriter::Publish(uint32_t kind, uint32_t payload_bytes, uint32_t rows,
   if (corrupt) s[kind == ring::kKindStream ? used - 1 : sizeof h + payload_bytes - 1] ^= 0x5a;  // the test hook
   const size_t host_bytes = kind == ring::kKindStream ? used : sizeof h + ring::RoundUp8(payload_bytes);
   const DevicePayload* d = device_;
-  Status st = mapping_->Publish(off, host_bytes, d ? d->device_rows : nullptr, host_bytes,
+  Status st = mapping_->Publish(seq_, off, host_bytes, d ? d->device_rows : nullptr, host_bytes,
                                 d ? d->count * sizeof(ReportDetection) : 0, d ? d->ready_event : nullptr,
                                 ring::SignalOffset(seq_, slots_), ring::SignalValue(seq_, used));
   device_ = nullptr;

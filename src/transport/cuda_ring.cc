@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 
 #include "ring.h"
@@ -122,18 +123,23 @@ class CudaRingMapping final : public RingMapping {
     VIGIL_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), StrCat(where, ": stream")));
     return std::unique_ptr<RingMapping>(std::move(m));
   }
-  Status Publish(size_t offset, size_t host_bytes, const void* rows, size_t rows_offset, size_t row_bytes,
-                 void* ready_event, size_t signal_offset, uint64_t value) override {
-    if (ready_event != nullptr) {
+  Status Publish(uint64_t seq, size_t offset, size_t host_bytes, const void* rows, size_t rows_offset,
+                 size_t row_bytes, void* ready_event, size_t signal_offset, uint64_t value) override {
+    const bool cpu_signal = rows == nullptr || row_bytes == 0;
+    if (cpu_signal) {
+      // The mirror holds the whole slot: the consumer may take it now; the GPU ring's copy follows.
+      Word(shared_, signal_offset).store(value, std::memory_order_release);
+    } else if (ready_event != nullptr) {
       VIGIL_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready_event), 0),
                                  "cuda_ipc: wait for the rows"));
     }
-    // The CPU's stores into the mirror happen before the launch (the kernel reads them, and the consumer
-    // reads them after the signal the kernel writes).
+    // The CPU's stores into the mirror happen before the launch (the kernel reads them).
     std::atomic_thread_fence(std::memory_order_release);
+    auto* words = reinterpret_cast<unsigned long long*>(shared_dev_);
     return Cuda(LaunchPublishSlot(static_cast<char*>(ring_) + offset, shared_dev_ + mirror_offset_ + offset,
                                   RoundUp8(host_bytes), static_cast<const char*>(rows), rows_offset, row_bytes,
-                                  reinterpret_cast<unsigned long long*>(shared_dev_ + signal_offset), value, stream_),
+                                  cpu_signal ? nullptr : words + signal_offset / 8, value,
+                                  words + offsetof(ControlHeader, ring_ready) / 8, seq + 1, stream_),
                 "cuda_ipc: publish kernel");
   }
   bool takes_device_rows(int device) const override { return device == device_; }

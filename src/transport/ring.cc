@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "vigil/transport/auth.h"
@@ -29,10 +30,11 @@ std::string RandomName(std::string_view what) {
 class HostRingMapping final : public RingMapping {
  public:
   explicit HostRingMapping(char* shared) : shared_(shared) {}
-  Status Publish(size_t, size_t, const void* rows, size_t, size_t row_bytes, void*, size_t signal_offset,
+  Status Publish(uint64_t seq, size_t, size_t, const void* rows, size_t, size_t row_bytes, void*, size_t signal_offset,
                  uint64_t value) override {
     if (rows != nullptr && row_bytes > 0) return absl::UnimplementedError("a host-memory ring takes no device rows");
     Word(shared_, signal_offset).store(value, std::memory_order_release);  // after the slot's bytes
+    Word(shared_, offsetof(ControlHeader, ring_ready)).store(seq + 1, std::memory_order_release);
     return absl::OkStatus();
   }
   bool takes_device_rows(int) const override { return false; }

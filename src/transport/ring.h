@@ -38,7 +38,7 @@ namespace vigil::transport::ring {
 inline constexpr uint64_t kControlMagic = 0x31474e4952474956ull;  // "VIGRING1"
 inline constexpr uint32_t kSlotMagic = 0x544c5356;                // "VSLT"
 inline constexpr uint32_t kKindStream = 1, kKindDeviceReport = 2;
-inline constexpr size_t kSignalsOffset = 192;
+inline constexpr size_t kSignalsOffset = 256;
 inline constexpr uint32_t kMaxSlotBytes = (1u << 24) - 1;  // the signal word's byte field
 inline constexpr uint32_t kMinSlotBytes = 4096;
 
@@ -47,6 +47,8 @@ struct ControlHeader {
   uint32_t slots, slot_bytes;
   alignas(64) uint64_t consumed;  // slots released by the consumer (a count); atomic_ref access
   alignas(64) uint64_t closed;    // 1: the consumer is gone; the producer stops waiting
+  alignas(64) uint64_t ring_ready;  // slots complete in the GPU ring, in order (a count; a GPU consumer's
+                                    // signal: a slot's host signal may come first, see Publish)
 };
 static_assert(sizeof(ControlHeader) <= kSignalsOffset);
 
@@ -112,13 +114,16 @@ StatusOr<std::unique_ptr<RingMemory>> AllocateRing(const std::string& device, si
 class RingMapping {
  public:
   virtual ~RingMapping() = default;
-  // Publishes the slot at `offset` (from the start of the slots): its first `host_bytes` bytes are in the
+  // Publishes slot `seq` at `offset` (from the start of the slots): its first `host_bytes` bytes are in the
   // mirror already; `row_bytes` bytes of device rows at `rows` (on the mapping's GPU, ready after
-  // `ready_event`, a cudaEvent_t or null) go to `rows_offset` in the slot (ring and mirror); then the signal
-  // word at `signal_offset` (from the start of the shared block) becomes `value`. Ordered with earlier
-  // publishes. Errors: Unimplemented (device rows on a host ring), Internal (a CUDA error).
-  virtual Status Publish(size_t offset, size_t host_bytes, const void* rows, size_t rows_offset, size_t row_bytes,
-                         void* ready_event, size_t signal_offset, uint64_t value) = 0;
+  // `ready_event`, a cudaEvent_t or null) go to `rows_offset` in the slot (ring and mirror); the signal word at
+  // `signal_offset` (from the start of the shared block) becomes `value`, and ControlHeader::ring_ready
+  // becomes seq + 1 once the GPU ring holds the slot. Without device rows the mirror is complete already, so
+  // the CPU stores the signal at once and the copy into the GPU ring follows on the stream (the consumer's
+  // host path waits for no GPU work); with device rows the kernel writes the signal after the rows. Ordered
+  // with earlier publishes. Errors: Unimplemented (device rows on a host ring), Internal (a CUDA error).
+  virtual Status Publish(uint64_t seq, size_t offset, size_t host_bytes, const void* rows, size_t rows_offset,
+                         size_t row_bytes, void* ready_event, size_t signal_offset, uint64_t value) = 0;
   // Whether Publish takes device rows from CUDA device `device`.
   virtual bool takes_device_rows(int device) const = 0;
   // Waits for everything published (before unmapping). Errors: Internal.

@@ -7,7 +7,8 @@ namespace {
 constexpr int kThreads = 512;
 
 __global__ void PublishSlot(char* ring, char* mirror, size_t host_words, const char* rows, size_t rows_offset,
-                            size_t row_words, unsigned long long* signal, unsigned long long value) {
+                            size_t row_words, unsigned long long* signal, unsigned long long value,
+                            unsigned long long* ring_ready, unsigned long long ring_value) {
   const auto* src = reinterpret_cast<const unsigned long long*>(mirror);
   auto* dst = reinterpret_cast<unsigned long long*>(ring);
   if (ring != nullptr) {
@@ -25,16 +26,19 @@ __global__ void PublishSlot(char* ring, char* mirror, size_t host_words, const c
   }
   __threadfence_system();  // this thread's ring and mirror stores before the signal, for every observer
   __syncthreads();
-  if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(signal) = value;
+  if (threadIdx.x == 0) {
+    if (signal != nullptr) *reinterpret_cast<volatile unsigned long long*>(signal) = value;
+    *reinterpret_cast<volatile unsigned long long*>(ring_ready) = ring_value;
+  }
 }
 
 }  // namespace
 
 cudaError_t LaunchPublishSlot(char* ring, char* mirror, size_t host_bytes, const char* rows, size_t rows_offset,
                               size_t row_bytes, unsigned long long* signal, unsigned long long value,
-                              cudaStream_t stream) {
+                              unsigned long long* ring_ready, unsigned long long ring_value, cudaStream_t stream) {
   PublishSlot<<<1, kThreads, 0, stream>>>(ring, mirror, host_bytes / 8, rows, rows_offset, row_bytes / 8, signal,
-                                          value);
+                                          value, ring_ready, ring_value);
   return cudaGetLastError();
 }
 
