@@ -105,7 +105,7 @@ struct BodyEncoder {
     w.U32(static_cast<uint32_t>(rows.size()));
     if constexpr (std::endian::native == std::endian::little) {
       // The row layout on the wire is the struct's (6 little-endian f32): one copy, not 6 writes per row.
-      w.Raw(rows.data(), rows.size() * sizeof(ReportDetection));
+      if (!rows.empty()) w.Raw(rows.data(), rows.size() * sizeof(ReportDetection));
     } else {
       for (const ReportDetection& d : rows) {
         w.F32(d.x1);
@@ -194,6 +194,7 @@ class Reader {
   }
   bool Raw(const char* field, void* out, size_t n) {
     if (!Need(field, n)) return false;
+    if (n == 0) return true;  // `out` may be null (an empty vector's data())
     std::memcpy(out, data_.data() + pos_, n);
     pos_ += n;
     return true;

@@ -98,8 +98,41 @@ TEST(AggregatorConfigTest, ReadsEveryKey) {
   EXPECT_EQ(defaults->listen_port, 7400);
   EXPECT_EQ(defaults->db_path, "vigil-aggregator.db");
   EXPECT_FALSE(defaults->ucx_enabled);
+  EXPECT_FALSE(defaults->cuda_ipc_enabled);
   EXPECT_TRUE(defaults->allow.empty());
   EXPECT_FALSE(defaults->auth_required);
+
+  StatusOr<AggregatorConfig> ipc = ParseAggregatorConfig(
+      "auth: {required: false}\ncuda_ipc: {socket: /run/vigil/agg.sock, device: cuda:1, slots: 128, "
+      "slot_bytes: 32768, allow_uids: [1000, 1001]}\n",
+      "ipc.yaml");
+  ASSERT_TRUE(ipc.ok()) << ipc.status();
+  EXPECT_TRUE(ipc->cuda_ipc_enabled);
+  EXPECT_EQ(ipc->cuda_ipc_socket, "/run/vigil/agg.sock");
+  EXPECT_EQ(ipc->cuda_ipc_device, "cuda:1");
+  EXPECT_EQ(ipc->cuda_ipc_slots, 128u);
+  EXPECT_EQ(ipc->cuda_ipc_slot_bytes, 32768u);
+  EXPECT_EQ(ipc->cuda_ipc_allow_uids, (std::vector<uint32_t>{1000, 1001}));
+  StatusOr<AggregatorConfig> ipc_defaults =
+      ParseAggregatorConfig("auth: {required: false}\ncuda_ipc: {socket: a.sock}\n", "ipc.yaml");
+  ASSERT_TRUE(ipc_defaults.ok()) << ipc_defaults.status();
+  EXPECT_EQ(ipc_defaults->cuda_ipc_device, "cuda:0");
+  EXPECT_EQ(ipc_defaults->cuda_ipc_slots, 64u);
+  EXPECT_EQ(ipc_defaults->cuda_ipc_slot_bytes, 65536u);
+  EXPECT_TRUE(ipc_defaults->cuda_ipc_allow_uids.empty());
+}
+
+TEST(AggregatorConfigTest, CudaIpcErrorsNameTheKey) {
+  StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
+      "auth: {required: false}\n"
+      "cuda_ipc: {device: gpu0, slots: 1, allow_uids: [root]}\n",
+      "agg.yaml");
+  ASSERT_FALSE(c.ok());
+  const std::string m = Message(c.status());
+  EXPECT_NE(m.find("cuda_ipc: missing required key 'socket'"), std::string::npos) << m;
+  EXPECT_NE(m.find("cuda_ipc.device: 'gpu0': expected cuda:N or host"), std::string::npos) << m;
+  EXPECT_NE(m.find("cuda_ipc.slots: 1 is out of range [2, 65536]"), std::string::npos) << m;
+  EXPECT_NE(m.find("cuda_ipc.allow_uids: 'root' is not a numeric uid"), std::string::npos) << m;
 }
 
 TEST(AggregatorConfigTest, ErrorsNameKeyAndLine) {

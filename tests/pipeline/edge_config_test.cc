@@ -287,6 +287,19 @@ TEST(EdgeConfig, TransportLinksKeysTlsAndHttpAccess) {
   EXPECT_EQ(c->http_cert_file, "h.pem");
   EXPECT_EQ(c->http_key_file, "h.key");
 
+  std::string ipc = kGood;
+  ipc.replace(ipc.find("streams:"), 0, "transport: {links: [cuda_ipc, tcp], cuda_ipc: /run/vigil/agg.sock}\n");
+  StatusOr<EdgeConfig> with_ipc = ParseEdgeConfig(ipc, "edge.yaml");
+  ASSERT_TRUE(with_ipc.ok()) << with_ipc.status();
+  EXPECT_EQ(with_ipc->links, (std::vector<std::string>{"cuda_ipc", "tcp"}));
+  EXPECT_EQ(with_ipc->cuda_ipc_socket, "/run/vigil/agg.sock");
+  std::string no_socket = kGood;
+  no_socket.replace(no_socket.find("streams:"), 0, "transport: {links: [cuda_ipc]}\n");
+  EXPECT_NE(std::string(ParseEdgeConfig(no_socket, "edge.yaml").status().message())
+                .find("transport.links: the cuda_ipc link needs transport.cuda_ipc: the aggregator's socket path"),
+            std::string::npos)
+      << ParseEdgeConfig(no_socket, "edge.yaml").status();
+
   StatusOr<EdgeConfig> defaults = ParseEdgeConfig(kGood, "edge.yaml");
   ASSERT_TRUE(defaults.ok());
   EXPECT_EQ(defaults->links, (std::vector<std::string>{"tcp"}));

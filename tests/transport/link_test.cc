@@ -12,6 +12,9 @@
 #include <thread>
 #include <tuple>
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "testing/eventually.h"
@@ -1102,6 +1105,65 @@ TEST(CudaIpcTest, ListenOptionsAndSocketFilesAreChecked) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists) << second.status();
   o.path = std::string(200, 'x');
   EXPECT_EQ(CudaIpcListen(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+
+TEST(CudaIpcTest, TwoSlotsCarryAThousandReportsWithFlowControl) {
+  TestAggregator agg;
+  const std::string path = SocketPath("two");
+  auto rx = StartRingReceiver(&agg, path, 2, 4096);  // the sender must wait for the aggregator again and again
+  ASSERT_TRUE(rx);
+  const CudaIpcCounters before = GetCudaIpcCounters();
+  Outbox outbox(4096);
+  EdgeHandler edge;
+  std::vector<Key> order = PushMix(outbox, {"cam0", "cam1", "cam2"}, 1000);
+  for (uint64_t seq : {1000, 1005}) {  // two reports of ~12 KB: three slots each, through a ring of two
+    ASSERT_TRUE(outbox.Push(BigEvent(seq, 500), kLong).ok());
+    order.emplace_back("cam0", 1, seq);
+  }
+  auto courier = StartCourier(FastOptions(std::shared_ptr<Link>(MakeCudaIpcLink(path, ""))), &outbox, &edge);
+  ASSERT_TRUE(courier);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  EXPECT_EQ(agg.Get(agg.first_arrivals), order);
+  EXPECT_EQ(agg.Get(agg.duplicates), 0u);
+  EXPECT_EQ(courier->Stats().sessions, 1u);
+  const CudaIpcCounters after = GetCudaIpcCounters();
+  EXPECT_GT(after.slot_waits, before.slot_waits);
+  EXPECT_EQ(after.slots_rejected, before.slots_rejected);
+  courier->Close();
+}
+
+TEST(UnixSocketTest, SocketFileIsPrivateAStaleOneIsReplacedAndPeersAreNamed) {
+  const std::string path = SocketPath("unix");
+  {
+    StatusOr<std::unique_ptr<UnixListener>> l = UnixListener::Listen(path);
+    ASSERT_TRUE(l.ok()) << l.status();
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);  // only this uid can even connect
+    StatusOr<std::unique_ptr<Connection>> c = MakeUnixDialer(path)->Dial(milliseconds(1000));
+    ASSERT_TRUE(c.ok()) << c.status();
+    StatusOr<std::unique_ptr<Connection>> a = (*l)->Accept(milliseconds(1000));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ((*a)->peer(), StrCat("unix:pid=", ::getpid(), ",uid=", ::getuid()));
+    ASSERT_TRUE((*c)->Write("ping", milliseconds(1000)).ok());
+    char buf[8];
+    StatusOr<size_t> n = (*a)->Read(buf, sizeof buf, milliseconds(1000));
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(std::string(buf, *n), "ping");
+  }
+  // A socket file left by a process that died (nobody listens) is replaced; a live one is not.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::copy(path.begin(), path.end(), a.sun_path);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ::close(fd);  // the file stays, nobody listens
+  StatusOr<std::unique_ptr<UnixListener>> again = UnixListener::Listen(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(UnixListener::Listen(path).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(MakeUnixDialer(SocketPath("nobody"))->Dial(milliseconds(100)).status().code(),
+            absl::StatusCode::kUnavailable);
 }
 
 }  // namespace
