@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -43,7 +42,7 @@ uint32_t LoadLe32(const char* p) {
 }
 
 // Splits a byte stream into whole frames (header magic and body length only; the CRC is checked by the
-// caller when it wants to). Returns false with `why` for bytes that cannot start a frame.
+// caller when it wants to). A returned frame is valid until the next call.
 class FrameSplitter {
  public:
   void Feed(std::string_view bytes) { buf_.append(bytes); }
