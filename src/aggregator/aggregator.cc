@@ -599,7 +599,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     for (const char* reason : {transport::kRejectAddress, transport::kRejectUnknownEdge, transport::kRejectBadProof,
                                transport::kRejectNoProof, transport::kRejectHandshakeTimeout,
                                transport::kRejectMalformed, transport::kRejectVersion, transport::kRejectTls,
-                               transport::kRejectChallengeRefused, transport::kRejectPeerCredentials}) {
+                               transport::kRejectChallengeRefused, transport::kRejectPeerCredentials,
+                               transport::kRejectRingUnavailable, transport::kRejectRingRefused}) {
       rejected[reason] = &registry.GetCounter("vigil_transport_rejected_total",
                                               "Connections refused before their session began, by reason",
                                               {{"link", link}, {"reason", reason}});
@@ -709,10 +710,12 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   ro.peer_timeout = std::chrono::milliseconds(config.peer_timeout_ms);
   ro.keys = keys;
   ro.allow = allow;
-  auto start_link = [&](StatusOr<std::unique_ptr<transport::Listener>> listener) -> Status {
+  auto start_link = [&](StatusOr<std::unique_ptr<transport::Listener>> listener, bool ip_allow_list = true) -> Status {
     if (!listener.ok()) return listener.status();
+    transport::ReceiverOptions o = ro;
+    if (!ip_allow_list) o.allow = nullptr;
     VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<transport::Receiver> rx,
-                           transport::Receiver::Start(ro, std::move(*listener), &d));
+                           transport::Receiver::Start(o, std::move(*listener), &d));
     d.AddTransportMetrics(rx.get());
     d.receivers.push_back(std::move(rx));
     return absl::OkStatus();
@@ -734,13 +737,17 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
     if (!st.ok()) return fail(Annotate(st, "ucx_listen"));
   }
   if (config.cuda_ipc_enabled) {
+    // An explicit GPU that cannot hold rings is a configuration error, not a per-session surprise.
+    st = transport::CheckRingDevice(config.cuda_ipc_device);
+    if (!st.ok()) return fail(Annotate(st, StrCat("cuda_ipc.device ", config.cuda_ipc_device)));
     transport::CudaIpcListenOptions io;
     io.path = config.cuda_ipc_socket;
     io.device = config.cuda_ipc_device;
     io.slots = config.cuda_ipc_slots;
     io.slot_bytes = config.cuda_ipc_slot_bytes;
     io.allow_uids.assign(config.cuda_ipc_allow_uids.begin(), config.cuda_ipc_allow_uids.end());
-    st = start_link(transport::CudaIpcListen(io));
+    // The allow-list is of IP networks: a Unix-socket peer is checked by its uid (allow_uids) instead.
+    st = start_link(transport::CudaIpcListen(io), /*ip_allow_list=*/false);
     if (!st.ok()) return fail(Annotate(st, "cuda_ipc"));
     d.AddCudaIpcMetrics();
   }

@@ -5,7 +5,7 @@
 // port), for scripts and tests:
 //   vigil aggregator: edges tcp://0.0.0.0:7400 http http://127.0.0.1:7401 db vigil-aggregator.db
 // (tls+tcp:// with TLS; " ucx ucx://host:port" after the tcp address when the ucx link listens, then
-// " cuda_ipc unix:PATH" when the cuda_ipc link does; https://).
+// " cuda_ipc unix:PATH (rings on DEVICE)" when the cuda_ipc link does; https://).
 // Exit code: 0 after a signal, 1 when it cannot start (port in use, database unusable), 2 for a bad
 // configuration (each problem named with its key and line).
 #include <csignal>
@@ -42,7 +42,9 @@ int RunAggregator(const std::string& config_path) {
   }
   const std::string ucx =
       (config.ucx_enabled ? StrCat(" ucx ucx://", config.ucx_host, ":", (*agg)->ucx_port()) : std::string()) +
-      (config.cuda_ipc_enabled ? StrCat(" cuda_ipc unix:", config.cuda_ipc_socket) : std::string());
+      (config.cuda_ipc_enabled
+           ? StrCat(" cuda_ipc unix:", config.cuda_ipc_socket, " (rings on ", config.cuda_ipc_device, ")")
+           : std::string());
   std::printf("vigil aggregator: edges %s://%s:%u%s http %s://%s:%u db %s\n",
               config.tls_cert_file.empty() ? "tcp" : "tls+tcp", config.listen_host.c_str(), (*agg)->listen_port(),
               ucx.c_str(), config.http_cert_file.empty() ? "http" : "https", config.http_host.c_str(),

@@ -115,9 +115,8 @@ class RingConnection final : public Connection {
     return active_ ? (memory_ ? "cuda_ipc" : "shm") : "";
   }
 
-  std::string OnAdmitted() override {
+  std::optional<SessionOffer> OfferSession() override {
     std::lock_guard lock(mu_);
-    if (!offer_.empty()) return offer_;
     RingOffer offer;
     Status st = SetUp(&offer);
     if (!st.ok()) {
@@ -127,11 +126,10 @@ class RingConnection final : public Connection {
       offer.error = std::string(st.message());
       memory_.reset();
       shared_.reset();
-    } else {
-      ++counters().rings_offered;
+      return SessionOffer{EncodeFrame(offer), false};
     }
-    offer_ = EncodeFrame(offer);
-    return offer_;
+    ++counters().rings_offered;
+    return SessionOffer{EncodeFrame(offer), true};
   }
 
   StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
@@ -203,7 +201,7 @@ class RingConnection final : public Connection {
     return absl::OkStatus();
   }
 
-  // Socket bytes: whole frames to out_, except RingAccept, which starts the ring.
+  // Socket bytes: whole frames to out_; a RingAccept also starts polling the ring.
   Status TakeSocketBytes(std::string_view bytes) {
     sock_split_.Feed(bytes);
     for (;;) {
@@ -222,12 +220,12 @@ class RingConnection final : public Connection {
       }
       if (static_cast<uint8_t>(frame[5]) == static_cast<uint8_t>(MessageType::kRingAccept)) {
         std::lock_guard lock(mu_);
-        if (!shared_ || active_) return absl::InvalidArgumentError("RingAccept without a ring offered");
-        shared_->Unlink();
-        active_ = true;
-        spdlog::info("cuda_ipc {}: ring mapped by the edge ({} slots of {} bytes, {})", sock_->peer(), opt_.slots,
-                     opt_.slot_bytes, memory_ ? StrCat("GPU memory on ", memory_->device()) : "host memory");
-        continue;
+        if (shared_ && !active_) {  // the receiver judges a RingAccept out of place (it is passed on)
+          shared_->Unlink();
+          active_ = true;
+          spdlog::info("cuda_ipc {}: ring mapped by the edge ({} slots of {} bytes, {})", sock_->peer(), opt_.slots,
+                       opt_.slot_bytes, memory_ ? StrCat("GPU memory on ", memory_->device()) : "host memory");
+        }
       }
       out_.append(frame);
     }
@@ -308,8 +306,7 @@ class RingConnection final : public Connection {
 
   const std::unique_ptr<SocketConnection> sock_;
   const CudaIpcListenOptions opt_;
-  mutable std::mutex mu_;  // offer_, memory_/control_ set-up, active_ (set by the reader thread)
-  std::string offer_;
+  mutable std::mutex mu_;  // memory_/shared_ set-up, active_ (set by the reader thread)
   std::unique_ptr<ring::RingMemory> memory_;   // the GPU ring; null for memory "host"
   std::unique_ptr<ring::SharedMemory> shared_;  // control block, signals, host mirror
   bool active_ = false;
@@ -370,6 +367,11 @@ std::unique_ptr<Link> MakeCudaIpcLink(std::string path, std::string key, int dev
   o.key = std::move(key);
   o.ring_device = device;
   return MakeFramedLink(MakeUnixDialer(std::move(path)), std::move(o));
+}
+
+Status CheckRingDevice(const std::string& device) {
+  if (device == "host") return absl::OkStatus();
+  return ring::AllocateRing(device, ring::kMinSlotBytes).status();
 }
 
 CudaIpcCounters GetCudaIpcCounters() {

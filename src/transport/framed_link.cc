@@ -51,16 +51,8 @@ class FramedLink final : public Link {
       edge_ = hello.edge;
     }
     decoder_ = FrameDecoder();
-    StatusOr<Welcome> welcome = Handshake(*conn, hello, deadline);
     std::shared_ptr<RingWriter> ring;
-    if (welcome.ok() && opt_.kind == "cuda_ipc") {
-      StatusOr<std::shared_ptr<RingWriter>> opened = OpenRing(*conn, deadline);
-      if (opened.ok()) {
-        ring = std::move(*opened);
-      } else {
-        welcome = opened.status();
-      }
-    }
+    StatusOr<Welcome> welcome = Handshake(*conn, hello, deadline, &ring);
     std::lock_guard lock(mu_);
     if (!welcome.ok() || conn_ != conn) {  // failed, or Close ran meanwhile
       conn->Shutdown();
@@ -173,15 +165,9 @@ class FramedLink final : public Link {
     return ring_;
   }
 
-  // cuda_ipc: after the Welcome, the aggregator's RingOffer; maps it and answers RingAccept.
-  StatusOr<std::shared_ptr<RingWriter>> OpenRing(Connection& conn, Clock::time_point deadline) {
-    VIGIL_ASSIGN_OR_RETURN(Message m, HandshakeMessage(conn, deadline, "RingOffer"));
-    const RingOffer* offer = std::get_if<RingOffer>(&m);
-    if (offer == nullptr) {
-      return absl::UnavailableError(StrCat(target(), ": the aggregator sent ", MessageName(m),
-                                           " where a cuda_ipc ring offer was due (its listener is not cuda_ipc?)"));
-    }
-    StatusOr<std::unique_ptr<RingWriter>> w = RingWriter::Open(*offer, opt_.ring_device);
+  // cuda_ipc: the aggregator's RingOffer (after Auth, before the Welcome): maps it and answers RingAccept.
+  StatusOr<std::shared_ptr<RingWriter>> OpenRing(Connection& conn, const RingOffer& offer, Clock::time_point deadline) {
+    StatusOr<std::unique_ptr<RingWriter>> w = RingWriter::Open(offer, opt_.ring_device);
     if (!w.ok()) return absl::UnavailableError(StrCat(target(), ": ", w.status().message()));
     Status st = conn.Write(EncodeFrame(RingAccept{}), Left(deadline));
     if (!st.ok()) return absl::UnavailableError(StrCat(target(), ": sending RingAccept: ", st.message()));
@@ -219,8 +205,9 @@ class FramedLink final : public Link {
     return absl::FailedPreconditionError(what);
   }
 
-  // Hello → Challenge → Auth → Welcome or Reject, until `deadline`.
-  StatusOr<Welcome> Handshake(Connection& conn, const Hello& hello, Clock::time_point deadline) {
+  // Hello → Challenge → Auth → (cuda_ipc: RingOffer → RingAccept) → Welcome or Reject, until `deadline`.
+  StatusOr<Welcome> Handshake(Connection& conn, const Hello& hello, Clock::time_point deadline,
+                              std::shared_ptr<RingWriter>* ring) {
     Status st = conn.Write(EncodeFrame(hello), Left(deadline));
     if (!st.ok()) return absl::UnavailableError(StrCat(target(), ": sending Hello: ", st.message()));
     StatusOr<Message> first = HandshakeMessage(conn, deadline, "Challenge");
@@ -254,7 +241,17 @@ class FramedLink final : public Link {
     }
     st = conn.Write(EncodeFrame(auth), Left(deadline));
     if (!st.ok()) return absl::UnavailableError(StrCat(target(), ": sending Auth: ", st.message()));
-    VIGIL_ASSIGN_OR_RETURN(m, HandshakeMessage(conn, deadline, "Welcome"));
+    VIGIL_ASSIGN_OR_RETURN(m, HandshakeMessage(conn, deadline, opt_.kind == "cuda_ipc" ? "RingOffer" : "Welcome"));
+    if (const RingOffer* offer = std::get_if<RingOffer>(&m)) {
+      if (opt_.kind != "cuda_ipc") {
+        return absl::UnavailableError(StrCat(target(), ": the aggregator offered a ring on a ", opt_.kind, " link"));
+      }
+      VIGIL_ASSIGN_OR_RETURN(*ring, OpenRing(conn, *offer, deadline));  // failing: we hang up, nothing granted
+      VIGIL_ASSIGN_OR_RETURN(m, HandshakeMessage(conn, deadline, "Welcome"));
+    } else if (opt_.kind == "cuda_ipc" && std::holds_alternative<Welcome>(m)) {
+      return absl::UnavailableError(
+          StrCat(target(), ": the aggregator admitted the session without offering a ring (not a cuda_ipc listener?)"));
+    }
     if (Welcome* w = std::get_if<Welcome>(&m)) return std::move(*w);
     if (const Reject* r = std::get_if<Reject>(&m)) return Refused(hello, *r);
     return absl::UnavailableError(

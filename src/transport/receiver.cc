@@ -35,17 +35,10 @@ uint64_t Session::epoch() const {
 }
 
 void Session::Admit(const Welcome& welcome) {
-  {
-    std::lock_guard lock(mu_);
-    if (epoch_ != 0 || closed_ || closing_ || welcome.epoch == 0) return;
-  }
-  // Outside the lock: a cuda_ipc connection sets up its ring here (Connection::OnAdmitted).
-  std::string after = conn_->OnAdmitted();
   std::lock_guard lock(mu_);
-  if (epoch_ != 0 || closed_ || closing_) return;
+  if (epoch_ != 0 || closed_ || closing_ || welcome.epoch == 0) return;
   epoch_ = welcome.epoch;
   std::string frame = EncodeFrame(welcome);
-  frame += after;
   queue_bytes_ += frame.size();
   queue_.push_back(std::move(frame));
   cv_.notify_all();
@@ -227,6 +220,20 @@ struct Receiver::Impl {
     if (auto it = conns.find(id); it != conns.end()) it->second.finished = true;  // absent once Stop took over
   }
 
+  // Creates the session of an authenticated connection, starts its writer thread and hands the Hello to the
+  // handler.
+  template <typename Violation>
+  Status BeginSession(uint64_t id, const std::shared_ptr<Connection>& conn, Hello hello,
+                      std::shared_ptr<Session>* session, std::thread* writer, Violation& violation) {
+    *session = std::make_shared<Session>(id, conn, std::move(hello), opt.max_send_queue_bytes,
+                                         std::string(listener->kind()));
+    Session* s = session->get();
+    *writer = std::thread([s, timeout = opt.write_timeout] { s->WriterLoop(timeout); });
+    Status st = handler->OnHello(*session);
+    if (!st.ok()) return violation(RejectReason::kProtocolError, st);
+    return absl::OkStatus();
+  }
+
   // Refuses a connection before its session began: counted under `reason`, logged with the peer, answered
   // Reject(`wire_reason`, `wire_detail`) — which says no more than the peer may know.
   Status RefuseEarly(Connection& conn, const char* reason, RejectReason wire_reason, std::string_view wire_detail,
@@ -249,6 +256,7 @@ struct Receiver::Impl {
     std::optional<Hello> hello;   // received, waiting for Auth
     Nonce nonce{};                // ours, sent in the Challenge
     const std::string* key = nullptr;
+    bool awaiting_ring = false;  // cuda_ipc: authenticated, ring offered, RingAccept not yet received
     uint64_t next_link_seq = 0;
     // A protocol violation after authentication: Reject (empty stream) and close this connection only.
     auto violation = [&](RejectReason reason, const Status& st) {
@@ -275,6 +283,14 @@ struct Receiver::Impl {
           }
           std::lock_guard lock(mu);
           ++stats.timeouts;
+        }
+        if (!*session && awaiting_ring && !stop.load()) {
+          // The edge could not map the ring (no GPU of that bus id, no peer access, no CUDA): it hung up.
+          spdlog::warn("receiver {}: {}: edge '{}' did not take the ring offered: {}", listener->kind(), conn->peer(),
+                       hello->edge.substr(0, 200), std::string(n.status().message()));
+          std::lock_guard lock(mu);
+          ++stats.rejected[kRejectRingRefused];
+          return n.status();
         }
         if (!*session && hello && !stop.load() && n.status().code() == absl::StatusCode::kUnavailable) {
           // The edge left between our Challenge and its Auth: an edge checks our proof first, so this is
@@ -324,6 +340,17 @@ struct Receiver::Impl {
           ++stats.frames;
         }
         Message& msg = **m;
+        if (!*session && awaiting_ring) {
+          if (std::holds_alternative<Heartbeat>(msg)) continue;
+          if (!std::holds_alternative<RingAccept>(msg)) {
+            return RefuseEarly(*conn, kRejectMalformed, RejectReason::kProtocolError, "expected RingAccept",
+                               absl::InvalidArgumentError(StrCat("edge '", hello->edge.substr(0, 200), "': ",
+                                                                 MessageName(msg), " instead of RingAccept")));
+          }
+          awaiting_ring = false;
+          VIGIL_RETURN_IF_ERROR(BeginSession(id, conn, std::move(*hello), session, writer, violation));
+          continue;
+        }
         if (!*session) {
           // The handshake. Until a valid Auth the peer gets the Challenge and, at the end, one Reject.
           if (!hello) {
@@ -381,12 +408,21 @@ struct Receiver::Impl {
             std::lock_guard lock(mu);
             ++stats.authenticated;
           }
-          *session = std::make_shared<Session>(id, conn, std::move(*hello), opt.max_send_queue_bytes,
-                                               std::string(listener->kind()));
-          Session* s = session->get();
-          *writer = std::thread([s, timeout = opt.write_timeout] { s->WriterLoop(timeout); });
-          Status st = handler->OnHello(*session);
-          if (!st.ok()) return violation(RejectReason::kProtocolError, st);
+          if (std::optional<Connection::SessionOffer> offer = conn->OfferSession()) {
+            // cuda_ipc: the ring first; the session begins once the edge mapped it (RingAccept).
+            Status st = conn->Write(offer->frames, opt.write_timeout);
+            if (!st.ok()) return st;
+            if (!offer->ok) {
+              spdlog::warn("receiver {}: {}: edge '{}': no ring could be offered; closing", listener->kind(),
+                           conn->peer(), hello->edge.substr(0, 200));
+              std::lock_guard lock(mu);
+              ++stats.rejected[kRejectRingUnavailable];
+              return absl::UnavailableError("no ring for this session");
+            }
+            awaiting_ring = true;
+            continue;
+          }
+          VIGIL_RETURN_IF_ERROR(BeginSession(id, conn, std::move(*hello), session, writer, violation));
         } else if (Report* r = std::get_if<Report>(&msg)) {
           Session& s = **session;
           const uint64_t epoch = s.epoch();

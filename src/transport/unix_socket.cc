@@ -100,6 +100,12 @@ StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& 
   if (rc != 0 || ::listen(fd, options.backlog) != 0) {
     const int err = rc != 0 ? bind_errno : errno;
     ::close(fd);
+    if (rc != 0 && err == ENOENT) {
+      const size_t slash = path.rfind('/');
+      return absl::UnavailableError(StrCat("unix socket '", path, "': the directory '",
+                                           slash == std::string::npos ? "." : path.substr(0, slash),
+                                           "' does not exist (create it, e.g. mkdir -p, with the aggregator's owner)"));
+    }
     return absl::UnavailableError(StrCat("unix socket '", path, "': ", rc != 0 ? "bind" : "listen", ": ", net::Errno(err)));
   }
   return std::unique_ptr<UnixListener>(new UnixListener(fd, path, std::move(options)));

@@ -435,12 +435,22 @@ TEST_F(LinksTest, MutualTlsOnTheTcpLinkAdmitsTheEdgeWithItsCertificateAndRefuses
 // cuda_ipc against the real aggregator (rings in shared host memory here; cuda:N on the GPU machine, where
 // the two sides run as two processes: scripts/gpu-check.sh). The aggregator stops mid-run and comes back:
 // the edge falls back to tcp while the ring side is gone, then returns to the ring; every frame once, in order.
+TEST_F(LinksTest, CudaIpcOnAGpuThatCannotHoldRingsFailsTheStartNamingIt) {
+  config_.cuda_ipc_enabled = true;
+  config_.cuda_ipc_socket = (dir_ / "agg.sock").string();
+  config_.cuda_ipc_device = "cuda:99";
+  StatusOr<std::unique_ptr<Aggregator>> a = Aggregator::Start(config_);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(std::string(a.status().message()).starts_with("cuda_ipc.device cuda:99: ")) << a.status();
+}
+
 TEST_F(LinksTest, CudaIpcRingStoresEverythingOnceAcrossAnAggregatorRestart) {
   config_.cuda_ipc_enabled = true;
   config_.cuda_ipc_socket = (dir_ / "agg.sock").string();
   config_.cuda_ipc_device = "host";
   config_.cuda_ipc_slots = 8;
   config_.cuda_ipc_slot_bytes = 4096;
+  config_.allow = {"127.0.0.1/32"};  // IP listeners only: the socket's peers are checked by uid
   auto agg = Start();
   ASSERT_TRUE(agg);
   const uint16_t tcp_port = agg->listen_port();
@@ -475,6 +485,10 @@ TEST_F(LinksTest, CudaIpcRingStoresEverythingOnceAcrossAnAggregatorRestart) {
   (*courier)->Close();
   agg->Stop();
   ExpectStoredOnceInOrder(streams, 400);
+  EXPECT_EQ(metrics.find("vigil_transport_rejected_total{link=\"cuda_ipc\",reason=\"address\"} 0\n") ==
+                std::string::npos,
+            false)
+      << metrics;
   EXPECT_EQ(cs.links[0].kind, "cuda_ipc");
   EXPECT_EQ(cs.links[0].transports, "shm");
   EXPECT_GE(cs.links[0].sessions, 2u);

@@ -1040,13 +1040,20 @@ TEST(CudaIpcTest, NoRingForTheSessionFallsBackToTcpAndSaysWhy) {
   const std::vector<Key> order = PushMix(outbox, {"cam0"}, 50);
   ASSERT_TRUE(outbox.WaitEmpty(kLong));
   EXPECT_EQ(agg.Get(agg.first_arrivals), order);
+  // The probes keep failing without costing the tcp session anything: the aggregator decides on a Hello only
+  // after the ring was accepted, so a failed ring grants no epoch and supersedes nothing.
+  ASSERT_TRUE(Eventually([&] { return courier->Stats().links[0].open_failures >= 4; }));
   const CourierStats s = courier->Stats();
   EXPECT_EQ(s.link, "tcp");
-  EXPECT_GE(s.links[0].open_failures, 1u);
+  EXPECT_EQ(s.links[1].sessions, 1u);
+  EXPECT_EQ(s.disconnects, 0u);
+  EXPECT_EQ(s.epoch, 1u);
   EXPECT_NE(s.last_error.find("offers no ring"), std::string::npos) << s.last_error;
+  EXPECT_EQ(agg.Get(agg.hellos), std::vector<std::string>{"edge-1"});  // only the tcp session's Hello
+  EXPECT_GE(ring_rx->Stats().rejected["ring_unavailable"], 4u);
   const CudaIpcCounters after = GetCudaIpcCounters();
-  EXPECT_GE(after.ring_failures - before.ring_failures, 1u);
-  EXPECT_GE(after.map_failures - before.map_failures, 1u);
+  EXPECT_GE(after.ring_failures - before.ring_failures, 4u);
+  EXPECT_GE(after.map_failures - before.map_failures, 4u);
   courier->Close();
 }
 
@@ -1105,6 +1112,12 @@ TEST(CudaIpcTest, ListenOptionsAndSocketFilesAreChecked) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists) << second.status();
   o.path = std::string(200, 'x');
   EXPECT_EQ(CudaIpcListen(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.path = SocketPath("nodir") + "/missing/agg.sock";
+  EXPECT_NE(std::string(CudaIpcListen(o).status().message()).find("/missing' does not exist"), std::string::npos)
+      << CudaIpcListen(o).status();
+  EXPECT_TRUE(CheckRingDevice("host").ok());
+  EXPECT_FALSE(CheckRingDevice("cuda:99").ok());
+  EXPECT_EQ(CheckRingDevice("gpu").code(), absl::StatusCode::kInvalidArgument);
 }
 
 

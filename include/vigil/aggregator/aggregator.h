@@ -66,7 +66,8 @@
 //   vigil_aggregator_edges_connected                                gauge: open sessions past their Hello
 //   vigil_transport_connections_total{link,result=accepted|refused|authenticated}   counter
 //   vigil_transport_rejected_total{link,reason=address|unknown_edge|bad_proof|no_proof|handshake_timeout|
-//                                   malformed|unsupported_version|tls|challenge_refused|peer_credentials}
+//                                   malformed|unsupported_version|tls|challenge_refused|peer_credentials|
+//                                   ring_unavailable|ring_refused}
 //                                                                            counter: refused before a session
 //   vigil_cuda_ipc_{rings_offered,ring_failures,slots,slots_rejected,device_reports,bytes}_total
 //                                                                            counter: the cuda_ipc rings (when on)
@@ -98,7 +99,8 @@ struct AggregatorConfig {
   uint16_t ucx_port = 7402;
   // cuda_ipc: {socket, device, slots, slot_bytes, allow_uids}: the cuda_ipc link for edges on this host
   // (transport/cuda_ipc.h): control over the Unix socket `socket`, reports through a ring per session on
-  // `device` ("cuda:N", default cuda:0; "host" = shared host memory). Default: off.
+  // `device` ("cuda:N", default cuda:0; "host" = shared host memory; a GPU that cannot hold rings fails the
+  // start). Default: off.
   bool cuda_ipc_enabled = false;
   std::string cuda_ipc_socket;
   std::string cuda_ipc_device = "cuda:0";
@@ -108,7 +110,8 @@ struct AggregatorConfig {
   // tls: {cert_file, key_file, client_ca_file}: TLS on the tcp link; client_ca_file makes client
   // certificates mandatory (mutual TLS). Default: off.
   std::string tls_cert_file, tls_key_file, tls_client_ca_file;
-  // allow: [CIDR, ...]: addresses that may connect to any listener (report links and HTTP). Default: any.
+  // allow: [CIDR, ...]: addresses that may connect to any IP listener (report links and HTTP; the cuda_ipc
+  // socket checks uids instead: cuda_ipc_allow_uids). Default: any.
   std::vector<std::string> allow;
   // auth: {keys_file, required}: edge keys (auth.h: a YAML map edge id → hex key). Required unless
   // `required: false`, which runs without authentication (logged as a warning at start).

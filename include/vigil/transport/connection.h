@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -41,11 +42,17 @@ class Connection {
   // transports its endpoint selected, comma-separated ("tcp", "posix,sysv,cma", "rc_mlx5"); for TLS the
   // inner connection's. Thread-safe.
   virtual std::string transports() const { return {}; }
-  // For a link whose reports travel beside the byte stream (cuda_ipc.h: a ring in GPU memory): called once,
-  // by the session's Admit, before the Welcome is queued; returns frames to send right after the Welcome
-  // (the ring offer), "" for a plain connection. Never fails: a ring that cannot be set up is offered as
-  // an error the edge reads (it then falls back to its next link). Thread-safe.
-  virtual std::string OnAdmitted() { return {}; }
+  // For a link whose reports travel beside the byte stream (cuda_ipc.h: a ring in GPU memory): called once
+  // by the receiver after the peer authenticated and before its Hello goes to the handler. Returns the
+  // frames to send then (the ring offer), or nullopt for a plain connection. `ok` false: no ring could be set
+  // up (the frames say why); the receiver closes the connection after sending them. With an offer, the
+  // receiver admits the session only after the peer answered RingAccept, so a peer that cannot use the
+  // ring is never granted an epoch and never supersedes its session on another link. Thread-safe.
+  struct SessionOffer {
+    std::string frames;
+    bool ok = true;
+  };
+  virtual std::optional<SessionOffer> OfferSession() { return std::nullopt; }
 };
 
 class Dialer {

@@ -2,13 +2,15 @@
 // through a ring of result slots in the aggregator's GPU memory.
 //
 // Control channel: a Unix-domain socket (unix_socket.h; only processes of this host, peer uid checked with
-// SO_PEERCRED) carrying the ordinary protocol (protocol.h): Hello → Challenge → Auth → Welcome, Heartbeats,
-// Acks and Rejects. Right after the Welcome — so only an authenticated edge ever learns a handle — the
-// aggregator offers a ring (RingOffer): `slots` slots of `slot_bytes` bytes allocated for this session on
+// SO_PEERCRED) carrying the ordinary protocol (protocol.h): Hello → Challenge → Auth → RingOffer → RingAccept
+// → Welcome, then Heartbeats, Acks and Rejects. After a valid Auth — so only an authenticated edge ever
+// learns a handle — and before deciding on the Hello, the aggregator offers a ring (RingOffer): `slots`
+// slots of `slot_bytes` bytes allocated for this session on
 // its GPU (`device: cuda:N`, exported with cudaIpcGetMemHandle; `device: host`: none, for machines without a
 // GPU and the CPU tests) and a shared-memory block with the control words and a host mirror of the slots.
-// The edge maps both once (cudaIpcOpenMemHandle: same GPU, or another GPU with peer access), answers
-// RingAccept, and from then on writes its Reports into slots: the CPU writes a slot's host part (header,
+// The edge maps both once (cudaIpcOpenMemHandle: same GPU, or another GPU with peer access) and answers
+// RingAccept; only then is the session admitted (an edge that cannot use the ring hangs up: no epoch is
+// granted and no session of it on another link is superseded). After the Welcome it writes its Reports into slots: the CPU writes a slot's host part (header,
 // frames) into the mirror, and one kernel on the edge's own CUDA stream copies it into the GPU ring, copies
 // device rows (OutboxMessage::device) into the ring and the mirror, and then, after a system-wide fence,
 // writes the slot's sequence word: no host synchronisation per message on the edge. The aggregator's reader
@@ -59,6 +61,11 @@ StatusOr<std::unique_ptr<Listener>> CudaIpcListen(CudaIpcListenOptions options);
 // The edge's side: the framed protocol over MakeUnixDialer(path), reports through the offered ring.
 // `device`: the CUDA device the edge writes from (-1: the ring's own GPU); `key`: as LinkOptions::key.
 std::unique_ptr<Link> MakeCudaIpcLink(std::string path, std::string key, int device = -1);
+
+// Whether rings can be made on `device` ("host", "cuda:N") in this process: allocates and exports a small
+// one and frees it. Errors: as a ring offer's (InvalidArgument, Unimplemented without CUDA, Unavailable:
+// no such GPU). The aggregator checks its config with it at start.
+Status CheckRingDevice(const std::string& device);
 
 // Process-wide counters (metrics), both sides.
 struct CudaIpcCounters {

@@ -244,8 +244,9 @@ struct Heartbeat {
   bool operator==(const Heartbeat&) const = default;
 };
 
-// cuda_ipc links only (cuda_ipc.h): sent by the aggregator right after the Welcome, on the authenticated
-// Unix-domain socket — the ring of result slots this session's Reports go through.
+// cuda_ipc links only (cuda_ipc.h): sent by the aggregator after a valid Auth and before it decides on the
+// Hello, on the Unix-domain socket — the ring of result slots this session's Reports go through. The edge
+// answers RingAccept once it mapped the ring (or hangs up); only then is the session admitted.
 struct RingOffer {
   std::string memory;   // "cuda" (GPU memory, CUDA IPC) or "host" (shared host memory)
   std::string device;   // cuda: the ring's GPU, PCI bus id "0000:17:00.0"; host: ""
@@ -256,7 +257,7 @@ struct RingOffer {
   bool operator==(const RingOffer&) const = default;
 };
 
-// The edge's answer to a RingOffer: it mapped the ring; Reports now come through it. cuda_ipc only.
+// The edge's answer to a RingOffer: it mapped the ring; after the Welcome, Reports come through it.
 struct RingAccept {
   bool operator==(const RingAccept&) const = default;
 };

@@ -4,7 +4,8 @@
 // One accept thread; per connection one reader thread and one writer thread (an aggregator serves tens of
 // edges, not thousands). A connection from an address outside the allow-list is closed at once, nothing
 // sent. A connection must start with Hello (protocol version kProtocolVersion); the receiver answers
-// Challenge and checks the edge's Auth (auth.h) before the handler hears of it: a connection that fails
+// Challenge and checks the edge's Auth (auth.h) before the handler hears of it (and, on a cuda_ipc
+// connection, offers the ring and waits for the edge's RingAccept first: Connection::OfferSession): a connection that fails
 // authentication, or does not finish it within `handshake_timeout`, gets Reject(kUnauthenticated) and is
 // closed, and nothing of it reaches the handler. Every refusal is counted by reason and logged with the
 // peer. Then the handler decides on the Hello — on its own time, e.g. after granting an epoch durably — and calls
@@ -138,6 +139,8 @@ inline constexpr const char* kRejectMalformed = "malformed";           // a fram
 inline constexpr const char* kRejectVersion = "unsupported_version";   // another protocol version
 inline constexpr const char* kRejectTls = "tls";                       // the TLS handshake failed (tls.h)
 inline constexpr const char* kRejectPeerCredentials = "peer_credentials";  // a Unix-socket peer's uid is not allowed
+inline constexpr const char* kRejectRingUnavailable = "ring_unavailable";  // cuda_ipc: no ring could be set up
+inline constexpr const char* kRejectRingRefused = "ring_refused";  // cuda_ipc: the edge hung up instead of RingAccept
 // The edge hung up after our Challenge without answering: it could not verify our proof (a different key
 // for its id on the two sides), or it is not a vigil edge.
 inline constexpr const char* kRejectChallengeRefused = "challenge_refused";
