@@ -172,6 +172,7 @@ class Edge final : public transport::CourierHandler {
   metrics::Gauge *batcher_depth_ = nullptr, *outbox_depth_ = nullptr, *streams_active_ = nullptr, *connected_ = nullptr;
   std::mutex link_metrics_mu_;
   transport::CourierStats last_courier_;  // GUARDED_BY(link_metrics_mu_) at the last SampleLinks
+  transport::CudaIpcCounters last_ring_;   // GUARDED_BY(link_metrics_mu_) at the last SampleLinks
   std::map<std::string, std::string> link_transports_;  // GUARDED_BY(link_metrics_mu_) link → transports shown
   metrics::Gauge* epoch_gauge_ = nullptr;
   metrics::Gauge* fenced_gauge_ = nullptr;
@@ -675,6 +676,20 @@ void Edge::SampleLinks(const transport::CourierStats& cs) {
   reg_.GetCounter("vigil_edge_ack_timeouts_total", "Sessions replaced because an ack did not come in time")
       .Inc(delta(cs.ack_timeouts, last_courier_.ack_timeouts));
   last_courier_ = cs;
+  // The cuda_ipc link's ring, edge side (process-wide counters; only with that link configured).
+  if (std::find(config_.links.begin(), config_.links.end(), "cuda_ipc") != config_.links.end()) {
+    const transport::CudaIpcCounters now = transport::GetCudaIpcCounters();
+    const transport::CudaIpcCounters& was = last_ring_;
+    reg_.GetCounter("vigil_edge_cuda_ipc_slots_total", "cuda_ipc ring slots published")
+        .Inc(delta(now.slots_written, was.slots_written));
+    reg_.GetCounter("vigil_edge_cuda_ipc_slot_waits_total", "Sends that found every ring slot in use and waited")
+        .Inc(delta(now.slot_waits, was.slot_waits));
+    reg_.GetCounter("vigil_edge_cuda_ipc_device_reports_total", "Reports sent from device memory without a host copy")
+        .Inc(delta(now.device_rows_sent, was.device_rows_sent));
+    reg_.GetCounter("vigil_edge_cuda_ipc_map_failures_total", "Ring offers that could not be mapped or carried an error")
+        .Inc(delta(now.map_failures, was.map_failures));
+    last_ring_ = now;
+  }
 }
 
 Status Edge::StartHttp() {

@@ -36,13 +36,14 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from common import SHARED_DIR, THREADS, vigil_bin
-from edge_harness import Aggregator, free_port, metric, query, read_metrics, stored_frames
+from edge_harness import Aggregator, free_port, metric, parse_metrics, query, read_metrics, stored_frames
 
 VTEST = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
 DARKNET = Path("/usr/share/darknet/data")
@@ -282,6 +283,47 @@ def test_aggregator_killed_and_restarted(vtest200, tmp_path):
             edge.kill()
         agg.kill(signal.SIGTERM)
     assert_accounted_once(agg.db, "vtest", FRAMES)
+
+
+def test_cuda_ipc_link_with_a_host_ring_across_an_aggregator_kill(vtest200, tmp_path):
+    """The cuda_ipc link as shipped, on a machine without a GPU (`device: host`): the edge prefers it over tcp,
+    the aggregator is SIGKILLed mid-run and restarted; every frame is stored once and the reports went
+    through the ring (the edge's link counters, the aggregator's ring counters)."""
+    port = free_port()
+    sock = tmp_path / "agg.sock"
+    agg = Aggregator(tmp_path, port, extra=f"cuda_ipc: {{socket: {sock}, device: host, slots: 8}}\n"
+                                           f"allow: [127.0.0.1/32]\n")
+    agg.start()
+    cfg = write_edge_config(tmp_path, port, vtest200, False)
+    cfg.write_text(cfg.read_text().replace(
+        "streams:\n", f"transport: {{links: [cuda_ipc, tcp], cuda_ipc: {sock}, probe_interval_ms: 100}}\nstreams:\n", 1))
+    edge = start_edge(cfg, tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while stored_frames(agg.db, "vtest") < 40 and time.monotonic() < deadline and edge.poll() is None:
+            time.sleep(0.2)
+        stored = stored_frames(agg.db, "vtest")
+        assert 0 < stored < FRAMES, f"{stored} frames stored before the kill: cannot test a kill mid-run"
+        agg.kill()
+        time.sleep(1.0)
+        agg.start()
+        wait_edge(edge, tmp_path)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{agg.http_port}/metrics", timeout=10).read().decode()
+    finally:
+        if edge.poll() is None:
+            edge.kill()
+        agg.kill(signal.SIGTERM)
+    assert_accounted_once(agg.db, "vtest", FRAMES)
+    m = read_metrics(tmp_path / "edge.prom")
+    assert metric(m, "vigil_edge_link_messages_total", link="cuda_ipc") > 0
+    assert metric(m, "vigil_edge_link_messages_total", link="tcp") == 0
+    assert metric(m, "vigil_edge_link_sessions_total", link="cuda_ipc") >= 2  # before and after the kill
+    assert metric(m, "vigil_edge_link_transports", link="cuda_ipc", transports="shm") == 1
+    assert metric(m, "vigil_edge_cuda_ipc_slots_total") > 0
+    am = parse_metrics(text)
+    assert metric(am, "vigil_cuda_ipc_slots_total") > 0
+    assert metric(am, "vigil_cuda_ipc_slots_rejected_total") == 0
+    assert metric(am, "vigil_transport_rejected_total", link="cuda_ipc", reason="address") == 0
 
 
 def test_edge_killed_and_restarted(vtest200, tmp_path):
