@@ -2,7 +2,7 @@
 // connections, or over a Unix socket with reports through a GPU ring (cuda_ipc.h).
 //
 // A Link carries sessions. Open() connects, runs the authenticated handshake (Hello, Challenge, Auth:
-// auth.h) and waits for the aggregator's answer; then
+// auth.h; cuda_ipc then maps the offered ring and answers RingAccept) and waits for the aggregator's answer; then
 // Send() writes messages in the order given and Receive() returns what the aggregator sends back (Acks,
 // Rejects, Heartbeat echoes). A Link knows nothing of ordering across sessions, retransmission or which
 // link to use: the Courier (courier.h) and the Outbox (outbox.h) above it do that, so switching links
@@ -44,7 +44,8 @@ class Link {
   virtual std::string transports() const = 0;
 
   // Connects within `timeout`, sends `hello` (with a fresh nonce the link draws), answers the Challenge
-  // and waits (up to `timeout` in all) for the Welcome.
+  // (cuda_ipc: maps the ring offered next; a ring it cannot map fails with Unavailable, nothing granted) and
+  // waits (up to `timeout` in all) for the Welcome.
   // Errors: Unavailable (cannot connect, the connection broke, no answer in time), Unauthenticated (the
   // aggregator refused our proof — wrong or missing key —, or could not prove it knows our key: a
   // man in the middle or a misconfigured aggregator; the message says which), PermissionDenied
@@ -67,7 +68,7 @@ class Link {
 };
 
 struct LinkOptions {
-  std::string kind = "tcp";  // kind(): "tcp" (TLS or not), "ucx", "cuda_ipc" (a ring after the Welcome:
+  std::string kind = "tcp";  // kind(): "tcp" (TLS or not), "ucx", "cuda_ipc" (a ring offered before the Welcome:
                              // cuda_ipc.h; use MakeCudaIpcLink)
   // The edge's pre-shared key (raw bytes, auth.h). With a key, the aggregator must prove it knows it
   // (a Challenge without a valid proof fails Open with Unauthenticated); without one, Auth carries no
