@@ -368,12 +368,12 @@ except Exception: print(0)' "$dir/ipc.db")" -gt 200 ] && break
   kill "$agg"; wait "$agg" 2>/dev/null
   for f in edge-ipc.log edge-ipc.prom agg1.log agg2.log agg3.log agg3.prom edge-tcp.prom; do cp "$dir/$f" "$OUT/ipc-$f"; done
   # The product at IPC_PRODUCT_STREAMS streams over each link (issue 13's sweep, one N): frame->stored p99.
-  if [ -n "${IPC_PRODUCT_STREAMS:-128}" ]; then
+  if [ -n "${IPC_PRODUCT_STREAMS-128}" ]; then  # IPC_PRODUCT_STREAMS= (empty) skips it
     local link pm
     pm=$(yolov8n)
     for link in cuda_ipc tcp; do
       python3 "$ROOT/tools/gpu/edge_sweep.py" --vigil "$DEV/bin/vigil" --model "$pm" --clip "$clip" \
-        --streams "${IPC_PRODUCT_STREAMS:-128}" --link "$link" --keep-going >"$OUT/ipc-product-$link.json" || rc=1
+        --streams "${IPC_PRODUCT_STREAMS-128}" --link "$link" --keep-going >"$OUT/ipc-product-$link.json" || rc=1
     done
   fi
   python3 - "$dir" "$n" >"$OUT/ipc.json" <<'PY' || rc=1

@@ -35,35 +35,23 @@ constexpr microseconds kSpin{100};      // after traffic, poll without sleeping 
 constexpr microseconds kFirstSleep{10};
 constexpr microseconds kMaxSleep{200};  // the idle polling step (a first report after idle waits ≤ this)
 
-uint32_t LoadLe32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);  // the protocol is little-endian, as is every host vigil runs on (x86-64, aarch64)
-  return v;
-}
-
-// Splits a byte stream into whole frames (header magic and body length only; the CRC is checked by the
-// caller when it wants to). A returned frame is valid until the next call.
+// Splits a byte stream into whole frames (WholeFrameBytes: the header checked, and the CRC when asked;
+// the body is left to the receiver's decoder). A returned frame is valid until the next call.
 class FrameSplitter {
  public:
+  explicit FrameSplitter(bool check_crc) : check_crc_(check_crc) {}
   void Feed(std::string_view bytes) { buf_.append(bytes); }
-  // The next whole frame, or empty when more bytes are needed; `bad` is set for a corrupt stream.
-  std::string_view Next(std::string* bad) {
-    const size_t left = buf_.size() - pos_;
-    if (left < kHeaderBytes) return Compact();
-    const char* p = buf_.data() + pos_;
-    if (LoadLe32(p) != kMagic) {
-      *bad = "bad frame magic";
-      return {};
+  // The next whole frame, or empty when more bytes are needed; an error for bytes that are not one.
+  StatusOr<std::string_view> Next() {
+    const std::string_view rest(buf_.data() + pos_, buf_.size() - pos_);
+    VIGIL_ASSIGN_OR_RETURN(const size_t bytes, WholeFrameBytes(rest, check_crc_));
+    if (bytes == 0) {
+      buf_.erase(0, pos_);  // keep the partial frame only
+      pos_ = 0;
+      return std::string_view();
     }
-    const uint32_t body = LoadLe32(p + 8);
-    if (body > kMaxBodyBytes) {
-      *bad = StrCat("frame body of ", body, " bytes");
-      return {};
-    }
-    if (left < kHeaderBytes + body) return Compact();
-    std::string_view frame(p, kHeaderBytes + body);
-    pos_ += frame.size();
-    return frame;
+    pos_ += bytes;
+    return rest.substr(0, bytes);
   }
   size_t pending() const { return buf_.size() - pos_; }
   // Everything not yet returned (after a corrupt frame: for the receiver's decoder to judge).
@@ -75,23 +63,10 @@ class FrameSplitter {
   }
 
  private:
-  std::string_view Compact() {
-    if (pos_ > 0) {
-      buf_.erase(0, pos_);
-      pos_ = 0;
-    }
-    return {};
-  }
+  const bool check_crc_;
   std::string buf_;
   size_t pos_ = 0;
 };
-
-bool CrcMatches(std::string_view frame) {
-  const uint32_t want = LoadLe32(frame.data() + 12);
-  uint32_t crc = Crc32(frame.substr(0, 12));
-  crc = Crc32(frame.substr(kHeaderBytes), crc);
-  return crc == want;
-}
 
 // The aggregator's side of one cuda_ipc session: the Unix socket plus, after the RingAccept, the ring.
 // Read returns whole frames from both (never interleaving inside a frame).
@@ -205,12 +180,12 @@ class RingConnection final : public Connection {
   Status TakeSocketBytes(std::string_view bytes) {
     sock_split_.Feed(bytes);
     for (;;) {
-      std::string bad;
-      std::string_view frame = sock_split_.Next(&bad);
-      if (!bad.empty()) {  // not ours to judge: the receiver's decoder reports it
+      StatusOr<std::string_view> next = sock_split_.Next();
+      if (!next.ok()) {  // not ours to judge: the receiver's decoder reports it
         out_ += sock_split_.TakeAll();
         return absl::OkStatus();
       }
+      const std::string_view frame = *next;
       if (frame.empty()) return absl::OkStatus();
       if (static_cast<uint8_t>(frame[5]) == static_cast<uint8_t>(MessageType::kHello) && classes_ == 0) {
         // The edge names every class of its model: device rows are checked against that count.
@@ -258,29 +233,29 @@ class RingConnection final : public Connection {
 
   Status TakeSlot(uint32_t used) {
     if (used < sizeof(ring::SlotHeader) || used > opt_.slot_bytes) return Bad(StrCat("signalled ", used, " bytes"));
-    // The slot's host mirror (written with the GPU ring by the edge's kernel), checked on a private copy.
-    const size_t offset = ring::MirrorOffset(opt_.slots) + static_cast<size_t>(next_ % opt_.slots) * opt_.slot_bytes;
-    std::memcpy(copy_.data(), shared_->data() + offset, used);
-    const char* p = copy_.data();
+    // The slot's host mirror (written with the GPU ring by the edge's kernel). Everything is checked on private
+    // copies (the header here, frames in the splitter, a device report in copy_): the edge shares the memory.
+    const char* slot =
+        shared_->data() + ring::MirrorOffset(opt_.slots) + static_cast<size_t>(next_ % opt_.slots) * opt_.slot_bytes;
     ring::SlotHeader h;
-    std::memcpy(&h, p, sizeof h);
+    std::memcpy(&h, slot, sizeof h);
     if (h.magic != ring::kSlotMagic) return Bad("bad slot magic");
-    const std::string_view payload(p + sizeof h, used - sizeof h);
+    const size_t payload_bytes = used - sizeof h;
     if (h.kind == ring::kKindStream) {
-      if (h.bytes != payload.size() || h.rows != 0) return Bad("slot header does not match its size");
-      ring_split_.Feed(payload);
+      if (h.bytes != payload_bytes || h.rows != 0) return Bad("slot header does not match its size");
+      ring_split_.Feed(std::string_view(slot + sizeof h, payload_bytes));
       for (;;) {
-        std::string bad;
-        std::string_view frame = ring_split_.Next(&bad);
-        if (!bad.empty()) return Bad(bad);
-        if (frame.empty()) return absl::OkStatus();
-        if (!CrcMatches(frame)) return Bad("frame CRC mismatch");
-        out_.append(frame);
+        StatusOr<std::string_view> frame = ring_split_.Next();
+        if (!frame.ok()) return Bad(std::string(frame.status().message()));
+        if (frame->empty()) return absl::OkStatus();
+        out_.append(*frame);
       }
     }
     if (h.kind != ring::kKindDeviceReport) return Bad(StrCat("unknown slot kind ", h.kind));
     // A Report frame without rows, then the rows that came from device memory.
     if (ring_split_.pending() != 0) return Bad("a device report inside a frame");
+    std::memcpy(copy_.data(), slot + sizeof h, payload_bytes);
+    const std::string_view payload(copy_.data(), payload_bytes);
     if (h.rows > kMaxDetections) return Bad(StrCat(h.rows, " rows, more than ", kMaxDetections));
     const size_t rows_at = ring::RoundUp8(h.bytes);
     if (rows_at + static_cast<size_t>(h.rows) * sizeof(ReportDetection) != payload.size()) {
@@ -314,7 +289,8 @@ class RingConnection final : public Connection {
   uint64_t next_ = 0;
   size_t classes_ = 0;  // the Hello's class names (0: none named)
   std::vector<char> copy_;  // one slot, checked here
-  FrameSplitter sock_split_, ring_split_;
+  FrameSplitter sock_split_{/*check_crc=*/false};  // the receiver's decoder checks socket frames
+  FrameSplitter ring_split_{/*check_crc=*/true};   // a ring frame that fails is a rejected slot
   std::string out_;
   size_t out_pos_ = 0;
   char sock_buf_[16 << 10];

@@ -6,16 +6,14 @@
 #include <cstddef>
 #include <cstring>
 
+#include "common/cuda_status.h"
 #include "ring.h"
 #include "transport/cuda/ring_kernels.h"
 
 namespace vigil::transport::ring {
 namespace {
 
-Status Cuda(cudaError_t e, std::string_view what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
-}
+using cuda::CudaStatus;
 
 std::string BusId(int device) {
   char id[32] = {};
@@ -42,28 +40,21 @@ class CudaRingMemory final : public RingMemory {
     }
     auto m = std::unique_ptr<CudaRingMemory>(new CudaRingMemory());
     m->device_ = device;
-    m->bytes_ = bytes;
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaSetDevice(device), StrCat("ring on cuda:", device, ": cudaSetDevice")));
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaMalloc(&m->slots_, bytes), StrCat("ring on cuda:", device, ": cudaMalloc ", bytes)));
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaMemset(m->slots_, 0, bytes), "ring: cudaMemset"));
+    VIGIL_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), StrCat("ring on cuda:", device, ": cudaSetDevice")));
+    VIGIL_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&m->slots_, bytes), StrCat("ring on cuda:", device, ": cudaMalloc ", bytes)));
+    VIGIL_RETURN_IF_ERROR(CudaStatus(cudaMemset(m->slots_, 0, bytes), "ring: cudaMemset"));
     cudaIpcMemHandle_t h{};
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaIpcGetMemHandle(&h, m->slots_), "ring: cudaIpcGetMemHandle"));
+    VIGIL_RETURN_IF_ERROR(CudaStatus(cudaIpcGetMemHandle(&h, m->slots_), "ring: cudaIpcGetMemHandle"));
     m->handle_.assign(reinterpret_cast<const char*>(&h), sizeof h);
     m->bus_id_ = BusId(device);
     return std::unique_ptr<RingMemory>(std::move(m));
   }
   std::string device() const override { return bus_id_; }
   std::string handle() const override { return handle_; }
-  Status Read(size_t offset, size_t bytes, char* dst) override {
-    if (offset + bytes > bytes_) return absl::InternalError("ring read beyond its end");
-    cudaSetDevice(device_);
-    return Cuda(cudaMemcpy(dst, static_cast<char*>(slots_) + offset, bytes, cudaMemcpyDeviceToHost), "ring: read");
-  }
 
  private:
   CudaRingMemory() = default;
   int device_ = 0;
-  size_t bytes_ = 0;
   void* slots_ = nullptr;
   std::string handle_, bus_id_;
 };
@@ -96,7 +87,7 @@ class CudaRingMapping final : public RingMapping {
     m->shared_ = shared;
     m->mirror_offset_ = MirrorOffset(offer.slots);
     const std::string where = StrCat("cuda_ipc (cuda:", m->device_, " → ring on ", offer.device, ")");
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaSetDevice(m->device_), StrCat(where, ": cudaSetDevice")));
+    VIGIL_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(m->device_), StrCat(where, ": cudaSetDevice")));
     if (m->device_ != ring_device) {
       int can = 0;
       cudaDeviceCanAccessPeer(&can, m->device_, ring_device);
@@ -118,9 +109,9 @@ class CudaRingMapping final : public RingMapping {
     }
     m->registered_ = true;
     void* dev = nullptr;
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaHostGetDevicePointer(&dev, shared, 0), StrCat(where, ": shared block")));
+    VIGIL_RETURN_IF_ERROR(CudaStatus(cudaHostGetDevicePointer(&dev, shared, 0), StrCat(where, ": shared block")));
     m->shared_dev_ = static_cast<char*>(dev);
-    VIGIL_RETURN_IF_ERROR(Cuda(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), StrCat(where, ": stream")));
+    VIGIL_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), StrCat(where, ": stream")));
     return std::unique_ptr<RingMapping>(std::move(m));
   }
   Status Publish(uint64_t seq, size_t offset, size_t host_bytes, const void* rows, size_t rows_offset,
@@ -130,20 +121,20 @@ class CudaRingMapping final : public RingMapping {
       // The mirror holds the whole slot: the consumer may take it now; the GPU ring's copy follows.
       Word(shared_, signal_offset).store(value, std::memory_order_release);
     } else if (ready_event != nullptr) {
-      VIGIL_RETURN_IF_ERROR(Cuda(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready_event), 0),
+      VIGIL_RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(ready_event), 0),
                                  "cuda_ipc: wait for the rows"));
     }
     // The CPU's stores into the mirror happen before the launch (the kernel reads them).
     std::atomic_thread_fence(std::memory_order_release);
     auto* words = reinterpret_cast<unsigned long long*>(shared_dev_);
-    return Cuda(LaunchPublishSlot(static_cast<char*>(ring_) + offset, shared_dev_ + mirror_offset_ + offset,
+    return CudaStatus(LaunchPublishSlot(static_cast<char*>(ring_) + offset, shared_dev_ + mirror_offset_ + offset,
                                   RoundUp8(host_bytes), static_cast<const char*>(rows), rows_offset, row_bytes,
                                   cpu_signal ? nullptr : words + signal_offset / 8, value,
                                   words + offsetof(ControlHeader, ring_ready) / 8, seq + 1, stream_),
                 "cuda_ipc: publish kernel");
   }
   bool takes_device_rows(int device) const override { return device == device_; }
-  Status Drain() override { return Cuda(cudaStreamSynchronize(stream_), "cuda_ipc: drain"); }
+  Status Drain() override { return CudaStatus(cudaStreamSynchronize(stream_), "cuda_ipc: drain"); }
   std::string transports() const override { return "cuda_ipc"; }
 
  private:

@@ -568,9 +568,9 @@ void FrameDecoder::Feed(std::string_view bytes) {
   buf_.append(bytes);
 }
 
-StatusOr<std::optional<Message>> FrameDecoder::Next() {
-  if (pending() < kHeaderBytes) return std::optional<Message>();
-  const char* h = buf_.data() + pos_;
+StatusOr<size_t> WholeFrameBytes(std::string_view bytes, bool check_crc) {
+  if (bytes.size() < kHeaderBytes) return size_t{0};
+  const char* h = bytes.data();
   const uint32_t magic = LoadLe32(h);
   if (magic != kMagic) {
     return absl::InvalidArgumentError(
@@ -582,23 +582,31 @@ StatusOr<std::optional<Message>> FrameDecoder::Next() {
                                            " not supported (this side speaks ", static_cast<int>(kProtocolVersion),
                                            ")"));
   }
-  const uint8_t type = static_cast<uint8_t>(h[5]);
   const uint16_t flags = static_cast<uint16_t>(static_cast<uint8_t>(h[6]) | (static_cast<uint8_t>(h[7]) << 8));
   if (flags != 0) return absl::InvalidArgumentError(StrCat("frame: reserved flags ", flags, " set"));
   const uint32_t length = LoadLe32(h + 8);
   if (length > kMaxBodyBytes) {
     return absl::InvalidArgumentError(StrCat("frame: body length ", length, " exceeds the limit ", kMaxBodyBytes));
   }
-  if (pending() < kHeaderBytes + length) return std::optional<Message>();
-  const std::string_view body(h + kHeaderBytes, length);
-  const uint32_t crc = Crc32(body, Crc32(std::string_view(h, 12)));
-  if (crc != LoadLe32(h + 12)) {
-    return absl::DataLossError(
-        StrCat("frame: CRC-32 mismatch (header says ", Hex(LoadLe32(h + 12)), ", content gives ", Hex(crc), ")"));
+  if (bytes.size() < kHeaderBytes + length) return size_t{0};
+  if (check_crc) {
+    const uint32_t crc = Crc32(bytes.substr(kHeaderBytes, length), Crc32(bytes.substr(0, 12)));
+    if (crc != LoadLe32(h + 12)) {
+      return absl::DataLossError(
+          StrCat("frame: CRC-32 mismatch (header says ", Hex(LoadLe32(h + 12)), ", content gives ", Hex(crc), ")"));
+    }
   }
-  StatusOr<Message> m = DecodeBody(static_cast<MessageType>(type), body);
+  return kHeaderBytes + length;
+}
+
+StatusOr<std::optional<Message>> FrameDecoder::Next() {
+  const std::string_view rest(buf_.data() + pos_, pending());
+  VIGIL_ASSIGN_OR_RETURN(const size_t bytes, WholeFrameBytes(rest, /*check_crc=*/true));
+  if (bytes == 0) return std::optional<Message>();
+  const auto type = static_cast<MessageType>(static_cast<uint8_t>(rest[5]));
+  StatusOr<Message> m = DecodeBody(type, rest.substr(kHeaderBytes, bytes - kHeaderBytes));
   if (!m.ok()) return m.status();
-  pos_ += kHeaderBytes + length;
+  pos_ += bytes;
   return std::optional<Message>(std::move(*m));
 }
 

@@ -101,8 +101,6 @@ class RingMemory {
   virtual ~RingMemory() = default;
   virtual std::string device() const = 0;  // PCI bus id
   virtual std::string handle() const = 0;  // the cudaIpcMemHandle_t bytes
-  // Copies [offset, offset + bytes) of the GPU ring to `dst` (tests and checks). Errors: Internal.
-  virtual Status Read(size_t offset, size_t bytes, char* dst) = 0;
 };
 
 // `device`: "cuda:N". Errors: InvalidArgument (device), Unimplemented (no CUDA in this build), Unavailable /

@@ -49,6 +49,37 @@ inline void Configure(int fd, bool tcp_nodelay) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+// Connects the non-blocking socket `fd` to `addr` by `deadline`: 0, or the errno (ETIMEDOUT when the
+// deadline passed first).
+inline int ConnectBy(int fd, const sockaddr* addr, socklen_t len, Clock::time_point deadline) {
+  if (::connect(fd, addr, len) == 0) return 0;
+  int err = errno;
+  if (err != EINPROGRESS && err != EAGAIN) return err;
+  const int ev = PollUntil(fd, POLLOUT, deadline);
+  socklen_t err_len = sizeof err;
+  if (ev == 0) return ETIMEDOUT;
+  if (ev < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) != 0) return errno;
+  return err;
+}
+
+// Accepts a connection on the non-blocking listening socket `fd` by `deadline` (close-on-exec,
+// non-blocking), its address in `peer`/`len` when given. Errors: DeadlineExceeded when none came,
+// Unavailable naming `where` and the OS reason.
+inline StatusOr<int> AcceptBy(int fd, Clock::time_point deadline, const std::string& where, sockaddr* peer = nullptr,
+                              socklen_t* len = nullptr) {
+  for (;;) {
+    const int c = ::accept4(fd, peer, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c >= 0) return c;
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(StrCat("accept on ", where, ": ", Errno(errno)));
+    }
+    const int ev = PollUntil(fd, POLLIN, deadline);
+    if (ev == 0) return absl::DeadlineExceededError("no connection");
+    if (ev < 0) return absl::UnavailableError(StrCat("poll on ", where, ": ", Errno(errno)));
+  }
+}
+
 }  // namespace net
 
 class SocketConnection final : public Connection {

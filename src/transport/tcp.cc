@@ -26,7 +26,6 @@ using net::AddrInfoPtr;
 using net::FormatAddress;
 using net::Resolve;
 using net::Errno;
-using net::PollUntil;
 
 class TcpDialer final : public Dialer {
  public:
@@ -42,18 +41,7 @@ class TcpDialer final : public Dialer {
         last_error = StrCat("socket: ", Errno(errno));
         continue;
       }
-      int err = 0;
-      if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-          const int ev = PollUntil(fd, POLLOUT, deadline);
-          socklen_t len = sizeof err;
-          if (ev == 0)
-            err = ETIMEDOUT;
-          else if (ev < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-            err = errno;
-        }
-      }
+      const int err = net::ConnectBy(fd, a->ai_addr, a->ai_addrlen, deadline);
       if (err == 0) return std::unique_ptr<Connection>(new SocketConnection(fd, /*tcp_nodelay=*/true, FormatAddress(a->ai_addr, a->ai_addrlen)));
       last_error = StrCat(FormatAddress(a->ai_addr, a->ai_addrlen), ": ", Errno(err));
       ::close(fd);
@@ -104,22 +92,12 @@ StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::string& ho
 TcpListener::~TcpListener() { ::close(fd_); }
 
 StatusOr<std::unique_ptr<Connection>> TcpListener::Accept(milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    sockaddr_storage peer{};
-    socklen_t len = sizeof peer;
-    const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      return std::unique_ptr<Connection>(new SocketConnection(fd, /*tcp_nodelay=*/true, FormatAddress(reinterpret_cast<sockaddr*>(&peer), len)));
-    }
-    if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      return absl::UnavailableError(StrCat("accept on ", address_, ": ", Errno(errno)));
-    }
-    const int ev = PollUntil(fd_, POLLIN, deadline);
-    if (ev == 0) return absl::DeadlineExceededError("no connection");
-    if (ev < 0) return absl::UnavailableError(StrCat("poll on ", address_, ": ", Errno(errno)));
-  }
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  VIGIL_ASSIGN_OR_RETURN(const int fd, net::AcceptBy(fd_, Clock::now() + timeout, address_,
+                                                     reinterpret_cast<sockaddr*>(&peer), &len));
+  return std::unique_ptr<Connection>(
+      new SocketConnection(fd, /*tcp_nodelay=*/true, FormatAddress(reinterpret_cast<sockaddr*>(&peer), len)));
 }
 
 namespace net {

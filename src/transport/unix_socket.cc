@@ -30,18 +30,8 @@ StatusOr<sockaddr_un> Address(const std::string& path) {
 int ConnectTo(const sockaddr_un& a, Clock::time_point deadline) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
-  int err = errno;
-  if (err == EINPROGRESS || err == EAGAIN) {
-    const int ev = net::PollUntil(fd, POLLOUT, deadline);
-    socklen_t len = sizeof err;
-    if (ev == 0) {
-      err = ETIMEDOUT;
-    } else if (ev < 0 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
-      err = errno;
-    }
-    if (err == 0) return fd;
-  }
+  const int err = net::ConnectBy(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a, deadline);
+  if (err == 0) return fd;
   ::close(fd);
   errno = err;
   return -1;
@@ -112,33 +102,20 @@ StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& 
 }
 
 StatusOr<std::unique_ptr<Connection>> UnixListener::Accept(milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      ucred cred{};
-      socklen_t len = sizeof cred;
-      if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-        const int err = errno;
-        ::close(fd);
-        return absl::PermissionDeniedError(StrCat("unix socket ", path_, ": SO_PEERCRED: ", net::Errno(err)));
-      }
-      const std::string peer = StrCat("unix:pid=", cred.pid, ",uid=", cred.uid);
-      if (std::find(opt_.allow_uids.begin(), opt_.allow_uids.end(), cred.uid) == opt_.allow_uids.end()) {
-        ::close(fd);
-        return absl::PermissionDeniedError(
-            StrCat(peer, ": uid ", cred.uid, " is not allowed on ", address_, " (allow_uids)"));
-      }
-      return std::unique_ptr<Connection>(new SocketConnection(fd, /*tcp_nodelay=*/false, peer));
-    }
-    if (errno == EINTR || errno == ECONNABORTED) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      return absl::UnavailableError(StrCat("accept on ", address_, ": ", net::Errno(errno)));
-    }
-    const int ev = net::PollUntil(fd_, POLLIN, deadline);
-    if (ev == 0) return absl::DeadlineExceededError("no connection");
-    if (ev < 0) return absl::UnavailableError(StrCat("poll on ", address_, ": ", net::Errno(errno)));
+  VIGIL_ASSIGN_OR_RETURN(const int fd, net::AcceptBy(fd_, Clock::now() + timeout, address_));
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::PermissionDeniedError(StrCat("unix socket ", path_, ": SO_PEERCRED: ", net::Errno(err)));
   }
+  const std::string peer = StrCat("unix:pid=", cred.pid, ",uid=", cred.uid);
+  if (std::find(opt_.allow_uids.begin(), opt_.allow_uids.end(), cred.uid) == opt_.allow_uids.end()) {
+    ::close(fd);
+    return absl::PermissionDeniedError(StrCat(peer, ": uid ", cred.uid, " is not allowed on ", address_, " (allow_uids)"));
+  }
+  return std::unique_ptr<Connection>(new SocketConnection(fd, /*tcp_nodelay=*/false, peer));
 }
 
 }  // namespace vigil::transport

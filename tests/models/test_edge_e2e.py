@@ -263,20 +263,25 @@ def test_yolox_boxes_match_ort_within_2px(vtest200, tmp_path):
     shutil.rmtree(tmp_path / "frames")
 
 
+def kill_aggregator_mid_run(agg: Aggregator, edge: subprocess.Popen):
+    """SIGKILLs the aggregator once 40 frames of 'vtest' are stored (and before all are), then restarts it."""
+    deadline = time.monotonic() + 120
+    while stored_frames(agg.db, "vtest") < 40 and time.monotonic() < deadline and edge.poll() is None:
+        time.sleep(0.2)
+    stored = stored_frames(agg.db, "vtest")
+    assert 0 < stored < FRAMES, f"{stored} frames stored before the kill: cannot test a kill mid-run"
+    agg.kill()
+    time.sleep(1.0)
+    agg.start()
+
+
 def test_aggregator_killed_and_restarted(vtest200, tmp_path):
     port = free_port()
     agg = Aggregator(tmp_path, port)
     agg.start()
     edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while stored_frames(agg.db, "vtest") < 40 and time.monotonic() < deadline and edge.poll() is None:
-            time.sleep(0.2)
-        stored = stored_frames(agg.db, "vtest")
-        assert 0 < stored < FRAMES, f"{stored} frames stored before the kill: cannot test a kill mid-run"
-        agg.kill()
-        time.sleep(1.0)
-        agg.start()
+        kill_aggregator_mid_run(agg, edge)
         wait_edge(edge, tmp_path)
     finally:
         if edge.poll() is None:
@@ -299,14 +304,7 @@ def test_cuda_ipc_link_with_a_host_ring_across_an_aggregator_kill(vtest200, tmp_
         "streams:\n", f"transport: {{links: [cuda_ipc, tcp], cuda_ipc: {sock}, probe_interval_ms: 100}}\nstreams:\n", 1))
     edge = start_edge(cfg, tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while stored_frames(agg.db, "vtest") < 40 and time.monotonic() < deadline and edge.poll() is None:
-            time.sleep(0.2)
-        stored = stored_frames(agg.db, "vtest")
-        assert 0 < stored < FRAMES, f"{stored} frames stored before the kill: cannot test a kill mid-run"
-        agg.kill()
-        time.sleep(1.0)
-        agg.start()
+        kill_aggregator_mid_run(agg, edge)
         wait_edge(edge, tmp_path)
         text = urllib.request.urlopen(f"http://127.0.0.1:{agg.http_port}/metrics", timeout=10).read().decode()
     finally:

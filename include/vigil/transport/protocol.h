@@ -293,6 +293,12 @@ void AppendReportFrame(const Report& report, std::string_view edge, uint64_t epo
 // CRC-32 (IEEE 802.3) of `data`, continuing from `crc` (0 to start). Crc32("123456789") = 0xCBF43926.
 uint32_t Crc32(std::string_view data, uint32_t crc = 0);
 
+// The length (header + body) of the whole frame at the start of `bytes`, 0 when more bytes are needed, without
+// decoding its body: for code that moves frames between streams (the cuda_ipc ring). Checks the header
+// (magic, version, flags, body length ≤ kMaxBodyBytes) and, with `check_crc`, the CRC. Errors: as
+// FrameDecoder::Next for those checks (InvalidArgument, Unimplemented for another version, DataLoss for the CRC).
+StatusOr<size_t> WholeFrameBytes(std::string_view bytes, bool check_crc);
+
 // Incremental frame parser for one byte stream.
 class FrameDecoder {
  public:

@@ -14,15 +14,11 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include "common/cuda_status.h"  // CudaStatus, VIGIL_CUDA
 #include "vigil/common/status.h"
 
 namespace vigil::cuda {
 
-inline Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  std::string msg = StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
-  return e == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(msg) : absl::InternalError(msg);
-}
 inline Status CudnnStatus(cudnnStatus_t s, const char* what) {
   if (s == CUDNN_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(StrCat(what, ": ", cudnnGetErrorString(s)));
@@ -32,7 +28,6 @@ inline Status CublasStatus(cublasStatus_t s, const char* what) {
   return absl::InternalError(StrCat(what, ": ", cublasGetStatusString(s)));
 }
 
-#define VIGIL_CUDA(call) VIGIL_RETURN_IF_ERROR(::vigil::cuda::CudaStatus((call), #call))
 #define VIGIL_CUDNN(call) VIGIL_RETURN_IF_ERROR(::vigil::cuda::CudnnStatus((call), #call))
 #define VIGIL_CUBLAS(call) VIGIL_RETURN_IF_ERROR(::vigil::cuda::CublasStatus((call), #call))
 
