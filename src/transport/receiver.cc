@@ -410,15 +410,19 @@ struct Receiver::Impl {
           }
           if (std::optional<Connection::SessionOffer> offer = conn->OfferSession()) {
             // cuda_ipc: the ring first; the session begins once the edge mapped it (RingAccept).
-            Status st = conn->Write(offer->frames, opt.write_timeout);
-            if (!st.ok()) return st;
             if (!offer->ok) {
+              // Counted before the edge can read the refusal, so whoever saw it also sees the count.
               spdlog::warn("receiver {}: {}: edge '{}': no ring could be offered; closing", listener->kind(),
                            conn->peer(), hello->edge.substr(0, 200));
-              std::lock_guard lock(mu);
-              ++stats.rejected[kRejectRingUnavailable];
+              {
+                std::lock_guard lock(mu);
+                ++stats.rejected[kRejectRingUnavailable];
+              }
+              (void)conn->Write(offer->frames, opt.write_timeout);
               return absl::UnavailableError("no ring for this session");
             }
+            Status st = conn->Write(offer->frames, opt.write_timeout);
+            if (!st.ok()) return st;
             awaiting_ring = true;
             continue;
           }
