@@ -38,11 +38,25 @@ int64_t NowNs() {
 // Client-supplied text (edge ids, labels) may be invalid UTF-8: replace, never throw.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// "cuda:N" → N; anything else → nullopt.
+std::optional<int> ParseCudaDevice(const std::string& s) {
+  if (s.rfind("cuda:", 0) != 0 || s.size() == 5 || s.size() > 9) return std::nullopt;
+  int n = 0;
+  for (size_t i = 5; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return std::nullopt;
+    n = n * 10 + (s[i] - '0');
+  }
+  return n;
+}
+
 StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
   AggregatorConfig c;
   ConfigMap root = file.root();
   root.GetHostPort("listen", &c.listen_host, &c.listen_port);
   c.ucx_enabled = root.GetHostPort("ucx_listen", &c.ucx_host, &c.ucx_port);
+  if (root.Get("ucx_device", &c.ucx_device) && c.ucx_device != "host" && !ParseCudaDevice(c.ucx_device)) {
+    root.Error("ucx_device", StrCat("'", c.ucx_device, "': expected cuda:N or host"));
+  }
   if (std::optional<ConfigMap> ipc = root.Map("cuda_ipc")) {
     c.cuda_ipc_enabled = true;
     ipc->Get("socket", &c.cuda_ipc_socket, ConfigMap::kRequired);
@@ -566,6 +580,35 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     });
   }
 
+  // The ucx link's rows messages (process-wide counters), mirrored at scrape time.
+  void AddUcxMetrics() {
+    struct Mirror {
+      std::mutex mu;
+      transport::UcxCounters last;  // GUARDED_BY(mu)
+    };
+    auto mirror = std::make_shared<Mirror>();
+    auto counter = [&](const char* name, const char* help) { return &registry.GetCounter(name, help, {}); };
+    metrics::Counter* rows = counter("vigil_ucx_rows_messages_total",
+                                     "ucx Reports whose rows came apart from their frame (from the edge's GPU memory)");
+    metrics::Counter* into_device =
+        counter("vigil_ucx_rows_into_device_total", "… of them received into this aggregator's GPU memory (ucx_device)");
+    metrics::Counter* rejected =
+        counter("vigil_ucx_rows_rejected_total", "ucx rows messages that failed a check (not stored; session ended)");
+    metrics::Gauge* cuda =
+        &registry.GetGauge("vigil_ucx_cuda_memory", "1 when the UCX loaded takes CUDA memory (CUDA transports)", {});
+    registry.AddCollectHook([=] {
+      const transport::UcxCounters now = transport::GetUcxCounters();
+      std::lock_guard lock(mirror->mu);
+      transport::UcxCounters& last = mirror->last;
+      auto delta = [](uint64_t a, uint64_t b) { return static_cast<double>(a - b); };
+      rows->Inc(delta(now.rows_messages_received, last.rows_messages_received));
+      into_device->Inc(delta(now.rows_received_into_device, last.rows_received_into_device));
+      rejected->Inc(delta(now.rows_messages_rejected, last.rows_messages_rejected));
+      cuda->Set(now.cuda_memory_workers > 0 ? 1 : 0);
+      last = now;
+    });
+  }
+
   // Mirrors each receiver's counters into the registry at scrape time, labelled by link.
   void AddTransportMetrics(transport::Receiver* rx) {
     struct Mirror {
@@ -733,8 +776,16 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   Status st = start_link(std::move(tcp_link));
   if (!st.ok()) return fail(st);
   if (config.ucx_enabled) {
-    st = start_link(transport::UcxListen(config.ucx_host, config.ucx_port, {}));
+    transport::UcxOptions uo;
+    if (std::optional<int> dev = ParseCudaDevice(config.ucx_device)) {
+      // A GPU that cannot take the rows is a configuration error at start, not a failure per report.
+      st = transport::CheckRingDevice(config.ucx_device);
+      if (!st.ok()) return fail(Annotate(st, StrCat("ucx_device ", config.ucx_device)));
+      uo.receive_device = *dev;
+    }
+    st = start_link(transport::UcxListen(config.ucx_host, config.ucx_port, uo));
     if (!st.ok()) return fail(Annotate(st, "ucx_listen"));
+    d.AddUcxMetrics();
   }
   if (config.cuda_ipc_enabled) {
     // An explicit GPU that cannot hold rings is a configuration error, not a per-session surprise.

@@ -64,7 +64,7 @@ void AddAggregatorCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd =
       app.add_subcommand("aggregator", "Run the aggregation node: receive, de-duplicate and store edge reports");
   cmd->add_option("--config", *config,
-                  "agg.yaml; keys: listen, ucx_listen, http (host:port), cuda_ipc {socket, device, slots, slot_bytes, "
+                  "agg.yaml; keys: listen, ucx_listen, ucx_device, http (host:port), cuda_ipc {socket, device, slots, slot_bytes, "
                   "allow_uids}, allow (CIDR list), auth {keys_file, required}, "
                   "tls {cert_file, key_file, client_ca_file}, http_tls {cert_file, key_file}, http_token_file, db, "
                   "db_synchronous (normal|full), max_connections, batch_max, queue_max, peer_timeout_ms. "

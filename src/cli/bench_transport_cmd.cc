@@ -9,8 +9,11 @@
 //
 // cuda_ipc (transport/cuda_ipc.h): the server listens on Unix sockets in its folder and offers rings on
 // --ring-device. --memory device puts the Report's rows in GPU memory (cuda:0) as a DevicePayload: cuda_ipc
-// copies them device to device into the ring; every other link is the host-staged path (the link downloads
-// them — D2H copy and synchronize —, sends, and the server copies them into its GPU memory before its ack).
+// copies them device to device into the ring; ucx, where the UCX loaded has CUDA transports (PyPI
+// libucx-cu13), sends them from GPU memory (Connection::WriteReport) and the server receives rendezvous rows
+// into its GPU memory (--ring-device) and copies them to the host as storage would; every other link is the
+// host-staged path (the link downloads them — D2H copy and synchronize —, sends, and the server copies them
+// into its GPU memory before its ack).
 // Besides RTT/2, each Report's one-way time is measured: the client stamps publish_ns with CLOCK_MONOTONIC
 // just before Link::Send, the server's handler subtracts it from its own CLOCK_MONOTONIC (one host, one clock).
 //
@@ -163,7 +166,11 @@ class AckAtOnce final : public tp::ReceiverHandler {
   }
   void OnReport(const std::shared_ptr<tp::Session>& s, tp::Report r) override {
 #if VIGIL_HAVE_CUDA
-    if (to_device_ && s->link() != "cuda_ipc" && !r.detections.empty()) {
+    // cuda_ipc rows came device to device; ucx rows did where UCX has CUDA transports (sent from GPU memory,
+    // received into it by rendezvous): no host-staged H2D copy for them.
+    const bool came_from_device =
+        s->link() == "cuda_ipc" || (s->link() == "ucx" && tp::GetUcxCounters().cuda_memory_workers > 0);
+    if (to_device_ && !came_from_device && !r.detections.empty()) {
       const size_t bytes = r.detections.size() * sizeof(tp::ReportDetection);
       if (bytes > dev_bytes_) {
         if (dev_ != nullptr) cudaFree(dev_);
@@ -197,8 +204,14 @@ std::string SocketPath(const std::string& dir, int which) {
 }
 
 StatusOr<std::unique_ptr<tp::Listener>> Listen(const std::string& kind, const std::string& dir, int which,
-                                               const std::string& ring_device) {
-  if (kind == "ucx") return tp::UcxListen("127.0.0.1", 0, tp::UcxOptions{});
+                                               const std::string& ring_device, bool device_rows) {
+  if (kind == "ucx") {
+    tp::UcxOptions o;
+    // --memory device: rows that come by rendezvous land in the server's GPU memory (then one copy to the host,
+    // as storage needs), where UCX has CUDA transports.
+    if (device_rows && ring_device.rfind("cuda:", 0) == 0) o.receive_device = std::atoi(ring_device.c_str() + 5);
+    return tp::UcxListen("127.0.0.1", 0, o);
+  }
   if (kind == "cuda_ipc") {
     tp::CudaIpcListenOptions o;
     o.path = SocketPath(dir, which);
@@ -224,7 +237,7 @@ int Serve(const BenchTransportArgs& a) {
   AckAtOnce handler(a.memory == "device");
   std::unique_ptr<tp::Receiver> receivers[2];
   for (int i = 0; i < 2; ++i) {
-    StatusOr<std::unique_ptr<tp::Listener>> l = Listen(a.serve, a.dir, i, a.ring_device);
+    StatusOr<std::unique_ptr<tp::Listener>> l = Listen(a.serve, a.dir, i, a.ring_device, a.memory == "device");
     if (!l.ok()) return fail(l.status());
     tp::ReceiverOptions o;
     if (i == 0) o.keys = std::make_shared<const tp::KeyStore>(*keys);  // [1]: no keys
@@ -608,6 +621,11 @@ LinkResult RunLink(const BenchTransportArgs& a, const std::string& kind, const s
     return r;
   }
   r.transports = link->transports();
+  if (kind == "ucx") {
+    const tp::UcxCounters c = tp::GetUcxCounters();
+    r.transports += StrCat(" (UCX takes CUDA memory: ", c.cuda_memory_workers > 0 ? "yes" : "no",
+                           "; rows messages sent from GPU memory: ", c.rows_messages_sent_from_device, ")");
+  }
   uint64_t seq = 0;
   for (size_t size : sizes) {
     SizeResult s;

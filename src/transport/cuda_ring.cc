@@ -1,5 +1,6 @@
 // The cuda_ipc ring's CUDA backend (ring.h): slots in GPU memory exported with CUDA IPC; one kernel per
-// slot on the edge's stream fills the GPU ring and the host mirror and writes the signal word.
+// slot on the edge's stream fills the GPU ring and the host mirror and writes the signal word. Also the
+// links' other CUDA calls (device_memory.h).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -7,6 +8,7 @@
 #include <cstring>
 
 #include "common/cuda_status.h"
+#include "device_memory.h"
 #include "ring.h"
 #include "transport/cuda/ring_kernels.h"
 
@@ -160,3 +162,51 @@ StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer& offer, char*
 }
 
 }  // namespace vigil::transport::ring
+
+namespace vigil::transport::device_memory {
+namespace {
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(int device, void* data, size_t bytes) : device_(device), data_(data), bytes_(bytes) {}
+  ~CudaBuffer() override {
+    cudaSetDevice(device_);
+    cudaFree(data_);
+    cudaGetLastError();
+  }
+  void* data() const override { return data_; }
+  size_t size() const override { return bytes_; }
+  int device() const override { return device_; }
+
+ private:
+  int device_;
+  void* data_;
+  size_t bytes_;
+};
+
+}  // namespace
+
+bool Available() { return true; }
+
+Status Use(int device) {
+  return cuda::CudaStatus(cudaSetDevice(device), StrCat("cudaSetDevice(", device, ")"));
+}
+
+Status WaitReady(void* event) {
+  if (event == nullptr) return absl::OkStatus();
+  return cuda::CudaStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "waiting for device rows");
+}
+
+StatusOr<std::unique_ptr<Buffer>> Allocate(int device, size_t bytes) {
+  VIGIL_RETURN_IF_ERROR(Use(device));
+  void* p = nullptr;
+  VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(cudaMalloc(&p, bytes), StrCat("cudaMalloc ", bytes, " bytes on cuda:", device)));
+  return std::unique_ptr<Buffer>(new CudaBuffer(device, p, bytes));
+}
+
+Status CopyToHost(void* dst, const void* src, size_t bytes, int device) {
+  VIGIL_RETURN_IF_ERROR(Use(device));
+  return cuda::CudaStatus(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copying device rows to the host");
+}
+
+}  // namespace vigil::transport::device_memory

@@ -1,4 +1,5 @@
-// The cuda_ipc ring's CUDA backend in a build without CUDA (cuda_ring.cc is the real one).
+// The cuda_ipc ring's CUDA backend and device_memory.h in a build without CUDA (cuda_ring.cc is the real one).
+#include "device_memory.h"
 #include "ring.h"
 
 namespace vigil::transport::ring {
@@ -13,3 +14,17 @@ StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer&, char*, size
 }
 
 }  // namespace vigil::transport::ring
+
+namespace vigil::transport::device_memory {
+
+namespace {
+Status NoCuda() { return absl::UnimplementedError("device memory: this vigil was built without CUDA"); }
+}  // namespace
+
+bool Available() { return false; }
+Status Use(int) { return NoCuda(); }
+Status WaitReady(void* event) { return event == nullptr ? absl::OkStatus() : NoCuda(); }
+StatusOr<std::unique_ptr<Buffer>> Allocate(int, size_t) { return NoCuda(); }
+Status CopyToHost(void*, const void*, size_t, int) { return NoCuda(); }
+
+}  // namespace vigil::transport::device_memory

@@ -1,6 +1,7 @@
 // The framed Link (link.h): protocol frames over a Connection made by a Dialer (TCP, TLS, UCX).
 #include <absl/strings/match.h>
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -84,12 +85,21 @@ class FramedLink final : public Link {
       if (conn_ == conn) link_seq_ = seq;
       return st;
     }
+    const auto deadline = Clock::now() + timeout;
+    // Rows a connection sends from where they live (ucx with CUDA transports): the frames before them go
+    // first, then the rows' own message; the numbers are taken, so a failure ends the session (as a failed
+    // write does: the next one starts again from 0).
+    if (std::any_of(messages.begin(), messages.end(), [&](const OutboxMessage* m) {
+          return m->device && m->device->count > 0 && conn->takes_rows_from(m->device->device);
+        })) {
+      return SendRowsApart(*conn, messages, edge, epoch, link_seq, deadline);
+    }
     // Encode the whole batch first: a payload that fails to download leaves nothing of it sent (and
     // takes no link_seq).
     out_.clear();
     uint64_t next_seq = link_seq;
     for (const OutboxMessage* m : messages) {
-      if (!m->device || m->device->count == 0) {
+      if (!m->device || m->device->count == 0 || !m->report.detections.empty()) {  // host rows (or a host copy)
         AppendReportFrame(m->report, edge, epoch, next_seq++, m->report.detections, &out_);
         continue;
       }
@@ -102,10 +112,7 @@ class FramedLink final : public Link {
       if (st.ok()) st = ValidateReportFields(checked);
       if (st.ok()) AppendReportFrame(checked, edge, epoch, next_seq++, checked.detections, &out_);
       checked.detections.swap(staging_);
-      if (!st.ok()) {
-        return absl::InternalError(StrCat("message ", m->id, " (", m->report.stream, " seq ", m->report.seq_first,
-                                          "): device rows on cuda:", m->device->device, ": ", st.message()));
-      }
+      if (!st.ok()) return DownloadFailed(*m, st);
     }
     // The numbers are taken whatever the write does: a failed write ends the session, and the next one
     // starts again from 0.
@@ -113,7 +120,7 @@ class FramedLink final : public Link {
       std::lock_guard lock(mu_);
       if (conn_ == conn) link_seq_ = next_seq;
     }
-    return conn->Write(out_, timeout);
+    return conn->Write(out_, Left(deadline));
   }
 
   Status SendHeartbeat(int64_t sent_ns, milliseconds timeout) override {
@@ -163,6 +170,58 @@ class FramedLink final : public Link {
   std::shared_ptr<RingWriter> current_ring() const {
     std::lock_guard lock(mu_);
     return ring_;
+  }
+
+  static Status DownloadFailed(const OutboxMessage& m, const Status& st) {
+    return absl::InternalError(StrCat("message ", m.id, " (", m.report.stream, " seq ", m.report.seq_first,
+                                      "): device rows on cuda:", m.device->device, ": ", st.message()));
+  }
+
+  // Send for a batch with rows that `conn` takes from where they live (Connection::WriteReport).
+  Status SendRowsApart(Connection& conn, std::span<const OutboxMessage* const> messages, const std::string& edge,
+                       uint64_t epoch, uint64_t link_seq, Clock::time_point deadline) {
+    uint64_t next_seq = link_seq;
+    auto take_numbers = [&] {
+      std::lock_guard lock(mu_);
+      if (conn_.get() == &conn) link_seq_ = next_seq;
+    };
+    out_.clear();
+    for (const OutboxMessage* m : messages) {
+      const bool apart = m->device && m->device->count > 0 && conn.takes_rows_from(m->device->device);
+      if (apart) {
+        std::string frame;
+        AppendReportFrame(m->report, edge, epoch, next_seq, {}, &frame);  // the header; the rows go beside it
+        Status st = absl::OkStatus();
+        if (!out_.empty()) st = conn.Write(out_, Left(deadline));
+        out_.clear();
+        if (st.ok()) st = conn.WriteReport(frame, *m->device, Left(deadline));
+        if (st.ok()) {
+          ++next_seq;
+          continue;
+        }
+        if (st.code() != absl::StatusCode::kOutOfRange) {
+          take_numbers();
+          return st;
+        }
+        // Too large a header to go beside the rows: this one goes downloaded, as on any link.
+      }
+      if (!m->device || m->device->count == 0 || !m->report.detections.empty()) {  // host rows (or a host copy)
+        AppendReportFrame(m->report, edge, epoch, next_seq++, m->report.detections, &out_);
+        continue;
+      }
+      Report checked = m->report;
+      checked.detections.resize(m->device->count);
+      Status st = m->device->download(checked.detections.data());
+      if (st.ok()) st = ValidateReportFields(checked);
+      if (!st.ok()) {
+        take_numbers();
+        return DownloadFailed(*m, st);
+      }
+      AppendReportFrame(checked, edge, epoch, next_seq++, checked.detections, &out_);
+    }
+    take_numbers();
+    if (out_.empty()) return absl::OkStatus();
+    return conn.Write(out_, Left(deadline));
   }
 
   // cuda_ipc: the aggregator's RingOffer (after Auth, before the Welcome): maps it and answers RingAccept.

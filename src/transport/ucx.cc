@@ -9,10 +9,17 @@
 // endpoint): kDataAm carries a DataHeader (sequence number) and up to max_message_bytes of the byte
 // stream; kControlAm carries a ControlHeader only: kHello (our receive window; the first message each side
 // sends: receiving it means the endpoint is connected), kCredit (bytes our Read drained so far),
-// kFin (number of data messages we sent: no more follow), kFinAck (all of them are in memory here).
+// kFin (number of data messages we sent: no more follow), kFinAck (all of them are in memory here);
+// kRowsAm (WriteReport) carries a RowsHeader (the same sequence numbers as kDataAm) followed by a Report
+// frame encoded without rows in its header, and the detection rows as its data, sent from where they live
+// (UCS_MEMORY_TYPE_CUDA for GPU memory: UCX's CUDA transports move them); the receiver checks the rows and
+// puts one ordinary Report frame into the byte stream in their place.
 #include "vigil/transport/ucx.h"
 
+#include "device_memory.h"
 #include "sockaddr.h"
+#include "vigil/transport/outbox.h"
+#include "vigil/transport/protocol.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -46,7 +53,8 @@ using net::Resolve;
 
 constexpr unsigned kDataAm = 1;
 constexpr unsigned kControlAm = 2;
-constexpr uint32_t kWireVersion = 1;
+constexpr unsigned kRowsAm = 3;
+constexpr uint32_t kWireVersion = 2;  // 2: kRowsAm
 // How long a destructor waits for ucp_ep_close_nbx to complete, and a stopping worker for its endpoints.
 constexpr milliseconds kCloseTimeout{2000};
 // UCX reports a refused or unreachable client-server connection as "Endpoint is not connected".
@@ -57,6 +65,9 @@ std::atomic<int64_t> g_endpoints{0};
 std::atomic<int64_t> g_registrations{0};
 std::atomic<uint64_t> g_rendezvous{0};
 std::atomic<uint64_t> g_out_of_order{0};
+std::atomic<int64_t> g_cuda_workers{0};
+std::atomic<uint64_t> g_rows_sent{0}, g_rows_sent_from_device{0}, g_rows_received{0}, g_rows_into_device{0},
+    g_rows_rejected{0};
 
 enum class ControlType : uint32_t { kHello = 1, kCredit = 2, kFin = 3, kFinAck = 4 };
 
@@ -68,6 +79,12 @@ struct ControlHeader {
   uint32_t version;
   uint64_t value;
 };
+struct RowsHeader {
+  uint64_t seq;          // in the data messages' sequence
+  uint32_t rows;         // detection rows in the message's data (24 bytes each)
+  uint32_t frame_bytes;  // the Report frame without rows that follows this header
+};
+constexpr size_t kRowBytes = sizeof(ReportDetection);
 
 std::string UcsError(ucs_status_t st) { return ucs_status_string(st); }
 
@@ -82,6 +99,10 @@ Status ValidateOptions(const UcxOptions& o) {
     return absl::InvalidArgumentError(StrCat("UcxOptions: max_message_bytes (", o.max_message_bytes,
                                              "), send_buffers (", o.send_buffers, ") and receive_window_bytes (",
                                              o.receive_window_bytes, ") must be at least 1"));
+  }
+  if (o.receive_device >= 0 && !device_memory::Available()) {
+    return absl::InvalidArgumentError(StrCat("UcxOptions: receive_device cuda:", o.receive_device,
+                                             ": this vigil was built without CUDA (use -1, host memory)"));
   }
   return absl::OkStatus();
 }
@@ -175,6 +196,13 @@ struct Chunk {
   size_t size = 0;
   size_t offset = 0;   // drained by Read
   bool ready = false;  // the bytes are all here
+  size_t wire = 0;     // bytes the sender counted against our window (credited once drained)
+  // A rows message (kRowsAm): until it is ready, `bytes` holds the rows and `frame` the Report frame without
+  // them; ready, `bytes` is the whole Report frame.
+  bool is_rows = false;
+  uint32_t rows = 0;
+  std::string frame;
+  std::unique_ptr<device_memory::Buffer> device;  // rendezvous into GPU memory (UcxOptions::receive_device)
 };
 
 struct ConnState {
@@ -195,6 +223,7 @@ struct ConnState {
   bool awaiting_accept = false; // accepted by the listener, not yet connected (no Hello yet)
   bool fin_ack_sent = false;
   bool transports_known = false;
+  std::vector<std::unique_ptr<device_memory::Buffer>> free_row_buffers;  // receive_device buffers to reuse
 
   // Written before the state is shared, then only read:
   char* buffers = nullptr;  // send_buffers × max_message_bytes, registered as `memh`
@@ -424,6 +453,56 @@ class Worker {
   }
 
   ucp_context_h context() const { return context_; }
+  // Set before Start returns, constant afterwards: any thread.
+  bool cuda_memory() const { return cuda_memory_; }
+  size_t max_am_header() const { return max_am_header_; }
+
+  // Progress thread: sends a rows message (WriteReport).
+  struct PendingRows {
+    ConnState* conn = nullptr;
+    std::string header;  // RowsHeader + the frame; UCX 1.13 reads a header until the send completes
+    const void* rows = nullptr;
+    size_t row_bytes = 0;
+    int device = -1;
+    std::shared_ptr<const void> keepalive;
+  };
+  void SendRows(std::shared_ptr<PendingRows> m) {
+    ConnState* conn = m->conn;
+    if (conn->ep == nullptr || conn->close_started) return;  // the connection is gone; its reader sees why
+    if (m->device >= 0 && m->device != current_device_) {
+      Status st = device_memory::Use(m->device);
+      if (!st.ok()) {
+        std::lock_guard lock(conn->mu);
+        conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": sending rows: ", st.message())));
+        return;
+      }
+      current_device_ = m->device;
+    }
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    p.memory_type = m->device >= 0 ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    p.cb.send = [](void* request, ucs_status_t st, void* user_data) {
+      auto* pending = static_cast<std::shared_ptr<PendingRows>*>(user_data);
+      --(*pending)->conn->inflight;
+      Completed((*pending)->conn, st, "sending rows");
+      delete pending;
+      ucp_request_free(request);
+    };
+    auto* held = new std::shared_ptr<PendingRows>(m);
+    p.user_data = held;
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(conn->ep, kRowsAm, m->header.data(), m->header.size(), m->rows, m->row_bytes, &p);
+    ++g_rows_sent;
+    if (m->device >= 0) ++g_rows_sent_from_device;
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+      ++conn->inflight;
+      return;
+    }
+    Completed(conn, UCS_PTR_STATUS(r), "sending rows");
+    delete held;
+  }
 
  private:
   explicit Worker(const UcxOptions& options) : options_(options) {}
@@ -437,9 +516,11 @@ class Worker {
       return;
     }
     ++g_workers;
+    if (cuda_memory_) ++g_cuda_workers;
     started->set_value(absl::OkStatus());
     Loop();
     Cleanup();
+    if (cuda_memory_) --g_cuda_workers;
     --g_workers;
   }
 
@@ -452,6 +533,9 @@ class Worker {
     // memory may be used: UCX warns "invalid configuration" when no transport reads it.
     if (options_.shared_memory_error_handling && MayUseSharedMemory(options_.tls)) {
       (void)ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+    }
+    if (st == UCS_OK && options_.rendezvous_threshold_bytes > 0) {
+      st = ucp_config_modify(config, "RNDV_THRESH", std::to_string(options_.rendezvous_threshold_bytes).c_str());
     }
     if (st != UCS_OK) {
       ucp_config_release(config);
@@ -467,6 +551,11 @@ class Worker {
       context_ = nullptr;
       return absl::UnavailableError(StrCat("UCX: ucp_init (tls '", options_.tls, "'): ", UcsError(st)));
     }
+    ucp_context_attr_t ca{};
+    ca.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(context_, &ca) == UCS_OK) {
+      cuda_memory_ = (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0 && device_memory::Available();
+    }
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only this thread calls UCP (ucp_worker_signal excepted)
@@ -477,13 +566,16 @@ class Worker {
     }
     st = ucp_worker_get_efd(worker_, &efd_);
     if (st != UCS_OK) return absl::UnavailableError(StrCat("UCX: ucp_worker_get_efd: ", UcsError(st)));
-    for (unsigned id : {kDataAm, kControlAm}) {
+    ucp_worker_attr_t wa{};
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+    if (ucp_worker_query(worker_, &wa) == UCS_OK) max_am_header_ = wa.max_am_header;
+    for (unsigned id : {kDataAm, kControlAm, kRowsAm}) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
       hp.id = id;
       hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-      hp.cb = id == kDataAm ? &Worker::OnDataAm : &Worker::OnControlAm;
+      hp.cb = id == kDataAm ? &Worker::OnDataAm : id == kRowsAm ? &Worker::OnRowsAm : &Worker::OnControlAm;
       hp.arg = this;
       st = ucp_worker_set_am_recv_handler(worker_, &hp);
       if (st != UCS_OK) return absl::UnavailableError(StrCat("UCX: ucp_worker_set_am_recv_handler: ", UcsError(st)));
@@ -780,6 +872,7 @@ class Worker {
     conn->next_arrival_seq = std::max(conn->next_arrival_seq, h.seq + 1);
     Chunk& c = conn->rx[h.seq];
     c.size = length;
+    c.wire = length;
     c.bytes.reset(new char[std::max<size_t>(length, 1)]);
     if (!rndv) {
       std::memcpy(c.bytes.get(), data, length);
@@ -795,20 +888,122 @@ class Worker {
     return UCS_INPROGRESS;
   }
 
+  static ucs_status_t OnRowsAm(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                               const ucp_am_recv_param_t* param) {
+    auto* w = static_cast<Worker*>(arg);
+    const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    ConnState* conn = w->Find(param);
+    if (conn == nullptr) return UCS_OK;
+    RowsHeader h{};
+    std::string malformed;
+    if (header_length < sizeof h) {
+      malformed = StrCat("a header of ", header_length, " bytes");
+    } else {
+      std::memcpy(&h, header, sizeof h);
+      if (header_length != sizeof h + h.frame_bytes) {
+        malformed = StrCat("a header of ", header_length, " bytes announcing a frame of ", h.frame_bytes);
+      } else if (h.rows > kMaxDetections) {
+        malformed = StrCat(h.rows, " rows, more than ", kMaxDetections);
+      } else if (length != h.rows * kRowBytes) {
+        malformed = StrCat(length, " bytes of data for ", h.rows, " rows");
+      }
+    }
+    UpdateTransports(conn);
+    std::lock_guard lock(conn->mu);
+    if (!malformed.empty()) {
+      ++g_rows_rejected;
+      conn->FailLocked(absl::DataLossError(StrCat(conn->peer, ": a malformed rows message: ", malformed)));
+      return UCS_OK;
+    }
+    if (h.seq < conn->next_read_seq || conn->rx.count(h.seq) != 0) {
+      conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": data message ", h.seq, " arrived twice")));
+      return UCS_OK;
+    }
+    if (h.seq != conn->next_arrival_seq) ++g_out_of_order;
+    conn->next_arrival_seq = std::max(conn->next_arrival_seq, h.seq + 1);
+    Chunk& c = conn->rx[h.seq];
+    c.is_rows = true;
+    c.rows = h.rows;
+    c.frame.assign(static_cast<const char*>(header) + sizeof h, h.frame_bytes);
+    c.size = length;
+    c.wire = h.frame_bytes + length;
+    c.bytes.reset(new char[std::max<size_t>(length, 1)]);
+    if (!rndv) {
+      std::memcpy(c.bytes.get(), data, length);
+      w->FinishRowsLocked(conn, h.seq, c);
+      return UCS_OK;
+    }
+    std::shared_ptr<ConnState> keep = w->eps_[conn->ep];
+    w->deferred_.push_back([w, keep, seq = h.seq, desc = data] { w->ReceiveRendezvous(keep, seq, desc); });
+    return UCS_INPROGRESS;
+  }
+
+  // REQUIRES: conn->mu held; progress thread. The rows of chunk `seq` are in c.bytes (host): checks them and
+  // makes the chunk one Report frame (ready), or fails the connection (nothing of it is read).
+  void FinishRowsLocked(ConnState* conn, uint64_t seq, Chunk& c) {
+    auto reject = [&](const auto& why) {
+      ++g_rows_rejected;
+      conn->FailLocked(absl::DataLossError(StrCat(conn->peer, ": rows message ", seq, " rejected: ", why)));
+    };
+    StatusOr<Message> m = DecodeFrame(c.frame);
+    if (!m.ok()) return reject(m.status().message());
+    Report* r = std::get_if<Report>(&*m);
+    if (r == nullptr || !r->detections.empty()) return reject("its frame is not a Report without rows");
+    r->detections.resize(c.rows);
+    if (c.rows > 0) std::memcpy(r->detections.data(), c.bytes.get(), c.rows * kRowBytes);
+    Status valid = ValidateReport(*r);  // finite boxes and scores, integral class ids, an event's rows
+    if (!valid.ok()) return reject(valid.message());
+    std::string out;
+    AppendFrame(*r, &out);
+    c.bytes.reset(new char[out.size()]);
+    std::memcpy(c.bytes.get(), out.data(), out.size());
+    c.size = out.size();
+    c.frame.clear();
+    c.ready = true;
+    ++g_rows_received;
+    conn->cv.notify_all();
+    if (conn->peer_fin) MaybeAckFinLocked(conn);
+  }
+
   void ReceiveRendezvous(const std::shared_ptr<ConnState>& conn, uint64_t seq, void* desc) {
     char* buf = nullptr;
     size_t size = 0;
+    bool into_device = false;
     {
       std::lock_guard lock(conn->mu);
       auto it = conn->rx.find(seq);
       if (it != conn->rx.end()) {
         buf = it->second.bytes.get();
         size = it->second.size;
+        into_device = it->second.is_rows && conn->options.receive_device >= 0 && size > 0;
       }
     }
     if (buf == nullptr || conn->ep == nullptr || conn->close_started) {
       ucp_am_data_release(worker_, desc);
       return;
+    }
+    ucs_memory_type_t memory_type = UCS_MEMORY_TYPE_HOST;
+    if (into_device) {  // rows into GPU memory; copied to the host for storage when they are all here
+      std::unique_ptr<device_memory::Buffer> dev;
+      if (!conn->free_row_buffers.empty()) {
+        dev = std::move(conn->free_row_buffers.back());
+        conn->free_row_buffers.pop_back();
+      } else {
+        StatusOr<std::unique_ptr<device_memory::Buffer>> made =
+            device_memory::Allocate(conn->options.receive_device, kMaxDetections * kRowBytes);
+        if (!made.ok()) {
+          ucp_am_data_release(worker_, desc);
+          std::lock_guard lock(conn->mu);
+          conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": receiving rows: ", made.status().message())));
+          return;
+        }
+        dev = std::move(*made);
+      }
+      current_device_ = conn->options.receive_device;  // Allocate made it current
+      buf = static_cast<char*>(dev->data());
+      memory_type = UCS_MEMORY_TYPE_CUDA;
+      std::lock_guard lock(conn->mu);
+      conn->rx[seq].device = std::move(dev);
     }
     struct Pending {
       ConnState* conn;
@@ -816,7 +1011,8 @@ class Worker {
     };
     auto* pending = new Pending{conn.get(), seq};
     ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.memory_type = memory_type;
     p.cb.recv_am = [](void* request, ucs_status_t st, size_t, void* user_data) {
       auto* pend = static_cast<Pending*>(user_data);
       --pend->conn->inflight;
@@ -840,9 +1036,24 @@ class Worker {
     ++g_rendezvous;
     std::lock_guard lock(conn->mu);
     auto it = conn->rx.find(seq);
-    if (it != conn->rx.end()) it->second.ready = true;
-    conn->cv.notify_all();
-    if (conn->peer_fin) MaybeAckFinLocked(conn);
+    if (it == conn->rx.end()) return;
+    Chunk& c = it->second;
+    if (!c.is_rows) {
+      c.ready = true;
+      conn->cv.notify_all();
+      if (conn->peer_fin) MaybeAckFinLocked(conn);
+      return;
+    }
+    if (c.device) {
+      Status copied = device_memory::CopyToHost(c.bytes.get(), c.device->data(), c.size, c.device->device());
+      conn->free_row_buffers.push_back(std::move(c.device));
+      if (!copied.ok()) {
+        conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": receiving rows: ", copied.message())));
+        return;
+      }
+      ++g_rows_into_device;
+    }
+    FinishRowsLocked(conn, seq, c);
   }
 
   const UcxOptions options_;
@@ -861,6 +1072,9 @@ class Worker {
   std::vector<std::function<void()>> deferred_;
   bool stopping_ = false;
   Clock::time_point stop_deadline_;
+  bool cuda_memory_ = false;  // the context takes UCS_MEMORY_TYPE_CUDA (and this build has CUDA)
+  size_t max_am_header_ = 0;  // ucp_worker_query: the largest active-message header
+  int current_device_ = -2;   // the CUDA device made current on the progress thread (-2: none yet)
 };
 
 class UcxConnection final : public Connection {
@@ -930,6 +1144,7 @@ class UcxConnection final : public Connection {
     for (;;) {
       if (c_->shut) return absl::UnavailableError(StrCat(c_->peer, ": connection shut down"));
       size_t n = 0;
+      uint64_t drained = 0;  // wire bytes of the chunks drained completely (a rows chunk grew into a frame)
       for (auto it = c_->rx.begin(); n < max && it != c_->rx.end() && it->first == c_->next_read_seq &&
                                      it->second.ready;) {
         Chunk& ch = it->second;
@@ -938,11 +1153,12 @@ class UcxConnection final : public Connection {
         n += take;
         ch.offset += take;
         if (ch.offset < ch.size) break;
+        drained += ch.wire;
         it = c_->rx.erase(it);
         ++c_->next_read_seq;
       }
       if (n > 0) {
-        c_->consumed += n;
+        c_->consumed += drained;
         const uint64_t threshold = std::max<uint64_t>(1, c_->options.receive_window_bytes / 4);
         if (c_->consumed - c_->consumed_reported >= threshold) {
           c_->consumed_reported = c_->consumed;
@@ -980,6 +1196,54 @@ class UcxConnection final : public Connection {
   std::string transports() const override {
     std::lock_guard lock(c_->mu);
     return c_->transports;
+  }
+
+  bool takes_rows_from(int device) const override { return device < 0 || worker_->cuda_memory(); }
+
+  Status WriteReport(std::string_view frame, const DevicePayload& rows, milliseconds timeout) override {
+    if (!takes_rows_from(rows.device)) {
+      return absl::UnimplementedError(StrCat(c_->peer, ": this UCX has no CUDA memory transports (rows on cuda:",
+                                             rows.device, " go another way)"));
+    }
+    if (sizeof(RowsHeader) + frame.size() > worker_->max_am_header()) {
+      return absl::OutOfRangeError(StrCat(c_->peer, ": a report header of ", frame.size(),
+                                          " bytes is more than UCX takes beside rows (", worker_->max_am_header(),
+                                          ")"));
+    }
+    if (rows.count > kMaxDetections || (rows.count > 0 && rows.device_rows == nullptr)) {
+      return absl::InvalidArgumentError(StrCat(c_->peer, ": ", rows.count, " rows at ", rows.device_rows));
+    }
+    if (rows.device >= 0) VIGIL_RETURN_IF_ERROR(device_memory::WaitReady(rows.ready_event));
+    const auto deadline = Clock::now() + timeout;
+    auto m = std::make_shared<Worker::PendingRows>();
+    m->conn = c_.get();
+    m->rows = rows.device_rows;
+    m->row_bytes = rows.count * kRowBytes;
+    m->device = rows.device;
+    m->keepalive = rows.keepalive;
+    RowsHeader h{0, rows.count, static_cast<uint32_t>(frame.size())};
+    const uint64_t wire = frame.size() + m->row_bytes;
+    std::unique_lock lock(c_->mu);
+    for (;;) {
+      if (c_->shut) return absl::UnavailableError(StrCat(c_->peer, ": connection shut down"));
+      if (!c_->failure.ok()) return c_->failure;
+      if (c_->peer_fin) return absl::UnavailableError(StrCat(c_->peer, ": peer closed the connection"));
+      const uint64_t unconsumed = c_->sent_bytes - c_->peer_consumed;
+      // All at once (a message is not split); a message larger than the whole window goes when it is empty.
+      if (unconsumed == 0 || (c_->peer_window > unconsumed && c_->peer_window - unconsumed >= wire)) break;
+      if (Clock::now() >= deadline) {
+        return absl::DeadlineExceededError(
+            StrCat(c_->peer, ": send blocked for ", timeout.count(), " ms (the peer is not reading)"));
+      }
+      c_->cv.wait_until(lock, deadline);
+    }
+    h.seq = c_->next_send_seq++;
+    c_->sent_bytes += wire;
+    m->header.assign(reinterpret_cast<const char*>(&h), sizeof h);
+    m->header.append(frame);
+    // Posted under the lock, as Write's: in sequence order, never after a FIN.
+    worker_->Post([w = worker_.get(), keep = c_, m] { w->SendRows(m); });
+    return absl::OkStatus();
   }
 
  private:
@@ -1104,6 +1368,12 @@ UcxCounters GetUcxCounters() {
   c.registrations = g_registrations.load();
   c.rendezvous_messages = g_rendezvous.load();
   c.out_of_order_messages = g_out_of_order.load();
+  c.cuda_memory_workers = g_cuda_workers.load();
+  c.rows_messages_sent = g_rows_sent.load();
+  c.rows_messages_sent_from_device = g_rows_sent_from_device.load();
+  c.rows_messages_received = g_rows_received.load();
+  c.rows_received_into_device = g_rows_into_device.load();
+  c.rows_messages_rejected = g_rows_rejected.load();
   return c;
 }
 

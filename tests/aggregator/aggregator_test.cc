@@ -61,7 +61,7 @@ TEST(AggregatorConfigTest, ReadsEveryKey) {
   StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
       "listen: 127.0.0.1:0\nhttp: ':8080'\ndb: /tmp/a.db\ndb_synchronous: full\nmax_connections: 8\n"
       "batch_max: 64\nqueue_max: 1000\npeer_timeout_ms: 2500\n"
-      "ucx_listen: 10.0.0.1:7500\ntls: {cert_file: s.pem, key_file: s.key, client_ca_file: ca.pem}\n"
+      "ucx_listen: 10.0.0.1:7500\nucx_device: cuda:1\ntls: {cert_file: s.pem, key_file: s.key, client_ca_file: ca.pem}\n"
       "allow: [127.0.0.1/32, 10.0.0.0/8]\nauth: {keys_file: keys.yaml}\n"
       "http_tls: {cert_file: h.pem, key_file: h.key}\nhttp_token_file: token\n",
       "agg.yaml");
@@ -69,6 +69,7 @@ TEST(AggregatorConfigTest, ReadsEveryKey) {
   EXPECT_TRUE(c->ucx_enabled);
   EXPECT_EQ(c->ucx_host, "10.0.0.1");
   EXPECT_EQ(c->ucx_port, 7500);
+  EXPECT_EQ(c->ucx_device, "cuda:1");
   EXPECT_EQ(c->tls_cert_file, "s.pem");
   EXPECT_EQ(c->tls_key_file, "s.key");
   EXPECT_EQ(c->tls_client_ca_file, "ca.pem");
@@ -98,6 +99,7 @@ TEST(AggregatorConfigTest, ReadsEveryKey) {
   EXPECT_EQ(defaults->listen_port, 7400);
   EXPECT_EQ(defaults->db_path, "vigil-aggregator.db");
   EXPECT_FALSE(defaults->ucx_enabled);
+  EXPECT_EQ(defaults->ucx_device, "host");
   EXPECT_FALSE(defaults->cuda_ipc_enabled);
   EXPECT_TRUE(defaults->allow.empty());
   EXPECT_FALSE(defaults->auth_required);
@@ -133,6 +135,11 @@ TEST(AggregatorConfigTest, CudaIpcErrorsNameTheKey) {
   EXPECT_NE(m.find("cuda_ipc.device: 'gpu0': expected cuda:N or host"), std::string::npos) << m;
   EXPECT_NE(m.find("cuda_ipc.slots: 1 is out of range [2, 65536]"), std::string::npos) << m;
   EXPECT_NE(m.find("cuda_ipc.allow_uids: 'root' is not a numeric uid"), std::string::npos) << m;
+  for (const char* bad : {"gpu0", "cuda:", "cuda:x1", "cuda:-1"}) {
+    const std::string m2 =
+        Message(ParseAggregatorConfig(StrCat("auth: {required: false}\nucx_device: '", bad, "'\n"), "agg.yaml").status());
+    EXPECT_NE(m2.find(StrCat("ucx_device: '", bad, "': expected cuda:N or host")), std::string::npos) << m2;
+  }
 }
 
 TEST(AggregatorConfigTest, ErrorsNameKeyAndLine) {

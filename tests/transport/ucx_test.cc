@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "vigil/transport/link.h"
+#include "vigil/transport/outbox.h"
 #include "vigil/transport/receiver.h"
 #include "vigil/transport/protocol.h"
 
@@ -492,6 +493,228 @@ TEST_P(UcxTest, FramedLinkRunsOverUcx) {
   (*rx)->Stop();
   EXPECT_EQ(handler.error, "");
   EXPECT_EQ((*rx)->Stats().authenticated, 1u);
+}
+
+// ---- rows sent apart from their frame (Connection::WriteReport) ----
+
+// An event report of `rows` rows (host copies), numbered by `seq`.
+Report RowsReport(uint64_t seq, uint32_t rows) {
+  Report r;
+  r.edge = "edge-ucx";
+  r.stream = "cam0";
+  r.run = 1;
+  r.epoch = 7;
+  r.link_seq = seq;
+  r.seq_first = r.seq_last = seq;
+  r.kind = ReportKind::kEvent;
+  r.severity = Severity::kWarning;
+  r.rule = "rows";
+  for (uint32_t i = 0; i < rows; ++i) {
+    const float f = static_cast<float>(seq * 1000 + i);
+    r.detections.push_back({f, f + 1, f + 2, f + 3, 0.5f, static_cast<float>(i % 80)});
+  }
+  return r;
+}
+
+// The frame without rows, and a payload pointing at `r`'s rows in host memory (device -1), kept alive by it.
+std::pair<std::string, DevicePayload> Apart(const std::shared_ptr<const Report>& r) {
+  Report header = *r;
+  header.detections.clear();
+  std::string frame;
+  AppendFrame(header, &frame);
+  DevicePayload p;
+  p.count = static_cast<uint32_t>(r->detections.size());
+  p.device = -1;
+  p.device_rows = r->detections.data();
+  p.keepalive = r;
+  p.download = [r](ReportDetection* dst) {
+    std::copy(r->detections.begin(), r->detections.end(), dst);
+    return absl::OkStatus();
+  };
+  return {frame, p};
+}
+
+// Decodes messages from `c` until `n` arrived (or fails).
+StatusOr<std::vector<Message>> ReadMessages(Connection& c, size_t n) {
+  FrameDecoder d;
+  std::vector<Message> out;
+  std::vector<char> buf(64 << 10);
+  const auto deadline = Clock::now() + kLong;
+  while (out.size() < n) {
+    StatusOr<std::optional<Message>> m = d.Next();
+    if (!m.ok()) return m.status();
+    if (m->has_value()) {
+      out.push_back(std::move(**m));
+      continue;
+    }
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    StatusOr<size_t> got = c.Read(buf.data(), buf.size(), std::max(left, milliseconds(0)));
+    if (!got.ok()) return got.status();
+    d.Feed(std::string_view(buf.data(), *got));
+  }
+  return out;
+}
+
+TEST_P(UcxTest, RowsSentApartArriveAsOneReportFrameInOrderWithTheByteStream) {
+  UcxOptions o = Options();
+  o.rendezvous_threshold_bytes = 1024;  // the 300-row report goes by rendezvous, the small ones eagerly
+  Pair p = vigil::transport::Connect(o, o);
+  ASSERT_TRUE(p.client && p.server);
+  EXPECT_TRUE(p.client->takes_rows_from(-1));
+  // GPU rows only where the UCX loaded has CUDA transports (PyPI libucx-cu13, not Debian's).
+  EXPECT_EQ(p.client->takes_rows_from(0), GetUcxCounters().cuda_memory_workers > 0);
+  const UcxCounters before = GetUcxCounters();
+  auto small = std::make_shared<const Report>(RowsReport(1, 3));
+  auto large = std::make_shared<const Report>(RowsReport(3, kMaxDetections));
+  auto [small_frame, small_rows] = Apart(small);
+  auto [large_frame, large_rows] = Apart(large);
+  ASSERT_TRUE(p.client->Write(EncodeFrame(Heartbeat{11}), kLong).ok());
+  ASSERT_TRUE(p.client->WriteReport(small_frame, small_rows, kLong).ok());
+  ASSERT_TRUE(p.client->Write(EncodeFrame(Heartbeat{22}), kLong).ok());
+  ASSERT_TRUE(p.client->WriteReport(large_frame, large_rows, kLong).ok());
+  ASSERT_TRUE(p.client->Write(EncodeFrame(Heartbeat{33}), kLong).ok());
+  small_rows = {};  // the connection holds the rows (keepalive) until they are sent
+  large_rows = {};
+  StatusOr<std::vector<Message>> got = ReadMessages(*p.server, 5);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 5u);
+  EXPECT_EQ(std::get<Heartbeat>((*got)[0]).sent_ns, 11);
+  EXPECT_EQ(std::get<Report>((*got)[1]), *small);
+  EXPECT_EQ(std::get<Heartbeat>((*got)[2]).sent_ns, 22);
+  EXPECT_EQ(std::get<Report>((*got)[3]), *large);
+  EXPECT_EQ(std::get<Report>((*got)[3]).detections.size(), kMaxDetections);
+  EXPECT_EQ(std::get<Heartbeat>((*got)[4]).sent_ns, 33);
+  const UcxCounters after = GetUcxCounters();
+  EXPECT_EQ(after.rows_messages_sent - before.rows_messages_sent, 2u);
+  EXPECT_EQ(after.rows_messages_received - before.rows_messages_received, 2u);
+  EXPECT_EQ(after.rows_messages_rejected - before.rows_messages_rejected, 0u);
+  EXPECT_GE(after.rendezvous_messages - before.rendezvous_messages, 1u);  // the large rows
+  EXPECT_EQ(after.rows_messages_sent_from_device - before.rows_messages_sent_from_device, 0u);
+}
+
+TEST_P(UcxTest, RowsThatFailTheCheckFailTheConnectionWithDataLossAfterWhatCameBefore) {
+  Pair p = Connect();
+  ASSERT_TRUE(p.client && p.server);
+  const UcxCounters before = GetUcxCounters();
+  Report bad = RowsReport(1, 2);
+  bad.detections[1].score = std::numeric_limits<float>::quiet_NaN();
+  auto [frame, rows] = Apart(std::make_shared<const Report>(bad));
+  ASSERT_TRUE(p.client->Write(EncodeFrame(Heartbeat{5}), kLong).ok());
+  ASSERT_TRUE(p.client->WriteReport(frame, rows, kLong).ok());
+  StatusOr<std::vector<Message>> first = ReadMessages(*p.server, 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(std::get<Heartbeat>((*first)[0]).sent_ns, 5);
+  StatusOr<std::vector<Message>> next = ReadMessages(*p.server, 1);
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kDataLoss) << next.status();
+  EXPECT_NE(next.status().message().find("rows message 1 rejected"), std::string::npos) << next.status();
+  EXPECT_EQ(GetUcxCounters().rows_messages_rejected - before.rows_messages_rejected, 1u);
+  // A frame that is not a Report without rows is refused the same way.
+  Pair q = Connect();
+  ASSERT_TRUE(q.client && q.server);
+  auto [frame2, rows2] = Apart(std::make_shared<const Report>(RowsReport(2, 1)));
+  ASSERT_TRUE(q.client->WriteReport(EncodeFrame(Heartbeat{1}), rows2, kLong).ok());
+  StatusOr<std::vector<Message>> refused = ReadMessages(*q.server, 1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss) << refused.status();
+  EXPECT_EQ(GetUcxCounters().rows_messages_rejected - before.rows_messages_rejected, 2u);
+}
+
+TEST_P(UcxTest, RowsMessagesAreFlowControlledLikeBytes) {
+  UcxOptions o = Options();
+  o.receive_window_bytes = 8 << 10;  // a few rows messages fill it
+  Pair p = vigil::transport::Connect(o, o);
+  ASSERT_TRUE(p.client && p.server);
+  constexpr int kMessages = 1000;
+  std::thread writer([&] {
+    for (int i = 0; i < kMessages; ++i) {
+      auto [frame, rows] = Apart(std::make_shared<const Report>(RowsReport(i, 1 + i % 40)));
+      Status st = p.client->WriteReport(frame, rows, kLong);
+      if (!st.ok()) {
+        ADD_FAILURE() << "message " << i << ": " << st;
+        return;
+      }
+    }
+  });
+  StatusOr<std::vector<Message>> got = ReadMessages(*p.server, kMessages);
+  writer.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int i = 0; i < kMessages; ++i) {
+    const Report& r = std::get<Report>((*got)[i]);
+    ASSERT_EQ(r.seq_first, static_cast<uint64_t>(i));
+    ASSERT_EQ(r, RowsReport(i, 1 + i % 40));
+  }
+  // A reader that stops: the writer blocks on the window and times out like Write.
+  Status st = absl::OkStatus();
+  for (int i = 0; i < 100 && st.ok(); ++i) {
+    auto [frame, rows] = Apart(std::make_shared<const Report>(RowsReport(i, 40)));
+    st = p.client->WriteReport(frame, rows, milliseconds(200));
+  }
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+}
+
+// The framed link sends a message's rows apart when the connection takes them (here host rows, device
+// -1; on the GPU machine rows in GPU memory through PyPI UCX): the receiver stores the same reports.
+TEST_P(UcxTest, FramedLinkSendsPayloadRowsApartAndTheReceiverGetsWholeReports) {
+  StatusOr<std::unique_ptr<Listener>> l = UcxListen("127.0.0.1", 0, Options());
+  ASSERT_TRUE(l.ok()) << l.status();
+  const uint16_t port = (*l)->port();
+  struct Recording : AckingHandler {
+    void OnReport(const std::shared_ptr<Session>& s, Report r) override {
+      {
+        std::lock_guard lock(mu);
+        reports.push_back(r);
+      }
+      AckingHandler::OnReport(s, std::move(r));
+    }
+    std::mutex mu;
+    std::vector<Report> reports;
+  } handler;
+  StatusOr<std::unique_ptr<Receiver>> rx = Receiver::Start({}, std::move(*l), &handler);
+  ASSERT_TRUE(rx.ok()) << rx.status();
+  std::unique_ptr<Link> link =
+      MakeFramedLink(std::shared_ptr<Dialer>(MakeUcxDialer("127.0.0.1", port, Options())), {"ucx", ""});
+  Hello hello;
+  hello.edge = "edge-ucx";
+  hello.class_names = std::vector<std::string>(80, "c");
+  hello.streams = {{"cam0", 1}};
+  ASSERT_TRUE(link->Open(hello, kLong).ok());
+  const UcxCounters before = GetUcxCounters();
+  constexpr int kReports = 60;
+  std::vector<OutboxMessage> messages(kReports);
+  std::vector<Report> expected;
+  for (int i = 0; i < kReports; ++i) {
+    Report full = RowsReport(i, i % 3 == 0 ? 0 : 1 + i % 50);
+    if (full.detections.empty()) full.kind = ReportKind::kProgress, full.severity = Severity::kNone, full.rule = "";
+    expected.push_back(full);
+    OutboxMessage& m = messages[i];
+    m.id = i;
+    m.report = full;
+    m.report.edge.clear();
+    m.report.epoch = 0;
+    if (i % 3 == 1) {  // rows apart; the others carry host rows in the report (or none)
+      auto kept = std::make_shared<const Report>(full);
+      m.report.detections.clear();
+      m.device = Apart(kept).second;
+    }
+  }
+  for (int i = 0; i < kReports; i += 15) {
+    std::vector<const OutboxMessage*> batch;
+    for (int j = i; j < i + 15; ++j) batch.push_back(&messages[j]);
+    ASSERT_TRUE(link->Send(batch, kLong).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return handler.reports_seen.load() == kReports; }, kLong));
+  {
+    std::lock_guard lock(handler.mu);
+    ASSERT_EQ(handler.reports.size(), expected.size());
+    for (int i = 0; i < kReports; ++i) {
+      Report want = expected[i];
+      want.link_seq = i;  // numbered by the link in send order
+      EXPECT_EQ(handler.reports[i], want) << i;
+    }
+  }
+  EXPECT_EQ(GetUcxCounters().rows_messages_received - before.rows_messages_received, static_cast<uint64_t>(kReports / 3));
+  EXPECT_EQ(handler.error, "");
+  link->Close();
+  (*rx)->Stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcxTest, ::testing::Values("tcp", "sm,tcp"), TlsName);

@@ -97,6 +97,10 @@ struct AggregatorConfig {
   bool ucx_enabled = false;             // ucx_listen: the ucx link (UCX active messages). Default: off
   std::string ucx_host = "0.0.0.0";
   uint16_t ucx_port = 7402;
+  // ucx_device: where detection rows an edge sends from its GPU memory land ("cuda:N": rendezvous rows are
+  // received into that GPU's memory, then copied to the host for storage; "host": straight to host memory).
+  // Takes effect when the UCX loaded has CUDA transports (ucx.h). Default: host.
+  std::string ucx_device = "host";
   // cuda_ipc: {socket, device, slots, slot_bytes, allow_uids}: the cuda_ipc link for edges on this host
   // (transport/cuda_ipc.h): control over the Unix socket `socket`, reports through a ring per session on
   // `device` ("cuda:N", default cuda:0; "host" = shared host memory; a GPU that cannot hold rings fails the

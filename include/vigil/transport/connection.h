@@ -25,6 +25,8 @@
 
 namespace vigil::transport {
 
+struct DevicePayload;  // outbox.h
+
 class Connection {
  public:
   virtual ~Connection() = default;
@@ -53,6 +55,21 @@ class Connection {
     bool ok = true;
   };
   virtual std::optional<SessionOffer> OfferSession() { return std::nullopt; }
+
+  // For a connection that can send detection rows from where they live (ucx.h: from GPU memory when UCX
+  // has CUDA transports): whether WriteReport takes rows on CUDA device `device` (-1: rows in host memory
+  // held apart from the frame). Default: no. Thread-safe.
+  virtual bool takes_rows_from(int /*device*/) const { return false; }
+  // Writes `frame` — one Report frame encoded with no detection rows (protocol.h) — and `rows.count` rows
+  // sent straight from `rows.device_rows` (after waiting for `rows.ready_event`); the peer's Read returns
+  // one ordinary Report frame carrying those rows, in order with the bytes of Write. The peer checks the
+  // rows (ValidateReport) and fails the connection with DataLoss on rows that do not pass. `rows.keepalive`
+  // is held until the send completes. Errors: as Write; OutOfRange (`frame` larger than the transport takes
+  // beside rows: nothing was sent, the caller sends the rows another way); Unimplemented by default.
+  virtual Status WriteReport(std::string_view /*frame*/, const DevicePayload& /*rows*/,
+                             std::chrono::milliseconds /*timeout*/) {
+    return absl::UnimplementedError("this connection sends no rows from device memory");
+  }
 };
 
 class Dialer {

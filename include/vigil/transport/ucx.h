@@ -33,6 +33,16 @@
 // UCX_MM_ERROR_HANDLING=y (openucx/ucx#8477); `shared_memory_error_handling` sets it, otherwise two
 // processes on one host talk over tcp loopback.
 //
+// Rows from device memory (Connection::WriteReport): a Report's detection rows travel as the data of their
+// own active message, sent from where they live (UCS_MEMORY_TYPE_CUDA for GPU memory, so UCX's cuda_copy /
+// cuda_ipc / GPUDirect RDMA transports move them without a host copy on our side), with the Report frame
+// encoded without rows in the message's header. The receiver puts them — by rendezvous into GPU memory
+// when `receive_device` is set, then one copy to the host for storage — back into one ordinary Report
+// frame after ValidateReport, so the receiver above sees the same byte stream as from any link; rows that
+// fail the check fail the connection with DataLoss (counted, nothing of them stored). takes_rows_from(d) is
+// true for d = -1 (host rows) and, for a GPU, when the UCX library loaded has CUDA transports (Debian's
+// 1.13 has none; PyPI libucx-cu13 has, selected with LD_LIBRARY_PATH: docs/architecture.md).
+//
 // Threading: one UCP worker per dialed connection and one per listener (shared by its accepted
 // connections), each driven by its own progress thread that makes every UCP call; Read/Write/Shutdown
 // post commands to it (ucp_worker_signal) and wait on condition variables. An idle worker sleeps in
@@ -77,6 +87,12 @@ struct UcxOptions {
   // How long a closing connection waits for the peer to confirm it received everything written before
   // the endpoint is closed anyway. Default: 1 s.
   std::chrono::milliseconds linger{1000};
+  // Receiving side: detection rows that come by rendezvous (WriteReport) land in this CUDA device's memory
+  // and are copied to the host for storage; -1 = straight into host memory. Default: -1.
+  int receive_device = -1;
+  // UCX_RNDV_THRESH for this context: messages from this many bytes up go by rendezvous (the receiver
+  // fetches the data, from GPU memory where the sender's rows live). 0 = UCX's default. Default: 0.
+  size_t rendezvous_threshold_bytes = 0;
 };
 
 // Dials host:port (IPv4 or IPv6, resolver order) with UCX; target() is "ucx://host:port". Each Dial
@@ -102,6 +118,12 @@ struct UcxCounters {
   int64_t registrations = 0;  // ucp_mem_map'ed send-buffer pools not yet unmapped
   uint64_t rendezvous_messages = 0;   // data messages received through ucp_am_recv_data_nbx
   uint64_t out_of_order_messages = 0; // data messages that arrived before one sent earlier
+  int64_t cuda_memory_workers = 0;    // live contexts whose UCX takes CUDA memory (UCS_MEMORY_TYPE_CUDA)
+  uint64_t rows_messages_sent = 0;             // WriteReport messages posted
+  uint64_t rows_messages_sent_from_device = 0;  // … of them with rows in GPU memory
+  uint64_t rows_messages_received = 0;          // rows messages checked and made Report frames
+  uint64_t rows_received_into_device = 0;       // … of them received into GPU memory (receive_device)
+  uint64_t rows_messages_rejected = 0;          // malformed, or rows that fail ValidateReport
 };
 UcxCounters GetUcxCounters();
 
