@@ -9,6 +9,7 @@
 #include "vigil/detect/letterbox.h"
 #include "vigil/detect/nms.h"
 #if VIGIL_HAVE_CUDA
+#include "common/cuda_status.h"
 #include "detect/cuda/gpu_stages.h"
 #endif
 
@@ -161,7 +162,9 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::Detect(std::span<const I
 }
 
 StatusOr<std::vector<std::vector<Detection>>> Detector::DetectFrames(std::span<const FrameRef> frames,
-                                                                     std::vector<DetectTiming>* timing) const {
+                                                                     std::vector<DetectTiming>* timing,
+                                                                     std::vector<DeviceRows>* kept) const {
+  if (kept != nullptr) kept->assign(frames.size(), DeviceRows{});
   if (gpu_ == nullptr) {
     // Host stages: letterbox reads an Image, so each frame is copied once (compact rows).
     std::vector<Image> images(frames.size());
@@ -194,7 +197,7 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::DetectFrames(std::span<c
   const size_t batch = static_cast<size_t>(model_.batch);
   for (size_t first = 0; first < frames.size(); first += batch) {
     const size_t count = std::min(frames.size() - first, batch);
-    VIGIL_ASSIGN_OR_RETURN(auto chunk, DetectChunkOnGpu(frames.subspan(first, count), first, times));
+    VIGIL_ASSIGN_OR_RETURN(auto chunk, DetectChunkOnGpu(frames.subspan(first, count), first, kept, times));
     for (auto& r : chunk) results.push_back(std::move(r));
   }
   if (timing != nullptr) *timing = std::move(times);
@@ -202,7 +205,7 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::DetectFrames(std::span<c
 }
 
 StatusOr<std::vector<std::vector<Detection>>> Detector::DetectChunkOnGpu(std::span<const FrameRef> frames,
-                                                                         size_t first,
+                                                                         size_t first, std::vector<DeviceRows>* kept,
                                                                          std::vector<DetectTiming>& times) const {
 #if VIGIL_HAVE_CUDA
   std::lock_guard<std::mutex> lock(gpu_->mutex());
@@ -213,10 +216,29 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::DetectChunkOnGpu(std::sp
     return Annotate(infos.status(), StrCat("frames ", first, "..", first + frames.size() - 1));
   }
   VIGIL_RETURN_IF_ERROR(gpu_->CopyToHost());
+  std::shared_ptr<const float> rows;
+  if (kept != nullptr) {
+    StatusOr<std::shared_ptr<const float>> k = gpu_->KeepRows();
+    if (!k.ok()) {
+      (void)gpu_->Synchronize();
+      return k.status();
+    }
+    rows = std::move(*k);
+  }
   const int64_t t1 = SteadyNs();
   VIGIL_RETURN_IF_ERROR(gpu_->Synchronize());
   const int64_t t2 = SteadyNs();
   std::vector<std::vector<Detection>> out = gpu_->HostDetections();
+  if (rows) {
+    const DeviceDetections d = gpu_->device_detections();
+    for (size_t i = 0; i < frames.size(); ++i) {
+      DeviceRows& k = (*kept)[first + i];
+      k.device = d.device;
+      k.rows = rows.get() + i * static_cast<size_t>(d.max_det) * 6;
+      k.count = static_cast<uint32_t>(out[i].size());
+      k.memory = rows;
+    }
+  }
   const int64_t t3 = SteadyNs();
   const int64_t n = static_cast<int64_t>(frames.size());
   for (size_t i = 0; i < frames.size(); ++i) {
@@ -230,6 +252,7 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::DetectChunkOnGpu(std::sp
 #else
   (void)frames;
   (void)first;
+  (void)kept;
   (void)times;
   return absl::FailedPreconditionError("this build has no CUDA backend");
 #endif
@@ -262,6 +285,19 @@ Status Detector::Synchronize() const {
   }
 #endif
   return absl::OkStatus();
+}
+
+Status DownloadRows(const DeviceRows& rows, float* dst) {
+  if (rows.count == 0) return absl::OkStatus();
+  if (rows.rows == nullptr) return absl::InvalidArgumentError("DownloadRows: no rows kept");
+#if VIGIL_HAVE_CUDA
+  VIGIL_RETURN_IF_ERROR(::vigil::cuda::CudaStatus(cudaSetDevice(rows.device), "DownloadRows: cudaSetDevice"));
+  return ::vigil::cuda::CudaStatus(cudaMemcpy(dst, rows.rows, rows.count * 6 * sizeof(float), cudaMemcpyDeviceToHost),
+                          "DownloadRows: cudaMemcpy");
+#else
+  (void)dst;
+  return absl::FailedPreconditionError("DownloadRows: this build has no CUDA backend");
+#endif
 }
 
 }  // namespace vigil::detect

@@ -173,6 +173,7 @@ class Edge final : public transport::CourierHandler {
   std::mutex link_metrics_mu_;
   transport::CourierStats last_courier_;  // GUARDED_BY(link_metrics_mu_) at the last SampleLinks
   transport::CudaIpcCounters last_ring_;   // GUARDED_BY(link_metrics_mu_) at the last SampleLinks
+  transport::UcxCounters last_ucx_;         // GUARDED_BY(link_metrics_mu_) at the last SampleLinks
   std::map<std::string, std::string> link_transports_;  // GUARDED_BY(link_metrics_mu_) link → transports shown
   metrics::Gauge* epoch_gauge_ = nullptr;
   metrics::Gauge* fenced_gauge_ = nullptr;
@@ -314,6 +315,11 @@ WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, const std::functio
   wo.streams = std::max<size_t>(config.streams.size(), 1);
   for (const StreamDevice& sd : AssignStreamDevices(config)) wo.stream_device.push_back(sd.device);
   if (wo.stream_device.empty()) wo.stream_device.push_back(0);
+  // Links that can send rows from GPU memory (cuda_ipc; ucx where UCX has CUDA transports): GPU detectors
+  // keep each batch's rows there too (one device-to-device copy per batch); every other link sends the host
+  // copy the rules read anyway.
+  wo.keep_device_rows = std::any_of(config.links.begin(), config.links.end(),
+                                    [](const std::string& l) { return l == "cuda_ipc" || l == "ucx"; });
   return wo;
 }
 
@@ -554,7 +560,8 @@ void Edge::OnBatch(BatchResult& r) {
     const int64_t r0 = SteadyNs();
     const FrameInfo info{f.seq, f.capture_time_ns, f.pts_ns, static_cast<uint32_t>(f.width),
                          static_cast<uint32_t>(f.height)};
-    const StreamLedger::Recorded rec = ledger_->Record(index, info, r.detections[i]);
+    const StreamLedger::Recorded rec =
+        ledger_->Record(index, info, r.detections[i], i < r.device_rows.size() ? &r.device_rows[i] : nullptr);
     const double took = static_cast<double>(SteadyNs() - r0) * 1e-9;
     rules_stage.Observe(took);
     if (rec.published > 0) publish_stage.Observe(took);
@@ -689,6 +696,15 @@ void Edge::SampleLinks(const transport::CourierStats& cs) {
     reg_.GetCounter("vigil_edge_cuda_ipc_map_failures_total", "Ring offers that could not be mapped or carried an error")
         .Inc(delta(now.map_failures, was.map_failures));
     last_ring_ = now;
+  }
+  // The ucx link's rows sent from GPU memory (process-wide counters; only with that link configured).
+  if (std::find(config_.links.begin(), config_.links.end(), "ucx") != config_.links.end()) {
+    const transport::UcxCounters now = transport::GetUcxCounters();
+    reg_.GetCounter("vigil_edge_ucx_device_reports_total", "Reports whose rows UCX sent from GPU memory (no host copy)")
+        .Inc(delta(now.rows_messages_sent_from_device, last_ucx_.rows_messages_sent_from_device));
+    reg_.GetGauge("vigil_edge_ucx_cuda_memory", "1 when the UCX loaded takes CUDA memory (CUDA transports)")
+        .Set(now.cuda_memory_workers > 0 ? 1 : 0);
+    last_ucx_ = now;
   }
 }
 

@@ -114,18 +114,18 @@ struct StreamLedger::Impl {
 
   // Hands `r` to the outbox under the stream's policy; false when it found no room and was held (as a drop
   // mark) instead. REQUIRES: mu NOT held (Push may wait for acks).
-  bool Push(size_t i, Report r) {
+  bool Push(size_t i, Report r, std::optional<transport::DevicePayload> device = std::nullopt) {
     const bool live = streams[i].spec.live;  // spec is immutable
     r.publish_ns = opt.clock->WallNs();
     StatusOr<uint64_t> id = absl::ResourceExhaustedError("not pushed");
     if (live) {
-      id = outbox.Push(r, std::chrono::milliseconds(0));
+      id = outbox.Push(r, std::chrono::milliseconds(0), device);
     } else {
       // A replayable stream waits for room (it must lose nothing), in slices so that a stop cancels the
       // wait: an unreported frame of a file lies after the acknowledged cursor and is read again.
       const auto deadline = std::chrono::steady_clock::now() + opt.replayable_wait;
       do {
-        id = outbox.Push(r, std::chrono::milliseconds(100));
+        id = outbox.Push(r, std::chrono::milliseconds(100), device);
       } while (absl::IsResourceExhausted(id.status()) && !cancel_waits.load() &&
                std::chrono::steady_clock::now() < deadline);
       if (absl::IsResourceExhausted(id.status()) && cancel_waits.load()) return true;
@@ -366,10 +366,12 @@ void StreamLedger::Dropped(size_t stream, uint64_t seq, std::string_view reason)
 }
 
 StreamLedger::Recorded StreamLedger::Record(size_t stream, const FrameInfo& f,
-                                            std::span<const detect::Detection> detections) {
+                                            std::span<const detect::Detection> detections,
+                                            const detect::DeviceRows* device_rows) {
   Impl& d = *impl_;
   Verdict v;
   std::vector<Report> out;
+  std::optional<transport::DevicePayload> event_rows;  // for the event (the last of `out`)
   {
     std::lock_guard lock(d.mu);
     Stream& s = d.streams[stream];
@@ -389,6 +391,19 @@ StreamLedger::Recorded StreamLedger::Record(size_t stream, const FrameInfo& f,
       for (const detect::Detection& det : v.detections) {
         r.detections.push_back({det.x1, det.y1, det.x2, det.y2, det.score, static_cast<float>(det.class_id)});
       }
+      // Every detection qualified: the device rows are the event's rows, in the same order.
+      if (device_rows != nullptr && device_rows->rows != nullptr && device_rows->count == detections.size() &&
+          v.detections.size() == detections.size() && !detections.empty()) {
+        transport::DevicePayload p;
+        p.count = device_rows->count;
+        p.device = device_rows->device;
+        p.device_rows = device_rows->rows;
+        p.keepalive = device_rows->memory;
+        p.download = [rows = *device_rows](transport::ReportDetection* dst) {
+          return detect::DownloadRows(rows, reinterpret_cast<float*>(dst));
+        };
+        event_rows = std::move(p);
+      }
       out.push_back(std::move(r));
       ++s.counters.events;
     } else if (s.progress) {
@@ -403,7 +418,10 @@ StreamLedger::Recorded StreamLedger::Record(size_t stream, const FrameInfo& f,
     }
     if (!v.event) ++s.counters.progress_marks;
   }
-  for (Report& r : out) d.Push(stream, std::move(r));
+  for (size_t k = 0; k < out.size(); ++k) {
+    const bool event = v.event && k + 1 == out.size();
+    d.Push(stream, std::move(out[k]), event ? std::move(event_rows) : std::nullopt);
+  }
   return {std::move(v), static_cast<int>(out.size())};
 }
 

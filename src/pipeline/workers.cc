@@ -163,7 +163,7 @@ BatchResult WorkerPool::RunBatch(size_t w, std::vector<WorkItem>& batch) {
     // stay held by `batch` until DetectFrames has waited for the GPU.
     std::vector<detect::FrameRef> frames(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) frames[i] = FrameRefOf(batch[i].frame);
-    dets = detector.DetectFrames(frames, &r.timing);
+    dets = detector.DetectFrames(frames, &r.timing, options_.keep_device_rows ? &r.device_rows : nullptr);
   } else {
     std::vector<detect::Image> images(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -183,6 +183,7 @@ BatchResult WorkerPool::RunBatch(size_t w, std::vector<WorkItem>& batch) {
   } else {
     r.status = dets.status();
     r.timing.clear();
+    r.device_rows.clear();
   }
   for (WorkItem& item : batch) {  // the pictures are read: surfaces back to their pools, host pixels freed
     item.frame.bgr = {};

@@ -486,6 +486,11 @@ Status RingWriter::Write(std::span<const OutboxMessage* const> messages, std::st
       }
       out_.resize(begin);  // too large for one slot: through the host
     }
+    if (!m->report.detections.empty()) {  // the producer's host copy of the same rows: no download
+      AppendReportFrame(m->report, edge, epoch, next_seq++, m->report.detections, &out_);
+      items.push_back({begin, out_.size(), nullptr});
+      continue;
+    }
     Report checked = m->report;
     checked.detections.swap(staging_rows_);
     checked.detections.resize(d.count);

@@ -25,7 +25,10 @@ Status ValidateMessage(const Report& report, const std::optional<DevicePayload>&
     return absl::InvalidArgumentError(StrCat("report ", report.stream, " run ", report.run, " seq ", report.seq_first,
                                              "..", report.seq_last, ": device payload: ", reason));
   };
-  if (!report.detections.empty()) return bad("detections both on the host and in device memory");
+  if (!report.detections.empty() && report.detections.size() != device->count) {
+    return bad(StrCat(report.detections.size(), " host rows beside ", device->count, " device rows (a host copy must be "
+                      "the same rows)"));
+  }
   if (device->count > kMaxDetections) return bad(StrCat(device->count, " rows, more than ", kMaxDetections));
   if (device->count > 0 && report.kind != ReportKind::kEvent) {
     return bad(StrCat("a ", ToString(report.kind), " report carries no detections"));

@@ -586,6 +586,44 @@ TEST(GpuDetector, SameDetectionsAsHostStagesOnRealModels) {
     for (int j = 0; j < count; ++j) {
       EXPECT_EQ(rows[static_cast<size_t>(j) * 6 + 4], (*each)[0][static_cast<size_t>(j)].score);
     }
+    // DetectFrames keeping the rows: each frame's device copy equals its host detections, row for row, and
+    // outlives later batches (the pool hands out another buffer while one is held).
+    {
+      std::vector<DeviceRows> kept;
+      auto again = (*gpu)->DetectFrames(frames, nullptr, &kept);
+      ASSERT_TRUE(again.ok()) << again.status();
+      ASSERT_EQ(kept.size(), 3u);
+      ASSERT_TRUE((*gpu)->DetectFrames(frames).ok());  // overwrites the detector's own rows
+      for (size_t k = 0; k < 3; ++k) {
+        ASSERT_NE(kept[k].rows, nullptr);
+        ASSERT_EQ(kept[k].count, (*again)[k].size());
+        std::vector<float> copy(std::max<size_t>(kept[k].count, 1) * 6);
+        ASSERT_TRUE(DownloadRows(kept[k], copy.data()).ok());
+        for (size_t j = 0; j < kept[k].count; ++j) {
+          const Detection& h = (*again)[k][j];
+          EXPECT_EQ(copy[j * 6 + 0], h.x1);
+          EXPECT_EQ(copy[j * 6 + 3], h.y2);
+          EXPECT_EQ(copy[j * 6 + 4], h.score);
+          EXPECT_EQ(copy[j * 6 + 5], static_cast<float>(h.class_id));
+        }
+      }
+      const int batch = (*gpu)->model().batch;
+      EXPECT_EQ(kept[0].memory == kept[2].memory, batch >= 3);  // one buffer per batch
+      // The pool gives at most 64 buffers while all are held; then no rows are kept (host rows are used).
+      const int first_buffers = (3 + batch - 1) / batch;
+      std::vector<std::vector<DeviceRows>> held;
+      for (int i = 0; i < 70; ++i) {
+        std::vector<DeviceRows> k;
+        ASSERT_TRUE((*gpu)->DetectFrames({frames, 1}, nullptr, &k).ok());
+        EXPECT_EQ(k[0].rows != nullptr, first_buffers + i + 1 <= 64) << i;
+        held.push_back(std::move(k));
+      }
+      held.clear();
+      kept.clear();
+      std::vector<DeviceRows> k;
+      ASSERT_TRUE((*gpu)->DetectFrames({frames, 1}, nullptr, &k).ok());
+      EXPECT_NE(k[0].rows, nullptr);  // released buffers are reused
+    }
     cudaFreeHost(pinned);
     cudaFree(dev);
 

@@ -232,6 +232,35 @@ TEST(StreamLedger, AnEventFlushesThePendingMarksFirstAndCarriesTheDetectionRows)
   }
 }
 
+// A GPU detector's rows kept in device memory go with an event that carries all of them; when the rules
+// narrowed the detections (or no rows were kept), the event has its host rows only.
+TEST(StreamLedger, AnEventWithEveryDetectionOfItsFrameCarriesTheDeviceRowsBesideItsHostCopy) {
+  Fixture f;
+  auto l = f.Open({File("a")});
+  l->Admit({1, {}});
+  const std::vector<detect::Detection> persons{kPerson, {50, 60, 70, 80, 0.7f, 0}};
+  auto memory = std::make_shared<int>(7);  // stands for the pool's buffer
+  static const float kRows[12] = {};        // stands for device memory (never read here)
+  const detect::DeviceRows kept{3, kRows, 2, memory};
+  ASSERT_TRUE(l->Record(0, Frame(0), persons, &kept).verdict.event);
+  ASSERT_TRUE(l->Record(0, Frame(1), std::vector{kPerson, kCar}, &kept).verdict.event);  // the car is not a rule's
+  ASSERT_TRUE(l->Record(0, Frame(2), persons).verdict.event);                            // nothing kept
+  const std::vector<std::shared_ptr<const transport::OutboxMessage>> m = l->outbox().PendingFrom(0, 10);
+  ASSERT_EQ(m.size(), 3u);
+  ASSERT_TRUE(m[0]->device.has_value());
+  EXPECT_EQ(m[0]->device->count, 2u);
+  EXPECT_EQ(m[0]->device->device, 3);
+  EXPECT_EQ(m[0]->device->device_rows, kRows);
+  EXPECT_EQ(m[0]->device->keepalive, memory);  // held until the message completes
+  EXPECT_TRUE(static_cast<bool>(m[0]->device->download));
+  ASSERT_EQ(m[0]->report.detections.size(), 2u);  // the host copy, for links that cannot send device memory
+  EXPECT_EQ(m[0]->report.detections[1], (transport::ReportDetection{50, 60, 70, 80, 0.7f, 0}));
+  EXPECT_FALSE(m[1]->device.has_value());
+  EXPECT_EQ(m[1]->report.detections.size(), 1u);
+  EXPECT_FALSE(m[2]->device.has_value());
+  EXPECT_EQ(memory.use_count(), 2 + 2);  // ours, `kept`'s, the first message's payload (keepalive, download): no other
+}
+
 TEST(StreamLedger, ConsecutiveDropsOfOneReasonBecomeOneMark) {
   Fixture f;
   auto l = f.Open({Camera("cam")});

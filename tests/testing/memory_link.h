@@ -235,7 +235,7 @@ class MemoryLink final : public transport::Link {
       transport::Report r = m->report;
       r.edge = s->edge;
       r.epoch = s->epoch;
-      if (m->device && m->device->count > 0) {
+      if (m->device && m->device->count > 0 && r.detections.empty()) {  // no host copy: download
         r.detections.resize(m->device->count);
         Status st = m->device->download(r.detections.data());
         if (!st.ok()) return absl::InternalError(StrCat(target(), ": message ", m->id, ": ", st.message()));

@@ -850,6 +850,18 @@ TEST(CourierTcpTest, DevicePayloadArrivesWithTheDownloadedRows) {
   r.seq_first = r.seq_last = 2;
   r.detections = {{0, 0, 1, 1, 0.25f, 1}};
   ASSERT_TRUE(outbox.Push(r, milliseconds(0)).ok());
+  // Device rows with a host copy of them: a link that cannot send device memory sends the copy and
+  // never downloads (this payload's download would fail).
+  Report copied = r;
+  copied.seq_first = copied.seq_last = 3;
+  copied.detections = *rows;
+  ASSERT_TRUE(outbox.Push(copied, milliseconds(0),
+                          FakeDeviceRows(rows, &downloads, absl::InternalError("must not be downloaded")))
+                  .ok());
+  // A host copy must be the same rows.
+  copied.detections.pop_back();
+  EXPECT_EQ(outbox.Push(copied, milliseconds(0), FakeDeviceRows(rows, &downloads)).status().code(),
+            absl::StatusCode::kInvalidArgument);
   // Only events carry rows.
   Report progress;
   progress.stream = "cam0";
@@ -861,13 +873,15 @@ TEST(CourierTcpTest, DevicePayloadArrivesWithTheDownloadedRows) {
   ASSERT_TRUE(outbox.WaitEmpty(kLong));
   courier->Close();
   std::vector<Report> got = agg.Get(agg.reports);
-  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(got[0].seq_first, 0u);
   EXPECT_EQ(got[0].detections, *rows);
   EXPECT_EQ(got[0].rule, "person-in-zone");
   EXPECT_EQ(got[1].seq_first, 2u);
   EXPECT_EQ(got[1].detections, r.detections);
-  EXPECT_EQ(outbox.Stats().acked, 2u);
+  EXPECT_EQ(got[2].seq_first, 3u);
+  EXPECT_EQ(got[2].detections, *rows);
+  EXPECT_EQ(outbox.Stats().acked, 3u);
   EXPECT_EQ(outbox.Stats().rejected, 1u);
   std::lock_guard lock(edge.mu);
   ASSERT_EQ(edge.rejects.size(), 1u);

@@ -6,6 +6,11 @@
 // Thread-safety: a plain value.
 #pragma once
 
+#include <cstdint>
+#include <memory>
+
+#include "vigil/common/status.h"
+
 namespace vigil::detect {
 
 struct Detection {
@@ -13,5 +18,19 @@ struct Detection {
   float score = 0;                        // confidence in [0, 1]
   int class_id = 0;                       // index into the model's class names
 };
+
+// One image's detections kept in device memory past Detector::DetectFrames (its `kept` argument,
+// detector.h): `count` rows of 6 float32 — x1, y1, x2, y2 (source pixels), score, class id — the same rows,
+// in the same order, as the host Detections; complete when DetectFrames returns. `memory` holds them (a
+// buffer of the Detector's pool, shared by the images of one batch; it goes back to the pool when the last
+// holder lets go, from any thread). DownloadRows copies them to the host (count × 6 floats at `dst`);
+// errors: InvalidArgument (no rows kept), FailedPrecondition (built without CUDA), Internal (a CUDA error).
+struct DeviceRows {
+  int device = -1;
+  const float* rows = nullptr;  // null: none kept (a CPU detector, or the pool's buffers are all held)
+  uint32_t count = 0;
+  std::shared_ptr<const void> memory;
+};
+Status DownloadRows(const DeviceRows& rows, float* dst);
 
 }  // namespace vigil::detect

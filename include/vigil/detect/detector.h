@@ -106,6 +106,7 @@ struct DeviceDetections {
   int max_det = 0;
 };
 
+
 class GpuStages;  // detect/cuda/gpu_stages.h
 
 // Where Detect spent the time of one image. Durations in nanoseconds of std::chrono::steady_clock
@@ -133,8 +134,12 @@ class Detector {
                                                        std::vector<DetectTiming>* timing = nullptr) const;
   // The same for borrowed frames (no copy into an Image on the GPU path; on the CPU backend host
   // frames are copied, and kDevice frames are refused with FailedPrecondition).
+  // With `kept` (GPU stages only; ignored otherwise): resized to frames.size(), kept->at(i) the device copy
+  // of image i's rows (one device-to-device copy per batch into a pooled buffer; empty DeviceRows when the
+  // pool's kMaxKeptRowBuffers (64) batches are all still held).
   StatusOr<std::vector<std::vector<Detection>>> DetectFrames(std::span<const FrameRef> frames,
-                                                             std::vector<DetectTiming>* timing = nullptr) const;
+                                                             std::vector<DetectTiming>* timing = nullptr,
+                                                             std::vector<DeviceRows>* kept = nullptr) const;
   // GPU stages only: enqueues one batch (1..batch frames) and returns without waiting; the detections
   // stay in device memory. Errors: FailedPrecondition without GPU stages; InvalidArgument for more
   // frames than the batch or a bad frame (naming its index). Errors of the enqueued work surface in
@@ -155,6 +160,7 @@ class Detector {
  private:
   Detector();
   StatusOr<std::vector<std::vector<Detection>>> DetectChunkOnGpu(std::span<const FrameRef> frames, size_t first,
+                                                                 std::vector<DeviceRows>* kept,
                                                                  std::vector<DetectTiming>& times) const;
   std::unique_ptr<infer::Engine> engine_;
   std::unique_ptr<GpuStages> gpu_;

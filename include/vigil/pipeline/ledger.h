@@ -179,7 +179,11 @@ class StreamLedger {
     Verdict verdict;
     int published = 0;  // messages handed to the outbox by this call (an event, a finished mark range)
   };
-  Recorded Record(size_t stream, const FrameInfo& frame, std::span<const detect::Detection> detections);
+  // `device_rows` (optional): the same detections kept in device memory (a GPU detector's DeviceRows); an
+  // event that carries every detection of the frame (its rules narrowed none away) then goes out with them
+  // as a DevicePayload beside its host rows, so a link that sends device memory sends them from there.
+  Recorded Record(size_t stream, const FrameInfo& frame, std::span<const detect::Detection> detections,
+                  const detect::DeviceRows* device_rows = nullptr);
   // Publishes pending marks older than progress_flush (force: all of them) and held drop marks when the
   // outbox has room.
   void Tick(bool force = false);

@@ -68,6 +68,9 @@ struct BatchResult {
   Status status;                // not ok: detection failed; detections and timing are empty
   std::vector<std::vector<detect::Detection>> detections;  // per item, source pixels
   std::vector<detect::DetectTiming> timing;                 // per item
+  // Per item, the detections kept in device memory (WorkerPoolOptions::keep_device_rows on a GPU detector);
+  // empty otherwise.
+  std::vector<detect::DeviceRows> device_rows;
   int64_t started_ns = 0;   // steady clock, ns: the worker took the batch
   int64_t detected_ns = 0;  // steady clock, ns: its detections were on the host
   size_t device = 0;        // index into WorkerPoolOptions::devices
@@ -88,6 +91,9 @@ struct WorkerPoolOptions {
   // its streams (at least 1 each).
   size_t per_stream_capacity = 0;
   size_t result_capacity = 0;  // results waiting for the sink; 0: 2 per worker
+  // GPU detectors also keep each batch's detections in device memory (BatchResult::device_rows), for links
+  // that send rows from there (cuda_ipc, ucx with CUDA transports). Default: off.
+  bool keep_device_rows = false;
   // Seam: makes worker w's Detector for a device (tests: a stand-in engine). Empty: Detector::Load of
   // model_path with `detector` on that device.
   std::function<StatusOr<std::unique_ptr<detect::Detector>>(const std::string& device, size_t worker)> load_detector;

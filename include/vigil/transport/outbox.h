@@ -6,10 +6,11 @@
 // message still pending, in publish order. Ordering and the window live here, above the links, so a
 // switch between links neither loses nor reorders anything.
 //
-// A message is typed: a Report header plus its detection rows, which live either in host memory
-// (Report::detections) or in device memory (DevicePayload: a link that can send device memory sends it
-// from there; one that cannot calls `download` into its own staging buffer). Edge id and epoch are
-// stamped by the link from its session, not stored here.
+// A message is typed: a Report header plus its detection rows, which live in host memory
+// (Report::detections), in device memory (DevicePayload: a link that can send device memory sends it
+// from there; one that cannot calls `download` into its own staging buffer), or in both (a DevicePayload
+// with a host copy of the same rows in Report::detections: a link that cannot send device memory sends the
+// host copy, with no download). Edge id and epoch are stamped by the link from its session, not stored here.
 //
 // Thread-safety: every method is thread-safe. Push may block (see there); WaitEmpty and WaitBeyond block
 // up to their timeout.
@@ -35,7 +36,8 @@ namespace vigil::transport {
 // Detection rows that live in device memory: `count` rows of the ReportDetection layout.
 struct DevicePayload {
   uint32_t count = 0;
-  int device = -1;                  // CUDA device ordinal
+  int device = -1;                  // CUDA device ordinal; -1: the rows are in host memory (a producer
+                                    // without a GPU, the CPU tests), sent like device rows where a link can
   const void* device_rows = nullptr;  // count × 24 bytes in device memory (valid while keepalive lives)
   // Waits for the rows' ready event and copies them to `dst` (host, count rows). Set by the producer.
   std::function<Status(ReportDetection* dst)> download;
@@ -48,7 +50,7 @@ struct DevicePayload {
 struct OutboxMessage {
   uint64_t id = 0;  // publish order: consecutive from 0 in one Outbox
   Report report;    // edge and epoch left empty (the link stamps them); detections on the host, or empty
-  std::optional<DevicePayload> device;  // rows in device memory instead of report.detections
+  std::optional<DevicePayload> device;  // rows in device memory (report.detections: empty, or a host copy)
 };
 
 struct OutboxStats {
@@ -67,7 +69,7 @@ class Outbox {
   // Appends `report` (and its device rows). Waits up to `wait` for room while `capacity` messages are
   // held (pending, or completed behind an older pending one). Errors: InvalidArgument (ValidateReportFields
   // fails, edge/epoch are not checked; or `device` has rows on a report that is not an event, more than
-  // kMaxDetections rows, no `download`, or comes with host detections too), ResourceExhausted (still full
+  // kMaxDetections rows, no `download`, or host detections of another count), ResourceExhausted (still full
   // after `wait`, counted), Cancelled (after Close). Returns the message's id. Clears edge and epoch.
   StatusOr<uint64_t> Push(Report report, std::chrono::milliseconds wait,
                           std::optional<DevicePayload> device = std::nullopt);

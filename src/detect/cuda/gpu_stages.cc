@@ -342,6 +342,50 @@ StatusOr<std::vector<LetterboxInfo>> GpuStages::Enqueue(std::span<const FrameRef
 
 Status GpuStages::CopyToHost() { return buffers_->post->CopyToHost(AsStream(stream_)); }
 
+struct GpuStages::RowPool {
+  int device = 0;
+  size_t bytes = 0;
+  std::mutex mu;
+  std::vector<float*> free;  // GUARDED_BY(mu)
+  int made = 0;              // GUARDED_BY(mu)
+  ~RowPool() {
+    cudaSetDevice(device);
+    for (float* p : free) cudaFree(p);
+    cudaGetLastError();
+  }
+};
+
+StatusOr<std::shared_ptr<const float>> GpuStages::KeepRows() {
+  const DeviceDetections d = device_detections();
+  const size_t bytes = static_cast<size_t>(d.max_det) * 6 * sizeof(float) * static_cast<size_t>(model_.batch);
+  if (!row_pool_) {
+    row_pool_ = std::make_shared<RowPool>();
+    row_pool_->device = device_;
+    row_pool_->bytes = bytes;
+  }
+  float* buf = nullptr;
+  {
+    std::lock_guard lock(row_pool_->mu);
+    if (!row_pool_->free.empty()) {
+      buf = row_pool_->free.back();
+      row_pool_->free.pop_back();
+    } else if (row_pool_->made < kMaxKeptRowBuffers) {
+      void* p = nullptr;
+      VIGIL_CUDA(cudaMalloc(&p, bytes));
+      buf = static_cast<float*>(p);
+      ++row_pool_->made;
+    }
+  }
+  if (buf == nullptr) return std::shared_ptr<const float>();
+  std::shared_ptr<const float> kept(buf, [pool = row_pool_](const float* p) {
+    std::lock_guard lock(pool->mu);
+    pool->free.push_back(const_cast<float*>(p));
+  });
+  VIGIL_CUDA(cudaMemcpyAsync(buf, d.rows, static_cast<size_t>(d.images) * d.max_det * 6 * sizeof(float),
+                             cudaMemcpyDeviceToDevice, AsStream(stream_)));
+  return kept;
+}
+
 Status GpuStages::Synchronize() {
   pending_ = false;
   VIGIL_CUDA(cudaSetDevice(device_));

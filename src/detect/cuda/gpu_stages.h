@@ -78,11 +78,19 @@ class GpuStages {
   // The last batch's detections from the host mirrors. REQUIRES: CopyToHost, then Synchronize.
   std::vector<std::vector<Detection>> HostDetections() const;
   DeviceDetections device_detections() const;
+  // Enqueues a copy of the last batch's rows ([images, max_det, 6] float) into a buffer of the kept-rows
+  // pool (after Enqueue, before Synchronize) and returns it; null when all kMaxKeptRowBuffers buffers are
+  // held (the caller uses host rows then). The buffer returns to the pool when the last holder lets go
+  // (any thread; no CUDA call); the pool's memory is freed when the GpuStages and every buffer are gone.
+  StatusOr<std::shared_ptr<const float>> KeepRows();
+  static constexpr int kMaxKeptRowBuffers = 64;
 
   std::mutex& mutex() { return mu_; }
 
  private:
   struct Buffers;
+  struct RowPool;
+  std::shared_ptr<RowPool> row_pool_;  // made on the first KeepRows
   GpuStages() = default;
   Status EnsureFrameCapacity(size_t bytes);
 
