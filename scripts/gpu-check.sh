@@ -43,6 +43,10 @@
 #             then with it): every frame stored once, the edge back on cuda_ipc; and a tcp-only run of the same
 #             clip whose stored detections must match the cuda_ipc run's; then the product sweep
 #             (tools/gpu/edge_sweep.py) at IPC_PRODUCT_STREAMS (128) streams over cuda_ipc and over tcp
+#   ucx       the ucx link with PyPI libucx-cu13 (CUDA transports; bundled by `pack` as ucx.tar.xz and put first
+#             on LD_LIBRARY_PATH): ucx_info, `vigil bench transport --memory device` over ucx (rows sent from GPU
+#             memory, received into the aggregator's), tcp and cuda_ipc, ucx_perftest of the same UCX (am/tag
+#             latency, host and CUDA memory, 4 KB), and the edge/aggregator kill run over [ucx, tcp] (ucx.json)
 #   product   the product under load (issue 13's benchmark): `vigil aggregator` + `vigil edge` as processes
 #             with N NVDEC streams of the clip in real time, N in PRODUCT_STREAMS, the dynamic-batch YOLOv8n
 #             (PRODUCT_MODEL=int8: the shared int8 one, batch 1) in fp16 (tools/gpu/edge_sweep.py:
@@ -107,6 +111,17 @@ pack() {
   [ -f "$vtest" ] && ffmpeg -loglevel error -y -stream_loop 1 -i "$vtest" -vf "setpts=N/(30*TB),scale=1920:1080" \
     -r 30 -frames:v 900 -c:v libx264 -preset fast -profile:v high -bf 0 -g 60 -b:v 2500k -maxrate 2500k \
     -bufsize 5M -pix_fmt yuv420p "$DEV/media/vtest_1080p30.mp4"
+  # UCX with CUDA transports for the `ucx` stage: PyPI libucx-cu13's libraries, modules and tools (~7 MB).
+  if [ ! -f "$DEV/ucx.tar.xz" ]; then
+    local uw=/tmp/vigil-ucx-wheel
+    rm -rf "$uw" && mkdir -p "$uw/x" "$uw/ucx/lib/ucx" "$uw/ucx/bin"
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$uw" "libucx-cu13==${UCX_WHEEL_VERSION:-1.22.0}"
+    (cd "$uw/x" && unzip -q "$uw"/libucx_cu13-*.whl)
+    cp "$uw"/x/libucx/lib/lib{ucp,ucs,uct,ucm}.so.0 "$uw"/x/libucx_cu13.libs/* "$uw/ucx/lib/"
+    cp "$uw"/x/libucx/lib/ucx/*.so.0 "$uw/ucx/lib/ucx/"
+    cp "$uw"/x/libucx/bin/{ucx_perftest,ucx_info} "$uw/ucx/bin/"
+    tar -cf - -C "$uw" ucx | xz -6 -T2 >"$DEV/ucx.tar.xz" && rm -rf "$uw"
+  fi
   ls "$DEV"/whl/ultralytics-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp --platform manylinux2014_x86_64 -d "$DEV/whl" \
     ultralytics==8.4.190 ultralytics-thop==2.2.3
@@ -121,8 +136,9 @@ run() {
   # it did not write).
   local pack_results=0
   [ -z "$(ls -A "$OUT")" ] && pack_results=1
-  local stages="${*:-export tests sanitize models bench placement streams video nvdec edge ipc product profile}" failed=0
+  local stages="${*:-export tests sanitize models bench placement streams video nvdec edge ipc ucx product profile}" failed=0
   mkdir -p /tmp/vl "$DEV/bin" && tar -xJf "$DEV/libs.tar.xz" -C /tmp/vl && tar -xJf "$DEV/bin.tar.xz" -C "$DEV/bin"
+  [ -f "$DEV/ucx.tar.xz" ] && tar -xJf "$DEV/ucx.tar.xz" -C /tmp  # /tmp/ucx: PyPI libucx-cu13 (the `ucx` stage only)
   local cudnn
   cudnn="$(python3 -c 'import nvidia.cudnn, os; print(nvidia.cudnn.__path__[0])' 2>/dev/null)/lib"
   export LD_LIBRARY_PATH="/tmp/vl:$cudnn:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -161,7 +177,7 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
       bench) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \
           --models "$DEV/models" --out "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1 || rc=$? ;;
       placement) timeout "$lim" "$DEV/bin/vigil-engine" bench placement --json >"$OUT/placement.json" 2>"$OUT/placement.log" || rc=$? ;;
-      streams|nvdec|edge|ipc|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
+      streams|nvdec|edge|ipc|ucx|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
       video) timeout "$lim" "$DEV/bin/vigil_video_tests" --gtest_filter="${VIDEO_FILTER:-GpuDecode.*:Hwaccel.*}" \
           --gtest_output="json:$OUT/video.json" >"$OUT/video.log" 2>&1 || rc=$? ;;
       *) echo "unknown stage '$stage'" >&2; rc=2 ;;
@@ -309,55 +325,53 @@ PY
   return $rc
 }
 
-# `ipc`: the cuda_ipc link — the transport benchmark, then the edge and aggregator as processes with the
-# aggregator killed mid-run.
-ipc() {
-  local rc=0 dir=/tmp/ipc model="$DEV/models/yolov8n_coco_640_int8dyn.onnx" clip="$DEV/media/vtest_1080p30.mp4"
-  [ -f "$model" ] || model=$(yolov8n)
-  [ "${IPC_BENCH:-1}" != 1 ] || "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory device --ring-device cuda:0 \
-    --sizes "${IPC_SIZES:-64,4096,65536}" --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 \
-    --json "$OUT/ipc-bench-device.json" || rc=1
-  [ "${IPC_BENCH:-1}" != 1 ] || "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory host --ring-device cuda:0 \
-    --sizes 4096 --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 --json "$OUT/ipc-bench-host.json" || rc=1
-  rm -rf "$dir" && mkdir -p "$dir/state-ipc" "$dir/state-tcp"
+# The edge and the aggregator as processes over LINK (cuda_ipc or ucx, tcp as the fallback): IPC_STREAMS file
+# streams; the aggregator SIGKILLed once frames are being stored, then a tcp-only aggregator started and killed,
+# then one with LINK again; then the same streams over tcp alone to a second aggregator, for the comparison.
+# Writes $OUT/LINK.json (every frame once, results as tcp's, the share of messages on LINK, its counters).
+link_e2e() {
+  local link=$1 model=$2 clip=$3 rc=0 dir=/tmp/e2e-$1
+  rm -rf "$dir" && mkdir -p "$dir/state-link" "$dir/state-tcp"
   local key n="${IPC_STREAMS:-8}" i
   key=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
   printf 'gpu-edge: %s\n' "$key" >"$dir/keys.yaml" && chmod 600 "$dir/keys.yaml"
   export VIGIL_EDGE_KEY="$key"
-  local base="listen: 127.0.0.1:17600\nhttp: 127.0.0.1:17601\nauth: {keys_file: $dir/keys.yaml}\n"
-  printf "${base}db: $dir/ipc.db\ncuda_ipc: {socket: $dir/agg.sock, device: cuda:0}\n" >"$dir/agg-ipc.yaml"
-  printf "${base}db: $dir/ipc.db\n" >"$dir/agg-tcponly.yaml"
+  local base="listen: 127.0.0.1:17600\nhttp: 127.0.0.1:17601\nauth: {keys_file: $dir/keys.yaml}\n" extra
+  if [ "$link" = cuda_ipc ]; then extra="cuda_ipc: {socket: $dir/agg.sock, device: cuda:0}"
+  else extra="ucx_listen: 127.0.0.1:17602\nucx_device: cuda:0"; fi
+  printf "${base}db: $dir/link.db\n$extra\n" >"$dir/agg-link.yaml"
+  printf "${base}db: $dir/link.db\n" >"$dir/agg-tcponly.yaml"
   printf "listen: 127.0.0.1:17610\nhttp: 127.0.0.1:17611\nauth: {keys_file: $dir/keys.yaml}\ndb: $dir/tcp.db\n" >"$dir/agg-tcp.yaml"
   edge_yaml() {  # edge_yaml PORT LINKS STATE REALTIME
     printf 'edge: gpu-edge\naggregator: 127.0.0.1:%s\nmodel: {path: %s, device: cuda:0, precision: fp16}\n' "$1" "$model"
-    printf 'transport: {links: [%s], cuda_ipc: %s/agg.sock, probe_interval_ms: 200}\n' "$2" "$dir"
+    printf 'transport: {links: [%s], cuda_ipc: %s/agg.sock, ucx: 127.0.0.1:17602, probe_interval_ms: 200}\n' "$2" "$dir"
     printf 'batching: {max_batch: 16, max_wait_ms: 10}\nstate_dir: %s\nhwaccel: cuda\nstreams:\n' "$3"
     for i in $(seq "$n"); do
       printf '  - {id: cam%02d, source: %s, realtime: %s, rules: {min_score: 0.3}}\n' "$i" "$clip" "$4"
     done
   }
-  edge_yaml 17600 "cuda_ipc, tcp" "$dir/state-ipc" true >"$dir/edge-ipc.yaml"
+  edge_yaml 17600 "$link, tcp" "$dir/state-link" true >"$dir/edge-link.yaml"
   edge_yaml 17610 tcp "$dir/state-tcp" false >"$dir/edge-tcp.yaml"
-  "$DEV/bin/vigil" aggregator --config "$dir/agg-ipc.yaml" >"$dir/agg1.log" 2>&1 &
+  "$DEV/bin/vigil" aggregator --config "$dir/agg-link.yaml" >"$dir/agg1.log" 2>&1 &
   local agg=$!
   sleep 2
-  "$DEV/bin/vigil" --log-level info edge --config "$dir/edge-ipc.yaml" --metrics-out "$dir/edge-ipc.prom" \
-    >"$dir/edge-ipc.log" 2>&1 &
+  "$DEV/bin/vigil" --log-level info edge --config "$dir/edge-link.yaml" --metrics-out "$dir/edge-link.prom" \
+    >"$dir/edge-link.log" 2>&1 &
   local edge=$! w
   # Kill only once frames are being stored (the model load, cuDNN planning included, comes first).
   for w in $(seq 120); do
     [ "$(python3 -c 'import sqlite3, sys
 try: print(sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM frames").fetchone()[0])
-except Exception: print(0)' "$dir/ipc.db")" -gt 200 ] && break
+except Exception: print(0)' "$dir/link.db")" -gt 200 ] && break
     sleep 0.5
   done
   sleep 5; kill -9 "$agg"; wait "$agg" 2>/dev/null; echo "aggregator 1 killed (SIGKILL) 5 s into the stream"
   sleep 1
   "$DEV/bin/vigil" aggregator --config "$dir/agg-tcponly.yaml" >"$dir/agg2.log" 2>&1 & agg=$!
   sleep 5; kill -9 "$agg"; wait "$agg" 2>/dev/null; echo "aggregator 2 (tcp only) killed 5 s later"
-  "$DEV/bin/vigil" aggregator --config "$dir/agg-ipc.yaml" >"$dir/agg3.log" 2>&1 & agg=$!
+  "$DEV/bin/vigil" aggregator --config "$dir/agg-link.yaml" >"$dir/agg3.log" 2>&1 & agg=$!
   wait "$edge" || rc=1
-  echo "edge exit $? ($n streams, links cuda_ipc, tcp)"
+  echo "edge exit $? ($n streams, links $link, tcp)"
   python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:17601/metrics").read().decode())' \
     >"$dir/agg3.prom" 2>&1
   kill "$agg"; wait "$agg" 2>/dev/null
@@ -366,24 +380,15 @@ except Exception: print(0)' "$dir/ipc.db")" -gt 200 ] && break
   "$DEV/bin/vigil" --log-level info edge --config "$dir/edge-tcp.yaml" --metrics-out "$dir/edge-tcp.prom" \
     >"$dir/edge-tcp.log" 2>&1 || rc=1
   kill "$agg"; wait "$agg" 2>/dev/null
-  for f in edge-ipc.log edge-ipc.prom agg1.log agg2.log agg3.log agg3.prom edge-tcp.prom; do cp "$dir/$f" "$OUT/ipc-$f"; done
-  # The product at IPC_PRODUCT_STREAMS streams over each link (issue 13's sweep, one N): frame->stored p99.
-  if [ -n "${IPC_PRODUCT_STREAMS-128}" ]; then  # IPC_PRODUCT_STREAMS= (empty) skips it
-    local link pm
-    pm=$(yolov8n)
-    for link in cuda_ipc tcp; do
-      python3 "$ROOT/tools/gpu/edge_sweep.py" --vigil "$DEV/bin/vigil" --model "$pm" --clip "$clip" \
-        --streams "${IPC_PRODUCT_STREAMS-128}" --link "$link" --keep-going >"$OUT/ipc-product-$link.json" || rc=1
-    done
-  fi
-  python3 - "$dir" "$n" >"$OUT/ipc.json" <<'PY' || rc=1
+  for f in edge-link.log edge-link.prom agg1.log agg2.log agg3.log agg3.prom edge-tcp.prom; do cp "$dir/$f" "$OUT/$link-$f"; done
+  python3 - "$dir" "$n" "$link" >"$OUT/$link.json" <<'PY' || rc=1
 import json, re, sqlite3, sys
-d, n = sys.argv[1], int(sys.argv[2])
+d, n, link = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def q(db, sql): return sqlite3.connect(f"{d}/{db}").execute(sql).fetchall()
-frames = dict(q("ipc.db", "SELECT s.stream, COUNT(*) FROM frames f JOIN streams s ON s.id = f.stream_id GROUP BY s.stream"))
+frames = dict(q("link.db", "SELECT s.stream, COUNT(*) FROM frames f JOIN streams s ON s.id = f.stream_id GROUP BY s.stream"))
 dets = lambda db: sorted(q(db, "SELECT s.stream, e.seq, d.class_id, round(d.score, 4), round(d.x1, 1), round(d.y1, 1), "
     "round(d.x2, 1), round(d.y2, 1) FROM detections d JOIN events e ON e.id = d.event_id JOIN streams s ON s.id = e.stream_id"))
-a, b = dets("ipc.db"), dets("tcp.db")
+a, b = dets("link.db"), dets("tcp.db")
 def iou(p, q):
     w = max(0, min(p[2], q[2]) - max(p[0], q[0])); h = max(0, min(p[3], q[3]) - max(p[1], q[1]))
     u = (p[2] - p[0]) * (p[3] - p[1]) + (q[2] - q[0]) * (q[3] - q[1]) - w * h
@@ -403,26 +408,86 @@ def prom(path, name):
         m = re.match(name + r'(\{[^}]*\})? (\S+)$', line)
         if m: out[m.group(1) or ""] = float(m.group(2))
     return out
-msgs = prom(f"{d}/edge-ipc.prom", "vigil_edge_link_messages_total")
-ipc_msgs = sum(v for k, v in msgs.items() if 'cuda_ipc' in k)
+msgs = prom(f"{d}/edge-link.prom", "vigil_edge_link_messages_total")
+link_msgs = sum(v for k, v in msgs.items() if f'"{link}"' in k)
 tcp_msgs = sum(v for k, v in msgs.items() if '"tcp"' in k)
-share = ipc_msgs / max(1, ipc_msgs + tcp_msgs)
+share = link_msgs / max(1, link_msgs + tcp_msgs)
 res = {"streams": n, "frames_per_stream": sorted(set(frames.values())), "streams_stored": len(frames),
-       "detections_ipc": len(a), "detections_tcp": len(b), "identical_to_tcp": a == b,
-       "firm_missing_in_ipc_vs_tcp": unmatched(b, a), "firm_missing_in_tcp_vs_ipc": unmatched(a, b),
-       "edge_messages": msgs, "cuda_ipc_share": share,
-       "edge_sessions": prom(f"{d}/edge-ipc.prom", "vigil_edge_link_sessions_total"),
-       "edge_transports": prom(f"{d}/edge-ipc.prom", "vigil_edge_link_transports"),
-       "fail_backs": prom(f"{d}/edge-ipc.prom", "vigil_edge_link_fail_backs_total"),
+       "link": link, "detections_link": len(a), "detections_tcp": len(b), "identical_to_tcp": a == b,
+       "firm_missing_in_link_vs_tcp": unmatched(b, a), "firm_missing_in_tcp_vs_link": unmatched(a, b),
+       "edge_messages": msgs, "link_share": share,
+       "edge_sessions": prom(f"{d}/edge-link.prom", "vigil_edge_link_sessions_total"),
+       "edge_transports": prom(f"{d}/edge-link.prom", "vigil_edge_link_transports"),
+       "fail_backs": prom(f"{d}/edge-link.prom", "vigil_edge_link_fail_backs_total"),
+       "edge_device_reports": {k: prom(f"{d}/edge-link.prom", k) for k in
+                               ["vigil_edge_cuda_ipc_device_reports_total", "vigil_edge_ucx_device_reports_total",
+                                "vigil_edge_ucx_cuda_memory", "vigil_edge_events_total"]},
        "agg3": {k: prom(f"{d}/agg3.prom", k) for k in ["vigil_cuda_ipc_slots_total", "vigil_cuda_ipc_slots_rejected_total",
-                "vigil_cuda_ipc_device_reports_total", "vigil_cuda_ipc_rings_offered_total"]}}
-m1, t1 = res["firm_missing_in_ipc_vs_tcp"]; m2, t2 = res["firm_missing_in_tcp_vs_ipc"]
+                "vigil_cuda_ipc_device_reports_total", "vigil_cuda_ipc_rings_offered_total",
+                "vigil_ucx_rows_messages_total", "vigil_ucx_rows_into_device_total", "vigil_ucx_rows_rejected_total",
+                "vigil_ucx_cuda_memory"]}}
+m1, t1 = res["firm_missing_in_link_vs_tcp"]; m2, t2 = res["firm_missing_in_tcp_vs_link"]
 # fp16 batches of different composition (real time vs as fast as it goes) move scores near the threshold a little
 res["ok"] = (len(frames) == n and all(v == 900 for v in frames.values()) and t1 > 0 and m1 <= 0.02 * t1
              and m2 <= 0.02 * t2)  # the tcp share here is the tcp-only aggregator's time: reported, not judged
 print(json.dumps(res, indent=1))
 sys.exit(0 if res["ok"] else 1)
 PY
+  return $rc
+}
+
+# `ipc`: the cuda_ipc link — the transport benchmark, then the edge and aggregator as processes with the
+# aggregator killed mid-run.
+ipc() {
+  local rc=0 dir=/tmp/ipc model="$DEV/models/yolov8n_coco_640_int8dyn.onnx" clip="$DEV/media/vtest_1080p30.mp4"
+  [ -f "$model" ] || model=$(yolov8n)
+  [ "${IPC_BENCH:-1}" != 1 ] || "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory device --ring-device cuda:0 \
+    --sizes "${IPC_SIZES:-64,4096,65536}" --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 \
+    --json "$OUT/ipc-bench-device.json" || rc=1
+  [ "${IPC_BENCH:-1}" != 1 ] || "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory host --ring-device cuda:0 \
+    --sizes 4096 --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 --json "$OUT/ipc-bench-host.json" || rc=1
+  link_e2e cuda_ipc "$model" "$clip" || rc=1
+  # The product at IPC_PRODUCT_STREAMS streams over each link (issue 13's sweep, one N): frame->stored p99.
+  if [ -n "${IPC_PRODUCT_STREAMS-128}" ]; then  # IPC_PRODUCT_STREAMS= (empty) skips it
+    local link pm
+    pm=$(yolov8n)
+    for link in cuda_ipc tcp; do
+      python3 "$ROOT/tools/gpu/edge_sweep.py" --vigil "$DEV/bin/vigil" --model "$pm" --clip "$clip" \
+        --streams "${IPC_PRODUCT_STREAMS-128}" --link "$link" --keep-going >"$OUT/ipc-product-$link.json" || rc=1
+    done
+  fi
+  return $rc
+}
+
+# `ucx`: the ucx link with the UCX of PyPI libucx-cu13 (CUDA transports; `pack` bundles its libraries as
+# ucx.tar.xz, first on LD_LIBRARY_PATH here, so vigil loads it instead of Debian's 1.13): what UCX offers,
+# vigil bench transport with rows in GPU memory (ucx sends them from there) beside tcp and cuda_ipc,
+# ucx_perftest of the same UCX (host and CUDA memory), then the edge and aggregator over ucx with the
+# aggregator killed mid-run (link_e2e).
+ucx() {
+  local rc=0 model="$DEV/models/yolov8n_coco_640_int8dyn.onnx" clip="$DEV/media/vtest_1080p30.mp4" port=13337
+  [ -f "$model" ] || model=$(yolov8n)
+  [ -d /tmp/ucx/lib ] || { echo "ucx: no /tmp/ucx (pack did not bundle PyPI libucx-cu13)"; return 1; }
+  export LD_LIBRARY_PATH="/tmp/ucx/lib:$LD_LIBRARY_PATH"
+  local info=/tmp/ucx/bin/ucx_info perftest=/tmp/ucx/bin/ucx_perftest
+  { "$info" -v; "$info" -d | grep -E "Memory domain|Transport|memory types|Component"; } >"$OUT/ucx-info.txt" 2>&1 || rc=1
+  "$DEV/bin/vigil" bench transport --links ucx,tcp,cuda_ipc --memory device --ring-device cuda:0 \
+    --sizes "${IPC_SIZES:-64,4096,65536}" --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 10 \
+    --json "$OUT/ucx-bench-device.json" || rc=1
+  "$DEV/bin/vigil" bench transport --links ucx,tcp --memory host --sizes 4096 --iters "${IPC_ITERS:-20000}" \
+    --warmup 1000 --opens 10 --json "$OUT/ucx-bench-host.json" || rc=1
+  local t m
+  for t in "am_lat -m host,host" "am_lat -m cuda,cuda" "tag_lat -m cuda,cuda" "tag_lat -m host,host"; do
+    "$perftest" -p $port >/dev/null 2>&1 &
+    local server=$!
+    sleep 1
+    echo "== ucx_perftest -t $t -s 4096 -n 20000 -w 1000"
+    # shellcheck disable=SC2086
+    timeout 60 "$perftest" 127.0.0.1 -p $port -t $t -s 4096 -n 20000 -w 1000 2>&1 | tail -n 4 || rc=1
+    kill "$server" 2>/dev/null; wait "$server" 2>/dev/null
+    port=$((port + 1))
+  done >"$OUT/ucx-perftest.txt"
+  link_e2e ucx "$model" "$clip" || rc=1
   return $rc
 }
 
@@ -485,7 +550,7 @@ profile() {
 case "$mode" in
   pack) pack ;;
   run) run "$@" ;;
-  streams|nvdec|edge|ipc|product|profile) "$mode" ;;
-  *) echo "usage: $0 pack | run [export tests sanitize models bench placement streams video nvdec edge product profile]" >&2
+  streams|nvdec|edge|ipc|ucx|product|profile) "$mode" ;;
+  *) echo "usage: $0 pack | run [export tests sanitize models bench placement streams video nvdec edge ipc ucx product profile]" >&2
      exit 2 ;;
 esac
