@@ -477,7 +477,7 @@ ucx() {
   "$DEV/bin/vigil" bench transport --links ucx,tcp --memory host --sizes 4096 --iters "${IPC_ITERS:-20000}" \
     --warmup 1000 --opens 10 --json "$OUT/ucx-bench-host.json" || rc=1
   local t m
-  for t in "am_lat -m host,host" "am_lat -m cuda,cuda" "tag_lat -m cuda,cuda" "tag_lat -m host,host"; do
+  for t in "ucp_am_lat -m host,host" "ucp_am_lat -m cuda,cuda" "tag_lat -m cuda,cuda" "tag_lat -m host,host"; do
     "$perftest" -p $port >/dev/null 2>&1 &
     local server=$!
     sleep 1

@@ -621,11 +621,7 @@ LinkResult RunLink(const BenchTransportArgs& a, const std::string& kind, const s
     return r;
   }
   r.transports = link->transports();
-  if (kind == "ucx") {
-    const tp::UcxCounters c = tp::GetUcxCounters();
-    r.transports += StrCat(" (UCX takes CUDA memory: ", c.cuda_memory_workers > 0 ? "yes" : "no",
-                           "; rows messages sent from GPU memory: ", c.rows_messages_sent_from_device, ")");
-  }
+  const tp::UcxCounters before = tp::GetUcxCounters();
   uint64_t seq = 0;
   for (size_t size : sizes) {
     SizeResult s;
@@ -634,6 +630,13 @@ LinkResult RunLink(const BenchTransportArgs& a, const std::string& kind, const s
       return r;
     }
     r.sizes.push_back(s);
+  }
+  if (kind == "ucx") {  // after the measurements: how many messages really went from GPU memory
+    const tp::UcxCounters c = tp::GetUcxCounters();
+    r.transports += StrCat(" (UCX takes CUDA memory: ", c.cuda_memory_workers > 0 ? "yes" : "no",
+                           "; rows messages sent from GPU memory: ",
+                           c.rows_messages_sent_from_device - before.rows_messages_sent_from_device, " of ",
+                           c.rows_messages_sent - before.rows_messages_sent, ")");
   }
   link->Close();
   // UCX: each Dial starts a UCP context; cuda_ipc: each session allocates, exports and maps a ring.
