@@ -1,0 +1,90 @@
+// vigil/replication/channel.h — the hot standby's replication channel (issue 16): one bidirectional gRPC
+// stream from the standby to its primary (src/replication/replication.proto), over mutual TLS.
+//
+// Pairing: the standby opens the stream and sends its Pair (edge id, node name, PairDigest: pair.h); the
+// primary answers Paired when the edge ids and the digests agree and no other standby is paired, otherwise
+// Refused with the reason (DescribeMismatch's sentence for a digest mismatch) and ends the stream. Only a
+// peer whose certificate is signed by the pair's CA (`tls.ca_file`) gets past the TLS handshake: an
+// unauthenticated peer learns nothing, not even the primary's digest.
+// Heartbeats: after pairing the standby sends one every `heartbeat_interval`; the primary answers each at
+// once (echo_ns = the standby's sent_ns). Each side calls its `on_heartbeat` with the arrival time (steady
+// clock, ns) — the input of a FailureDetector (failure_detector.h) — and `on_end` once with why the stream
+// ended (the peer's process gone shows as EOF/reset at once; a hung peer only as missing heartbeats).
+//
+// Threading: each channel runs its own threads (gRPC's server threads; a reader and a heartbeat thread on
+// the standby); the callbacks run on them and must not block. Stop()/destructor end the stream and join.
+// Errors: Start/Pair → InvalidArgument (options: missing TLS files, bad address), NotFound (unreadable TLS
+// file), Unavailable (cannot listen; no primary answering within the timeout, or the TLS handshake failed:
+// gRPC does not tell the two apart), FailedPrecondition (refused: the message says why), Unimplemented (built
+// without gRPC: VIGIL_WITH_GRPC, Debian libgrpc++-dev).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "vigil/common/status.h"
+#include "vigil/replication/pair.h"
+
+namespace vigil::replication {
+
+// Mutual TLS: this side's certificate and key, and the CA that signed the peer's (PEM files). Required.
+struct ChannelTls {
+  std::string cert_file, key_file, ca_file;
+};
+
+struct PrimaryChannelOptions {
+  std::string listen = "0.0.0.0:7420";  // host:port; port 0 = any free port (port() tells)
+  ChannelTls tls;
+  std::string edge;  // the edge id this pair serves
+  std::string node;  // this primary's name (logs, Paired)
+  PairDigest digest;
+  // Called with (steady ns at arrival) for every standby heartbeat, and once per paired stream when it
+  // ends (with the reason). Optional.
+  std::function<void(int64_t)> on_heartbeat;
+  std::function<void(const Status&)> on_end;
+};
+
+struct PrimaryChannelStats {
+  uint64_t paired = 0;      // streams paired
+  uint64_t refused = 0;     // pairings refused (digest, edge id, another standby, protocol)
+  uint64_t heartbeats = 0;  // standby heartbeats answered
+  bool standby_connected = false;
+  std::string standby;      // the paired standby's node name ("" when none)
+  std::string last_refusal;
+};
+
+class PrimaryChannel {
+ public:
+  static StatusOr<std::unique_ptr<PrimaryChannel>> Start(PrimaryChannelOptions options);
+  virtual ~PrimaryChannel() = default;
+  virtual uint16_t port() const = 0;
+  virtual PrimaryChannelStats stats() const = 0;  // thread-safe
+  virtual void Stop() = 0;                        // idempotent; ends the paired stream
+};
+
+struct StandbyChannelOptions {
+  std::string primary;  // host:port of the primary's channel
+  ChannelTls tls;
+  std::string edge;
+  std::string node;
+  PairDigest digest;
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::function<void(int64_t)> on_heartbeat;  // the primary's answers, arrival steady ns
+  std::function<void(const Status&)> on_end;  // once, when the stream ends after pairing
+};
+
+class StandbyChannel {
+ public:
+  // Connects and pairs within `timeout`; returns once Paired arrived (heartbeats then start).
+  static StatusOr<std::unique_ptr<StandbyChannel>> Pair(StandbyChannelOptions options,
+                                                        std::chrono::milliseconds timeout);
+  virtual ~StandbyChannel() = default;
+  virtual const std::string& primary_node() const = 0;  // from Paired
+  virtual uint64_t heartbeats_answered() const = 0;      // thread-safe
+  virtual void Stop() = 0;                               // idempotent
+};
+
+}  // namespace vigil::replication

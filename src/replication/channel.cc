@@ -1,0 +1,359 @@
+// The replication channel over gRPC (replication/channel.h): the primary's server and the standby's client.
+#include "vigil/replication/channel.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "replication.grpc.pb.h"
+
+namespace vigil::replication {
+namespace {
+
+namespace v1 = ::vigil::replication::v1;
+using Clock = std::chrono::steady_clock;
+constexpr uint32_t kChannelVersion = 1;
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+StatusOr<std::string> ReadPem(const std::string& what, const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError(StrCat("replication tls: ", what, " is required (mutual TLS)"));
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(StrCat("replication tls: ", what, " ", path, ": cannot read the file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Pems {
+  std::string cert, key, ca;
+};
+StatusOr<Pems> LoadTls(const ChannelTls& t) {
+  Pems p;
+  VIGIL_ASSIGN_OR_RETURN(p.cert, ReadPem("cert_file", t.cert_file));
+  VIGIL_ASSIGN_OR_RETURN(p.key, ReadPem("key_file", t.key_file));
+  VIGIL_ASSIGN_OR_RETURN(p.ca, ReadPem("ca_file", t.ca_file));
+  return p;
+}
+
+void ToProto(const PairDigest& d, v1::PairDigest* p) {
+  p->set_model(d.model);
+  p->set_settings(d.settings);
+  p->set_streams(d.streams);
+  p->set_rules(d.rules);
+  p->set_pair(d.pair);
+}
+PairDigest FromProto(const v1::PairDigest& p) { return {p.model(), p.settings(), p.streams(), p.rules(), p.pair()}; }
+
+Status FromGrpc(const grpc::Status& s, const std::string& where) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string msg = StrCat(where, ": ", s.error_message());
+  switch (s.error_code()) {
+    case grpc::StatusCode::FAILED_PRECONDITION: return absl::FailedPreconditionError(msg);
+    case grpc::StatusCode::INVALID_ARGUMENT: return absl::InvalidArgumentError(msg);
+    case grpc::StatusCode::CANCELLED: return absl::CancelledError(msg);
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return absl::DeadlineExceededError(msg);
+    default: return absl::UnavailableError(msg);
+  }
+}
+
+// ---- the primary -----------------------------------------------------------------------------------
+
+class PrimaryService final : public v1::Replication::Service {
+ public:
+  explicit PrimaryService(PrimaryChannelOptions o) : opt_(std::move(o)) {}
+
+  grpc::Status Mirror(grpc::ServerContext* ctx,
+                      grpc::ServerReaderWriter<v1::PrimaryMessage, v1::StandbyMessage>* stream) override {
+    v1::StandbyMessage first;
+    if (!stream->Read(&first)) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before Pair");
+    const std::string peer = ctx->peer();
+    if (!first.has_pair()) return Refuse(stream, peer, "the first message must be Pair");
+    const v1::Pair& p = first.pair();
+    if (p.version() != kChannelVersion) {
+      return Refuse(stream, peer, StrCat("channel version ", p.version(), ", this primary speaks ", kChannelVersion));
+    }
+    if (p.edge() != opt_.edge) {
+      return Refuse(stream, peer, StrCat("the edge ids differ (primary '", opt_.edge, "', standby '", p.edge().substr(0, 200), "')"));
+    }
+    const std::string mismatch = DescribeMismatch(opt_.digest, FromProto(p.digest()), "primary", "standby");
+    if (!mismatch.empty()) return Refuse(stream, peer, mismatch);
+    const std::string node = p.node().substr(0, 200);
+    {
+      std::unique_lock lock(mu_);
+      if (stats_.standby_connected) {
+        const std::string other = stats_.standby;
+        lock.unlock();
+        return Refuse(stream, peer, StrCat("another standby ('", other, "') is paired with this primary"));
+      }
+      stats_.standby_connected = true;
+      stats_.standby = node;
+      ++stats_.paired;
+    }
+    spdlog::info("replication: standby '{}' ({}) paired with primary '{}' of edge '{}'", node, peer, opt_.node, opt_.edge);
+    v1::PrimaryMessage paired;
+    paired.mutable_paired()->set_node(opt_.node);
+    grpc::Status end = grpc::Status::OK;
+    if (stream->Write(paired)) {
+      v1::StandbyMessage m;
+      while (stream->Read(&m)) {
+        if (!m.has_heartbeat()) {
+          end = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a message of a kind this primary does not know");
+          break;
+        }
+        const int64_t now = SteadyNs();
+        if (opt_.on_heartbeat) opt_.on_heartbeat(now);
+        {
+          std::lock_guard lock(mu_);
+          ++stats_.heartbeats;
+        }
+        v1::PrimaryMessage answer;
+        answer.mutable_heartbeat()->set_sent_ns(now);
+        answer.mutable_heartbeat()->set_echo_ns(m.heartbeat().sent_ns());
+        if (!stream->Write(answer)) break;
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      stats_.standby_connected = false;
+      stats_.standby.clear();
+    }
+    const Status why = ctx->IsCancelled() ? absl::UnavailableError(StrCat("standby '", node, "': the stream was cancelled"))
+                       : end.ok()         ? absl::UnavailableError(StrCat("standby '", node, "' ended the stream"))
+                                          : absl::InvalidArgumentError(StrCat("standby '", node, "': ", end.error_message()));
+    spdlog::warn("replication: {}", std::string(why.message()));
+    if (opt_.on_end) opt_.on_end(why);
+    return end;
+  }
+
+  PrimaryChannelStats stats() const {
+    std::lock_guard lock(mu_);
+    return stats_;
+  }
+
+ private:
+  grpc::Status Refuse(grpc::ServerReaderWriter<v1::PrimaryMessage, v1::StandbyMessage>* stream, const std::string& peer,
+                      const std::string& reason) {
+    spdlog::warn("replication: refused to pair with {}: {}", peer, reason);
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.refused;
+      stats_.last_refusal = reason;
+    }
+    v1::PrimaryMessage m;
+    m.mutable_refused()->set_reason(reason);
+    stream->Write(m);
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, reason);
+  }
+
+  const PrimaryChannelOptions opt_;
+  mutable std::mutex mu_;
+  PrimaryChannelStats stats_;  // GUARDED_BY(mu_)
+};
+
+class GrpcPrimaryChannel final : public PrimaryChannel {
+ public:
+  GrpcPrimaryChannel(std::unique_ptr<PrimaryService> service, std::unique_ptr<grpc::Server> server, int port)
+      : service_(std::move(service)), server_(std::move(server)), port_(static_cast<uint16_t>(port)) {}
+  ~GrpcPrimaryChannel() override { Stop(); }
+  uint16_t port() const override { return port_; }
+  PrimaryChannelStats stats() const override { return service_->stats(); }
+  void Stop() override {
+    std::lock_guard lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    // gRPC takes system_clock deadlines. After 200 ms the open stream is cancelled.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    server_->Wait();
+  }
+
+ private:
+  std::unique_ptr<PrimaryService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  const uint16_t port_;
+  std::mutex mu_;
+  bool stopped_ = false;
+};
+
+// ---- the standby -----------------------------------------------------------------------------------
+
+class GrpcStandbyChannel final : public StandbyChannel {
+ public:
+  explicit GrpcStandbyChannel(StandbyChannelOptions o) : opt_(std::move(o)) {}
+  ~GrpcStandbyChannel() override { Stop(); }
+
+  Status Open(const Pems& pems, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    grpc::SslCredentialsOptions co;
+    co.pem_root_certs = pems.ca;
+    co.pem_private_key = pems.key;
+    co.pem_cert_chain = pems.cert;
+    channel_ = grpc::CreateChannel(opt_.primary, grpc::SslCredentials(co));
+    const std::string where = StrCat("replication: primary ", opt_.primary);
+    if (!channel_->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
+      return absl::UnavailableError(StrCat(where, ": no answer within ", timeout.count(),
+                                           " ms (nobody listening, or the TLS handshake failed: is this standby's "
+                                           "certificate signed by the primary's ca_file, and the primary's by ours?)"));
+    }
+    stub_ = v1::Replication::NewStub(channel_);
+    stream_ = stub_->Mirror(&ctx_);
+    v1::StandbyMessage pair;
+    v1::Pair* p = pair.mutable_pair();
+    p->set_version(kChannelVersion);
+    p->set_edge(opt_.edge);
+    p->set_node(opt_.node);
+    ToProto(opt_.digest, p->mutable_digest());
+    // The first answer within the deadline: a watchdog cancels the stream otherwise.
+    std::atomic<bool> answered{false};
+    std::thread watchdog([&] {
+      std::unique_lock lock(mu_);
+      cv_.wait_until(lock, deadline, [&] { return answered.load(); });
+      if (!answered.load()) ctx_.TryCancel();
+    });
+    v1::PrimaryMessage reply;
+    const bool wrote = stream_->Write(pair);
+    const bool got = wrote && stream_->Read(&reply);
+    {
+      std::lock_guard lock(mu_);
+      answered = true;
+    }
+    cv_.notify_all();
+    watchdog.join();
+    if (!got) {
+      const grpc::Status s = stream_->Finish();
+      return s.ok() ? absl::UnavailableError(StrCat(where, ": the stream ended before an answer to Pair"))
+                    : FromGrpc(s, StrCat(where, ": pairing"));
+    }
+    if (reply.has_refused()) {
+      ctx_.TryCancel();
+      (void)stream_->Finish();
+      return absl::FailedPreconditionError(StrCat(where, " refused to pair: ", reply.refused().reason()));
+    }
+    if (!reply.has_paired()) {
+      ctx_.TryCancel();
+      (void)stream_->Finish();
+      return absl::UnavailableError(StrCat(where, ": answered Pair with neither Paired nor Refused"));
+    }
+    primary_node_ = reply.paired().node();
+    spdlog::info("replication: paired with primary '{}' at {} (edge '{}')", primary_node_, opt_.primary, opt_.edge);
+    reader_ = std::thread([this] { ReadLoop(); });
+    heartbeats_ = std::thread([this] { HeartbeatLoop(); });
+    return absl::OkStatus();
+  }
+
+  const std::string& primary_node() const override { return primary_node_; }
+  uint64_t heartbeats_answered() const override { return answered_.load(); }
+
+  void Stop() override {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (stream_) ctx_.TryCancel();
+    if (heartbeats_.joinable()) heartbeats_.join();
+    if (reader_.joinable()) reader_.join();
+  }
+
+ private:
+  void ReadLoop() {
+    v1::PrimaryMessage m;
+    Status why = absl::OkStatus();
+    while (stream_->Read(&m)) {
+      if (!m.has_heartbeat()) {
+        why = absl::InvalidArgumentError("the primary sent a message of a kind this standby does not know");
+        ctx_.TryCancel();
+        break;
+      }
+      ++answered_;
+      if (opt_.on_heartbeat) opt_.on_heartbeat(SteadyNs());
+    }
+    const grpc::Status s = stream_->Finish();
+    if (why.ok()) {
+      why = s.ok() ? absl::UnavailableError(StrCat("primary ", opt_.primary, " ended the stream"))
+                   : FromGrpc(s, StrCat("primary ", opt_.primary));
+    }
+    {
+      std::lock_guard lock(mu_);
+      ended_ = true;
+      if (stopping_) return;  // our own Stop: not news
+    }
+    cv_.notify_all();
+    spdlog::warn("replication: {}", std::string(why.message()));
+    if (opt_.on_end) opt_.on_end(why);
+  }
+
+  void HeartbeatLoop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      lock.unlock();
+      v1::StandbyMessage hb;
+      hb.mutable_heartbeat()->set_sent_ns(SteadyNs());
+      const bool ok = stream_->Write(hb);
+      lock.lock();
+      if (!ok || stopping_ || ended_) return;
+      cv_.wait_for(lock, opt_.heartbeat_interval, [&] { return stopping_ || ended_; });
+      if (stopping_ || ended_) return;
+    }
+  }
+
+  const StandbyChannelOptions opt_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Replication::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StandbyMessage, v1::PrimaryMessage>> stream_;
+  std::string primary_node_;
+  std::atomic<uint64_t> answered_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // GUARDED_BY(mu_)
+  bool ended_ = false;     // GUARDED_BY(mu_)
+  std::thread reader_, heartbeats_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<PrimaryChannel>> PrimaryChannel::Start(PrimaryChannelOptions options) {
+  VIGIL_ASSIGN_OR_RETURN(Pems pems, LoadTls(options.tls));
+  if (options.edge.empty()) return absl::InvalidArgumentError("replication: the primary channel needs the edge id");
+  const std::string listen = options.listen;
+  grpc::SslServerCredentialsOptions so(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  so.pem_root_certs = pems.ca;
+  so.pem_key_cert_pairs.push_back({pems.key, pems.cert});
+  auto service = std::make_unique<PrimaryService>(std::move(options));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::SslServerCredentials(so), &port);
+  builder.RegisterService(service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    return absl::UnavailableError(StrCat("replication: cannot listen on ", listen,
+                                         " (address in use, not an address of this host, or the TLS files do not "
+                                         "hold a certificate and its key)"));
+  }
+  spdlog::info("replication: primary channel listening on {} (port {}, mutual TLS)", listen, port);
+  return std::unique_ptr<PrimaryChannel>(new GrpcPrimaryChannel(std::move(service), std::move(server), port));
+}
+
+StatusOr<std::unique_ptr<StandbyChannel>> StandbyChannel::Pair(StandbyChannelOptions options,
+                                                               std::chrono::milliseconds timeout) {
+  VIGIL_ASSIGN_OR_RETURN(Pems pems, LoadTls(options.tls));
+  if (options.primary.empty()) return absl::InvalidArgumentError("replication: the standby needs the primary's address");
+  if (options.heartbeat_interval <= std::chrono::milliseconds(0)) {
+    return absl::InvalidArgumentError("replication: heartbeat_interval must be positive");
+  }
+  auto c = std::make_unique<GrpcStandbyChannel>(std::move(options));
+  VIGIL_RETURN_IF_ERROR(c->Open(pems, timeout));
+  return std::unique_ptr<StandbyChannel>(std::move(c));
+}
+
+}  // namespace vigil::replication
