@@ -53,6 +53,28 @@ void ToProto(const PairDigest& d, v1::PairDigest* p) {
 }
 PairDigest FromProto(const v1::PairDigest& p) { return {p.model(), p.settings(), p.streams(), p.rules(), p.pair()}; }
 
+void ToProto(uint64_t version, const std::vector<MirroredStream>& streams, v1::LedgerState* p) {
+  p->set_version(version);
+  for (const MirroredStream& s : streams) {
+    v1::StreamRecord* r = p->add_streams();
+    r->set_stream(s.stream);
+    r->set_source(s.source);
+    r->set_run(s.run);
+    r->set_has_acked_through(s.acked_through.has_value());
+    r->set_acked_through(s.acked_through.value_or(0));
+    r->set_next_seq(s.next_seq);
+  }
+}
+std::vector<MirroredStream> FromProto(const v1::LedgerState& p) {
+  std::vector<MirroredStream> out;
+  for (const v1::StreamRecord& r : p.streams()) {
+    MirroredStream s{r.stream(), r.source(), r.run(), std::nullopt, r.next_seq()};
+    if (r.has_acked_through()) s.acked_through = r.acked_through();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 Status FromGrpc(const grpc::Status& s, const std::string& where) {
   if (s.ok()) return absl::OkStatus();
   const std::string msg = StrCat(where, ": ", s.error_message());
@@ -102,7 +124,30 @@ class PrimaryService final : public v1::Replication::Service {
     v1::PrimaryMessage paired;
     paired.mutable_paired()->set_node(opt_.node);
     grpc::Status end = grpc::Status::OK;
+    std::mutex write_mu;  // one Write at a time: heartbeat answers (this thread) and ledger states (sender)
+    bool over = false;    // GUARDED_BY(mu_) the stream is ending: the sender stops
+    std::thread sender;
     if (stream->Write(paired)) {
+      sender = std::thread([&] {
+        uint64_t sent = 0;
+        std::unique_lock lock(mu_);
+        for (;;) {
+          ledger_cv_.wait(lock, [&] { return over || ledger_version_ > sent; });
+          if (over) return;
+          v1::PrimaryMessage m;
+          ToProto(ledger_version_, ledger_, m.mutable_ledger());
+          sent = ledger_version_;
+          lock.unlock();
+          bool ok;
+          {
+            std::lock_guard w(write_mu);
+            ok = stream->Write(m);
+          }
+          lock.lock();
+          if (!ok) return;
+          ++stats_.ledger_states_sent;
+        }
+      });
       v1::StandbyMessage m;
       while (stream->Read(&m)) {
         if (!m.has_heartbeat()) {
@@ -118,14 +163,18 @@ class PrimaryService final : public v1::Replication::Service {
         v1::PrimaryMessage answer;
         answer.mutable_heartbeat()->set_sent_ns(now);
         answer.mutable_heartbeat()->set_echo_ns(m.heartbeat().sent_ns());
+        std::lock_guard w(write_mu);
         if (!stream->Write(answer)) break;
       }
     }
     {
       std::lock_guard lock(mu_);
+      over = true;
       stats_.standby_connected = false;
       stats_.standby.clear();
     }
+    ledger_cv_.notify_all();
+    if (sender.joinable()) sender.join();
     const Status why = ctx->IsCancelled() ? absl::UnavailableError(StrCat("standby '", node, "': the stream was cancelled"))
                        : end.ok()         ? absl::UnavailableError(StrCat("standby '", node, "' ended the stream"))
                                           : absl::InvalidArgumentError(StrCat("standby '", node, "': ", end.error_message()));
@@ -137,6 +186,16 @@ class PrimaryService final : public v1::Replication::Service {
   PrimaryChannelStats stats() const {
     std::lock_guard lock(mu_);
     return stats_;
+  }
+
+  void PublishLedger(std::vector<MirroredStream> streams) {
+    {
+      std::lock_guard lock(mu_);
+      if (streams == ledger_) return;  // unchanged: nothing to send
+      ledger_ = std::move(streams);
+      ++ledger_version_;
+    }
+    ledger_cv_.notify_all();
   }
 
  private:
@@ -156,7 +215,10 @@ class PrimaryService final : public v1::Replication::Service {
 
   const PrimaryChannelOptions opt_;
   mutable std::mutex mu_;
-  PrimaryChannelStats stats_;  // GUARDED_BY(mu_)
+  std::condition_variable ledger_cv_;
+  PrimaryChannelStats stats_;            // GUARDED_BY(mu_)
+  std::vector<MirroredStream> ledger_;   // GUARDED_BY(mu_) the latest published records
+  uint64_t ledger_version_ = 0;          // GUARDED_BY(mu_) 0: none published yet
 };
 
 class GrpcPrimaryChannel final : public PrimaryChannel {
@@ -166,6 +228,7 @@ class GrpcPrimaryChannel final : public PrimaryChannel {
   ~GrpcPrimaryChannel() override { Stop(); }
   uint16_t port() const override { return port_; }
   PrimaryChannelStats stats() const override { return service_->stats(); }
+  void PublishLedger(std::vector<MirroredStream> streams) override { service_->PublishLedger(std::move(streams)); }
   void Stop() override {
     std::lock_guard lock(mu_);
     if (stopped_) return;
@@ -269,6 +332,10 @@ class GrpcStandbyChannel final : public StandbyChannel {
     v1::PrimaryMessage m;
     Status why = absl::OkStatus();
     while (stream_->Read(&m)) {
+      if (m.has_ledger()) {
+        if (opt_.on_ledger) opt_.on_ledger(FromProto(m.ledger()));
+        continue;
+      }
       if (!m.has_heartbeat()) {
         why = absl::InvalidArgumentError("the primary sent a message of a kind this standby does not know");
         ctx_.TryCancel();

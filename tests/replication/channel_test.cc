@@ -127,6 +127,41 @@ TEST_F(ChannelTest, TheSameDigestPairsAndHeartbeatsFlowBothWays) {
   EXPECT_EQ(primary->stats().paired, 2u);
 }
 
+TEST_F(ChannelTest, TheLedgerIsMirroredOnPairingAndOnEveryChange) {
+  Ends primary_ends, standby_ends;
+  auto primary = StartPrimary(&primary_ends);
+  ASSERT_TRUE(primary);
+  const std::vector<MirroredStream> first = {{"cam1", "rtsp://10.0.0.1/a", 7, std::nullopt, 0},
+                                             {"file", "/v/b.mp4", 7, 41, 60}};
+  primary->PublishLedger(first);  // before any standby: sent right after it pairs
+  std::mutex mu;
+  std::vector<std::vector<MirroredStream>> got;
+  StandbyChannelOptions o = Standby(primary->port(), &standby_ends);
+  o.on_ledger = [&](const std::vector<MirroredStream>& l) {
+    std::lock_guard lock(mu);
+    got.push_back(l);
+  };
+  StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  auto received = [&] {
+    std::lock_guard lock(mu);
+    return got.size();
+  };
+  ASSERT_TRUE(Eventually([&] { return received() == 1; }));
+  std::vector<MirroredStream> second = first;
+  second[1].acked_through = 59;
+  second[1].next_seq = 80;
+  primary->PublishLedger(second);
+  primary->PublishLedger(second);  // unchanged: not sent again
+  ASSERT_TRUE(Eventually([&] { return received() == 2; }));
+  ASSERT_TRUE(Eventually([&] { return (*standby)->heartbeats_answered() >= 3; }));  // later traffic went through
+  std::lock_guard lock(mu);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], first);
+  EXPECT_EQ(got[1], second);
+  EXPECT_EQ(primary->stats().ledger_states_sent, 2u);
+}
+
 TEST_F(ChannelTest, AMismatchIsRefusedAndTheRefusalSaysWhat) {
   Ends primary_ends, standby_ends;
   auto primary = StartPrimary(&primary_ends);

@@ -11,6 +11,10 @@
 // clock, ns) — the input of a FailureDetector (failure_detector.h) — and `on_end` once with why the stream
 // ended (the peer's process gone shows as EOF/reset at once; a hung peer only as missing heartbeats).
 //
+// Ledger mirroring: the primary publishes its ledger's records (PublishLedger: the latest state wins) and
+// sends them to the paired standby right after Paired and on every change; the standby's `on_ledger` gets
+// each state (the standby keeps them, so that a takeover resumes every stream where the primary was).
+//
 // Threading: each channel runs its own threads (gRPC's server threads; a reader and a heartbeat thread on
 // the standby); the callbacks run on them and must not block. Stop()/destructor end the stream and join.
 // Errors: Start/Pair → InvalidArgument (options: missing TLS files, bad address), NotFound (unreadable TLS
@@ -23,7 +27,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "vigil/common/status.h"
 #include "vigil/replication/pair.h"
@@ -33,6 +39,15 @@ namespace vigil::replication {
 // Mutual TLS: this side's certificate and key, and the CA that signed the peer's (PEM files). Required.
 struct ChannelTls {
   std::string cert_file, key_file, ca_file;
+};
+
+// A stream's ledger record as mirrored (pipeline/ledger.h StreamRecord, without depending on it).
+struct MirroredStream {
+  std::string stream, source;
+  uint64_t run = 0;
+  std::optional<uint64_t> acked_through;
+  uint64_t next_seq = 0;
+  bool operator==(const MirroredStream&) const = default;
 };
 
 struct PrimaryChannelOptions {
@@ -51,6 +66,7 @@ struct PrimaryChannelStats {
   uint64_t paired = 0;      // streams paired
   uint64_t refused = 0;     // pairings refused (digest, edge id, another standby, protocol)
   uint64_t heartbeats = 0;  // standby heartbeats answered
+  uint64_t ledger_states_sent = 0;
   bool standby_connected = false;
   std::string standby;      // the paired standby's node name ("" when none)
   std::string last_refusal;
@@ -62,6 +78,8 @@ class PrimaryChannel {
   virtual ~PrimaryChannel() = default;
   virtual uint16_t port() const = 0;
   virtual PrimaryChannelStats stats() const = 0;  // thread-safe
+  // The ledger's records now (thread-safe; cheap: stored, sent by the stream's own thread).
+  virtual void PublishLedger(std::vector<MirroredStream> streams) = 0;
   virtual void Stop() = 0;                        // idempotent; ends the paired stream
 };
 
@@ -74,6 +92,7 @@ struct StandbyChannelOptions {
   std::chrono::milliseconds heartbeat_interval{500};
   std::function<void(int64_t)> on_heartbeat;  // the primary's answers, arrival steady ns
   std::function<void(const Status&)> on_end;  // once, when the stream ends after pairing
+  std::function<void(const std::vector<MirroredStream>&)> on_ledger;  // each ledger state the primary sends
 };
 
 class StandbyChannel {
