@@ -36,6 +36,7 @@
 #include "vigil/transport/ucx.h"
 #include "vigil/video/source.h"
 #include "vigil/video/stream_reader.h"
+#include "replication_role.h"
 
 namespace vigil::pipeline {
 namespace {
@@ -78,6 +79,10 @@ class Edge final : public transport::CourierHandler {
       : config_(config), stop_(stop), reg_(reg) {}
 
   Status Run(const EdgeRunOptions& options);
+  // Wraps the state_dir store before the ledger opens it (a primary mirrors every Save to its standby).
+  void set_store_wrapper(std::function<std::unique_ptr<StateStore>(std::unique_ptr<StateStore>)> w) {
+    wrap_store_ = std::move(w);
+  }
 
   // ---- transport::CourierHandler (courier threads) ----
   transport::Hello MakeHello() override {
@@ -140,6 +145,7 @@ class Edge final : public transport::CourierHandler {
   void SampleLinks(const transport::CourierStats& cs);
 
   const EdgeConfig& config_;
+  std::function<std::unique_ptr<StateStore>(std::unique_ptr<StateStore>)> wrap_store_;  // set before Run
   const std::atomic<bool>& stop_;
   metrics::Registry& reg_;
   std::unique_ptr<WorkerPool> pool_;
@@ -371,6 +377,7 @@ Status Edge::LoadWorkers() {
 Status Edge::OpenLedger(const std::vector<std::string>& names) {
   LedgerOptions lo;
   VIGIL_ASSIGN_OR_RETURN(lo.store, OpenStateDir(config_.state_dir));
+  if (wrap_store_) lo.store = wrap_store_(std::move(lo.store));
   lo.max_outbox = static_cast<size_t>(config_.max_outbox);
   lo.progress_flush = milliseconds(config_.progress_flush_ms);
   std::vector<LedgerStream> specs;
@@ -465,6 +472,8 @@ void Edge::StartReaders() {
         ledger_->Dropped(i, f.seq, why == video::DropReason::kQueueFull ? "queue_full" : "shutdown");
       }
     };
+    // A resumed file: what the ledger skips (reported already) is not paced in real time either.
+    if (const StreamResume r = ledger_->resume(i); r.skip_through) s.source->DoNotPaceThrough(*r.skip_through);
     s.reader = std::make_unique<video::StreamReader>(std::move(s.source), ro);
   }
 }
@@ -778,6 +787,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
   for (int64_t c = 0; c < pool_->detector().model().num_classes; ++c) {
     class_names_.push_back(pool_->detector().ClassName(static_cast<int>(c)));
   }
+  if (options.after_load) VIGIL_RETURN_IF_ERROR(options.after_load());  // a standby waits here, engine warm
   // The state dir is locked before anything else touches it: a second edge on it stops here.
   VIGIL_RETURN_IF_ERROR(OpenLedger(class_names_));
   VIGIL_RETURN_IF_ERROR(OpenStreams());
@@ -898,7 +908,52 @@ Status Edge::Run(const EdgeRunOptions& options) {
 Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& registry,
                const EdgeRunOptions& options) {
   Edge edge(config, stop, registry);
-  return edge.Run(options);
+  const ReplicationConfig& rc = config.replication;
+  if (rc.role == ReplicationConfig::Role::kNone) return edge.Run(options);
+  VIGIL_ASSIGN_OR_RETURN(replication::PairDigest digest, PairDigestOf(config));
+  auto role = [&](const char* r) -> metrics::Gauge& {
+    return registry.GetGauge("vigil_edge_replication_role", "1 on this edge's current replication role", {{"role", r}});
+  };
+  metrics::Counter& takeovers = registry.GetCounter("vigil_edge_takeovers_total", "Takeovers of this standby");
+  metrics::Gauge& takeover_s = registry.GetGauge(
+      "vigil_edge_takeover_seconds", "The primary's last contact to the first report this edge got stored, last takeover");
+  std::unique_ptr<replication::PrimaryChannel> channel;
+  EdgeRunOptions o = options;
+  if (rc.role == ReplicationConfig::Role::kPrimary) {
+    VIGIL_ASSIGN_OR_RETURN(channel, StartPrimaryChannel(config, digest));
+    edge.set_store_wrapper([ch = channel.get()](std::unique_ptr<StateStore> s) { return MirroringStore(std::move(s), ch); });
+    role("primary").Set(1);
+    role("standby").Set(0);
+  } else {
+    role("primary").Set(0);
+    role("standby").Set(1);
+    auto lost_at = std::make_shared<std::atomic<int64_t>>(0);  // the primary's last contact, once taken over
+    o.after_load = [&config, &stop, &takeovers, digest, lost_at, role]() -> Status {
+      VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(config, digest, stop));
+      takeovers.Inc();
+      role("primary").Set(1);
+      role("standby").Set(0);
+      lost_at->store(t.last_contact_ns);
+      spdlog::warn("replication: '{}' is now the primary of edge '{}' ({} ms after the primary's last contact)",
+                   config.replication.node, config.edge, (t.decided_ns - t.last_contact_ns) / 1'000'000);
+      return absl::OkStatus();
+    };
+    o.on_acked = [inner = options.on_acked, lost_at, &takeover_s, &config](const transport::Ack& a) {
+      const int64_t lost = lost_at->exchange(0);
+      if (lost != 0) {
+        const int64_t ms = (SteadyNs() - lost) / 1'000'000;
+        takeover_s.Set(static_cast<double>(ms) / 1000.0);
+        spdlog::warn("replication: takeover of edge '{}' complete: first report stored {} ms after the primary's "
+                     "last contact",
+                     config.edge, ms);
+      }
+      if (inner) inner(a);
+    };
+  }
+  Status st = edge.Run(o);
+  if (channel) channel->Stop();
+  if (rc.role == ReplicationConfig::Role::kStandby && absl::IsCancelled(st) && stop.load()) return absl::OkStatus();
+  return st;
 }
 
 }  // namespace vigil::pipeline

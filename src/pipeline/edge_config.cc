@@ -1,8 +1,11 @@
 #include "vigil/pipeline/edge_config.h"
 
+#include <charconv>
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include <absl/strings/str_join.h>
 
 #include "vigil/common/config.h"
 #include "vigil/transport/protocol.h"
@@ -185,6 +188,41 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     if (p->Has("topology") && cfg.placement.topology.empty()) p->Error("topology", "must not be empty");
     p->Get("gflop_per_frame", &cfg.placement.gflop_per_frame, 0.0, 1e6);
   }
+  if (std::optional<ConfigMap> r = root.Map("replication")) {
+    ReplicationConfig& rc = cfg.replication;
+    std::string role;
+    if (r->GetOneOf("role", &role, {"primary", "standby"}, ConfigMap::kRequired)) {
+      rc.role = role == "primary" ? ReplicationConfig::Role::kPrimary : ReplicationConfig::Role::kStandby;
+    }
+    r->Get("listen", &rc.listen);
+    r->Get("primary", &rc.primary);
+    if (rc.role == ReplicationConfig::Role::kStandby && rc.primary.empty()) {
+      r->Error("primary", "a standby needs the primary's channel address (host:port)");
+    }
+    if (rc.role == ReplicationConfig::Role::kPrimary && r->Has("primary")) {
+      r->Error("primary", "a primary listens (listen:); primary: is the standby's setting");
+    }
+    r->Get("node", &rc.node);
+    if (std::optional<ConfigMap> tls = r->Map("tls", ConfigMap::kRequired)) {
+      tls->Get("cert_file", &rc.cert_file, ConfigMap::kRequired);
+      tls->Get("key_file", &rc.key_file, ConfigMap::kRequired);
+      tls->Get("ca_file", &rc.ca_file, ConfigMap::kRequired);
+    }
+    r->Get("heartbeat_ms", &rc.heartbeat_ms, 10, 60000);
+    if (std::optional<ConfigMap> d = r->Map("detector")) {
+      std::string kind = "fixed";
+      d->GetOneOf("kind", &kind, {"fixed", "phi"});
+      rc.phi = kind == "phi";
+      d->Get("misses", &rc.misses, 1, 100);
+      d->Get("threshold", &rc.phi_threshold, 1e-3, 100.0);
+      d->Get("min_std_dev_ms", &rc.min_std_dev_ms, 1, 60000);
+      d->Get("acceptable_pause_ms", &rc.acceptable_pause_ms, 0, 600000);
+      if (!rc.phi && (d->Has("threshold") || d->Has("min_std_dev_ms") || d->Has("acceptable_pause_ms"))) {
+        d->Error("kind", "threshold, min_std_dev_ms and acceptable_pause_ms are the phi detector's (kind: phi)");
+      }
+      if (rc.phi && d->Has("misses")) d->Error("misses", "misses is the fixed detector's (kind: fixed)");
+    }
+  }
   std::string default_hwaccel;
   ReadHwaccel(root, "hwaccel", "", &default_hwaccel);
   std::vector<ConfigMap> streams = root.Maps("streams", ConfigMap::kRequired);
@@ -213,7 +251,38 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     cfg.streams.push_back(std::move(sc));
   }
   VIGIL_RETURN_IF_ERROR(file.Finish());
+  if (cfg.replication.role != ReplicationConfig::Role::kNone && cfg.replication.node.empty()) {
+    cfg.replication.node = cfg.edge;
+  }
   return cfg;
+}
+
+PairTexts PairTextsOf(const EdgeConfig& c) {
+  // The shortest text that reads back as the same double (std::to_chars): 0.9 is "0.9", any change shows.
+  auto num = [](double v) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  };
+  PairTexts t;
+  t.model_path = c.model_path;
+  t.settings = StrCat("conf=", num(c.conf), " iou=", num(c.iou), " max_det=", c.max_det, " precision=", c.precision,
+                      " batch=", c.model_batch);
+  for (const StreamConfig& s : c.streams) {
+    t.streams.push_back(StrCat("id=", s.id, " source=", s.source, " realtime=", s.realtime, " loop=", s.loop,
+                               " target_fps=", num(s.target_fps)));
+    const RulesConfig& r = s.rules;
+    std::string roi;
+    for (const Polygon& p : r.roi) {
+      roi += "[";
+      for (const Point& pt : p) roi += StrCat(num(pt.x), ",", num(pt.y), ";");
+      roi += "]";
+    }
+    t.rules.push_back(StrCat("classes=", absl::StrJoin(r.classes, ","), " min_score=", num(r.min_score), " roi=", roi,
+                             " confirm=", r.confirm_k, "/", r.confirm_m, " cooldown_s=", num(r.cooldown_s),
+                             " critical=", num(r.critical), " warning=", num(r.warning)));
+  }
+  return t;
 }
 
 StatusOr<EdgeConfig> LoadEdgeConfig(const std::string& path) {

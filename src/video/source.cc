@@ -183,7 +183,8 @@ StatusOr<std::optional<Frame>> Source::Next() {
       stats_.skipped_resume.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    if (options_.realtime && !live_ && !Pace(pts_ns)) return stopped();
+    const bool unpaced = unpaced_through_ && seq <= *unpaced_through_;
+    if (options_.realtime && !live_ && !unpaced && !Pace(pts_ns)) return stopped();
     Frame frame = std::move(picture.frame);
     frame.stream_id = options_.stream_id;
     frame.run = options_.run;

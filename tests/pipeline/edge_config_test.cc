@@ -342,5 +342,72 @@ TEST(EdgeConfig, EdgeLinksNameTheKeyProblemAndAreBuiltInOrder) {
 #endif
 }
 
+std::string Message(const Status& s) { return std::string(s.message()); }
+
+TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
+  const std::string tls = "  tls: {cert_file: n.pem, key_file: n.key, ca_file: ca.pem}\n";
+  StatusOr<EdgeConfig> none = ParseEdgeConfig(kGood, "edge.yaml");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->replication.role, ReplicationConfig::Role::kNone);
+  StatusOr<EdgeConfig> p = ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  listen: 10.0.0.1:7421\n" + tls,
+                                           "edge.yaml");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->replication.role, ReplicationConfig::Role::kPrimary);
+  EXPECT_EQ(p->replication.listen, "10.0.0.1:7421");
+  EXPECT_EQ(p->replication.node, "e1");  // the edge id by default
+  EXPECT_EQ(p->replication.ca_file, "ca.pem");
+  EXPECT_EQ(p->replication.heartbeat_ms, 500);
+  EXPECT_FALSE(p->replication.phi);
+  EXPECT_EQ(p->replication.misses, 3);
+  StatusOr<EdgeConfig> s = ParseEdgeConfig(
+      std::string(kGood) + "replication:\n  role: standby\n  primary: gpu-a:7420\n  node: gpu-b\n  heartbeat_ms: 100\n" +
+          "  detector: {kind: phi, threshold: 10, min_std_dev_ms: 20, acceptable_pause_ms: 200}\n" + tls,
+      "edge.yaml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->replication.role, ReplicationConfig::Role::kStandby);
+  EXPECT_EQ(s->replication.primary, "gpu-a:7420");
+  EXPECT_EQ(s->replication.node, "gpu-b");
+  EXPECT_TRUE(s->replication.phi);
+  EXPECT_DOUBLE_EQ(s->replication.phi_threshold, 10);
+  EXPECT_EQ(s->replication.min_std_dev_ms, 20);
+  EXPECT_EQ(s->replication.acceptable_pause_ms, 200);
+  const std::string m = Message(ParseEdgeConfig(
+      std::string(kGood) + "replication:\n  role: standby\n  detector: {kind: fixed, threshold: 3}\n  tls: {cert_file: a}\n",
+      "edge.yaml").status());
+  EXPECT_NE(m.find("replication.primary: a standby needs the primary's channel address"), std::string::npos) << m;
+  EXPECT_NE(m.find("replication.detector.kind: threshold, min_std_dev_ms and acceptable_pause_ms are the phi"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("replication.tls: missing required key 'key_file'"), std::string::npos) << m;
+  const std::string m2 = Message(ParseEdgeConfig(std::string(kGood) + "replication: {role: leader}\n", "edge.yaml").status());
+  EXPECT_NE(m2.find("replication.role"), std::string::npos) << m2;
+  EXPECT_NE(m2.find("replication: missing required key 'tls'"), std::string::npos) << m2;
+}
+
+TEST(EdgeConfig, ThePairTextsCoverModelSettingsStreamsAndRulesButNotRoleOrPlace) {
+  StatusOr<EdgeConfig> a = ParseEdgeConfig(kGood, "a.yaml");
+  ASSERT_TRUE(a.ok());
+  EdgeConfig b = *a;
+  b.replication.role = ReplicationConfig::Role::kStandby;
+  b.replication.node = "other";
+  b.devices = {"cuda:1"};
+  b.threads = 7;
+  b.state_dir = "/elsewhere";
+  b.links = {"ucx", "tcp"};
+  const PairTexts ta = PairTextsOf(*a), tb = PairTextsOf(b);
+  EXPECT_EQ(ta.model_path, "m.onnx");
+  EXPECT_EQ(ta.settings, tb.settings);
+  EXPECT_EQ(ta.streams, tb.streams);
+  EXPECT_EQ(ta.rules, tb.rules);
+  ASSERT_EQ(ta.streams.size(), 2u);
+  EXPECT_EQ(ta.streams[0], "id=door source=/v/door.mp4 realtime=1 loop=0 target_fps=5");
+  EXPECT_EQ(ta.rules[0],
+            "classes=person,2 min_score=0.5 roi=[0,0;640,0;640,480;] confirm=2/3 cooldown_s=10 critical=0.9 "
+            "warning=0.5");
+  b.conf = 0.30000000000000004;  // the smallest change shows
+  EXPECT_NE(PairTextsOf(b).settings, ta.settings);
+  b.streams[1].rules.min_score = 0.1;
+  EXPECT_NE(PairTextsOf(b).rules, ta.rules);
+}
+
 }  // namespace
 }  // namespace vigil::pipeline

@@ -88,6 +88,10 @@ struct EdgeRunOptions {
   // Called for every acknowledgement of a report (the aggregator committed seq_first..seq_last of its
   // stream), on the courier's reader thread. Must be quick.
   std::function<void(const transport::Ack& ack)> on_acked;
+  // Called once the model is loaded (the engine warm) and before the state_dir is opened; a non-OK status
+  // ends Run with it. A hot standby waits here for its primary to fail (RunEdge with `replication: {role:
+  // standby}`).
+  std::function<Status()> after_load;
 };
 
 // The WorkerPool the edge runs for `config` (model_path, detector options, devices, batching, stream →
@@ -106,6 +110,13 @@ WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, const std::functio
 // ucx in a build without UCX.
 StatusOr<std::vector<std::shared_ptr<transport::Link>>> MakeEdgeLinks(const EdgeConfig& config);
 
+// Runs the edge. With `replication:` (edge_config.h): a primary also serves the replication channel and
+// mirrors its ledger to the paired standby; a standby loads its model, pairs with the primary, mirrors its
+// ledger, and runs as the edge once the primary is judged gone (a stop before that returns OK). Metrics:
+// vigil_edge_replication_role{role} (1 on the current role), vigil_edge_takeovers_total,
+// vigil_edge_takeover_seconds (the primary's last contact → the first report the new primary got stored).
+// Errors as Edge's, plus the pair digest's (model file) and the channel's (TLS files, listen address, a
+// primary that refuses to pair: FailedPrecondition naming what differs).
 Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& registry,
                const EdgeRunOptions& options = {});
 

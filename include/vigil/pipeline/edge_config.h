@@ -35,6 +35,19 @@
 //     bind_single_numa: false        # bind also on a machine with a single NUMA node
 //     topology: machine.xml          # plan with this hwloc XML instead of this machine; binding is then off
 //     gflop_per_frame: 8.7           # model cost per frame; 0 = counted from the model (2 x multiply-adds)
+//   replication:                     # hot standby (issue 16); absent = a lone edge
+//     role: primary | standby        # the same edge id, model, streams and rules on both (pair digest)
+//     listen: 0.0.0.0:7420           # primary: where its standby connects (the replication channel)
+//     primary: gpu-a.local:7420      # standby: the primary's channel
+//     node: gpu-a                    # this side's name in logs and the other side's messages; default: edge id
+//     tls: {cert_file: node.pem, key_file: node.key, ca_file: pair-ca.pem}   # mutual TLS, required
+//     heartbeat_ms: 500              # standby → primary heartbeats (answered at once)
+//     detector: {kind: fixed, misses: 3}          # suspect after misses × heartbeat_ms of silence, or
+//               {kind: phi, threshold: 8, min_std_dev_ms: 50, acceptable_pause_ms: 0}   # φ accrual
+//     The channel's end (the primary's process gone) is a takeover at once; silence only when the
+//     detector suspects. The standby keeps the primary's ledger records in its own state_dir and, on
+//     takeover, runs as the edge from there (files continue at the aggregator's cursor; a live source's
+//     frames numbered by the dead primary and never stored are reported as lost_on_restart).
 //   hwaccel: cuda                    # default of the streams' hwaccel (below); Default: cpu
 //   streams:
 //     - id: door                     # unique, required
@@ -108,6 +121,21 @@ struct PlacementConfig {
   double gflop_per_frame = 0;     // >= 0; 0 = counted from the model. Default: 0
 };
 
+struct ReplicationConfig {
+  enum class Role { kNone, kPrimary, kStandby };
+  Role role = Role::kNone;  // kNone: no replication section
+  std::string listen = "0.0.0.0:7420";  // primary
+  std::string primary;                   // standby: host:port of the primary's channel
+  std::string node;                      // default: the edge id
+  std::string cert_file, key_file, ca_file;
+  int heartbeat_ms = 500;                // 10..60000
+  bool phi = false;                      // detector.kind phi (else fixed)
+  int misses = 3;                        // fixed: 1..100
+  double phi_threshold = 8;              // phi: (0, 100]
+  int min_std_dev_ms = 50;               // phi: 1..60000
+  int acceptable_pause_ms = 0;           // phi: 0..600000
+};
+
 struct EdgeConfig {
   std::string edge;
   std::string aggregator_host;
@@ -147,8 +175,21 @@ struct EdgeConfig {
   int ack_timeout_ms = 15000;                // transport.ack_timeout_ms, 100..3600000
   int max_outbox = 4096;         // transport.max_outbox, 1..10^7
   PlacementConfig placement;
+  ReplicationConfig replication;
   std::vector<StreamConfig> streams;  // at least one, ids unique
 };
+
+// What a primary and its standby must agree on (replication/pair.h PairInputs): the model file, the
+// detection settings (conf, iou, max_det, precision, batch), each stream's id, source and how it is read
+// (realtime, loop, target_fps), and each stream's rules — in config order. Role, addresses, node names,
+// devices, threads, links and the state_dir are not part of it (the two may differ there). Canonical text:
+// numbers printed exactly, lists in order.
+struct PairTexts {
+  std::string model_path;
+  std::string settings;
+  std::vector<std::string> streams, rules;
+};
+PairTexts PairTextsOf(const EdgeConfig& config);
 
 // CUDA ordinal of an engine device as EdgeConfig::devices holds it: "cuda:N" → N; -1 otherwise ("cpu").
 int CudaOrdinal(const std::string& device);

@@ -193,6 +193,10 @@ class Source {
   // aborts blocking FFmpeg I/O through its interrupt callback; the state becomes kStopped unless the
   // Source has already ended or failed. Thread-safe; idempotent.
   void Interrupt();
+  // realtime: frames with seq ≤ `seq` are delivered at once, not paced (a resumed run whose owner discards
+  // what was already reported: the first frame after them is paced from when it is delivered). Call before
+  // the first Next(); not thread-safe with it.
+  void DoNotPaceThrough(uint64_t seq) { unpaced_through_ = seq; }
   StreamStats Stats() const { return stats_.Snapshot(); }
   bool live() const { return live_; }  // network source: a reader should drop rather than block (files,
                                        // images and synthetic sources: false)
@@ -254,6 +258,7 @@ class Source {
   int64_t fps_origin_ns_ = 0, last_fps_slot_ = 0;
   uint64_t next_seq_ = 0;
   bool paced_ = false;
+  std::optional<uint64_t> unpaced_through_;
   std::chrono::steady_clock::time_point pace_anchor_;
   int64_t pace_anchor_pts_ns_ = 0;
 };

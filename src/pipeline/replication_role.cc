@@ -1,0 +1,195 @@
+// An edge's replication role (replication_role.h).
+#include "replication_role.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "vigil/replication/failure_detector.h"
+
+namespace vigil::pipeline {
+namespace {
+
+using std::chrono::milliseconds;
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+replication::ChannelTls TlsOf(const ReplicationConfig& r) { return {r.cert_file, r.key_file, r.ca_file}; }
+
+std::vector<replication::MirroredStream> ToMirrored(const std::vector<StreamRecord>& records) {
+  std::vector<replication::MirroredStream> out;
+  for (const StreamRecord& r : records) out.push_back({r.stream, r.source, r.run, r.acked_through, r.next_seq});
+  return out;
+}
+
+std::vector<StreamRecord> FromMirrored(const std::vector<replication::MirroredStream>& streams) {
+  std::vector<StreamRecord> out;
+  for (const replication::MirroredStream& s : streams) {
+    out.push_back({s.stream, s.source, s.run, s.acked_through, s.next_seq});
+  }
+  return out;
+}
+
+class Mirroring final : public StateStore {
+ public:
+  Mirroring(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel)
+      : inner_(std::move(inner)), channel_(channel) {}
+  StatusOr<std::vector<StreamRecord>> Load() override { return inner_->Load(); }
+  Status Save(const std::vector<StreamRecord>& records) override {
+    Status st = inner_->Save(records);
+    if (st.ok()) channel_->PublishLedger(ToMirrored(records));
+    return st;
+  }
+  std::string where() const override { return inner_->where(); }
+
+ private:
+  std::unique_ptr<StateStore> inner_;
+  replication::PrimaryChannel* channel_;
+};
+
+}  // namespace
+
+StatusOr<replication::PairDigest> PairDigestOf(const EdgeConfig& config) {
+  const PairTexts t = PairTextsOf(config);
+  return replication::ComputePairDigest({t.model_path, t.settings, t.streams, t.rules});
+}
+
+StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const EdgeConfig& config,
+                                                                           const replication::PairDigest& digest) {
+  replication::PrimaryChannelOptions o;
+  o.listen = config.replication.listen;
+  o.tls = TlsOf(config.replication);
+  o.edge = config.edge;
+  o.node = config.replication.node;
+  o.digest = digest;
+  return replication::PrimaryChannel::Start(std::move(o));
+}
+
+std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel) {
+  return std::make_unique<Mirroring>(std::move(inner), channel);
+}
+
+StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
+                              const std::atomic<bool>& stop) {
+  const ReplicationConfig& rc = config.replication;
+  // The standby's own state_dir, locked while it waits: the primary's records land here.
+  VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, OpenStateDir(config.state_dir));
+  replication::FailureDetectorOptions fo;
+  fo.mode = rc.phi ? replication::FailureDetectorOptions::Mode::kPhiAccrual
+                   : replication::FailureDetectorOptions::Mode::kFixed;
+  fo.interval_ns = static_cast<int64_t>(rc.heartbeat_ms) * 1'000'000;
+  fo.misses = rc.misses;
+  fo.phi_threshold = rc.phi ? rc.phi_threshold : fo.phi_threshold;
+  fo.min_std_dev_ns = static_cast<int64_t>(rc.min_std_dev_ms) * 1'000'000;
+  fo.acceptable_pause_ns = static_cast<int64_t>(rc.acceptable_pause_ms) * 1'000'000;
+  VIGIL_RETURN_IF_ERROR(replication::ValidateFailureDetectorOptions(fo));
+
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<replication::FailureDetector> detector;  // GUARDED_BY(mu) from pairing on
+    bool ended = false;                                    // GUARDED_BY(mu)
+    Status why;                                            // GUARDED_BY(mu)
+    int64_t last_contact = 0;                              // GUARDED_BY(mu)
+    uint64_t ledger_states = 0;                            // GUARDED_BY(mu)
+    Status save_error;                                     // GUARDED_BY(mu) the last failed Save
+  };
+  auto shared = std::make_shared<Shared>();
+  StateStore* st = store.get();
+  bool warned = false;
+  for (;;) {
+    if (stop.load()) return absl::CancelledError("stopped before a takeover");
+    replication::StandbyChannelOptions so;
+    so.primary = rc.primary;
+    so.tls = TlsOf(rc);
+    so.edge = config.edge;
+    so.node = rc.node;
+    so.digest = digest;
+    so.heartbeat_interval = milliseconds(rc.heartbeat_ms);
+    so.on_heartbeat = [shared](int64_t at) {
+      std::lock_guard lock(shared->mu);
+      if (shared->detector) shared->detector->Heartbeat(at);
+      shared->last_contact = std::max(shared->last_contact, at);
+    };
+    so.on_end = [shared](const Status& why) {
+      {
+        std::lock_guard lock(shared->mu);
+        shared->ended = true;
+        shared->why = why;
+        shared->last_contact = std::max(shared->last_contact, SteadyNs());
+      }
+      shared->cv.notify_all();
+    };
+    so.on_ledger = [shared, st](const std::vector<replication::MirroredStream>& streams) {
+      Status saved = st->Save(FromMirrored(streams));  // on the channel's reader thread; st outlives the channel
+      std::lock_guard lock(shared->mu);
+      ++shared->ledger_states;
+      shared->save_error = saved;
+      if (!saved.ok()) spdlog::error("replication: cannot keep the primary's ledger: {}", std::string(saved.message()));
+    };
+    {
+      std::lock_guard lock(shared->mu);
+      shared->detector.emplace(fo, SteadyNs());
+      shared->last_contact = SteadyNs();
+    }
+    StatusOr<std::unique_ptr<replication::StandbyChannel>> ch =
+        replication::StandbyChannel::Pair(std::move(so), milliseconds(std::max(1000, 4 * rc.heartbeat_ms)));
+    if (!ch.ok()) {
+      if (absl::IsFailedPrecondition(ch.status()) || absl::IsNotFound(ch.status()) ||
+          absl::IsInvalidArgument(ch.status())) {
+        return ch.status();  // refused (another model, streams or rules), or this side's own configuration
+      }
+      if (!warned) {
+        spdlog::warn("replication: standby '{}' waiting for its primary: {}", rc.node, std::string(ch.status().message()));
+        warned = true;
+      }
+      std::this_thread::sleep_for(milliseconds(200));
+      continue;
+    }
+    spdlog::info("replication: standby '{}' of edge '{}' paired with primary '{}'; mirroring its ledger into {}",
+                 rc.node, config.edge, (*ch)->primary_node(), store->where());
+    // Paired: wait for the stream's end or the detector's suspicion.
+    Takeover t;
+    {
+      std::unique_lock lock(shared->mu);
+      shared->detector.emplace(fo, SteadyNs());  // the peer counts as heard now
+      for (;;) {
+        if (stop.load()) {
+          lock.unlock();
+          (*ch)->Stop();
+          return absl::CancelledError("stopped before a takeover");
+        }
+        const int64_t now = SteadyNs();
+        if (shared->ended) {
+          t.reason = StrCat("the replication stream ended (", shared->why.message(), ")");
+          break;
+        }
+        if (shared->detector->Suspect(now)) {
+          t.reason = StrCat("no heartbeat answer for ", (now - shared->last_contact) / 1'000'000, " ms (", rc.phi ? "phi" : "fixed",
+                            " detector)");
+          break;
+        }
+        const int64_t at = std::min(shared->detector->SuspectAt(now), now + 10'000'000);  // ≤ 10 ms: stop is polled
+        shared->cv.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(at - now, 100'000)));
+      }
+      t.last_contact_ns = shared->last_contact;
+    }
+    (*ch)->Stop();
+    t.decided_ns = SteadyNs();
+    {
+      std::lock_guard lock(shared->mu);
+      t.ledger_states = shared->ledger_states;
+    }
+    spdlog::warn("replication: standby '{}' takes over edge '{}': {}; {} ledger state(s) mirrored", rc.node, config.edge,
+                 t.reason, t.ledger_states);
+    return t;  // the store (and the state_dir's lock) go with this scope: the edge opens it next
+  }
+}
+
+}  // namespace vigil::pipeline

@@ -1,0 +1,48 @@
+// Internal: an edge's replication role (edge_config.h `replication:`, issue 16) around RunEdge.
+//
+// Primary: the replication channel (replication/channel.h) listens; every state the ledger persists is
+// also published to the paired standby (MirroringStore wraps the state_dir store).
+// Standby: pairs with the primary (retrying until it answers; a refusal — another model, streams or rules —
+// is an error), keeps the primary's ledger records in its own state_dir, and returns when the primary is
+// judged gone: the stream ended (its process died: at once) or its heartbeats stopped (the failure
+// detector). RunEdge then runs this process as the edge from those records; the aggregator's new epoch
+// fences the old primary if it is still alive.
+// Thread-safety: RunStandby blocks its caller; the store's Save runs on the ledger's writer thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "vigil/common/status.h"
+#include "vigil/pipeline/edge_config.h"
+#include "vigil/pipeline/ledger.h"
+#include "vigil/replication/channel.h"
+#include "vigil/replication/pair.h"
+
+namespace vigil::pipeline {
+
+// The pair digest of `config` (PairTextsOf). Errors: ComputePairDigest's, naming the model file.
+StatusOr<replication::PairDigest> PairDigestOf(const EdgeConfig& config);
+
+// The primary's channel for `config.replication`. Errors: PrimaryChannel::Start's.
+StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const EdgeConfig& config,
+                                                                           const replication::PairDigest& digest);
+
+// `inner` whose every successful Save is also published on `channel` (not owned; outlives the store).
+std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel);
+
+struct Takeover {
+  std::string reason;        // why the primary was judged gone
+  int64_t last_contact_ns;   // steady clock: the last heartbeat answer or the stream's end
+  int64_t decided_ns;        // steady clock: when the standby decided to take over
+  uint64_t ledger_states = 0;  // mirrored ledger states received
+};
+
+// Errors: FailedPrecondition (the primary refused to pair: the message says what differs), the state_dir's
+// errors, Cancelled (`stop` became true before a takeover).
+StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
+                              const std::atomic<bool>& stop);
+
+}  // namespace vigil::pipeline
