@@ -83,6 +83,8 @@ class Edge final : public transport::CourierHandler {
   void set_store_wrapper(std::function<std::unique_ptr<StateStore>(std::unique_ptr<StateStore>)> w) {
     wrap_store_ = std::move(w);
   }
+  // A second Edge on the same registry (a fenced primary rejoining as standby) must not hook it again.
+  void set_register_numa(bool on) { register_numa_ = on; }
 
   // ---- transport::CourierHandler (courier threads) ----
   transport::Hello MakeHello() override {
@@ -146,6 +148,7 @@ class Edge final : public transport::CourierHandler {
 
   const EdgeConfig& config_;
   std::function<std::unique_ptr<StateStore>(std::unique_ptr<StateStore>)> wrap_store_;  // set before Run
+  bool register_numa_ = true;
   const std::atomic<bool>& stop_;
   metrics::Registry& reg_;
   std::unique_ptr<WorkerPool> pool_;
@@ -798,7 +801,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
                                                 " configured streams could be opened (see the errors above)"));
   }
   Place();
-  RegisterNumaMetrics(reg_);
+  if (register_numa_) RegisterNumaMetrics(reg_);
   VIGIL_RETURN_IF_ERROR(StartCourier());
   if (Status st = StartHttp(); !st.ok()) {
     courier_->Close();
@@ -907,53 +910,80 @@ Status Edge::Run(const EdgeRunOptions& options) {
 
 Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& registry,
                const EdgeRunOptions& options) {
-  Edge edge(config, stop, registry);
   const ReplicationConfig& rc = config.replication;
-  if (rc.role == ReplicationConfig::Role::kNone) return edge.Run(options);
+  if (rc.role == ReplicationConfig::Role::kNone) {
+    Edge edge(config, stop, registry);
+    return edge.Run(options);
+  }
   VIGIL_ASSIGN_OR_RETURN(replication::PairDigest digest, PairDigestOf(config));
-  auto role = [&](const char* r) -> metrics::Gauge& {
+  auto role = [&registry](const char* r) -> metrics::Gauge& {
     return registry.GetGauge("vigil_edge_replication_role", "1 on this edge's current replication role", {{"role", r}});
   };
   metrics::Counter& takeovers = registry.GetCounter("vigil_edge_takeovers_total", "Takeovers of this standby");
+  metrics::Counter& rejoins =
+      registry.GetCounter("vigil_edge_rejoins_total", "Times this primary was fenced and rejoined as the standby");
   metrics::Gauge& takeover_s = registry.GetGauge(
       "vigil_edge_takeover_seconds", "The primary's last contact to the first report this edge got stored, last takeover");
-  std::unique_ptr<replication::PrimaryChannel> channel;
-  EdgeRunOptions o = options;
-  if (rc.role == ReplicationConfig::Role::kPrimary) {
-    VIGIL_ASSIGN_OR_RETURN(channel, StartPrimaryChannel(config, digest));
-    edge.set_store_wrapper([ch = channel.get()](std::unique_ptr<StateStore> s) { return MirroringStore(std::move(s), ch); });
-    role("primary").Set(1);
-    role("standby").Set(0);
-  } else {
-    role("primary").Set(0);
-    role("standby").Set(1);
-    auto lost_at = std::make_shared<std::atomic<int64_t>>(0);  // the primary's last contact, once taken over
-    o.after_load = [&config, &stop, &takeovers, digest, lost_at, role]() -> Status {
-      VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(config, digest, stop));
-      takeovers.Inc();
+  bool standby = rc.role == ReplicationConfig::Role::kStandby;
+  if (!standby) {
+    // Restarted after the peer took over? Then the peer is the primary and this node its standby.
+    VIGIL_ASSIGN_OR_RETURN(standby, PeerIsPrimary(config, digest));
+    if (standby) spdlog::warn("replication: the peer at {} is the primary now: '{}' starts as its standby", rc.peer, rc.node);
+  }
+  for (int cycle = 0;; ++cycle) {
+    Edge edge(config, stop, registry);
+    edge.set_register_numa(cycle == 0);
+    std::unique_ptr<replication::PrimaryChannel> channel;
+    // Serve the channel and mirror every persisted ledger state: before the ledger opens.
+    auto become_primary = [&]() -> Status {
+      VIGIL_ASSIGN_OR_RETURN(channel, StartPrimaryChannel(config, digest));
+      edge.set_store_wrapper(
+          [ch = channel.get()](std::unique_ptr<StateStore> s) { return MirroringStore(std::move(s), ch); });
       role("primary").Set(1);
       role("standby").Set(0);
-      lost_at->store(t.last_contact_ns);
-      spdlog::warn("replication: '{}' is now the primary of edge '{}' ({} ms after the primary's last contact)",
-                   config.replication.node, config.edge, (t.decided_ns - t.last_contact_ns) / 1'000'000);
       return absl::OkStatus();
     };
-    o.on_acked = [inner = options.on_acked, lost_at, &takeover_s, &config](const transport::Ack& a) {
-      const int64_t lost = lost_at->exchange(0);
-      if (lost != 0) {
-        const int64_t ms = (SteadyNs() - lost) / 1'000'000;
-        takeover_s.Set(static_cast<double>(ms) / 1000.0);
-        spdlog::warn("replication: takeover of edge '{}' complete: first report stored {} ms after the primary's "
-                     "last contact",
-                     config.edge, ms);
-      }
-      if (inner) inner(a);
-    };
+    EdgeRunOptions o = options;
+    if (!standby) {
+      VIGIL_RETURN_IF_ERROR(become_primary());
+    } else {
+      role("primary").Set(0);
+      role("standby").Set(1);
+      auto lost_at = std::make_shared<std::atomic<int64_t>>(0);  // the primary's last contact, once taken over
+      o.after_load = [&, lost_at]() -> Status {
+        VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(config, digest, stop));
+        takeovers.Inc();
+        lost_at->store(t.last_contact_ns);
+        spdlog::warn("replication: '{}' is now the primary of edge '{}' ({} ms after the primary's last contact)",
+                     rc.node, config.edge, (t.decided_ns - t.last_contact_ns) / 1'000'000);
+        return become_primary();
+      };
+      o.on_acked = [inner = options.on_acked, lost_at, &takeover_s, &config](const transport::Ack& a) {
+        const int64_t lost = lost_at->exchange(0);
+        if (lost != 0) {
+          const int64_t ms = (SteadyNs() - lost) / 1'000'000;
+          takeover_s.Set(static_cast<double>(ms) / 1000.0);
+          spdlog::warn("replication: takeover of edge '{}' complete: first report stored {} ms after the primary's "
+                       "last contact",
+                       config.edge, ms);
+        }
+        if (inner) inner(a);
+      };
+    }
+    Status st = edge.Run(o);
+    if (channel) channel->Stop();
+    if (stop.load() && (absl::IsCancelled(st) || absl::IsAborted(st))) return absl::OkStatus();
+    if (absl::IsAborted(st)) {
+      // Fenced: the aggregator admitted the peer's newer epoch (it took over while this node was paused or
+      // cut off from it). Nothing of ours is published any more; follow the peer as its standby.
+      spdlog::warn("replication: '{}' was fenced ({}); rejoining edge '{}' as the standby of {}", rc.node,
+                   std::string(st.message()), config.edge, rc.peer);
+      rejoins.Inc();
+      standby = true;
+      continue;
+    }
+    return st;
   }
-  Status st = edge.Run(o);
-  if (channel) channel->Stop();
-  if (rc.role == ReplicationConfig::Role::kStandby && absl::IsCancelled(st) && stop.load()) return absl::OkStatus();
-  return st;
 }
 
 }  // namespace vigil::pipeline

@@ -195,12 +195,8 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
       rc.role = role == "primary" ? ReplicationConfig::Role::kPrimary : ReplicationConfig::Role::kStandby;
     }
     r->Get("listen", &rc.listen);
-    r->Get("primary", &rc.primary);
-    if (rc.role == ReplicationConfig::Role::kStandby && rc.primary.empty()) {
-      r->Error("primary", "a standby needs the primary's channel address (host:port)");
-    }
-    if (rc.role == ReplicationConfig::Role::kPrimary && r->Has("primary")) {
-      r->Error("primary", "a primary listens (listen:); primary: is the standby's setting");
+    if (r->Get("peer", &rc.peer, ConfigMap::kRequired) && rc.peer.empty()) {
+      r->Error("peer", "the other node's replication channel (host:port)");
     }
     r->Get("node", &rc.node);
     if (std::optional<ConfigMap> tls = r->Map("tls", ConfigMap::kRequired)) {

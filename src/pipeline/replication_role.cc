@@ -75,6 +75,26 @@ std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, re
   return std::make_unique<Mirroring>(std::move(inner), channel);
 }
 
+StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDigest& digest) {
+  const ReplicationConfig& rc = config.replication;
+  replication::StandbyChannelOptions so;
+  so.primary = rc.peer;
+  so.tls = TlsOf(rc);
+  so.edge = config.edge;
+  so.node = rc.node;
+  so.digest = digest;
+  so.heartbeat_interval = milliseconds(rc.heartbeat_ms);
+  StatusOr<std::unique_ptr<replication::StandbyChannel>> ch = replication::StandbyChannel::Pair(so, milliseconds(1000));
+  if (ch.ok()) {
+    (*ch)->Stop();
+    return true;
+  }
+  if (absl::IsUnavailable(ch.status()) || absl::IsCancelled(ch.status()) || absl::IsDeadlineExceeded(ch.status())) {
+    return false;  // nobody answers there: this node is the primary
+  }
+  return ch.status();
+}
+
 StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
                               const std::atomic<bool>& stop) {
   const ReplicationConfig& rc = config.replication;
@@ -106,7 +126,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
   for (;;) {
     if (stop.load()) return absl::CancelledError("stopped before a takeover");
     replication::StandbyChannelOptions so;
-    so.primary = rc.primary;
+    so.primary = rc.peer;
     so.tls = TlsOf(rc);
     so.edge = config.edge;
     so.node = rc.node;

@@ -42,6 +42,11 @@ struct Takeover {
 
 // Errors: FailedPrecondition (the primary refused to pair: the message says what differs), the state_dir's
 // errors, Cancelled (`stop` became true before a takeover).
+// Whether the peer's channel answers as a primary that would pair with this node (asked once, for about a
+// second: a node restarting after its peer took over). Errors: FailedPrecondition when the peer refuses
+// (another model, streams or rules; another standby paired), this side's TLS files.
+StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDigest& digest);
+
 StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
                               const std::atomic<bool>& stop);
 

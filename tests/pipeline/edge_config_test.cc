@@ -349,23 +349,26 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
   StatusOr<EdgeConfig> none = ParseEdgeConfig(kGood, "edge.yaml");
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->replication.role, ReplicationConfig::Role::kNone);
-  StatusOr<EdgeConfig> p = ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  listen: 10.0.0.1:7421\n" + tls,
+  StatusOr<EdgeConfig> p = ParseEdgeConfig(
+      std::string(kGood) + "replication:\n  role: primary\n  listen: 10.0.0.1:7421\n  peer: 10.0.0.2:7421\n" + tls,
                                            "edge.yaml");
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->replication.role, ReplicationConfig::Role::kPrimary);
   EXPECT_EQ(p->replication.listen, "10.0.0.1:7421");
+  EXPECT_EQ(p->replication.peer, "10.0.0.2:7421");
   EXPECT_EQ(p->replication.node, "e1");  // the edge id by default
   EXPECT_EQ(p->replication.ca_file, "ca.pem");
   EXPECT_EQ(p->replication.heartbeat_ms, 500);
   EXPECT_FALSE(p->replication.phi);
   EXPECT_EQ(p->replication.misses, 3);
   StatusOr<EdgeConfig> s = ParseEdgeConfig(
-      std::string(kGood) + "replication:\n  role: standby\n  primary: gpu-a:7420\n  node: gpu-b\n  heartbeat_ms: 100\n" +
+      std::string(kGood) + "replication:\n  role: standby\n  peer: gpu-a:7420\n  node: gpu-b\n  heartbeat_ms: 100\n" +
           "  detector: {kind: phi, threshold: 10, min_std_dev_ms: 20, acceptable_pause_ms: 200}\n" + tls,
       "edge.yaml");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->replication.role, ReplicationConfig::Role::kStandby);
-  EXPECT_EQ(s->replication.primary, "gpu-a:7420");
+  EXPECT_EQ(s->replication.peer, "gpu-a:7420");
+  EXPECT_EQ(s->replication.listen, "0.0.0.0:7420");
   EXPECT_EQ(s->replication.node, "gpu-b");
   EXPECT_TRUE(s->replication.phi);
   EXPECT_DOUBLE_EQ(s->replication.phi_threshold, 10);
@@ -374,7 +377,7 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
   const std::string m = Message(ParseEdgeConfig(
       std::string(kGood) + "replication:\n  role: standby\n  detector: {kind: fixed, threshold: 3}\n  tls: {cert_file: a}\n",
       "edge.yaml").status());
-  EXPECT_NE(m.find("replication.primary: a standby needs the primary's channel address"), std::string::npos) << m;
+  EXPECT_NE(m.find("replication: missing required key 'peer'"), std::string::npos) << m;
   EXPECT_NE(m.find("replication.detector.kind: threshold, min_std_dev_ms and acceptable_pause_ms are the phi"),
             std::string::npos) << m;
   EXPECT_NE(m.find("replication.tls: missing required key 'key_file'"), std::string::npos) << m;

@@ -36,9 +36,10 @@
 //     topology: machine.xml          # plan with this hwloc XML instead of this machine; binding is then off
 //     gflop_per_frame: 8.7           # model cost per frame; 0 = counted from the model (2 x multiply-adds)
 //   replication:                     # hot standby (issue 16); absent = a lone edge
-//     role: primary | standby        # the same edge id, model, streams and rules on both (pair digest)
-//     listen: 0.0.0.0:7420           # primary: where its standby connects (the replication channel)
-//     primary: gpu-a.local:7420      # standby: the primary's channel
+//     role: primary | standby        # the role to start in; the same edge id, model, streams and rules on
+//                                    # both nodes (pair digest)
+//     listen: 0.0.0.0:7420           # this node's replication channel, served while it is the primary
+//     peer: gpu-b.local:7420         # the other node's channel (required)
 //     node: gpu-a                    # this side's name in logs and the other side's messages; default: edge id
 //     tls: {cert_file: node.pem, key_file: node.key, ca_file: pair-ca.pem}   # mutual TLS, required
 //     heartbeat_ms: 500              # standby → primary heartbeats (answered at once)
@@ -47,7 +48,10 @@
 //     The channel's end (the primary's process gone) is a takeover at once; silence only when the
 //     detector suspects. The standby keeps the primary's ledger records in its own state_dir and, on
 //     takeover, runs as the edge from there (files continue at the aggregator's cursor; a live source's
-//     frames numbered by the dead primary and never stored are reported as lost_on_restart).
+//     frames numbered by the dead primary and never stored are reported as lost_on_restart), serving the
+//     channel on `listen`. A node started as primary first asks its peer: when the peer is the primary
+//     (it took over while this node was down), this node starts as its standby. A primary fenced by the
+//     aggregator (its peer took over while it was paused or cut off) rejoins as the standby.
 //   hwaccel: cuda                    # default of the streams' hwaccel (below); Default: cpu
 //   streams:
 //     - id: door                     # unique, required
@@ -124,8 +128,8 @@ struct PlacementConfig {
 struct ReplicationConfig {
   enum class Role { kNone, kPrimary, kStandby };
   Role role = Role::kNone;  // kNone: no replication section
-  std::string listen = "0.0.0.0:7420";  // primary
-  std::string primary;                   // standby: host:port of the primary's channel
+  std::string listen = "0.0.0.0:7420";  // this node's channel while it is the primary
+  std::string peer;                      // host:port of the other node's channel (required)
   std::string node;                      // default: the edge id
   std::string cert_file, key_file, ca_file;
   int heartbeat_ms = 500;                // 10..60000
