@@ -75,7 +75,10 @@ std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, re
   return std::make_unique<Mirroring>(std::move(inner), channel);
 }
 
-StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDigest& digest) {
+namespace {
+
+// The standby side's channel options for `config` (callbacks left empty).
+replication::StandbyChannelOptions StandbyOptionsOf(const EdgeConfig& config, const replication::PairDigest& digest) {
   const ReplicationConfig& rc = config.replication;
   replication::StandbyChannelOptions so;
   so.primary = rc.peer;
@@ -84,7 +87,14 @@ StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDi
   so.node = rc.node;
   so.digest = digest;
   so.heartbeat_interval = milliseconds(rc.heartbeat_ms);
-  StatusOr<std::unique_ptr<replication::StandbyChannel>> ch = replication::StandbyChannel::Pair(so, milliseconds(1000));
+  return so;
+}
+
+}  // namespace
+
+StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDigest& digest) {
+  StatusOr<std::unique_ptr<replication::StandbyChannel>> ch =
+      replication::StandbyChannel::Pair(StandbyOptionsOf(config, digest), milliseconds(1000));
   if (ch.ok()) {
     (*ch)->Stop();
     return true;
@@ -125,13 +135,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
   bool warned = false;
   for (;;) {
     if (stop.load()) return absl::CancelledError("stopped before a takeover");
-    replication::StandbyChannelOptions so;
-    so.primary = rc.peer;
-    so.tls = TlsOf(rc);
-    so.edge = config.edge;
-    so.node = rc.node;
-    so.digest = digest;
-    so.heartbeat_interval = milliseconds(rc.heartbeat_ms);
+    replication::StandbyChannelOptions so = StandbyOptionsOf(config, digest);
     so.on_heartbeat = [shared](int64_t at) {
       std::lock_guard lock(shared->mu);
       if (shared->detector) shared->detector->Heartbeat(at);

@@ -854,6 +854,18 @@ class Worker {
     deferred_.push_back([this, keep] { SendControl(keep.get(), ControlType::kFinAck, 0); });
   }
 
+  // REQUIRES: conn->mu held. The chunk for data message `seq` (either kind), or null when it arrived before
+  // (the connection then fails).
+  static Chunk* NewChunkLocked(ConnState* conn, uint64_t seq) {
+    if (seq < conn->next_read_seq || conn->rx.count(seq) != 0) {
+      conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": data message ", seq, " arrived twice")));
+      return nullptr;
+    }
+    if (seq != conn->next_arrival_seq) ++g_out_of_order;
+    conn->next_arrival_seq = std::max(conn->next_arrival_seq, seq + 1);
+    return &conn->rx[seq];
+  }
+
   static ucs_status_t OnDataAm(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
     auto* w = static_cast<Worker*>(arg);
@@ -864,13 +876,9 @@ class Worker {
     std::memcpy(&h, header, sizeof h);
     UpdateTransports(conn);
     std::lock_guard lock(conn->mu);
-    if (h.seq < conn->next_read_seq || conn->rx.count(h.seq) != 0) {
-      conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": data message ", h.seq, " arrived twice")));
-      return UCS_OK;
-    }
-    if (h.seq != conn->next_arrival_seq) ++g_out_of_order;
-    conn->next_arrival_seq = std::max(conn->next_arrival_seq, h.seq + 1);
-    Chunk& c = conn->rx[h.seq];
+    Chunk* chunk = NewChunkLocked(conn, h.seq);
+    if (chunk == nullptr) return UCS_OK;
+    Chunk& c = *chunk;
     c.size = length;
     c.wire = length;
     c.bytes.reset(new char[std::max<size_t>(length, 1)]);
@@ -915,13 +923,9 @@ class Worker {
       conn->FailLocked(absl::DataLossError(StrCat(conn->peer, ": a malformed rows message: ", malformed)));
       return UCS_OK;
     }
-    if (h.seq < conn->next_read_seq || conn->rx.count(h.seq) != 0) {
-      conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": data message ", h.seq, " arrived twice")));
-      return UCS_OK;
-    }
-    if (h.seq != conn->next_arrival_seq) ++g_out_of_order;
-    conn->next_arrival_seq = std::max(conn->next_arrival_seq, h.seq + 1);
-    Chunk& c = conn->rx[h.seq];
+    Chunk* chunk = NewChunkLocked(conn, h.seq);
+    if (chunk == nullptr) return UCS_OK;
+    Chunk& c = *chunk;
     c.is_rows = true;
     c.rows = h.rows;
     c.frame.assign(static_cast<const char*>(header) + sizeof h, h.frame_bytes);
