@@ -145,6 +145,7 @@ class Edge final : public transport::CourierHandler {
   void Periodic(bool force);
   Status StartHttp();
   void SampleLinks(const transport::CourierStats& cs);
+  void WatchForStall(int64_t now, int active, const transport::OutboxStats& os, const transport::CourierStats& cs);
 
   const EdgeConfig& config_;
   std::function<std::unique_ptr<StateStore>(std::unique_ptr<StateStore>)> wrap_store_;  // set before Run
@@ -168,6 +169,10 @@ class Edge final : public transport::CourierHandler {
   std::vector<Stream> streams_;
   std::atomic<int> active_{0};
   int64_t last_periodic_ns_ = 0, last_fps_ns_ = 0;
+  // WatchForStall (Periodic's thread):
+  uint64_t stall_frames_ = 0;
+  int64_t stall_since_ns_ = 0;
+  bool stall_reported_ = false;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   int http_port_ = 0;
@@ -648,6 +653,38 @@ void Edge::Periodic(bool force) {
   streams_active_->Set(active);
   connected_->Set(cs.connected ? 1 : 0);
   SampleLinks(cs);
+  WatchForStall(now, active, os, cs);
+}
+
+// No frame processed for kStallNs while streams are active: one warning per stall, with where things stand
+// (what the reader queues, the batcher, the outbox and the link hold), and the count of stalls.
+void Edge::WatchForStall(int64_t now, int active, const transport::OutboxStats& os, const transport::CourierStats& cs) {
+  constexpr int64_t kStallNs = 10'000'000'000;
+  uint64_t frames = 0;
+  {
+    std::lock_guard lock(stats_mu_);
+    for (const Stream& s : streams_) frames += s.frames;
+  }
+  if (frames != stall_frames_ || active == 0) {
+    stall_frames_ = frames;
+    stall_since_ns_ = now;
+    stall_reported_ = false;
+    return;
+  }
+  if (stall_reported_ || now - stall_since_ns_ < kStallNs) return;
+  stall_reported_ = true;
+  reg_.GetCounter("vigil_edge_stalls_total", "Times no frame was processed for 10 s while streams were active").Inc();
+  std::string readers;
+  for (const Stream& s : streams_) {
+    if (!s.reader) continue;
+    const video::StreamStats st = s.reader->Stats();
+    readers += StrCat(readers.empty() ? "" : ", ", s.config.id, ": ", video::StreamStateName(st.state), " queue ",
+                      st.queue_depth, " decoded ", st.frames_decoded);
+  }
+  spdlog::warn("edge '{}': no frame processed for {} s with {} stream(s) active ({} frames so far); readers [{}]; "
+               "batcher {} queued; outbox {} pending ({} pushed, {} acked); link {} {}, last error: {}",
+               config_.edge, (now - stall_since_ns_) / 1'000'000'000, active, frames, readers, pool_->queued(),
+               os.pending, os.pushed, os.acked, cs.link, cs.connected ? "connected" : "not connected", cs.last_error);
 }
 
 // Per link: sessions, messages and failed opens as counters; which link carries the session now; and

@@ -8,6 +8,7 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,14 @@ class Aggregator:
                                      stdout=subprocess.PIPE, stderr=self.log)
         line = self.proc.stdout.readline().decode()
         assert line.startswith("vigil aggregator:"), f"aggregator did not start: {line!r}"
+        # Its log lines follow on stdout: keep draining them into the log, or a long run fills the pipe and the
+        # aggregator blocks in its logger (every session it sees logs a few lines).
+        threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True).start()
+
+    def _drain(self, pipe):
+        for chunk in iter(lambda: pipe.read1(65536), b""):
+            self.log.write(chunk)
+            self.log.flush()
 
     def kill(self, sig=signal.SIGKILL):
         self.proc.send_signal(sig)

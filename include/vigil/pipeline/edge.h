@@ -49,7 +49,9 @@
 //     as a drop mark, so it is not a gap), vigil_edge_frames_lost_on_restart_total{stream},
 //   vigil_edge_epoch (granted epoch), vigil_edge_fenced (1 once fenced), vigil_edge_reports_rejected_total,
 //   vigil_edge_decode_errors_total{stream}, vigil_edge_reconnects_total{stream},
-//   vigil_edge_stream_errors_total{stream}, vigil_edge_streams_active, vigil_edge_aggregator_connected
+//   vigil_edge_stream_errors_total{stream}, vigil_edge_streams_active, vigil_edge_aggregator_connected,
+//   vigil_edge_stalls_total (no frame processed for 10 s while streams were active: each logged once with the
+//   readers', batcher's, outbox's and link's state)
 // Counters and gauges sampled from other modules (reader stats, outbox) are updated every ~100 ms.
 // Placement (placement.h): the streams' decode and feeder threads and the inference thread are planned on
 // the machine's NUMA nodes and bound at start (placement: in the config; DISABLE_NUMA_BIND=1 turns it
