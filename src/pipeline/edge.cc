@@ -988,6 +988,7 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
       role("standby").Set(1);
       auto lost_at = std::make_shared<std::atomic<int64_t>>(0);  // the primary's last contact, once taken over
       o.after_load = [&, lost_at]() -> Status {
+        PrewarmPlacement(config.placement);  // the topology discovery is not left on the takeover's path
         VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(config, digest, stop));
         takeovers.Inc();
         lost_at->store(t.last_contact_ns);

@@ -133,8 +133,25 @@ EdgePlacement::EdgePlacement(const PlacementConfig& config, const std::vector<to
   WriteReport(ReportLocked());  // replaces a previous run's report at once
 }
 
+namespace {
+
+// This machine's topology is discovered once per process (hwloc's discovery with its I/O devices takes a few
+// hundred ms: a standby does it before it takes over); an XML file is read each time.
+StatusOr<topology::Topology> DiscoverOnce(const std::string& xml) {
+  if (!xml.empty() || std::getenv("VIGIL_TOPOLOGY_XML") != nullptr) return topology::Discover({xml});
+  static std::mutex mu;
+  static std::optional<StatusOr<topology::Topology>> cached;
+  std::lock_guard lock(mu);
+  if (!cached) cached = topology::Discover({});
+  return *cached;
+}
+
+}  // namespace
+
+void PrewarmPlacement(const PlacementConfig& config) { (void)DiscoverOnce(config.topology); }
+
 void EdgePlacement::Decide(const PlacementConfig& config, bool use_gpus, int cuda_ordinal) {
-  StatusOr<topology::Topology> topo = topology::Discover({config.topology});
+  StatusOr<topology::Topology> topo = DiscoverOnce(config.topology);
   if (!topo.ok()) {
     note_ = StrCat("topology unreadable: ", topo.status().message());
     spdlog::info("placement: skipped: {}", note_);

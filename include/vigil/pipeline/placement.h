@@ -95,6 +95,10 @@ class EdgePlacement {
   std::vector<topology::PlacedThread> threads_;  // guarded by mu_
 };
 
+// Discovers this machine's topology now (once per process; EdgePlacement then reuses it): a hot standby calls it
+// before it waits, so its takeover does not pay for it. No-op cost afterwards; an XML topology is not cached.
+void PrewarmPlacement(const PlacementConfig& config);
+
 // A collect hook on `registry` that samples at every scrape (names are the contract):
 //   vigil_process_numa_memory_bytes{node}          gauge: this process's resident bytes per NUMA node (numa_maps)
 //   vigil_numastat_pages_total{node,counter}       counter: the system's numastat counters (numa_hit, numa_miss,
