@@ -994,7 +994,13 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
         lost_at->store(t.last_contact_ns);
         spdlog::warn("replication: '{}' is now the primary of edge '{}' ({} ms after the primary's last contact)",
                      rc.node, config.edge, (t.decided_ns - t.last_contact_ns) / 1'000'000);
-        return become_primary();
+        // The takeover goes on even when the channel cannot be served: publishing matters more than a standby.
+        if (Status served = become_primary(); !served.ok()) {
+          spdlog::error("replication: '{}' publishes without a standby: {}", rc.node, std::string(served.message()));
+          role("primary").Set(1);
+          role("standby").Set(0);
+        }
+        return absl::OkStatus();
       };
       o.on_acked = [inner = options.on_acked, lost_at, &takeover_s, &config](const transport::Ack& a) {
         const int64_t lost = lost_at->exchange(0);
