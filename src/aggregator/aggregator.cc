@@ -718,7 +718,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   } else if (config.auth_required) {
     return absl::InvalidArgumentError("auth: keys_file is required (or auth: {required: false})");
   } else {
-    spdlog::warn("aggregator: authentication is OFF (auth: {{required: false}}): any peer that reaches the report "
+    spdlog::warn("aggregator: authentication is OFF (auth: {required: false}): any peer that reaches the report "
                  "ports can write events under any edge id");
   }
   VIGIL_ASSIGN_OR_RETURN(std::string token, transport::ReadToken(config.http_token_file, "VIGIL_HTTP_TOKEN"));

@@ -665,7 +665,7 @@ void Edge::WatchForStall(int64_t now, int active, const transport::OutboxStats& 
     std::lock_guard lock(stats_mu_);
     for (const Stream& s : streams_) frames += s.frames;
   }
-  if (frames != stall_frames_ || active == 0) {
+  if (frames != stall_frames_ || active == 0 || stall_since_ns_ == 0) {
     stall_frames_ = frames;
     stall_since_ns_ = now;
     stall_reported_ = false;
@@ -1015,8 +1015,14 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
       };
     }
     Status st = edge.Run(o);
-    if (channel) channel->Stop();
+    if (channel) {
+      // Tell the standby why this primary ends: every stream done (nothing to take over), or a stop asked for
+      // (it takes over at once). A failure says nothing: the standby sees the stream end and takes over.
+      if (st.ok()) channel->Finish(/*streams_done=*/!stop.load());
+      channel->Stop();
+    }
     if (stop.load() && (absl::IsCancelled(st) || absl::IsAborted(st))) return absl::OkStatus();
+    if (standby && !channel && absl::IsCancelled(st)) return absl::OkStatus();  // the primary finished: so do we
     if (absl::IsAborted(st)) {
       // Fenced: the aggregator admitted the peer's newer epoch (it took over while this node was paused or
       // cut off from it). Nothing of ours is published any more; follow the peer as its standby.

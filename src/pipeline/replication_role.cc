@@ -128,6 +128,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     Status why;                                            // GUARDED_BY(mu)
     int64_t last_contact = 0;                              // GUARDED_BY(mu)
     uint64_t ledger_states = 0;                            // GUARDED_BY(mu)
+    std::optional<bool> finished;                          // GUARDED_BY(mu) the primary's Finished(streams_done)
     Status save_error;                                     // GUARDED_BY(mu) the last failed Save
   };
   auto shared = std::make_shared<Shared>();
@@ -147,6 +148,13 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
         shared->ended = true;
         shared->why = why;
         shared->last_contact = std::max(shared->last_contact, SteadyNs());
+      }
+      shared->cv.notify_all();
+    };
+    so.on_finished = [shared](bool streams_done) {
+      {
+        std::lock_guard lock(shared->mu);
+        shared->finished = streams_done;
       }
       shared->cv.notify_all();
     };
@@ -190,6 +198,17 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
           return absl::CancelledError("stopped before a takeover");
         }
         const int64_t now = SteadyNs();
+        if (shared->finished && *shared->finished) {
+          lock.unlock();
+          (*ch)->Stop();
+          spdlog::info("replication: primary '{}' finished every stream: standby '{}' has nothing to take over",
+                       (*ch)->primary_node(), rc.node);
+          return absl::CancelledError("the primary finished every stream");
+        }
+        if (shared->finished) {
+          t.reason = "the primary was stopped (a switchover)";
+          break;
+        }
         if (shared->ended) {
           t.reason = StrCat("the replication stream ended (", shared->why.message(), ")");
           break;

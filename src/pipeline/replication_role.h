@@ -41,7 +41,8 @@ struct Takeover {
 };
 
 // Errors: FailedPrecondition (the primary refused to pair: the message says what differs), the state_dir's
-// errors, Cancelled (`stop` became true before a takeover).
+// errors, Cancelled (`stop` became true before a takeover, or the primary finished every stream: nothing to
+// take over). A primary stopped on purpose (Finished without streams_done) is taken over at once.
 // Whether the peer's channel answers as a primary that would pair with this node (asked once, for about a
 // second: a node restarting after its peer took over). Errors: FailedPrecondition when the peer refuses
 // (another model, streams or rules; another standby paired), this side's TLS files.

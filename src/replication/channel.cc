@@ -132,11 +132,17 @@ class PrimaryService final : public v1::Replication::Service {
         uint64_t sent = 0;
         std::unique_lock lock(mu_);
         for (;;) {
-          ledger_cv_.wait(lock, [&] { return over || ledger_version_ > sent; });
+          ledger_cv_.wait(lock, [&] { return over || ledger_version_ > sent || (finish_ && !finish_sent_); });
           if (over) return;
           v1::PrimaryMessage m;
-          ToProto(ledger_version_, ledger_, m.mutable_ledger());
-          sent = ledger_version_;
+          const bool finishing = ledger_version_ <= sent && finish_ && !finish_sent_;  // the last state first
+          if (finishing) {
+            m.mutable_finished()->set_streams_done(*finish_);
+            finish_sent_ = true;
+          } else {
+            ToProto(ledger_version_, ledger_, m.mutable_ledger());
+            sent = ledger_version_;
+          }
           lock.unlock();
           bool ok;
           {
@@ -145,6 +151,10 @@ class PrimaryService final : public v1::Replication::Service {
           }
           lock.lock();
           if (!ok) return;
+          if (finishing) {
+            ledger_cv_.notify_all();  // Finish waits for it
+            continue;
+          }
           ++stats_.ledger_states_sent;
         }
       });
@@ -188,6 +198,16 @@ class PrimaryService final : public v1::Replication::Service {
     return stats_;
   }
 
+  void Finish(bool streams_done) {
+    std::unique_lock lock(mu_);
+    finish_ = streams_done;
+    finish_sent_ = false;
+    ledger_cv_.notify_all();
+    if (stats_.standby_connected) {
+      ledger_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return finish_sent_ || !stats_.standby_connected; });
+    }
+  }
+
   void PublishLedger(std::vector<MirroredStream> streams) {
     {
       std::lock_guard lock(mu_);
@@ -219,6 +239,8 @@ class PrimaryService final : public v1::Replication::Service {
   PrimaryChannelStats stats_;            // GUARDED_BY(mu_)
   std::vector<MirroredStream> ledger_;   // GUARDED_BY(mu_) the latest published records
   uint64_t ledger_version_ = 0;          // GUARDED_BY(mu_) 0: none published yet
+  std::optional<bool> finish_;           // GUARDED_BY(mu_) Finish(streams_done) was called
+  bool finish_sent_ = false;             // GUARDED_BY(mu_)
 };
 
 class GrpcPrimaryChannel final : public PrimaryChannel {
@@ -229,6 +251,10 @@ class GrpcPrimaryChannel final : public PrimaryChannel {
   uint16_t port() const override { return port_; }
   PrimaryChannelStats stats() const override { return service_->stats(); }
   void PublishLedger(std::vector<MirroredStream> streams) override { service_->PublishLedger(std::move(streams)); }
+  void Finish(bool streams_done) override {
+    service_->Finish(streams_done);
+    Stop();
+  }
   void Stop() override {
     std::lock_guard lock(mu_);
     if (stopped_) return;
@@ -264,7 +290,9 @@ class GrpcStandbyChannel final : public StandbyChannel {
     if (!channel_->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
       return absl::UnavailableError(StrCat(where, ": no answer within ", timeout.count(),
                                            " ms (nobody listening, or the TLS handshake failed: is this standby's "
-                                           "certificate signed by the primary's ca_file, and the primary's by ours?)"));
+                                           "certificate signed by the primary's ca_file, and the primary's by ours, "
+                                           "and does the primary's certificate name the host dialled, as a "
+                                           "subjectAltName (IP for an address, DNS for a name)?)"));
     }
     stub_ = v1::Replication::NewStub(channel_);
     stream_ = stub_->Mirror(&ctx_);
@@ -334,6 +362,10 @@ class GrpcStandbyChannel final : public StandbyChannel {
     while (stream_->Read(&m)) {
       if (m.has_ledger()) {
         if (opt_.on_ledger) opt_.on_ledger(FromProto(m.ledger()));
+        continue;
+      }
+      if (m.has_finished()) {
+        if (opt_.on_finished) opt_.on_finished(m.finished().streams_done());
         continue;
       }
       if (!m.has_heartbeat()) {

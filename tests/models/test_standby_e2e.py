@@ -240,6 +240,9 @@ def test_sigstop_of_the_primary_the_standby_takes_over_and_the_old_primary_rejoi
     metrics_a = read_metrics(tmp_path / "node-a.prom")
     assert metric(metrics_a, "vigil_edge_rejoins_total") == 1
     assert "was fenced" in pair.log("node-a")
+    # node-b finished the file and said so: node-a did not take over a finished run.
+    assert "finished every stream: standby 'node-a' has nothing to take over" in pair.log("node-a")
+    assert query(agg.db, "SELECT MAX(epoch) FROM frames") == [(2,)]
 
 
 def test_chaos_sigkills_of_the_current_primary_lose_and_repeat_nothing(vtest_full, tmp_path):

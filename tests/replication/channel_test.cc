@@ -227,6 +227,30 @@ TEST_F(ChannelTest, ThePrimaryGoingAwayEndsTheStandbysStreamAtOnce) {
   EXPECT_EQ(standby_ends.last().code(), absl::StatusCode::kUnavailable) << standby_ends.last();
 }
 
+TEST_F(ChannelTest, APrimaryThatEndsOnPurposeSaysSoAfterItsLastLedgerState) {
+  Ends primary_ends, standby_ends;
+  auto primary = StartPrimary(&primary_ends);
+  ASSERT_TRUE(primary);
+  std::mutex mu;
+  std::vector<std::string> seen;  // what the standby heard, in order
+  StandbyChannelOptions o = Standby(primary->port(), &standby_ends);
+  o.on_ledger = [&](const std::vector<MirroredStream>& l) {
+    std::lock_guard lock(mu);
+    seen.push_back("ledger " + std::to_string(l.at(0).next_seq));
+  };
+  o.on_finished = [&](bool done) {
+    std::lock_guard lock(mu);
+    seen.push_back(done ? "finished: streams done" : "finished: stopped");
+  };
+  StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  primary->PublishLedger({{"cam", "/v.mp4", 1, 99, 100}});
+  primary->Finish(/*streams_done=*/true);  // the last state goes first, then Finished, then the stream ends
+  ASSERT_TRUE(Eventually([&] { return standby_ends.count() == 1; }));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"ledger 100", "finished: streams done"}));
+}
+
 TEST_F(ChannelTest, OptionsAreChecked) {
   Ends ends;
   PrimaryChannelOptions o;

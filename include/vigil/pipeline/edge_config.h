@@ -41,7 +41,9 @@
 //     listen: 0.0.0.0:7420           # this node's replication channel, served while it is the primary
 //     peer: gpu-b.local:7420         # the other node's channel (required)
 //     node: gpu-a                    # this side's name in logs and the other side's messages; default: edge id
-//     tls: {cert_file: node.pem, key_file: node.key, ca_file: pair-ca.pem}   # mutual TLS, required
+//     tls: {cert_file: node.pem, key_file: node.key, ca_file: pair-ca.pem}   # mutual TLS, required: both
+//                                    # certificates signed by ca_file, serverAuth + clientAuth, and a
+//                                    # subjectAltName naming this node's host as `peer` names it (IP or DNS)
 //     heartbeat_ms: 500              # standby → primary heartbeats (answered at once)
 //     detector: {kind: fixed, misses: 3}          # suspect after misses × heartbeat_ms of silence, or
 //               {kind: phi, threshold: 8, min_std_dev_ms: 50, acceptable_pause_ms: 0}   # φ accrual

@@ -80,6 +80,10 @@ class PrimaryChannel {
   virtual PrimaryChannelStats stats() const = 0;  // thread-safe
   // The ledger's records now (thread-safe; cheap: stored, sent by the stream's own thread).
   virtual void PublishLedger(std::vector<MirroredStream> streams) = 0;
+  // Tells the paired standby that this primary ends on purpose (sent after the last ledger state, waiting up
+  // to a second for it to go out): `streams_done` — every stream ended, the standby has nothing to take over;
+  // otherwise a stop was asked for, and the standby takes over at once (a switchover). Then Stop().
+  virtual void Finish(bool streams_done) = 0;
   virtual void Stop() = 0;                        // idempotent; ends the paired stream
 };
 
@@ -93,6 +97,7 @@ struct StandbyChannelOptions {
   std::function<void(int64_t)> on_heartbeat;  // the primary's answers, arrival steady ns
   std::function<void(const Status&)> on_end;  // once, when the stream ends after pairing
   std::function<void(const std::vector<MirroredStream>&)> on_ledger;  // each ledger state the primary sends
+  std::function<void(bool streams_done)> on_finished;  // the primary ends on purpose (before on_end)
 };
 
 class StandbyChannel {
