@@ -57,6 +57,8 @@ def make_pair_certs(d: Path) -> dict[str, Path]:
 
 
 def write_config(tmp: Path, name: str, agg_port: int, video: Path, replication: str, rules: str) -> Path:
+    """edge.yaml of one node; `replication` is the section's body ("" = a lone edge, no section)."""
+    section = f"replication:\n{replication}" if replication else ""
     cfg = tmp / f"{name}.yaml"
     cfg.write_text(f"""edge: e2e-edge
 aggregator: 127.0.0.1:{agg_port}
@@ -64,8 +66,7 @@ model: {{path: {MODEL}, threads: {THREADS}}}
 batching: {{max_batch: 2, max_wait_ms: 5}}
 state_dir: {tmp / ('state-' + name)}
 progress_flush_ms: 200
-replication:
-{replication}streams:
+{section}streams:
   - id: vtest
     source: {video}
     realtime: true

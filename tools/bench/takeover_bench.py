@@ -29,17 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "models"))
 
-from edge_harness import Aggregator, free_port  # noqa: E402
+from edge_harness import Aggregator, free_port, query as q  # noqa: E402
 from test_standby_e2e import Pair, start, wait_for, write_config  # noqa: E402
 from test_edge_e2e import VTEST, assert_accounted_once  # noqa: E402
-
-
-def q(db: Path, sql: str, *args):
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
-    try:
-        return con.execute(sql, args).fetchall()
-    finally:
-        con.close()
 
 
 def max_epoch(db: Path) -> int:
@@ -56,11 +48,7 @@ def first_stored_after(db: Path, epoch: int) -> int | None:
 
 
 def lone_config(tmp: Path, port: int) -> Path:
-    cfg = write_config(tmp, "lone", port, VTEST, "  role: primary\n", "{classes: [person]}")
-    # No replication at all: drop the section write_config added.
-    text = cfg.read_text().replace("replication:\n  role: primary\n", "")
-    cfg.write_text(text)
-    return cfg
+    return write_config(tmp, "lone", port, VTEST, "", "{classes: [person]}")  # no replication section
 
 
 def run_mode(mode: str, kills: int, rng: random.Random, out: Path, frames: int) -> dict:
