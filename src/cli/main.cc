@@ -7,8 +7,10 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "vigil/transport/ucx.h"
 
 int main(int argc, char** argv) {
+  vigil::transport::PrepareUcxEnvironment();  // before any thread: it may setenv
   // Logs go to stderr: stdout carries results (JSON lines, tables, the aggregator's ready line).
   spdlog::set_default_logger(spdlog::stderr_color_mt("vigil"));
   CLI::App app{"vigil: real-time YOLO object detection runtime"};

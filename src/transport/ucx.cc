@@ -1365,6 +1365,12 @@ StatusOr<std::unique_ptr<Listener>> UcxListen(const std::string& host, uint16_t 
       FormatAddress(reinterpret_cast<const sockaddr*>(&*bound), SockaddrLen(*bound))));
 }
 
+void PrepareUcxEnvironment() {
+  // UCX reads its connection manager's settings from the environment only (ucp_config_modify does not
+  // reach them in 1.13).
+  setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
+}
+
 UcxCounters GetUcxCounters() {
   UcxCounters c;
   c.workers = g_workers.load();

@@ -324,6 +324,33 @@ def test_cuda_ipc_link_with_a_host_ring_across_an_aggregator_kill(vtest200, tmp_
     assert metric(am, "vigil_transport_rejected_total", link="cuda_ipc", reason="address") == 0
 
 
+def test_ucx_link_across_an_aggregator_kill(vtest200, tmp_path):
+    """The ucx link as shipped: the edge prefers it over tcp, the aggregator is SIGKILLed mid-run and restarted
+    on the same ucx_listen port at once (the killed one's connections wait in TIME_WAIT there: a restart used to
+    fail with "Address already in use"); every frame is stored once, all of them over ucx."""
+    port, ucx_port = free_port(), free_port()
+    agg = Aggregator(tmp_path, port, extra=f"ucx_listen: 127.0.0.1:{ucx_port}\n")
+    agg.start()
+    cfg = write_edge_config(tmp_path, port, vtest200, False)
+    cfg.write_text(cfg.read_text().replace(
+        "streams:\n", f"transport: {{links: [ucx, tcp], ucx: 127.0.0.1:{ucx_port}, probe_interval_ms: 100}}\nstreams:\n", 1))
+    edge = start_edge(cfg, tmp_path)
+    try:
+        kill_aggregator_mid_run(agg, edge)
+        wait_edge(edge, tmp_path)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{agg.http_port}/metrics", timeout=10).read().decode()
+    finally:
+        if edge.poll() is None:
+            edge.kill()
+        agg.kill(signal.SIGTERM)
+    assert_accounted_once(agg.db, "vtest", FRAMES)
+    m = read_metrics(tmp_path / "edge.prom")
+    assert metric(m, "vigil_edge_link_messages_total", link="ucx") > 0
+    assert metric(m, "vigil_edge_link_sessions_total", link="ucx") >= 2  # before and after the kill
+    am = parse_metrics(text)
+    assert metric(am, "vigil_transport_connections_total", link="ucx", result="authenticated") >= 1
+
+
 def test_edge_killed_and_restarted(vtest200, tmp_path):
     port = free_port()
     agg = Aggregator(tmp_path, port)

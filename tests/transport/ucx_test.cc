@@ -739,6 +739,25 @@ TEST(UcxListenTest, PortInUseIsUnavailableNamingTheAddress) {
   std::cout << b.status().message() << "\n";
 }
 
+// An aggregator restarted after it was killed binds its ucx_listen port again at once, although the
+// connections the old one closed first wait in TIME_WAIT on that port (found on the GPU machine: the restart
+// failed with "Address already in use").
+TEST(UcxListenTest, TheSamePortListensAgainRightAfterTheServerSideClosedFirst) {
+  PrepareUcxEnvironment();  // as vigil's main() does
+  Pair p = Connect(UcxOptions{}, UcxOptions{});
+  ASSERT_TRUE(p.server && p.client);
+  const uint16_t port = p.listener->port();
+  ASSERT_TRUE(p.client->Write("ping", kLong).ok());
+  ASSERT_TRUE(ReadExactly(*p.server, 4).ok());
+  p.server.reset();  // the server's side closes first: its end of the connection goes to TIME_WAIT
+  p.listener.reset();
+  char buf[8];
+  EXPECT_FALSE(p.client->Read(buf, sizeof buf, kLong).ok());  // the client saw the close
+  p.client.reset();
+  StatusOr<std::unique_ptr<Listener>> again = UcxListen("127.0.0.1", port);
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
 // A peer process killed with SIGKILL: the client's blocked Read fails with Unavailable, promptly. The
 // peer is this test binary running UcxChildProcess.DISABLED_ServeUntilKilled.
 constexpr const char* kChildTlsEnv = "VIGIL_UCX_TEST_CHILD_TLS";

@@ -110,6 +110,13 @@ std::unique_ptr<Dialer> MakeUcxDialer(std::string host, uint16_t port, UcxOption
 // reason), Unimplemented (built without UCX).
 StatusOr<std::unique_ptr<Listener>> UcxListen(const std::string& host, uint16_t port, UcxOptions options = {});
 
+// Call once at process start, before any thread runs (it may setenv): the UCX settings a listener needs
+// that UCX reads only from the environment. Today UCX_TCP_CM_REUSEADDR=y unless the environment sets it:
+// a listener restarted after its process was killed binds its port at once, although the connections the
+// killed one closed wait in TIME_WAIT there (a port held by a live listener stays refused). Without it
+// such a restart fails for a minute with "Address already in use". No-op without UCX.
+void PrepareUcxEnvironment();
+
 // Process-wide counts, for tests and metrics. The first three are live objects: after every Connection,
 // Listener and Dialer is gone (and the peers' closes have completed) they return to 0.
 struct UcxCounters {
