@@ -38,11 +38,11 @@
 #             clip, `hwaccel: cuda`, the model on cuda:0 in fp16; every frame must reach the aggregator
 #   ipc       the cuda_ipc link (issue 15): `vigil bench transport` with the rows in GPU memory — cuda_ipc
 #             (device-to-device into the aggregator's ring on cuda:0) vs the host-staged tcp path (D2H, TCP,
-#             H2D) — and with host rows; then `vigil edge` with links [cuda_ipc, tcp] and IPC_STREAMS NVDEC
+#             H2D) — and with host rows, and cuda_ipc with a kernel launch per slot (--ring-linger-us 0); then `vigil edge` with links [cuda_ipc, tcp] and IPC_STREAMS NVDEC
 #             streams against `vigil aggregator` SIGKILLed twice mid-run (restarted once without cuda_ipc,
 #             then with it): every frame stored once, the edge back on cuda_ipc; and a tcp-only run of the same
-#             clip whose stored detections must match the cuda_ipc run's; then the product sweep
-#             (tools/gpu/edge_sweep.py) at IPC_PRODUCT_STREAMS (128) streams over cuda_ipc and over tcp
+#             clip whose stored detections must match the cuda_ipc run's (IPC_E2E=0 skips it); then the product
+#             sweep (tools/gpu/edge_sweep.py) at IPC_PRODUCT_STREAMS (128) streams over cuda_ipc and over tcp
 #   ucx       the ucx link with PyPI libucx-cu13 (CUDA transports; bundled by `pack` as ucx.tar.xz and put first
 #             on LD_LIBRARY_PATH): ucx_info, `vigil bench transport --memory device` over ucx (rows sent from GPU
 #             memory, received into the aggregator's), tcp and cuda_ipc, ucx_perftest of the same UCX (am/tag
@@ -370,6 +370,16 @@ except Exception: print(0)' "$dir/link.db")" -gt 200 ] && break
   "$DEV/bin/vigil" aggregator --config "$dir/agg-tcponly.yaml" >"$dir/agg2.log" 2>&1 & agg=$!
   sleep 5; kill -9 "$agg"; wait "$agg" 2>/dev/null; echo "aggregator 2 (tcp only) killed 5 s later"
   "$DEV/bin/vigil" aggregator --config "$dir/agg-link.yaml" >"$dir/agg3.log" 2>&1 & agg=$!
+  # The clip takes 30 s in real time: an edge still running after E2E_EDGE_WAIT s hangs. Its threads'
+  # stacks (gdb, else the kernel's view) go into the logs, then it is killed and the logs still come back.
+  for w in $(seq "${E2E_EDGE_WAIT:-150}"); do kill -0 "$edge" 2>/dev/null || break; sleep 1; done
+  if kill -0 "$edge" 2>/dev/null; then
+    echo "edge still running after ${E2E_EDGE_WAIT:-150} s: its stacks in $link-edge-stacks.txt, then SIGKILL"
+    { if command -v gdb >/dev/null; then gdb -p "$edge" -batch -ex "thread apply all bt" 2>&1
+      else for t in /proc/"$edge"/task/*; do echo "== $t $(cat "$t/comm") $(cat "$t/wchan" 2>/dev/null)"; cat "$t/stack" 2>/dev/null; done; fi
+    } >"$OUT/$link-edge-stacks.txt" 2>&1
+    kill -9 "$edge"
+  fi
   wait "$edge" || rc=1
   echo "edge exit $? ($n streams, links $link, tcp)"
   python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:17601/metrics").read().decode())' \
@@ -420,7 +430,8 @@ res = {"streams": n, "frames_per_stream": sorted(set(frames.values())), "streams
        "edge_transports": prom(f"{d}/edge-link.prom", "vigil_edge_link_transports"),
        "fail_backs": prom(f"{d}/edge-link.prom", "vigil_edge_link_fail_backs_total"),
        "edge_device_reports": {k: prom(f"{d}/edge-link.prom", k) for k in
-                               ["vigil_edge_cuda_ipc_device_reports_total", "vigil_edge_ucx_device_reports_total",
+                               ["vigil_edge_cuda_ipc_device_reports_total", "vigil_edge_cuda_ipc_publisher_launches_total",
+                                "vigil_edge_cuda_ipc_slots_total", "vigil_edge_ucx_device_reports_total",
                                 "vigil_edge_ucx_cuda_memory", "vigil_edge_events_total"]},
        "agg3": {k: prom(f"{d}/agg3.prom", k) for k in ["vigil_cuda_ipc_slots_total", "vigil_cuda_ipc_slots_rejected_total",
                 "vigil_cuda_ipc_device_reports_total", "vigil_cuda_ipc_rings_offered_total",
@@ -446,7 +457,11 @@ ipc() {
     --json "$OUT/ipc-bench-device.json" || rc=1
   [ "${IPC_BENCH:-1}" != 1 ] || "$DEV/bin/vigil" bench transport --links cuda_ipc,tcp --memory host --ring-device cuda:0 \
     --sizes 4096 --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 --json "$OUT/ipc-bench-host.json" || rc=1
-  link_e2e cuda_ipc "$model" "$clip" || rc=1
+  # The same device-rows run with a kernel launch per slot (no resident publisher), for the comparison.
+  [ "${IPC_BENCH:-1}" != 1 ] || "$DEV/bin/vigil" bench transport --links cuda_ipc --memory device --ring-device cuda:0 \
+    --ring-linger-us 0 --sizes 64,4096 --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 \
+    --json "$OUT/ipc-bench-device-launch.json" || rc=1
+  [ "${IPC_E2E:-1}" != 1 ] || link_e2e cuda_ipc "$model" "$clip" || rc=1
   # The product at IPC_PRODUCT_STREAMS streams over each link (issue 13's sweep, one N): frame->stored p99.
   if [ -n "${IPC_PRODUCT_STREAMS-128}" ]; then  # IPC_PRODUCT_STREAMS= (empty) skips it
     local link pm

@@ -116,6 +116,7 @@ struct BenchTransportArgs {
   int opens = 200;
   std::string memory = "host";        // where the edge's rows live: host or device (cuda:0)
   std::string ring_device = "cuda:0";  // cuda_ipc: where the aggregator's ring lives (cuda:N or host)
+  uint32_t ring_linger_us = 200;       // cuda_ipc: the edge's resident publisher (0: a launch per slot)
   std::string json_file;
   // The hidden server role.
   std::string serve;  // link kind
@@ -158,6 +159,11 @@ class AckAtOnce final : public tp::ReceiverHandler {
     std::lock_guard lock(mu_);
     return std::exchange(one_way_us_, {});
   }
+  // Reports received, and of them those whose rows differ from the pattern the client sends.
+  std::pair<uint64_t, uint64_t> Checked() {
+    std::lock_guard lock(mu_);
+    return {reports_, reports_wrong_};
+  }
   Status OnHello(const std::shared_ptr<tp::Session>& s) override {
     tp::Welcome w{1, {}};
     for (const tp::HelloStream& hs : s->hello().streams) w.streams.push_back({hs.stream, hs.run, -1, -1});
@@ -180,9 +186,19 @@ class AckAtOnce final : public tp::ReceiverHandler {
       if (dev_ != nullptr) cudaMemcpy(dev_, r.detections.data(), bytes, cudaMemcpyHostToDevice);
     }
 #endif
+    // Every row as the client made it (MakeMessage's pattern): a link that moves rows wrong is caught here.
+    bool wrong = false;
+    for (size_t i = 0; i < r.detections.size() && !wrong; ++i) {
+      const tp::ReportDetection& d = r.detections[i];
+      const float f = static_cast<float>(i % 1000);
+      wrong = d.x1 != f || d.y1 != f || d.x2 != f + 10 || d.y2 != f + 20 || d.score != 0.5f ||
+              d.class_id != static_cast<float>(i % 80);
+    }
     {
       std::lock_guard lock(mu_);
       one_way_us_.push_back(static_cast<double>(MonotonicNs() - r.publish_ns) / 1000.0);
+      ++reports_;
+      if (wrong) ++reports_wrong_;
     }
     (void)s->Enqueue(tp::EncodeFrame(
         tp::Ack{r.stream, r.run, r.epoch, r.seq_first, r.seq_last, static_cast<int64_t>(r.seq_last)}));
@@ -195,6 +211,7 @@ class AckAtOnce final : public tp::ReceiverHandler {
   size_t dev_bytes_ = 0;
   std::mutex mu_;
   std::vector<double> one_way_us_;  // GUARDED_BY(mu_)
+  uint64_t reports_ = 0, reports_wrong_ = 0;  // GUARDED_BY(mu_)
 };
 
 std::string CertsDir(const std::string& dir) { return (fs::path(dir) / "certs").string(); }
@@ -255,6 +272,10 @@ int Serve(const BenchTransportArgs& a) {
     } else if (line == "reset") {
       (void)handler.TakeOneWay();
       std::printf("ok\n");
+      std::fflush(stdout);
+    } else if (line == "checked") {
+      const auto [n, wrong] = handler.Checked();
+      std::printf("checked %llu %llu\n", static_cast<unsigned long long>(n), static_cast<unsigned long long>(wrong));
       std::fflush(stdout);
     } else if (line == "oneway") {
       std::vector<double> v = handler.TakeOneWay();
@@ -346,6 +367,19 @@ class ServerProcess {
     return l;
   }
 
+  // Reports the server received so far and how many of them had rows unlike the client's.
+  Status Checked(uint64_t* reports, uint64_t* wrong) {
+    if (write(to_, "checked\n", 8) != 8) return absl::UnavailableError("the server process is gone");
+    VIGIL_ASSIGN_OR_RETURN(std::string line, ReadLine());
+    unsigned long long n = 0, w = 0;
+    if (std::sscanf(line.c_str(), "checked %llu %llu", &n, &w) != 2) {
+      return absl::InternalError(StrCat("server said '", line, "'"));
+    }
+    *reports = n;
+    *wrong = w;
+    return absl::OkStatus();
+  }
+
   uint16_t keyed_port = 0, open_port = 0;
 
  private:
@@ -384,6 +418,7 @@ struct LinkResult {
   std::vector<SizeResult> sizes;
   int opens = 0;
   double open_keyed_us = 0, open_unkeyed_us = 0;  // medians
+  uint64_t reports_checked = 0, reports_wrong = 0;  // the server's check of every report's rows
 };
 
 // A Report whose frame is `size` bytes (at least the smallest Report's), as an Outbox message.
@@ -556,6 +591,7 @@ struct Dialing {
   std::string kind;
   std::string dir;                      // cuda_ipc: the server's sockets
   std::shared_ptr<tp::TlsContext> tls;  // tls only
+  uint32_t ring_linger_us = 200;        // cuda_ipc
   std::unique_ptr<tp::Dialer> Make(uint16_t port) const {
     if (kind == "ucx") return tp::MakeUcxDialer("127.0.0.1", port, tp::UcxOptions{});
     std::unique_ptr<tp::Dialer> tcp = tp::MakeTcpDialer("127.0.0.1", port);
@@ -564,7 +600,7 @@ struct Dialing {
   }
   // A link to the keyed receiver (with `key`) or the one without keys.
   std::unique_ptr<tp::Link> Link(const ServerProcess& server, bool keyed, const std::string& key) const {
-    if (kind == "cuda_ipc") return tp::MakeCudaIpcLink(SocketPath(dir, keyed ? 0 : 1), key);
+    if (kind == "cuda_ipc") return tp::MakeCudaIpcLink(SocketPath(dir, keyed ? 0 : 1), key, -1, ring_linger_us);
     return tp::MakeFramedLink(Make(keyed ? server.keyed_port : server.open_port), {"tcp", key});
   }
 };
@@ -599,7 +635,7 @@ LinkResult RunLink(const BenchTransportArgs& a, const std::string& kind, const s
                    const std::string& dir, const std::string& key) {
   LinkResult r;
   r.link = kind;
-  Dialing dialing{kind, dir, nullptr};
+  Dialing dialing{kind, dir, nullptr, a.ring_linger_us};
   if (kind == "tls") {
     tp::TlsOptions o;
     o.ca_file = CertsDir(dir) + "/ca.pem";
@@ -622,6 +658,7 @@ LinkResult RunLink(const BenchTransportArgs& a, const std::string& kind, const s
   }
   r.transports = link->transports();
   const tp::UcxCounters before = tp::GetUcxCounters();
+  const tp::CudaIpcCounters ring_before = tp::GetCudaIpcCounters();
   uint64_t seq = 0;
   for (size_t size : sizes) {
     SizeResult s;
@@ -638,6 +675,20 @@ LinkResult RunLink(const BenchTransportArgs& a, const std::string& kind, const s
                            c.rows_messages_sent_from_device - before.rows_messages_sent_from_device, " of ",
                            c.rows_messages_sent - before.rows_messages_sent, ")");
   }
+  if (Status st = (*server)->Checked(&r.reports_checked, &r.reports_wrong); !st.ok()) {
+    r.error = std::string(st.message());
+    return r;
+  }
+  if (r.reports_wrong > 0) {
+    r.error = StrCat(r.reports_wrong, " of ", r.reports_checked, " reports arrived with rows unlike those sent");
+    return r;
+  }
+  if (kind == "cuda_ipc" && r.transports == "cuda_ipc") {  // a GPU ring: did the publisher stay resident?
+    const tp::CudaIpcCounters c = tp::GetCudaIpcCounters();
+    r.transports += StrCat(" (publisher linger ", a.ring_linger_us, " us: ",
+                           c.publisher_launches - ring_before.publisher_launches, " launches for ",
+                           c.slots_written - ring_before.slots_written, " slots)");
+  }
   link->Close();
   // UCX: each Dial starts a UCP context; cuda_ipc: each session allocates, exports and maps a ring.
   const int opens = kind == "ucx" || kind == "cuda_ipc" ? std::max(1, a.opens / 5) : a.opens;
@@ -650,6 +701,8 @@ nlohmann::json ToJson(const LinkResult& r) {
   j["link"] = r.link;
   j["transports"] = r.transports;
   if (!r.error.empty()) j["error"] = r.error;
+  j["reports_checked"] = r.reports_checked;  // rows compared with what the client sent
+  j["reports_wrong"] = r.reports_wrong;
   j["open_us"] = {{"with_key", r.open_keyed_us},
                   {"without_key", r.open_unkeyed_us},
                   {"auth_cost", r.open_keyed_us - r.open_unkeyed_us},
@@ -798,6 +851,7 @@ int BenchTransport(const BenchTransportArgs& a) {
         {"one_way", "client Send -> server handler, CLOCK_MONOTONIC stamps in publish_ns, us"},
         {"memory", a.memory},
         {"ring_device", a.ring_device},
+        {"ring_linger_us", a.ring_linger_us},
         {"cpu", "getrusage user+system of each process over the throughput phase / messages, us"}};
     out["cpus"] = std::thread::hardware_concurrency();
     out["links"] = nlohmann::json::array();
@@ -841,6 +895,11 @@ void AddBenchTransportCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--memory", a->memory, "where the rows live on the edge: host, or device (cuda:0: cuda_ipc copies "
                   "device to device; other links download, send, and the server uploads)")->capture_default_str();
   cmd->add_option("--ring-device", a->ring_device, "cuda_ipc: the aggregator's ring, cuda:N or host")
+      ->capture_default_str();
+  cmd->add_option("--ring-linger-us", a->ring_linger_us,
+                  "cuda_ipc: how long the edge's resident publisher kernel waits for the next slot (0: a kernel "
+                  "launch per slot)")
+      ->check(CLI::Range(0, 100000))
       ->capture_default_str();
   cmd->add_option("--json", a->json_file, "also write one JSON object to this file");
   cmd->add_option("--serve", a->serve, "internal: the server process of this benchmark")->group("");

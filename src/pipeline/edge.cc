@@ -291,7 +291,8 @@ StatusOr<std::vector<std::shared_ptr<transport::Link>>> MakeEdgeLinks(const Edge
       for (const std::string& d : config.devices) {
         if (device < 0) device = CudaOrdinal(d);
       }
-      links.push_back(transport::MakeCudaIpcLink(config.cuda_ipc_socket, key, device));
+      links.push_back(transport::MakeCudaIpcLink(config.cuda_ipc_socket, key, device,
+                                                     static_cast<uint32_t>(config.cuda_ipc_linger_us)));
     } else {
       return absl::InvalidArgumentError(StrCat("transport.links: unknown link '", kind, "'"));
     }
@@ -744,6 +745,9 @@ void Edge::SampleLinks(const transport::CourierStats& cs) {
         .Inc(delta(now.device_rows_sent, was.device_rows_sent));
     reg_.GetCounter("vigil_edge_cuda_ipc_map_failures_total", "Ring offers that could not be mapped or carried an error")
         .Inc(delta(now.map_failures, was.map_failures));
+    reg_.GetCounter("vigil_edge_cuda_ipc_publisher_launches_total",
+                    "Launches of the resident publisher kernel (GPU rings; far fewer than slots under load)")
+        .Inc(delta(now.publisher_launches, was.publisher_launches));
     last_ring_ = now;
   }
   // The ucx link's rows sent from GPU memory (process-wide counters; only with that link configured).

@@ -163,6 +163,7 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     if (t->Get("cuda_ipc", &cfg.cuda_ipc_socket) && cfg.cuda_ipc_socket.empty()) {
       t->Error("cuda_ipc", "must name the aggregator's cuda_ipc socket");
     }
+    t->Get("cuda_ipc_linger_us", &cfg.cuda_ipc_linger_us, 0, 100000);
     if (std::find(cfg.links.begin(), cfg.links.end(), "cuda_ipc") != cfg.links.end() && cfg.cuda_ipc_socket.empty()) {
       t->Error("links", "the cuda_ipc link needs transport.cuda_ipc: the aggregator's socket path");
     }

@@ -337,11 +337,12 @@ StatusOr<std::unique_ptr<Listener>> CudaIpcListen(CudaIpcListenOptions options) 
   return std::unique_ptr<Listener>(new CudaIpcListener(std::move(unix), std::move(options)));
 }
 
-std::unique_ptr<Link> MakeCudaIpcLink(std::string path, std::string key, int device) {
+std::unique_ptr<Link> MakeCudaIpcLink(std::string path, std::string key, int device, uint32_t linger_us) {
   LinkOptions o;
   o.kind = "cuda_ipc";
   o.key = std::move(key);
   o.ring_device = device;
+  o.ring_linger_us = linger_us;
   return MakeFramedLink(MakeUnixDialer(std::move(path)), std::move(o));
 }
 
@@ -364,6 +365,7 @@ CudaIpcCounters GetCudaIpcCounters() {
   r.slots_written = c.slots_written.load();
   r.device_rows_sent = c.device_rows_sent.load();
   r.slot_waits = c.slot_waits.load();
+  r.publisher_launches = ring::PublisherLaunches().load();
   return r;
 }
 
@@ -371,7 +373,7 @@ void CorruptNextRingSlotsForTesting(int n) { g_corrupt_slots.store(n); }
 
 // ---- the edge's writer ----------------------------------------------------------------------------
 
-StatusOr<std::unique_ptr<RingWriter>> RingWriter::Open(const RingOffer& offer, int device) {
+StatusOr<std::unique_ptr<RingWriter>> RingWriter::Open(const RingOffer& offer, int device, uint32_t linger_us) {
   auto fail = [](Status st) {
     ++counters().map_failures;
     return st;
@@ -398,7 +400,7 @@ StatusOr<std::unique_ptr<RingWriter>> RingWriter::Open(const RingOffer& offer, i
     return fail(absl::InvalidArgumentError("ring offer: the control block does not match the offer"));
   }
   StatusOr<std::unique_ptr<ring::RingMapping>> mapping =
-      ring::MapRing(offer, w->control_->data(), w->control_->size(), device);
+      ring::MapRing(offer, w->control_->data(), w->control_->size(), device, linger_us);
   if (!mapping.ok()) return fail(mapping.status());
   w->mapping_ = std::move(*mapping);
   ++counters().rings_mapped;

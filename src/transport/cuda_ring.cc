@@ -1,11 +1,12 @@
-// The cuda_ipc ring's CUDA backend (ring.h): slots in GPU memory exported with CUDA IPC; one kernel per
-// slot on the edge's stream fills the GPU ring and the host mirror and writes the signal word. Also the
-// links' other CUDA calls (device_memory.h).
+// The cuda_ipc ring's CUDA backend (ring.h): slots in GPU memory exported with CUDA IPC; on the edge's
+// stream a resident publisher kernel (or, with linger 0, one kernel per slot) fills the GPU ring and the
+// host mirror and writes the signal word. Also the links' other CUDA calls (device_memory.h).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <thread>
 
 #include "common/cuda_status.h"
 #include "device_memory.h"
@@ -66,15 +67,16 @@ class CudaRingMapping final : public RingMapping {
   ~CudaRingMapping() override {
     cudaSetDevice(device_);
     if (stream_ != nullptr) {
-      cudaStreamSynchronize(stream_);
+      (void)Drain();
       cudaStreamDestroy(stream_);
     }
+    if (publisher_ != nullptr) cudaFreeHost(publisher_);
     if (ring_ != nullptr) cudaIpcCloseMemHandle(ring_);
     if (registered_) cudaHostUnregister(shared_);
     cudaGetLastError();  // nothing of a failed teardown may leak into the caller's next CUDA call
   }
   static StatusOr<std::unique_ptr<RingMapping>> Make(const RingOffer& offer, char* shared, size_t shared_bytes,
-                                                     int edge_device) {
+                                                     int edge_device, uint32_t linger_us) {
     if (offer.handle.size() != sizeof(cudaIpcMemHandle_t)) {
       return absl::InvalidArgumentError(StrCat("ring offer: a CUDA IPC handle of ", offer.handle.size(), " bytes"));
     }
@@ -113,7 +115,24 @@ class CudaRingMapping final : public RingMapping {
     void* dev = nullptr;
     VIGIL_RETURN_IF_ERROR(CudaStatus(cudaHostGetDevicePointer(&dev, shared, 0), StrCat(where, ": shared block")));
     m->shared_dev_ = static_cast<char*>(dev);
-    VIGIL_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), StrCat(where, ": stream")));
+    // The highest priority: under inference load the publisher's block is scheduled before the engine's.
+    int least = 0, greatest = 0;
+    cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    VIGIL_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithPriority(&m->stream_, cudaStreamNonBlocking, greatest),
+                                     StrCat(where, ": stream")));
+    if (linger_us > 0) {
+      m->capacity_ = offer.slots;  // RingWriter never has more slots outstanding than the ring holds
+      m->linger_ns_ = uint64_t{linger_us} * 1000;
+      const size_t bytes = sizeof(PublisherControl) + size_t{m->capacity_} * sizeof(PublishJob);
+      void* block = nullptr;
+      VIGIL_RETURN_IF_ERROR(CudaStatus(cudaHostAlloc(&block, bytes, cudaHostAllocMapped | cudaHostAllocPortable),
+                                       StrCat(where, ": the publisher's control block")));
+      m->publisher_ = static_cast<char*>(block);
+      std::memset(m->publisher_, 0, bytes);
+      void* p = nullptr;
+      VIGIL_RETURN_IF_ERROR(CudaStatus(cudaHostGetDevicePointer(&p, m->publisher_, 0), StrCat(where, ": publisher")));
+      m->publisher_dev_ = static_cast<char*>(p);
+    }
     return std::unique_ptr<RingMapping>(std::move(m));
   }
   Status Publish(uint64_t seq, size_t offset, size_t host_bytes, const void* rows, size_t rows_offset,
@@ -129,6 +148,13 @@ class CudaRingMapping final : public RingMapping {
     // The CPU's stores into the mirror happen before the launch (the kernel reads them).
     std::atomic_thread_fence(std::memory_order_release);
     auto* words = reinterpret_cast<unsigned long long*>(shared_dev_);
+    if (publisher_ != nullptr) {
+      return Post(PublishJob{static_cast<char*>(ring_) + offset, shared_dev_ + mirror_offset_ + offset,
+                             static_cast<const char*>(rows), cpu_signal ? nullptr : words + signal_offset / 8,
+                             words + offsetof(ControlHeader, ring_ready) / 8, RoundUp8(host_bytes) / 8, rows_offset,
+                             row_bytes / 8, value, seq + 1},
+                  cpu_signal ? nullptr : ready_event);
+    }
     return CudaStatus(LaunchPublishSlot(static_cast<char*>(ring_) + offset, shared_dev_ + mirror_offset_ + offset,
                                   RoundUp8(host_bytes), static_cast<const char*>(rows), rows_offset, row_bytes,
                                   cpu_signal ? nullptr : words + signal_offset / 8, value,
@@ -136,11 +162,49 @@ class CudaRingMapping final : public RingMapping {
                 "cuda_ipc: publish kernel");
   }
   bool takes_device_rows(int device) const override { return device == device_; }
-  Status Drain() override { return CudaStatus(cudaStreamSynchronize(stream_), "cuda_ipc: drain"); }
+  Status Drain() override {
+    if (publisher_ == nullptr) return CudaStatus(cudaStreamSynchronize(stream_), "cuda_ipc: drain");
+    Ref(control()->stop).store(1, std::memory_order_seq_cst);  // the publisher leaves once every job is done
+    Status st = CudaStatus(cudaStreamSynchronize(stream_), "cuda_ipc: drain");
+    Ref(control()->stop).store(0, std::memory_order_seq_cst);  // every launch left (state: exited): the next
+    return st;                                                  // Post launches again
+  }
   std::string transports() const override { return "cuda_ipc"; }
 
  private:
   CudaRingMapping() = default;
+  static std::atomic_ref<unsigned long long> Ref(unsigned long long& w) { return std::atomic_ref<unsigned long long>(w); }
+  PublisherControl* control() const { return reinterpret_cast<PublisherControl*>(publisher_); }
+  PublishJob* jobs() const { return reinterpret_cast<PublishJob*>(publisher_ + sizeof(PublisherControl)); }
+
+  // Hands `job` to the resident publisher, launching one when the last has left (ring_kernels.h).
+  Status Post(PublishJob job, void* ready_event) {
+    if (ready_event != nullptr) {
+      // The resident kernel cannot wait for an event: the rows must be complete before the job is posted.
+      // (The edge's rows are: its host copy was read after the same batch's synchronisation.)
+      auto* ev = static_cast<cudaEvent_t>(ready_event);
+      if (cudaEventQuery(ev) != cudaSuccess) {
+        cudaGetLastError();
+        VIGIL_RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(ev), "cuda_ipc: wait for the rows"));
+      }
+    }
+    PublisherControl* c = control();
+    // Never more outstanding jobs than slots (RingWriter's flow control): no wait here in practice.
+    while (posted_ - Ref(c->done).load(std::memory_order_acquire) >= capacity_) std::this_thread::yield();
+    jobs()[posted_ % capacity_] = job;
+    Ref(c->posted).store(++posted_, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker: our `posted` before reading its `state`
+    if (Ref(c->state).load(std::memory_order_acquire) == generation_ << 1) {
+      ++generation_;
+      auto* dev = reinterpret_cast<PublisherControl*>(publisher_dev_);
+      VIGIL_RETURN_IF_ERROR(CudaStatus(LaunchPublisher(dev, reinterpret_cast<const PublishJob*>(dev + 1), capacity_,
+                                                       generation_, linger_ns_, stream_),
+                                       "cuda_ipc: publisher kernel"));
+      PublisherLaunches().fetch_add(1, std::memory_order_relaxed);
+    }
+    return absl::OkStatus();
+  }
+
   int device_ = 0;
   char* shared_ = nullptr;
   char* shared_dev_ = nullptr;
@@ -148,6 +212,13 @@ class CudaRingMapping final : public RingMapping {
   bool registered_ = false;
   void* ring_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  // The resident publisher (linger_us > 0): control block and jobs in pinned host memory.
+  char* publisher_ = nullptr;
+  char* publisher_dev_ = nullptr;
+  uint32_t capacity_ = 0;
+  uint64_t linger_ns_ = 0;
+  uint64_t posted_ = 0;      // jobs posted (the host's copy of control()->posted)
+  uint64_t generation_ = 0;  // launches made
 };
 
 }  // namespace
@@ -157,8 +228,8 @@ StatusOr<std::unique_ptr<RingMemory>> AllocateCudaRing(int device, size_t bytes)
 }
 
 StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer& offer, char* shared, size_t shared_bytes,
-                                                   int edge_device) {
-  return CudaRingMapping::Make(offer, shared, shared_bytes, edge_device);
+                                                   int edge_device, uint32_t linger_us) {
+  return CudaRingMapping::Make(offer, shared, shared_bytes, edge_device, linger_us);
 }
 
 }  // namespace vigil::transport::ring

@@ -9,7 +9,7 @@ StatusOr<std::unique_ptr<RingMemory>> AllocateCudaRing(int device, size_t) {
       StrCat("ring on cuda:", device, ": this vigil was built without CUDA (use device: host)"));
 }
 
-StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer&, char*, size_t, int) {
+StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer&, char*, size_t, int, uint32_t) {
   return absl::UnavailableError("the aggregator offers a ring in GPU memory; this vigil was built without CUDA");
 }
 

@@ -226,7 +226,7 @@ class FramedLink final : public Link {
 
   // cuda_ipc: the aggregator's RingOffer (after Auth, before the Welcome): maps it and answers RingAccept.
   StatusOr<std::shared_ptr<RingWriter>> OpenRing(Connection& conn, const RingOffer& offer, Clock::time_point deadline) {
-    StatusOr<std::unique_ptr<RingWriter>> w = RingWriter::Open(offer, opt_.ring_device);
+    StatusOr<std::unique_ptr<RingWriter>> w = RingWriter::Open(offer, opt_.ring_device, opt_.ring_linger_us);
     if (!w.ok()) return absl::UnavailableError(StrCat(target(), ": ", w.status().message()));
     Status st = conn.Write(EncodeFrame(RingAccept{}), Left(deadline));
     if (!st.ok()) return absl::UnavailableError(StrCat(target(), ": sending RingAccept: ", st.message()));

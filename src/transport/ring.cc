@@ -104,10 +104,15 @@ StatusOr<std::unique_ptr<RingMemory>> AllocateRing(const std::string& device, si
 }
 
 StatusOr<std::unique_ptr<RingMapping>> MapRing(const RingOffer& offer, char* shared, size_t shared_bytes,
-                                               int edge_device) {
+                                               int edge_device, uint32_t linger_us) {
   if (offer.memory == "host") return std::unique_ptr<RingMapping>(new HostRingMapping(shared));
-  if (offer.memory == "cuda") return MapCudaRing(offer, shared, shared_bytes, edge_device);
+  if (offer.memory == "cuda") return MapCudaRing(offer, shared, shared_bytes, edge_device, linger_us);
   return absl::InvalidArgumentError(StrCat("ring memory '", offer.memory.substr(0, 100), "': expected cuda or host"));
+}
+
+std::atomic<uint64_t>& PublisherLaunches() {
+  static std::atomic<uint64_t> launches{0};
+  return launches;
 }
 
 }  // namespace vigil::transport::ring

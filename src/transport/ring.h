@@ -131,14 +131,20 @@ class RingMapping {
 
 // Maps the ring of `offer`; `shared` is the mapped shared block (the mapping registers it with CUDA for
 // the kernel's writes). `edge_device`: the CUDA device the edge writes from (-1: the ring's own GPU).
+// `linger_us` (a GPU ring): how long the resident publisher kernel stays after its last slot, polling for
+// the next (ring_kernels.h: no launch per slot while slots keep coming; a CUDA call that synchronises the
+// whole device waits up to this long after the last); 0: one kernel launch per slot.
 // Errors: Unavailable naming the reason (no such GPU here, no peer access, the IPC handle does not open,
 // CUDA missing), InvalidArgument (a malformed offer).
 StatusOr<std::unique_ptr<RingMapping>> MapRing(const RingOffer& offer, char* shared, size_t shared_bytes,
-                                               int edge_device);
+                                               int edge_device, uint32_t linger_us);
+
+// Launches of the resident publisher in this process (a counter; CudaIpcCounters::publisher_launches).
+std::atomic<uint64_t>& PublisherLaunches();
 
 // Internal, per backend (ring.cc host, cuda_ring.cc CUDA or its stub).
 StatusOr<std::unique_ptr<RingMemory>> AllocateCudaRing(int device, size_t bytes);
 StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer& offer, char* shared, size_t shared_bytes,
-                                                   int edge_device);
+                                                   int edge_device, uint32_t linger_us);
 
 }  // namespace vigil::transport::ring

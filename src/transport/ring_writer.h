@@ -20,8 +20,9 @@ namespace vigil::transport {
 class RingWriter {
  public:
   // Maps the ring of `offer` (an offer with `error` fails: Unavailable quoting it). `device`: the CUDA
-  // device the edge writes from (-1: the ring's GPU). Errors: Unavailable, InvalidArgument (malformed offer).
-  static StatusOr<std::unique_ptr<RingWriter>> Open(const RingOffer& offer, int device);
+  // device the edge writes from (-1: the ring's GPU); `linger_us`: as ring::MapRing. Errors: Unavailable,
+  // InvalidArgument (malformed offer).
+  static StatusOr<std::unique_ptr<RingWriter>> Open(const RingOffer& offer, int device, uint32_t linger_us);
   ~RingWriter();  // drains the stream, unmaps
 
   // Writes `messages` in order, stamped with edge, epoch and consecutive link_seq from *link_seq (advanced

@@ -293,6 +293,18 @@ TEST(EdgeConfig, TransportLinksKeysTlsAndHttpAccess) {
   ASSERT_TRUE(with_ipc.ok()) << with_ipc.status();
   EXPECT_EQ(with_ipc->links, (std::vector<std::string>{"cuda_ipc", "tcp"}));
   EXPECT_EQ(with_ipc->cuda_ipc_socket, "/run/vigil/agg.sock");
+  EXPECT_EQ(with_ipc->cuda_ipc_linger_us, 200);  // the resident publisher by default
+  std::string launch = kGood;
+  launch.replace(launch.find("streams:"), 0,
+                 "transport: {links: [cuda_ipc], cuda_ipc: /run/vigil/agg.sock, cuda_ipc_linger_us: 0}\n");
+  ASSERT_TRUE(ParseEdgeConfig(launch, "edge.yaml").ok());
+  EXPECT_EQ(ParseEdgeConfig(launch, "edge.yaml")->cuda_ipc_linger_us, 0);
+  std::string too_long = kGood;
+  too_long.replace(too_long.find("streams:"), 0,
+                   "transport: {links: [cuda_ipc], cuda_ipc: /run/vigil/agg.sock, cuda_ipc_linger_us: 200000}\n");
+  EXPECT_NE(std::string(ParseEdgeConfig(too_long, "edge.yaml").status().message()).find("transport.cuda_ipc_linger_us"),
+            std::string::npos)
+      << ParseEdgeConfig(too_long, "edge.yaml").status();
   std::string no_socket = kGood;
   no_socket.replace(no_socket.find("streams:"), 0, "transport: {links: [cuda_ipc]}\n");
   EXPECT_NE(std::string(ParseEdgeConfig(no_socket, "edge.yaml").status().message())

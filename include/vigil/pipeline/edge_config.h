@@ -22,6 +22,9 @@
 //                                    # Default: [tcp]
 //     ucx: host:port                 # the aggregator's ucx_listen; default: the aggregator's host, port 7402
 //     cuda_ipc: /run/vigil/agg.sock  # the aggregator's cuda_ipc socket (same host); required with that link
+//     cuda_ipc_linger_us: 200        # a GPU ring's publisher kernel stays resident this long after the last
+//                                    # report (no launch per report while they keep coming); 0: a launch
+//                                    # per slot. 0..100000
 //     key_file: /etc/vigil/edge.key  # this edge's pre-shared key (hex), or the environment's VIGIL_EDGE_KEY;
 //                                    # with it the aggregator must prove it knows the key too. Default: none
 //     tls: {ca_file: ca.pem,         # TLS on the tcp link: the CA the aggregator's certificate chains to,
@@ -174,6 +177,7 @@ struct EdgeConfig {
   std::string ucx_host;                      // transport.ucx; "" = aggregator_host
   uint16_t ucx_port = 7402;
   std::string cuda_ipc_socket;               // transport.cuda_ipc: the aggregator's Unix socket
+  int cuda_ipc_linger_us = 200;              // transport.cuda_ipc_linger_us (LinkOptions::ring_linger_us)
   std::string key_file;                      // transport.key_file; "" = VIGIL_EDGE_KEY or none
   bool tls = false;                          // transport.tls given
   std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;

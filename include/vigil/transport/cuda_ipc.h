@@ -11,9 +11,10 @@
 // The edge maps both once (cudaIpcOpenMemHandle: same GPU, or another GPU with peer access) and answers
 // RingAccept; only then is the session admitted (an edge that cannot use the ring hangs up: no epoch is
 // granted and no session of it on another link is superseded). After the Welcome it writes its Reports into slots: the CPU writes a slot's host part (header,
-// frames) into the mirror, and one kernel on the edge's own CUDA stream copies it into the GPU ring, copies
-// device rows (OutboxMessage::device) into the ring and the mirror, and then, after a system-wide fence,
-// writes the slot's sequence word: no host synchronisation per message on the edge. The aggregator's reader
+// frames) into the mirror, and a kernel on the edge's own CUDA stream — resident while reports keep coming
+// (LinkOptions::ring_linger_us), so no launch per slot — copies it into the GPU ring, copies device rows
+// (OutboxMessage::device) into the ring and the mirror, and then, after a system-wide fence, writes the
+// slot's sequence word: no host synchronisation per message on the edge. The aggregator's reader
 // thread polls the sequence words from the host (spinning 100 µs after traffic, then sleeping in growing
 // steps up to 200 µs; socket data wakes it at once), copies each complete slot out of the mirror, checks it
 // (slot header, frame magic, length and CRC; for device rows: at most kMaxDetections rows, finite boxes and
@@ -59,8 +60,9 @@ struct CudaIpcListenOptions {
 StatusOr<std::unique_ptr<Listener>> CudaIpcListen(CudaIpcListenOptions options);
 
 // The edge's side: the framed protocol over MakeUnixDialer(path), reports through the offered ring.
-// `device`: the CUDA device the edge writes from (-1: the ring's own GPU); `key`: as LinkOptions::key.
-std::unique_ptr<Link> MakeCudaIpcLink(std::string path, std::string key, int device = -1);
+// `device`: the CUDA device the edge writes from (-1: the ring's own GPU); `key`: as LinkOptions::key;
+// `linger_us`: as LinkOptions::ring_linger_us (0: a kernel launch per slot).
+std::unique_ptr<Link> MakeCudaIpcLink(std::string path, std::string key, int device = -1, uint32_t linger_us = 200);
 
 // Whether rings can be made on `device` ("host", "cuda:N") in this process: allocates and exports a small
 // one and frees it. Errors: as a ring offer's (InvalidArgument, Unimplemented without CUDA, Unavailable:
@@ -82,6 +84,7 @@ struct CudaIpcCounters {
   uint64_t slots_written = 0;        // slots published
   uint64_t device_rows_sent = 0;     // reports sent from device memory without a host copy
   uint64_t slot_waits = 0;           // Sends that found every slot in use and waited
+  uint64_t publisher_launches = 0;   // launches of the resident publisher kernel (GPU rings; ≪ slots under load)
 };
 CudaIpcCounters GetCudaIpcCounters();
 

@@ -76,6 +76,11 @@ struct LinkOptions {
   std::string key;
   // cuda_ipc: the CUDA device the edge writes ring slots from; -1 = the ring's own GPU.
   int ring_device = -1;
+  // cuda_ipc on a GPU ring: how long (µs) the edge's resident publisher kernel keeps polling for the next
+  // slot after its last (no kernel launch per slot while reports keep coming; one block of one SM; a CUDA
+  // call of the edge that synchronises the whole device waits up to this long after the last report).
+  // 0: one kernel launch per slot. Default: 200.
+  uint32_t ring_linger_us = 200;
 };
 
 // The framed link: protocol frames (protocol.h) over connections made by `dialer` — MakeTcpDialer,
