@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <functional>
@@ -85,6 +86,14 @@ class Edge final : public transport::CourierHandler {
   }
   // A second Edge on the same registry (a fenced primary rejoining as standby) must not hook it again.
   void set_register_numa(bool on) { register_numa_ = on; }
+  // Calls `f` once, on Run's thread, when this edge finds itself unhealthy — no inference batch completed for
+  // `stall_ms` while frames wait for one, or `errors` batches in a row failed — with why (a primary steps
+  // down). 0 turns either check off. Set before Run.
+  void set_on_unhealthy(std::function<void(const std::string& why)> f, int stall_ms, int errors) {
+    on_unhealthy_ = std::move(f);
+    unhealthy_stall_ms_ = stall_ms;
+    unhealthy_errors_ = errors;
+  }
 
   // ---- transport::CourierHandler (courier threads) ----
   transport::Hello MakeHello() override {
@@ -146,6 +155,8 @@ class Edge final : public transport::CourierHandler {
   Status StartHttp();
   void SampleLinks(const transport::CourierStats& cs);
   void WatchForStall(int64_t now, int active, const transport::OutboxStats& os, const transport::CourierStats& cs);
+  void WatchHealth(int64_t now);
+  Status InjectFault();  // VIGIL_FAULT_INFERENCE, on a worker thread before each batch
 
   const EdgeConfig& config_;
   std::function<std::unique_ptr<StateStore>(std::unique_ptr<StateStore>)> wrap_store_;  // set before Run
@@ -173,6 +184,22 @@ class Edge final : public transport::CourierHandler {
   uint64_t stall_frames_ = 0;
   int64_t stall_since_ns_ = 0;
   bool stall_reported_ = false;
+  // WatchHealth: the callback and its bounds (set before Run), what the pool did (sink and feeder threads).
+  std::function<void(const std::string&)> on_unhealthy_;
+  int unhealthy_stall_ms_ = 0, unhealthy_errors_ = 0;
+  bool unhealthy_reported_ = false;           // Periodic's thread
+  std::atomic<int64_t> last_batch_ns_{0};     // the last batch result (or the pool's start)
+  std::atomic<uint64_t> frames_pushed_{0}, frames_done_{0};
+  std::atomic<int> failed_in_row_{0};         // batches failed since the last one that did not
+  std::mutex batch_error_mu_;
+  std::string last_batch_error_;              // GUARDED_BY(batch_error_mu_)
+  // Fault injection for the chaos tests (VIGIL_FAULT_INFERENCE; never set in production): the batch numbered
+  // `after` (from 1) stalls `ms`, or every batch from `after` on fails.
+  enum class FaultKind { kNone, kStall, kError };
+  FaultKind fault_ = FaultKind::kNone;
+  uint64_t fault_after_ = 0;
+  int fault_ms_ = 0;
+  std::atomic<uint64_t> batches_started_{0};
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   int http_port_ = 0;
@@ -505,7 +532,9 @@ void Edge::Feed(size_t index) {
       break;
     }
     const uint64_t seq = frame.seq;
+    ++frames_pushed_;
     if (!pool_->Push(index, {index, std::move(frame)})) {
+      --frames_pushed_;
       if (s.live) {
         Dropped(s, "shutdown").Inc();
         ledger_->Dropped(index, seq, "shutdown");
@@ -540,6 +569,15 @@ void Edge::SaveFrame(const Stream& s, const video::Frame& f) {
 
 // On the pool's sink thread, batches in the order they were taken (so each stream's frames in order).
 void Edge::OnBatch(BatchResult& r) {
+  frames_done_ += r.items.size();
+  last_batch_ns_ = SteadyNs();
+  if (r.status.ok()) {
+    failed_in_row_ = 0;
+  } else {
+    ++failed_in_row_;
+    std::lock_guard lock(batch_error_mu_);
+    last_batch_error_ = std::string(r.status.message());
+  }
   if (!r.status.ok()) {
     spdlog::error("detection of a batch of {} frames on {} failed: {}", r.items.size(), config_.devices[r.device],
                   std::string(r.status.message()));
@@ -655,6 +693,45 @@ void Edge::Periodic(bool force) {
   connected_->Set(cs.connected ? 1 : 0);
   SampleLinks(cs);
   WatchForStall(now, active, os, cs);
+  WatchHealth(now);
+}
+
+// The edge's own health (a primary steps down on it): inference stalled with frames waiting, or failing
+// batch after batch. Reported once per Run.
+void Edge::WatchHealth(int64_t now) {
+  if (!on_unhealthy_ || unhealthy_reported_) return;
+  std::string why;
+  const int failed = failed_in_row_.load();
+  if (unhealthy_errors_ > 0 && failed >= unhealthy_errors_) {
+    std::lock_guard lock(batch_error_mu_);
+    why = StrCat(failed, " inference batches in a row failed (the last: ", last_batch_error_, ")");
+  } else if (unhealthy_stall_ms_ > 0) {
+    const uint64_t done = frames_done_.load();
+    const uint64_t pushed = frames_pushed_.load();
+    const int64_t idle_ms = (now - last_batch_ns_.load()) / 1'000'000;
+    if (pushed > done && idle_ms >= unhealthy_stall_ms_) {
+      why = StrCat("no inference batch completed for ", idle_ms, " ms with ", pushed - done, " frame(s) waiting");
+    }
+  }
+  if (why.empty()) return;
+  unhealthy_reported_ = true;
+  reg_.GetCounter("vigil_edge_unhealthy_total", "Times this edge found its inference stalled or failing (replication)")
+      .Inc();
+  spdlog::error("edge '{}': unhealthy: {}", config_.edge, why);
+  on_unhealthy_(why);
+}
+
+Status Edge::InjectFault() {
+  if (fault_ == FaultKind::kNone) return absl::OkStatus();
+  const uint64_t n = ++batches_started_;
+  if (fault_ == FaultKind::kStall && n == fault_after_) {
+    spdlog::warn("edge '{}': VIGIL_FAULT_INFERENCE: batch {} stalls {} ms", config_.edge, n, fault_ms_);
+    std::this_thread::sleep_for(milliseconds(fault_ms_));
+  }
+  if (fault_ == FaultKind::kError && n >= fault_after_) {
+    return absl::InternalError(StrCat("injected inference error (VIGIL_FAULT_INFERENCE), batch ", n));
+  }
+  return absl::OkStatus();
 }
 
 // No frame processed for kStallNs while streams are active: one warning per stall, with where things stand
@@ -809,6 +886,22 @@ Status Edge::StartHttp() {
 }
 
 Status Edge::Run(const EdgeRunOptions& options) {
+  // Fault injection for the chaos tests only: "stall:AFTER:MS" (batch AFTER stalls MS ms) or "error:AFTER"
+  // (every batch from AFTER on fails).
+  if (const char* f = std::getenv("VIGIL_FAULT_INFERENCE"); f != nullptr && *f != '\0') {
+    unsigned long long after = 0;
+    int ms = 0;
+    if (std::sscanf(f, "stall:%llu:%d", &after, &ms) == 2 && after > 0 && ms > 0) {
+      fault_ = FaultKind::kStall;
+    } else if (std::sscanf(f, "error:%llu", &after) == 1 && after > 0) {
+      fault_ = FaultKind::kError;
+    } else {
+      return absl::InvalidArgumentError(StrCat("VIGIL_FAULT_INFERENCE='", f, "': stall:AFTER:MS or error:AFTER"));
+    }
+    fault_after_ = after;
+    fault_ms_ = ms;
+    spdlog::warn("edge '{}': fault injection on (VIGIL_FAULT_INFERENCE={}): for tests only", config_.edge, f);
+  }
   stages_ = {&Stage("decode"), &Stage("queue"),       &Stage("preprocess"), &Stage("inference"),
              &Stage("postprocess"), &Stage("rules"), &Stage("publish"),    &Stage("frame_to_ack")};
   frame_to_detection_ = &reg_.GetHistogram("vigil_edge_frame_to_detection_seconds",
@@ -879,12 +972,14 @@ Status Edge::Run(const EdgeRunOptions& options) {
   }
   // Inference on the pool's threads, each bound to its device's cores (its OpenMP team, created from it,
   // inherits that); the ledger and the rules on the sink thread.
+  last_batch_ns_ = SteadyNs();
   pool_->Start([this](BatchResult& r) { OnBatch(r); },
-               [this](std::vector<WorkItem>& batch, size_t) {
+               [this](std::vector<WorkItem>& batch, size_t) -> Status {
                  for (const WorkItem& item : batch) {
                    const Stream& s = streams_[item.stream];
                    if (!s.config.save_frames.empty() && !item.frame.device) SaveFrame(s, item.frame);
                  }
+                 return InjectFault();
                },
                [this](size_t, size_t) { placement_->PlaceThread(ThreadRole::kWorker); },
                [this] { placement_->PlaceThread(ThreadRole::kSink); });
@@ -965,6 +1060,8 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
       registry.GetCounter("vigil_edge_rejoins_total", "Times this primary was fenced and rejoined as the standby");
   metrics::Gauge& takeover_s = registry.GetGauge(
       "vigil_edge_takeover_seconds", "The primary's last contact to the first report this edge got stored, last takeover");
+  metrics::Counter& step_downs =
+      registry.GetCounter("vigil_edge_step_downs_total", "Times this primary found itself unhealthy and handed over");
   bool standby = rc.role == ReplicationConfig::Role::kStandby;
   if (!standby) {
     // Restarted after the peer took over? Then the peer is the primary and this node its standby.
@@ -984,6 +1081,22 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
       role("standby").Set(0);
       return absl::OkStatus();
     };
+    // The primary's own health: unhealthy with a standby paired, it hands over at once (Finished with the
+    // reason; the standby's promotion then fences this node, which rejoins as the standby). Without a standby
+    // it goes on: a degraded primary publishes more than none.
+    std::thread stepping_down;
+    edge.set_on_unhealthy(
+        [&](const std::string& why) {
+          if (!channel || !channel->stats().standby_connected) {
+            spdlog::error("replication: '{}' is unhealthy ({}) but has no standby to hand over to: it goes on", rc.node,
+                          why);
+            return;
+          }
+          step_downs.Inc();
+          spdlog::error("replication: '{}' steps down: {}; its standby takes over", rc.node, why);
+          stepping_down = std::thread([ch = channel.get(), why] { ch->Finish(/*streams_done=*/false, why); });
+        },
+        rc.step_down_stall_ms, rc.step_down_errors);
     EdgeRunOptions o = options;
     if (!standby) {
       VIGIL_RETURN_IF_ERROR(become_primary());
@@ -1019,6 +1132,7 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
       };
     }
     Status st = edge.Run(o);
+    if (stepping_down.joinable()) stepping_down.join();
     if (channel) {
       // Tell the standby why this primary ends: every stream done (nothing to take over), or a stop asked for
       // (it takes over at once). A failure says nothing: the standby sees the stream end and takes over.

@@ -219,6 +219,13 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
       }
       if (rc.phi && d->Has("misses")) d->Error("misses", "misses is the fixed detector's (kind: fixed)");
     }
+    if (std::optional<ConfigMap> sd = r->Map("step_down")) {
+      if (sd->Get("stall_ms", &rc.step_down_stall_ms, 0, 600000) && rc.step_down_stall_ms > 0 &&
+          rc.step_down_stall_ms < 100) {
+        sd->Error("stall_ms", "0 (never) or at least 100");
+      }
+      sd->Get("errors", &rc.step_down_errors, 0, 1000);
+    }
   }
   std::string default_hwaccel;
   ReadHwaccel(root, "hwaccel", "", &default_hwaccel);

@@ -129,6 +129,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     int64_t last_contact = 0;                              // GUARDED_BY(mu)
     uint64_t ledger_states = 0;                            // GUARDED_BY(mu)
     std::optional<bool> finished;                          // GUARDED_BY(mu) the primary's Finished(streams_done)
+    std::string finish_reason;                             // GUARDED_BY(mu) … and its reason (a step-down's)
     Status save_error;                                     // GUARDED_BY(mu) the last failed Save
   };
   auto shared = std::make_shared<Shared>();
@@ -151,10 +152,11 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
       }
       shared->cv.notify_all();
     };
-    so.on_finished = [shared](bool streams_done) {
+    so.on_finished = [shared](bool streams_done, const std::string& reason) {
       {
         std::lock_guard lock(shared->mu);
         shared->finished = streams_done;
+        shared->finish_reason = reason;
       }
       shared->cv.notify_all();
     };
@@ -206,7 +208,8 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
           return absl::CancelledError("the primary finished every stream");
         }
         if (shared->finished) {
-          t.reason = "the primary was stopped (a switchover)";
+          t.reason = shared->finish_reason.empty() ? std::string("the primary was stopped (a switchover)")
+                                                   : StrCat("the primary stepped down: ", shared->finish_reason);
           break;
         }
         if (shared->ended) {

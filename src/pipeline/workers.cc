@@ -156,9 +156,10 @@ BatchResult WorkerPool::RunBatch(size_t w, std::vector<WorkItem>& batch) {
   r.device = workers_[w].device;
   r.worker = w;
   r.started_ns = SteadyNs();
-  if (before_detect_) before_detect_(batch, r.device);
   StatusOr<std::vector<std::vector<detect::Detection>>> dets = absl::UnknownError("not run");
-  if (detector.uses_gpu_stages()) {
+  if (Status refused = before_detect_ ? before_detect_(batch, r.device) : absl::OkStatus(); !refused.ok()) {
+    dets = refused;
+  } else if (detector.uses_gpu_stages()) {
     // Frames are read where they are (host BGR uploaded, NVDEC frames in place); device frames' surfaces
     // stay held by `batch` until DetectFrames has waited for the GPU.
     std::vector<detect::FrameRef> frames(batch.size());

@@ -138,6 +138,7 @@ class PrimaryService final : public v1::Replication::Service {
           const bool finishing = ledger_version_ <= sent && finish_ && !finish_sent_;  // the last state first
           if (finishing) {
             m.mutable_finished()->set_streams_done(*finish_);
+            m.mutable_finished()->set_reason(finish_reason_);
             finish_sent_ = true;
           } else {
             ToProto(ledger_version_, ledger_, m.mutable_ledger());
@@ -198,9 +199,11 @@ class PrimaryService final : public v1::Replication::Service {
     return stats_;
   }
 
-  void Finish(bool streams_done) {
+  void Finish(bool streams_done, std::string reason) {
     std::unique_lock lock(mu_);
+    if (finish_) return;  // said already (a step-down, then the run's end)
     finish_ = streams_done;
+    finish_reason_ = std::move(reason);
     finish_sent_ = false;
     ledger_cv_.notify_all();
     if (stats_.standby_connected) {
@@ -240,6 +243,7 @@ class PrimaryService final : public v1::Replication::Service {
   std::vector<MirroredStream> ledger_;   // GUARDED_BY(mu_) the latest published records
   uint64_t ledger_version_ = 0;          // GUARDED_BY(mu_) 0: none published yet
   std::optional<bool> finish_;           // GUARDED_BY(mu_) Finish(streams_done) was called
+  std::string finish_reason_;            // GUARDED_BY(mu_)
   bool finish_sent_ = false;             // GUARDED_BY(mu_)
 };
 
@@ -251,8 +255,8 @@ class GrpcPrimaryChannel final : public PrimaryChannel {
   uint16_t port() const override { return port_; }
   PrimaryChannelStats stats() const override { return service_->stats(); }
   void PublishLedger(std::vector<MirroredStream> streams) override { service_->PublishLedger(std::move(streams)); }
-  void Finish(bool streams_done) override {
-    service_->Finish(streams_done);
+  void Finish(bool streams_done, std::string reason) override {
+    service_->Finish(streams_done, std::move(reason));
     Stop();
   }
   void Stop() override {
@@ -365,7 +369,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
         continue;
       }
       if (m.has_finished()) {
-        if (opt_.on_finished) opt_.on_finished(m.finished().streams_done());
+        if (opt_.on_finished) opt_.on_finished(m.finished().streams_done(), m.finished().reason().substr(0, 512));
         continue;
       }
       if (!m.has_heartbeat()) {

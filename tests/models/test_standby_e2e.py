@@ -17,7 +17,8 @@ processes on loopback, the replication channel under mutual TLS (certificates ma
 - The replication channel cut by a proxy while both nodes reach the aggregator: exactly one publishes.
 - The aggregator frozen for 2 s across a takeover: nothing lost.
 - The standby killed and restarted: the primary never stalls; the standby pairs again and can take over.
-Not here yet (issue 16): an inference stall, a live source.
+- An inference stall injected into the primary (VIGIL_FAULT_INFERENCE): it steps down, the standby takes over.
+Not here yet (issue 16): a live source.
 Needs: VIGIL_BIN built with gRPC, the int8 YOLOv8n in VIGIL_SHARED_MODELS, ffmpeg/ffprobe, openssl, vtest.avi.
 """
 from __future__ import annotations
@@ -86,11 +87,11 @@ def replication_yaml(role: str, node: str, certs: dict[str, Path], listen: int, 
             f"  tls: {{cert_file: {certs[node]}.pem, key_file: {certs[node]}.key, ca_file: {certs['ca']}}}\n")
 
 
-def start(cfg: Path, tmp: Path, name: str) -> subprocess.Popen:
+def start(cfg: Path, tmp: Path, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     log = open(tmp / f"{name}.log", "ab")
     return subprocess.Popen([vigil_bin(), "--log-level", "info", "edge", "--config", str(cfg),
                              "--shutdown-timeout-ms", "60000", "--metrics-out", str(tmp / f"{name}.prom")],
-                            stdout=log, stderr=log)
+                            stdout=log, stderr=log, env={**os.environ, **(env or {})})
 
 
 def wait_for(pred, timeout: float, what: str):
@@ -201,8 +202,8 @@ class Pair:
         }
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, node: str):
-        self.procs[node] = start(self.cfg[node], self.tmp, node)
+    def start(self, node: str, env: dict[str, str] | None = None):
+        self.procs[node] = start(self.cfg[node], self.tmp, node, env)
 
     def log(self, node: str) -> str:
         return (self.tmp / f"{node}.log").read_text(errors="replace")
@@ -471,3 +472,40 @@ def test_the_standby_killed_and_restarted_the_primary_never_stalls_and_the_stand
     assert set(epochs_by_seq(agg.db)) == {1, 2}
     assert "takes over edge 'e2e-edge': the replication stream ended" in pair.log("node-b")
     assert "no frame processed" not in pair.log("node-a")  # the stall watchdog never fired on the primary
+
+
+def test_an_inference_stall_on_the_primary_makes_it_step_down_and_the_standby_takes_over(vtest200, tmp_path):
+    """The primary's 70th batch stalls 4 s (VIGIL_FAULT_INFERENCE, the edge's fault injection for tests): with
+    step_down.stall_ms 1000 it finds itself unhealthy while frames wait, tells its standby why and the standby
+    takes over at once (no heartbeat is missed: the process is alive); the aggregator's newer epoch fences the
+    old primary, which rejoins as the standby. Every frame once."""
+    port = free_port()
+    agg = Aggregator(tmp_path, port)
+    agg.start()
+    pair = Pair(tmp_path, vtest200, agg)
+    for node in ("node-a", "node-b"):
+        cfg = pair.cfg[node]
+        cfg.write_text(cfg.read_text().replace("  heartbeat_ms: 100\n", "  heartbeat_ms: 100\n  step_down: {stall_ms: 1000}\n"))
+    pair.start("node-a", env={"VIGIL_FAULT_INFERENCE": "stall:70:4000"})
+    pair.start("node-b")
+    try:
+        wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
+        assert "stalls 4000 ms" not in pair.log("node-a"), "the stall came before the standby paired: cannot test"
+        wait_for(lambda: "takes over edge 'e2e-edge'" in pair.log("node-b"), 120, "the takeover")
+        for node in ("node-b", "node-a"):
+            rc = pair.procs[node].wait(timeout=300)
+            assert rc == 0, f"{node} exited {rc}:\n{pair.log(node)[-3000:]}"
+    finally:
+        pair.kill_all()
+        agg.kill(signal.SIGTERM)
+    assert_accounted_once(agg.db, "vtest", FRAMES)
+    spans = epochs_by_seq(agg.db)
+    assert set(spans) == {1, 2} and spans[1][1] < spans[2][0], spans
+    log_a, log_b = pair.log("node-a"), pair.log("node-b")
+    assert re.search(r"steps down: no inference batch completed for \d+ ms with \d+ frame\(s\) waiting", log_a), log_a[-3000:]
+    assert "takes over edge 'e2e-edge': the primary stepped down: no inference batch completed" in log_b, log_b[-3000:]
+    assert "no heartbeat answer" not in log_b
+    assert "was fenced" in log_a
+    m = read_metrics(tmp_path / "node-a.prom")
+    assert metric(m, "vigil_edge_step_downs_total") == 1
+    assert metric(m, "vigil_edge_rejoins_total") == 1

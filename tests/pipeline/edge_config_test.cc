@@ -373,6 +373,19 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
   EXPECT_EQ(p->replication.heartbeat_ms, 500);
   EXPECT_FALSE(p->replication.phi);
   EXPECT_EQ(p->replication.misses, 3);
+  EXPECT_EQ(p->replication.step_down_stall_ms, 3000);  // the primary's own health, on by default
+  EXPECT_EQ(p->replication.step_down_errors, 3);
+  StatusOr<EdgeConfig> off = ParseEdgeConfig(std::string(kGood) +
+                                                 "replication:\n  role: primary\n  peer: b:7420\n"
+                                                 "  step_down: {stall_ms: 0, errors: 5}\n" + tls,
+                                             "edge.yaml");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->replication.step_down_stall_ms, 0);
+  EXPECT_EQ(off->replication.step_down_errors, 5);
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
+                                        "  step_down: {stall_ms: 20}\n" + tls, "edge.yaml").status())
+                .find("replication.step_down.stall_ms: 0 (never) or at least 100"),
+            std::string::npos);
   StatusOr<EdgeConfig> s = ParseEdgeConfig(
       std::string(kGood) + "replication:\n  role: standby\n  peer: gpu-a:7420\n  node: gpu-b\n  heartbeat_ms: 100\n" +
           "  detector: {kind: phi, threshold: 10, min_std_dev_ms: 20, acceptable_pause_ms: 200}\n" + tls,

@@ -113,6 +113,7 @@ TEST(WorkerPool, EachStreamInOrderAcrossWorkersWithItsOwnDetections) {
         EXPECT_EQ(device, 0u);
         std::mt19937 rng(seed + static_cast<unsigned>(batch_no++));
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));  // batches end out of order
+        return absl::OkStatus();
       });
   std::vector<std::thread> producers;
   for (size_t s = 0; s < kStreams; ++s) {
@@ -198,6 +199,7 @@ TEST(WorkerPool, ASlowEngineServesEveryStreamWithinOneBatch) {
         }
         std::this_thread::sleep_for(milliseconds(1));  // the slow engine
         EXPECT_TRUE(all_queued()) << "a producer did not refill its queue";
+        return absl::OkStatus();
       });
   for (int i = 0; i < 60000 && batches.load() < kBatches; ++i) std::this_thread::sleep_for(milliseconds(1));
   closing = true;
@@ -230,6 +232,31 @@ TEST(WorkerPool, BadOptionsAreRefusedByName) {
     return absl::NotFoundError("model m.onnx on " + device + ": no such file");
   };
   EXPECT_EQ(WorkerPool::Load(o).status().message(), "model m.onnx on cpu: no such file");
+}
+
+// A before_detect that refuses a batch fails that batch alone: the sink gets its frames with the status
+// and no detections; the batches around it are detected as usual.
+TEST(WorkerPool, ABatchRefusedBeforeDetectionFailsAloneWithItsStatus) {
+  StatusOr<std::unique_ptr<WorkerPool>> pool = WorkerPool::Load(FakeOptions(1, 1, 1));
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, std::string>> results;  // (seq, status message or "ok")
+  std::atomic<int> calls{0};
+  (*pool)->Start(
+      [&](BatchResult& r) {
+        std::lock_guard lock(mu);
+        ASSERT_EQ(r.items.size(), 1u);
+        EXPECT_EQ(r.detections.size(), r.status.ok() ? 1u : 0u);
+        results.emplace_back(r.items[0].frame.seq, r.status.ok() ? "ok" : std::string(r.status.message()));
+      },
+      [&](std::vector<WorkItem>&, size_t) -> Status {
+        return ++calls == 2 ? absl::InternalError("injected fault") : absl::OkStatus();
+      });
+  for (uint64_t seq = 0; seq < 3; ++seq) ASSERT_TRUE((*pool)->Push(0, ItemOf(0, seq)));
+  (*pool)->Close();
+  ASSERT_TRUE((*pool)->WaitDone(milliseconds(60000)));
+  const std::vector<std::pair<uint64_t, std::string>> want = {{0, "ok"}, {1, "injected fault"}, {2, "ok"}};
+  EXPECT_EQ(results, want);
 }
 
 }  // namespace

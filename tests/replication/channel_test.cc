@@ -238,9 +238,9 @@ TEST_F(ChannelTest, APrimaryThatEndsOnPurposeSaysSoAfterItsLastLedgerState) {
     std::lock_guard lock(mu);
     seen.push_back("ledger " + std::to_string(l.at(0).next_seq));
   };
-  o.on_finished = [&](bool done) {
+  o.on_finished = [&](bool done, const std::string& reason) {
     std::lock_guard lock(mu);
-    seen.push_back(done ? "finished: streams done" : "finished: stopped");
+    seen.push_back(done ? "finished: streams done" : "finished: " + reason);
   };
   StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
   ASSERT_TRUE(standby.ok()) << standby.status();
@@ -249,6 +249,26 @@ TEST_F(ChannelTest, APrimaryThatEndsOnPurposeSaysSoAfterItsLastLedgerState) {
   ASSERT_TRUE(Eventually([&] { return standby_ends.count() == 1; }));
   std::lock_guard lock(mu);
   EXPECT_EQ(seen, (std::vector<std::string>{"ledger 100", "finished: streams done"}));
+}
+
+TEST_F(ChannelTest, APrimaryThatStepsDownSaysWhyAndSaysItOnce) {
+  Ends primary_ends, standby_ends;
+  auto primary = StartPrimary(&primary_ends);
+  ASSERT_TRUE(primary);
+  std::mutex mu;
+  std::vector<std::string> seen;
+  StandbyChannelOptions o = Standby(primary->port(), &standby_ends);
+  o.on_finished = [&](bool done, const std::string& reason) {
+    std::lock_guard lock(mu);
+    seen.push_back((done ? "done: " : "stopped: ") + reason);
+  };
+  StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  primary->Finish(/*streams_done=*/false, "no inference batch completed for 3000 ms");
+  primary->Finish(/*streams_done=*/true);  // the run's end later: the standby heard the step-down already
+  ASSERT_TRUE(Eventually([&] { return standby_ends.count() == 1; }));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(seen, (std::vector<std::string>{"stopped: no inference batch completed for 3000 ms"}));
 }
 
 TEST_F(ChannelTest, OptionsAreChecked) {

@@ -50,6 +50,10 @@
 //     heartbeat_ms: 500              # standby → primary heartbeats (answered at once)
 //     detector: {kind: fixed, misses: 3}          # suspect after misses × heartbeat_ms of silence, or
 //               {kind: phi, threshold: 8, min_std_dev_ms: 50, acceptable_pause_ms: 0}   # φ accrual
+//     step_down: {stall_ms: 3000, errors: 3}       # the primary's own health: it hands over to its paired
+//                                    # standby at once when no inference batch completed for stall_ms while
+//                                    # frames wait for one, or when `errors` batches in a row failed (a CUDA
+//                                    # error is sticky: every later batch fails). 0 turns either off
 //     The channel's end (the primary's process gone) is a takeover at once; silence only when the
 //     detector suspects. The standby keeps the primary's ledger records in its own state_dir and, on
 //     takeover, runs as the edge from there (files continue at the aggregator's cursor; a live source's
@@ -143,6 +147,8 @@ struct ReplicationConfig {
   double phi_threshold = 8;              // phi: (0, 100]
   int min_std_dev_ms = 50;               // phi: 1..60000
   int acceptable_pause_ms = 0;           // phi: 0..600000
+  int step_down_stall_ms = 3000;         // step_down.stall_ms: 0 (never) or 100..600000
+  int step_down_errors = 3;              // step_down.errors: 0 (never) or 1..1000
 };
 
 struct EdgeConfig {

@@ -102,7 +102,9 @@ struct WorkerPoolOptions {
 class WorkerPool {
  public:
   using Sink = std::function<void(BatchResult& result)>;
-  using BeforeDetect = std::function<void(std::vector<WorkItem>& batch, size_t device)>;
+  // Before a batch is detected, on its worker's thread. A non-OK status fails the batch with it (nothing is
+  // detected; the sink gets a BatchResult with that status): the edge's fault injection uses it.
+  using BeforeDetect = std::function<Status(std::vector<WorkItem>& batch, size_t device)>;
   using OnWorkerStart = std::function<void(size_t device, size_t worker)>;
 
   // Checks the options and loads the Detectors (in parallel: a CUDA load compiles cuDNN engines on the CPU).

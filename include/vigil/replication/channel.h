@@ -82,8 +82,9 @@ class PrimaryChannel {
   virtual void PublishLedger(std::vector<MirroredStream> streams) = 0;
   // Tells the paired standby that this primary ends on purpose (sent after the last ledger state, waiting up
   // to a second for it to go out): `streams_done` — every stream ended, the standby has nothing to take over;
-  // otherwise a stop was asked for, and the standby takes over at once (a switchover). Then Stop().
-  virtual void Finish(bool streams_done) = 0;
+  // otherwise a stop was asked for, or (`reason` non-empty) this primary steps down because it is unhealthy,
+  // and the standby takes over at once. Then Stop(). Thread-safe; a second call only stops.
+  virtual void Finish(bool streams_done, std::string reason = {}) = 0;
   virtual void Stop() = 0;                        // idempotent; ends the paired stream
 };
 
@@ -97,7 +98,9 @@ struct StandbyChannelOptions {
   std::function<void(int64_t)> on_heartbeat;  // the primary's answers, arrival steady ns
   std::function<void(const Status&)> on_end;  // once, when the stream ends after pairing
   std::function<void(const std::vector<MirroredStream>&)> on_ledger;  // each ledger state the primary sends
-  std::function<void(bool streams_done)> on_finished;  // the primary ends on purpose (before on_end)
+  // The primary ends on purpose (before on_end): every stream done, or a stop (reason "") or a step-down
+  // (reason: why it found itself unhealthy).
+  std::function<void(bool streams_done, const std::string& reason)> on_finished;
 };
 
 class StandbyChannel {
