@@ -55,6 +55,7 @@ struct Stream {
   std::unique_ptr<video::Source> source;        // opened, until its reader takes it
   std::unique_ptr<video::StreamReader> reader;  // null when the stream failed to open
   bool live = false;
+  bool first_frame_seen = false;  // Feed's thread
   uint64_t run = 0;  // set once the ledger is admitted, before the reader starts
   std::deque<std::pair<uint64_t, int64_t>> unacked;  // (seq, source_steady_ns) of reported frames; stats_mu_
   uint64_t frames = 0;               // GUARDED_BY(stats_mu_)
@@ -89,6 +90,9 @@ class Edge final : public transport::CourierHandler {
   // Calls `f` once, on Run's thread, when this edge finds itself unhealthy — no inference batch completed for
   // `stall_ms` while frames wait for one, or `errors` batches in a row failed — with why (a primary steps
   // down). 0 turns either check off. Set before Run.
+  // A standby: the primary's last contact (steady ns) once it took over, 0 before. Each live stream's first
+  // frame after it measures the camera time the takeover missed (frames no node numbered). Set before Run.
+  void set_takeover_contact(std::shared_ptr<const std::atomic<int64_t>> contact) { takeover_contact_ = std::move(contact); }
   void set_on_unhealthy(std::function<void(const std::string& why)> f, int stall_ms, int errors) {
     on_unhealthy_ = std::move(f);
     unhealthy_stall_ms_ = stall_ms;
@@ -200,6 +204,7 @@ class Edge final : public transport::CourierHandler {
   uint64_t fault_after_ = 0;
   int fault_ms_ = 0;
   std::atomic<uint64_t> batches_started_{0};
+  std::shared_ptr<const std::atomic<int64_t>> takeover_contact_;  // set_takeover_contact
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   int http_port_ = 0;
@@ -532,6 +537,19 @@ void Edge::Feed(size_t index) {
       break;
     }
     const uint64_t seq = frame.seq;
+    if (s.live && !std::exchange(s.first_frame_seen, true) && takeover_contact_ && takeover_contact_->load() > 0) {
+      // Camera time no node saw: from the old primary's last contact to this node's first picture (its
+      // numbered-but-unstored frames are reported apart, as lost_on_restart).
+      const double gap_s = static_cast<double>(SteadyNs() - takeover_contact_->load()) * 1e-9;
+      reg_.GetGauge("vigil_edge_takeover_camera_gap_seconds",
+                    "Live camera time missed by the last takeover: the old primary's last contact to this node's "
+                    "first frame",
+                    {{"stream", s.config.id}})
+          .Set(gap_s);
+      spdlog::warn("stream '{}': {} ms of camera time missed in the takeover (the old primary's last contact to "
+                   "this node's first frame, seq {})",
+                   s.config.id, static_cast<int64_t>(gap_s * 1000), seq);
+    }
     ++frames_pushed_;
     if (!pool_->Push(index, {index, std::move(frame)})) {
       --frames_pushed_;
@@ -1104,11 +1122,14 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
       role("primary").Set(0);
       role("standby").Set(1);
       auto lost_at = std::make_shared<std::atomic<int64_t>>(0);  // the primary's last contact, once taken over
+      auto contact = std::make_shared<std::atomic<int64_t>>(0);  // the same, kept for the camera gap
+      edge.set_takeover_contact(contact);
       o.after_load = [&, lost_at]() -> Status {
         PrewarmPlacement(config.placement);  // the topology discovery is not left on the takeover's path
         VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(config, digest, stop));
         takeovers.Inc();
         lost_at->store(t.last_contact_ns);
+        contact->store(t.last_contact_ns);
         spdlog::warn("replication: '{}' is now the primary of edge '{}' ({} ms after the primary's last contact)",
                      rc.node, config.edge, (t.decided_ns - t.last_contact_ns) / 1'000'000);
         // The takeover goes on even when the channel cannot be served: publishing matters more than a standby.

@@ -18,7 +18,9 @@ processes on loopback, the replication channel under mutual TLS (certificates ma
 - The aggregator frozen for 2 s across a takeover: nothing lost.
 - The standby killed and restarted: the primary never stalls; the standby pairs again and can take over.
 - An inference stall injected into the primary (VIGIL_FAULT_INFERENCE): it steps down, the standby takes over.
-Not here yet (issue 16): a live source.
+- A live camera (FFmpeg's test picture as MPEG-TS over TCP): the primary SIGKILLed, the standby continues the
+  same run above every seq the primary numbered; what the primary numbered and never stored is reported as
+  lost, the camera time nobody saw is measured apart.
 Needs: VIGIL_BIN built with gRPC, the int8 YOLOv8n in VIGIL_SHARED_MODELS, ffmpeg/ffprobe, openssl, vtest.avi.
 """
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from common import THREADS, vigil_bin
-from edge_harness import Aggregator, free_port, query, read_metrics, metric, stored_frames
+from edge_harness import Aggregator, Camera, free_port, query, read_metrics, metric, stored_frames
 from test_edge_e2e import FRAMES, MODEL, assert_accounted_once, vtest200  # noqa: F401 (fixture)
 
 
@@ -509,3 +511,58 @@ def test_an_inference_stall_on_the_primary_makes_it_step_down_and_the_standby_ta
     m = read_metrics(tmp_path / "node-a.prom")
     assert metric(m, "vigil_edge_step_downs_total") == 1
     assert metric(m, "vigil_edge_rejoins_total") == 1
+
+
+def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time_is_reported(tmp_path):
+    """A live source (a camera that serves a new client after the old one went away, as network cameras do):
+    the primary is SIGKILLed; the standby takes over and continues the run above every seq the primary numbered
+    (its mirrored high-water mark): every seq of the run is stored once or reported lost (frames the primary
+    numbered and never got stored), no gap; the camera time between the primary's last contact and the
+    standby's first frame is reported on its own (log and vigil_edge_takeover_camera_gap_seconds)."""
+    if not shutil.which("ffmpeg"):
+        pytest.skip("ffmpeg not available")
+    port = free_port()
+    agg = Aggregator(tmp_path, port)
+    agg.start()
+    camera = Camera(tmp_path)
+    camera.start()
+    pair = Pair(tmp_path, Path("/nonexistent"), agg)
+    for node in ("node-a", "node-b"):
+        cfg = pair.cfg[node]
+        cfg.write_text(cfg.read_text().replace("source: /nonexistent\n    realtime: true\n", f"source: {camera.url}\n"))
+    pair.start("node-a")
+    pair.start("node-b")
+    rows = lambda: query(agg.db, "SELECT f.run, f.seq, f.kind, f.epoch FROM frames f ORDER BY f.run, f.seq") \
+        if agg.db.exists() else []
+    try:
+        wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
+        wait_for(lambda: len(rows()) >= 30, 120, "30 frames of the camera stored")
+        pair.procs["node-a"].kill()
+        pair.procs["node-a"].wait(timeout=30)
+        camera.stop()  # the camera drops its dead client and takes the next one
+        camera.start()
+        wait_for(lambda: "takes over edge 'e2e-edge'" in pair.log("node-b"), 30, "the takeover")
+        wait_for(lambda: sum(1 for r in rows() if r[3] == 2 and r[2] != 4) >= 20, 120, "20 frames of the new primary")
+        pair.procs["node-b"].send_signal(signal.SIGTERM)
+        rc = pair.procs["node-b"].wait(timeout=120)
+        assert rc == 0, f"node-b exited {rc}:\n{pair.log('node-b')[-3000:]}"
+    finally:
+        pair.kill_all()
+        camera.stop()
+        agg.kill(signal.SIGTERM)
+    after = rows()
+    assert {r[0] for r in after} == {1}, "the standby must continue the primary's run"
+    seqs = [r[1] for r in after]
+    assert seqs == list(range(len(seqs))), "every seq of the run is accounted exactly once, with no gap"
+    first_new = min(r[1] for r in after if r[3] == 2)
+    assert all(r[3] == 1 for r in after if r[1] < first_new), "frames of the old epoch after the new one's first"
+    lost = [r[1] for r in after if r[2] == 4 and r[3] == 2]
+    assert lost == list(range(lost[0], lost[0] + len(lost))) if lost else True, f"lost seqs not one block: {lost}"
+    m = read_metrics(tmp_path / "node-b.prom")
+    assert metric(m, "vigil_edge_frames_lost_on_restart_total", stream="vtest") == len(lost)
+    gap = metric(m, "vigil_edge_takeover_camera_gap_seconds", stream="vtest")
+    assert 0 < gap < 30, gap
+    log_b = pair.log("node-b")
+    assert re.search(r"stream 'vtest': \d+ ms of camera time missed in the takeover", log_b), log_b[-3000:]
+    print(f"live takeover: {len(lost)} seqs the primary numbered and never stored (reported lost), "
+          f"{gap * 1000:.0f} ms of camera time missed")
