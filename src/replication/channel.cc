@@ -50,8 +50,21 @@ void ToProto(const PairDigest& d, v1::PairDigest* p) {
   p->set_streams(d.streams);
   p->set_rules(d.rules);
   p->set_pair(d.pair);
+  for (const StreamDigest& s : d.per_stream) {
+    v1::StreamDigest* x = p->add_per_stream();
+    x->set_id(s.id);
+    x->set_stream(s.stream);
+    x->set_rules(s.rules);
+  }
 }
-PairDigest FromProto(const v1::PairDigest& p) { return {p.model(), p.settings(), p.streams(), p.rules(), p.pair()}; }
+PairDigest FromProto(const v1::PairDigest& p) {
+  PairDigest d{p.model(), p.settings(), p.streams(), p.rules(), p.pair(), {}};
+  for (int i = 0; i < p.per_stream_size() && i < 100000; ++i) {  // bounded: names in a refusal, nothing more
+    const v1::StreamDigest& s = p.per_stream(i);
+    d.per_stream.push_back({s.id().substr(0, 256), s.stream(), s.rules()});
+  }
+  return d;
+}
 
 void ToProto(uint64_t version, const std::vector<MirroredStream>& streams, v1::LedgerState* p) {
   p->set_version(version);

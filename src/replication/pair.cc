@@ -6,6 +6,7 @@
 #include <onnx/onnx_pb.h>
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -104,6 +105,16 @@ StatusOr<PairDigest> ComputePairDigest(const PairInputs& inputs) {
   VIGIL_ASSIGN_OR_RETURN(d.streams, Sha256(Joined(inputs.streams)));
   VIGIL_ASSIGN_OR_RETURN(d.rules, Sha256(Joined(inputs.rules)));
   VIGIL_ASSIGN_OR_RETURN(d.pair, Sha256(d.model + d.settings + d.streams + d.rules));
+  for (size_t i = 0; i < inputs.streams.size(); ++i) {
+    StreamDigest s;
+    const std::string& text = inputs.streams[i];
+    if (text.rfind("id=", 0) == 0) s.id = text.substr(3, text.find(' ') == std::string::npos ? std::string::npos
+                                                                                            : text.find(' ') - 3);
+    if (s.id.empty()) s.id = StrCat("#", i + 1);
+    VIGIL_ASSIGN_OR_RETURN(s.stream, Sha256(text));
+    VIGIL_ASSIGN_OR_RETURN(s.rules, Sha256(i < inputs.rules.size() ? inputs.rules[i] : std::string()));
+    d.per_stream.push_back(std::move(s));
+  }
   return d;
 }
 
@@ -121,6 +132,27 @@ std::string DescribeMismatch(const PairDigest& a, const PairDigest& b, const std
   part("the streams", a.streams, b.streams);
   part("the rules", a.rules, b.rules);
   if (out.empty() && a.pair != b.pair) out = "the pair digests differ";
+  if ((a.streams != b.streams || a.rules != b.rules) && !a.per_stream.empty() && !b.per_stream.empty()) {
+    // Which streams: by id, then the order.
+    std::vector<std::string> details;
+    for (const StreamDigest& x : a.per_stream) {
+      const auto y = std::find_if(b.per_stream.begin(), b.per_stream.end(),
+                                  [&](const StreamDigest& s) { return s.id == x.id; });
+      if (y == b.per_stream.end()) {
+        details.push_back(StrCat("stream '", x.id, "' only on the ", a_name));
+        continue;
+      }
+      if (x.stream != y->stream) details.push_back(StrCat("stream '", x.id, "': its source or how it is read differs"));
+      if (x.rules != y->rules) details.push_back(StrCat("stream '", x.id, "': its rules differ"));
+    }
+    for (const StreamDigest& y : b.per_stream) {
+      if (std::none_of(a.per_stream.begin(), a.per_stream.end(), [&](const StreamDigest& s) { return s.id == y.id; })) {
+        details.push_back(StrCat("stream '", y.id, "' only on the ", b_name));
+      }
+    }
+    if (details.empty()) details.push_back("the same streams in another order");
+    for (const std::string& d : details) out += StrCat("; ", d);
+  }
   return out;
 }
 

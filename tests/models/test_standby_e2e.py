@@ -167,7 +167,8 @@ def test_a_standby_with_other_rules_is_refused_and_says_what_differs(vtest200, t
         agg.kill(signal.SIGTERM)
     log = (tmp_path / "standby.log").read_text()
     assert rc == 2, f"standby exited {rc}:\n{log[-3000:]}"
-    assert re.search(r"refused to pair: the rules differ \(primary [0-9a-f]{8}, standby [0-9a-f]{8}\)", log), log[-3000:]
+    assert re.search(r"refused to pair: the rules differ \(primary [0-9a-f]{8}, standby [0-9a-f]{8}\); "
+                     r"stream 'vtest': its rules differ", log), log[-3000:]
     assert "the model differs" not in log and "the streams differ" not in log
 
 

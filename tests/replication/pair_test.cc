@@ -119,5 +119,37 @@ TEST_F(PairTest, AMissingOrForeignModelFileIsAClearError) {
   EXPECT_NE(foreign.status().message().find("notes.onnx: not an ONNX model"), std::string::npos) << foreign.status();
 }
 
+TEST_F(PairTest, ARefusalNamesTheStreamsThatDiffer) {
+  const std::string m = Write("m.onnx", ConvModel("pytorch", "x", 0.5f));
+  PairInputs primary{m, "conf=0.25", {"id=door source=/v/door.mp4 realtime=1", "id=gate source=rtsp://g/1 realtime=0"},
+                     {"classes=person", "classes=car"}};
+  StatusOr<PairDigest> p = ComputePairDigest(primary);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->per_stream.size(), 2u);
+  EXPECT_EQ(p->per_stream[0].id, "door");
+  EXPECT_EQ(p->per_stream[1].id, "gate");
+
+  PairInputs rules = primary;  // one stream's rules
+  rules.rules[1] = "classes=car,truck";
+  EXPECT_EQ(DescribeMismatch(*p, *ComputePairDigest(rules), "primary", "standby"),
+            "the rules differ (primary " + Hex(p->rules).substr(0, 8) + ", standby " +
+                Hex(ComputePairDigest(rules)->rules).substr(0, 8) + "); stream 'gate': its rules differ");
+
+  PairInputs more = primary;  // a stream only one side has, and a source that moved
+  more.streams.push_back("id=yard source=/v/yard.mp4 realtime=1");
+  more.rules.push_back("classes=person");
+  more.streams[0] = "id=door source=/v/door2.mp4 realtime=1";
+  const std::string m2 = DescribeMismatch(*p, *ComputePairDigest(more), "primary", "standby");
+  EXPECT_NE(m2.find("; stream 'door': its source or how it is read differs"), std::string::npos) << m2;
+  EXPECT_NE(m2.find("; stream 'yard' only on the standby"), std::string::npos) << m2;
+  EXPECT_EQ(m2.find("'gate'"), std::string::npos) << m2;  // the same on both sides: not named
+
+  PairInputs swapped = primary;  // the same streams, another order (the ledger numbers streams by position)
+  std::swap(swapped.streams[0], swapped.streams[1]);
+  std::swap(swapped.rules[0], swapped.rules[1]);
+  const std::string m3 = DescribeMismatch(*p, *ComputePairDigest(swapped), "primary", "standby");
+  EXPECT_NE(m3.find("; the same streams in another order"), std::string::npos) << m3;
+}
+
 }  // namespace
 }  // namespace vigil::replication

@@ -32,16 +32,26 @@ struct PairInputs {
   std::vector<std::string> rules;    // canonical text per stream's rules
 };
 
+// One stream's share of the streams and rules parts, so that a refusal can name the stream that differs.
+struct StreamDigest {
+  std::string id;             // the stream id (the "id=" field of its canonical text)
+  std::string stream, rules;  // SHA-256 of its identity text and of its rules text, 32 raw bytes each
+  bool operator==(const StreamDigest&) const = default;
+};
+
 struct PairDigest {
   std::string model, settings, streams, rules;  // 32 raw bytes each
   std::string pair;                             // SHA-256 of the four, 32 raw bytes
+  std::vector<StreamDigest> per_stream;         // in stream order; for DescribeMismatch (not hashed into pair)
   bool operator==(const PairDigest&) const = default;
 };
 
 StatusOr<PairDigest> ComputePairDigest(const PairInputs& inputs);
 
 // "" when a and b agree; otherwise one sentence per differing part, joined by "; ", naming `a` as
-// `a_name` and `b` as `b_name` ("the model differs (primary 3fa1c2d0, standby 9b07e41a)").
+// `a_name` and `b` as `b_name` ("the model differs (primary 3fa1c2d0, standby 9b07e41a)"), and, where the
+// streams or rules differ and both sides sent per-stream digests, which streams ("stream 'door': its rules
+// differ", "stream 'gate' only on the standby", "the same streams in another order").
 std::string DescribeMismatch(const PairDigest& a, const PairDigest& b, const std::string& a_name,
                              const std::string& b_name);
 
