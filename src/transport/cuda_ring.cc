@@ -189,8 +189,19 @@ class CudaRingMapping final : public RingMapping {
       }
     }
     PublisherControl* c = control();
-    // Never more outstanding jobs than slots (RingWriter's flow control): no wait here in practice.
-    while (posted_ - Ref(c->done).load(std::memory_order_acquire) >= capacity_) std::this_thread::yield();
+    // Never more outstanding jobs than slots (RingWriter's flow control): no wait here in practice. A
+    // publisher that stopped (a CUDA error ended it) is not waited for forever.
+    for (int spins = 0; posted_ - Ref(c->done).load(std::memory_order_acquire) >= capacity_; ++spins) {
+      if (spins >= 100000) {
+        const cudaError_t q = cudaStreamQuery(stream_);
+        if (q != cudaErrorNotReady) {
+          cudaGetLastError();
+          return absl::UnavailableError(StrCat("cuda_ipc: the publisher kernel left with every job slot in use (",
+                                               q == cudaSuccess ? "its stream idle" : cudaGetErrorName(q), ")"));
+        }
+      }
+      std::this_thread::yield();
+    }
     jobs()[posted_ % capacity_] = job;
     Ref(c->posted).store(++posted_, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker: our `posted` before reading its `state`
