@@ -128,7 +128,13 @@ class Edge final : public transport::CourierHandler {
     }
     fenced_ = true;
     fenced_gauge_->Set(1);
-    spdlog::error("edge '{}': fenced, stopping: {}", config_.edge, std::string(why.message()));
+    // With a standby this is how a primary learns it was taken over (expected); a lone edge fenced means
+    // another process runs its id: an error.
+    if (config_.replication.role != ReplicationConfig::Role::kNone) {
+      spdlog::warn("edge '{}': fenced, stopping: {}", config_.edge, std::string(why.message()));
+    } else {
+      spdlog::error("edge '{}': fenced, stopping: {}", config_.edge, std::string(why.message()));
+    }
     ledger_->outbox().Close();  // nothing more leaves; a waiting Record returns at once
   }
 
@@ -991,6 +997,9 @@ Status Edge::Run(const EdgeRunOptions& options) {
   // Inference on the pool's threads, each bound to its device's cores (its OpenMP team, created from it,
   // inherits that); the ledger and the rules on the sink thread.
   last_batch_ns_ = SteadyNs();
+  if (on_unhealthy_) {  // scrapeable at 0 before the first time
+    reg_.GetCounter("vigil_edge_unhealthy_total", "Times this edge found its inference stalled or failing (replication)");
+  }
   pool_->Start([this](BatchResult& r) { OnBatch(r); },
                [this](std::vector<WorkItem>& batch, size_t) -> Status {
                  for (const WorkItem& item : batch) {

@@ -220,9 +220,13 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
       if (rc.phi && d->Has("misses")) d->Error("misses", "misses is the fixed detector's (kind: fixed)");
     }
     if (std::optional<ConfigMap> sd = r->Map("step_down")) {
-      if (sd->Get("stall_ms", &rc.step_down_stall_ms, 0, 600000) && rc.step_down_stall_ms > 0 &&
-          rc.step_down_stall_ms < 100) {
-        sd->Error("stall_ms", "0 (never) or at least 100");
+      int64_t v = rc.step_down_stall_ms;  // one message for every value out of bounds: 0 (never) or 100..600000
+      if (sd->Get("stall_ms", &v, int64_t{-(int64_t{1} << 40)}, int64_t{1} << 40)) {
+        if (v != 0 && (v < 100 || v > 600000)) {
+          sd->Error("stall_ms", StrCat(v, " is out of range: 0 (never) or 100..600000"));
+        } else {
+          rc.step_down_stall_ms = static_cast<int>(v);
+        }
       }
       sd->Get("errors", &rc.step_down_errors, 0, 1000);
     }

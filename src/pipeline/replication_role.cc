@@ -157,6 +157,8 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
         std::lock_guard lock(shared->mu);
         shared->finished = streams_done;
         shared->finish_reason = reason;
+        shared->last_contact = std::max(shared->last_contact, SteadyNs());  // the primary spoke: the takeover
+                                                                           // is timed from its word
       }
       shared->cv.notify_all();
     };

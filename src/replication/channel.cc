@@ -202,7 +202,8 @@ class PrimaryService final : public v1::Replication::Service {
     const Status why = ctx->IsCancelled() ? absl::UnavailableError(StrCat("standby '", node, "': the stream was cancelled"))
                        : end.ok()         ? absl::UnavailableError(StrCat("standby '", node, "' ended the stream"))
                                           : absl::InvalidArgumentError(StrCat("standby '", node, "': ", end.error_message()));
-    spdlog::warn("replication: {}", std::string(why.message()));
+    // A standby that leaves (it took over, was stopped, probed and hung up, or died) is news, not a fault here.
+    spdlog::info("replication: {}; this primary goes on without a standby", std::string(why.message()));
     if (opt_.on_end) opt_.on_end(why);
     return end;
   }

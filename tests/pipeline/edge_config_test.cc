@@ -384,7 +384,11 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
   EXPECT_EQ(off->replication.step_down_errors, 5);
   EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
                                         "  step_down: {stall_ms: 20}\n" + tls, "edge.yaml").status())
-                .find("replication.step_down.stall_ms: 0 (never) or at least 100"),
+                .find("replication.step_down.stall_ms: 20 is out of range: 0 (never) or 100..600000"),
+            std::string::npos);
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
+                                        "  step_down: {stall_ms: 700000}\n" + tls, "edge.yaml").status())
+                .find("replication.step_down.stall_ms: 700000 is out of range: 0 (never) or 100..600000"),
             std::string::npos);
   StatusOr<EdgeConfig> s = ParseEdgeConfig(
       std::string(kGood) + "replication:\n  role: standby\n  peer: gpu-a:7420\n  node: gpu-b\n  heartbeat_ms: 100\n" +
