@@ -17,7 +17,8 @@ processes on loopback, the replication channel under mutual TLS (certificates ma
 - The replication channel cut by a proxy while both nodes reach the aggregator: exactly one publishes.
 - The aggregator frozen for 2 s across a takeover: nothing lost.
 - The standby killed and restarted: the primary never stalls; the standby pairs again and can take over.
-- An inference stall injected into the primary (VIGIL_FAULT_INFERENCE): it steps down, the standby takes over.
+- An inference stall injected into the primary (VIGIL_FAULT_INFERENCE): it steps down, the standby takes over;
+  the same with batches that fail from some point on (a sticky CUDA error's pattern).
 - A live camera (FFmpeg's test picture as MPEG-TS over TCP): the primary SIGKILLed, the standby continues the
   same run above every seq the primary numbered; what the primary numbered and never stored is reported as
   lost, the camera time nobody saw is measured apart.
@@ -567,3 +568,36 @@ def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time
     assert re.search(r"stream 'vtest': \d+ ms of camera time missed in the takeover", log_b), log_b[-3000:]
     print(f"live takeover: {len(lost)} seqs the primary numbered and never stored (reported lost), "
           f"{gap * 1000:.0f} ms of camera time missed")
+
+
+def test_failing_inference_batches_make_the_primary_step_down(vtest200, tmp_path):
+    """Every batch of the primary fails from its 70th on (VIGIL_FAULT_INFERENCE=error:70, as a sticky CUDA error
+    would): after step_down.errors (3) in a row it hands over with the reason; the standby takes over; the frames
+    the failed batches held are stored as drop marks (detect_error), every other frame with its report, each once."""
+    port = free_port()
+    agg = Aggregator(tmp_path, port)
+    agg.start()
+    pair = Pair(tmp_path, vtest200, agg)
+    pair.start("node-a", env={"VIGIL_FAULT_INFERENCE": "error:70"})
+    pair.start("node-b")
+    try:
+        wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
+        assert "injected inference error" not in pair.log("node-a"), "the errors came before the standby paired"
+        wait_for(lambda: "takes over edge 'e2e-edge'" in pair.log("node-b"), 120, "the takeover")
+        for node in ("node-b", "node-a"):
+            rc = pair.procs[node].wait(timeout=300)
+            assert rc == 0, f"{node} exited {rc}:\n{pair.log(node)[-3000:]}"
+    finally:
+        pair.kill_all()
+        agg.kill(signal.SIGTERM)
+    # Every seq once in one run: detections (1), progress (2), or a drop mark (3: the failed batches' frames).
+    rows = query(agg.db, "SELECT run, seq, kind, epoch FROM frames ORDER BY run, seq")
+    assert {r[0] for r in rows} == {1} and [r[1] for r in rows] == list(range(FRAMES)), rows[:5]
+    dropped = [r for r in rows if r[2] == 3]
+    assert len(dropped) >= 3 and all(r[3] == 1 for r in dropped), dropped
+    assert {r[2] for r in rows} <= {1, 2, 3}
+    log_a, log_b = pair.log("node-a"), pair.log("node-b")
+    assert re.search(r"steps down: \d+ inference batches in a row failed \(the last: injected inference error", log_a), \
+        log_a[-3000:]
+    assert "takes over edge 'e2e-edge': the primary stepped down: " in log_b, log_b[-3000:]
+    assert metric(read_metrics(tmp_path / "node-a.prom"), "vigil_edge_step_downs_total") == 1
