@@ -25,6 +25,7 @@
 #include "vigil/common/npy.h"
 #include "vigil/detect/detector.h"
 #include "vigil/pipeline/frame_ref.h"
+#include "vigil/pipeline/health.h"
 #include "vigil/pipeline/ledger.h"
 #include "vigil/pipeline/placement.h"
 #include "vigil/pipeline/rules.h"
@@ -87,16 +88,15 @@ class Edge final : public transport::CourierHandler {
   }
   // A second Edge on the same registry (a fenced primary rejoining as standby) must not hook it again.
   void set_register_numa(bool on) { register_numa_ = on; }
-  // Calls `f` once, on Run's thread, when this edge finds itself unhealthy — no inference batch completed for
-  // `stall_ms` while frames wait for one, or `errors` batches in a row failed — with why (a primary steps
-  // down). 0 turns either check off. Set before Run.
   // A standby: the primary's last contact (steady ns) once it took over, 0 before. Each live stream's first
   // frame after it measures the camera time the takeover missed (frames no node numbered). Set before Run.
   void set_takeover_contact(std::shared_ptr<const std::atomic<int64_t>> contact) { takeover_contact_ = std::move(contact); }
-  void set_on_unhealthy(std::function<void(const std::string& why)> f, int stall_ms, int errors) {
+  // Calls `f` once, on Run's thread, when this edge finds itself unhealthy (health.h: no inference batch
+  // completed for bounds.stall_ms while frames wait for one, or bounds.errors batches in a row failed) with
+  // why (a primary steps down). Set before Run.
+  void set_on_unhealthy(std::function<void(const std::string& why)> f, HealthBounds bounds) {
     on_unhealthy_ = std::move(f);
-    unhealthy_stall_ms_ = stall_ms;
-    unhealthy_errors_ = errors;
+    health_bounds_ = bounds;
   }
 
   // ---- transport::CourierHandler (courier threads) ----
@@ -196,7 +196,7 @@ class Edge final : public transport::CourierHandler {
   bool stall_reported_ = false;
   // WatchHealth: the callback and its bounds (set before Run), what the pool did (sink and feeder threads).
   std::function<void(const std::string&)> on_unhealthy_;
-  int unhealthy_stall_ms_ = 0, unhealthy_errors_ = 0;
+  HealthBounds health_bounds_;
   bool unhealthy_reported_ = false;           // Periodic's thread
   std::atomic<int64_t> last_batch_ns_{0};     // the last batch result (or the pool's start)
   std::atomic<uint64_t> frames_pushed_{0}, frames_done_{0};
@@ -595,14 +595,12 @@ void Edge::SaveFrame(const Stream& s, const video::Frame& f) {
 void Edge::OnBatch(BatchResult& r) {
   frames_done_ += r.items.size();
   last_batch_ns_ = SteadyNs();
-  if (r.status.ok()) {
-    failed_in_row_ = 0;
-  } else {
-    ++failed_in_row_;
-    std::lock_guard lock(batch_error_mu_);
-    last_batch_error_ = std::string(r.status.message());
-  }
+  failed_in_row_ = r.status.ok() ? 0 : failed_in_row_ + 1;  // the sink thread is the only writer
   if (!r.status.ok()) {
+    {
+      std::lock_guard lock(batch_error_mu_);
+      last_batch_error_ = std::string(r.status.message());
+    }
     spdlog::error("detection of a batch of {} frames on {} failed: {}", r.items.size(), config_.devices[r.device],
                   std::string(r.status.message()));
     for (const WorkItem& item : r.items) {
@@ -724,19 +722,17 @@ void Edge::Periodic(bool force) {
 // batch after batch. Reported once per Run.
 void Edge::WatchHealth(int64_t now) {
   if (!on_unhealthy_ || unhealthy_reported_) return;
-  std::string why;
-  const int failed = failed_in_row_.load();
-  if (unhealthy_errors_ > 0 && failed >= unhealthy_errors_) {
+  HealthSample sample;
+  sample.now_ns = now;
+  sample.last_batch_ns = last_batch_ns_.load();
+  sample.frames_done = frames_done_.load();  // before pushed: a frame counted done was counted pushed
+  sample.frames_pushed = frames_pushed_.load();
+  sample.failed_in_row = failed_in_row_.load();
+  {
     std::lock_guard lock(batch_error_mu_);
-    why = StrCat(failed, " inference batches in a row failed (the last: ", last_batch_error_, ")");
-  } else if (unhealthy_stall_ms_ > 0) {
-    const uint64_t done = frames_done_.load();
-    const uint64_t pushed = frames_pushed_.load();
-    const int64_t idle_ms = (now - last_batch_ns_.load()) / 1'000'000;
-    if (pushed > done && idle_ms >= unhealthy_stall_ms_) {
-      why = StrCat("no inference batch completed for ", idle_ms, " ms with ", pushed - done, " frame(s) waiting");
-    }
+    sample.last_error = last_batch_error_;
   }
+  const std::string why = UnhealthyReason(sample, health_bounds_);
   if (why.empty()) return;
   unhealthy_reported_ = true;
   reg_.GetCounter("vigil_edge_unhealthy_total", "Times this edge found its inference stalled or failing (replication)")
@@ -1123,21 +1119,22 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
           spdlog::error("replication: '{}' steps down: {}; its standby takes over", rc.node, why);
           stepping_down = std::thread([ch = channel.get(), why] { ch->Finish(/*streams_done=*/false, why); });
         },
-        rc.step_down_stall_ms, rc.step_down_errors);
+        HealthBounds{rc.step_down_stall_ms, rc.step_down_errors});
     EdgeRunOptions o = options;
     if (!standby) {
       VIGIL_RETURN_IF_ERROR(become_primary());
     } else {
       role("primary").Set(0);
       role("standby").Set(1);
-      auto lost_at = std::make_shared<std::atomic<int64_t>>(0);  // the primary's last contact, once taken over
-      auto contact = std::make_shared<std::atomic<int64_t>>(0);  // the same, kept for the camera gap
+      // The primary's last contact once taken over (the takeover's and the camera gap's start); `timed`: the
+      // takeover's time was logged (at the first ack).
+      auto contact = std::make_shared<std::atomic<int64_t>>(0);
+      auto timed = std::make_shared<std::atomic<bool>>(false);
       edge.set_takeover_contact(contact);
-      o.after_load = [&, lost_at]() -> Status {
+      o.after_load = [&, contact]() -> Status {
         PrewarmPlacement(config.placement);  // the topology discovery is not left on the takeover's path
         VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(config, digest, stop));
         takeovers.Inc();
-        lost_at->store(t.last_contact_ns);
         contact->store(t.last_contact_ns);
         spdlog::warn("replication: '{}' is now the primary of edge '{}' ({} ms after the primary's last contact)",
                      rc.node, config.edge, (t.decided_ns - t.last_contact_ns) / 1'000'000);
@@ -1149,9 +1146,9 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
         }
         return absl::OkStatus();
       };
-      o.on_acked = [inner = options.on_acked, lost_at, &takeover_s, &config](const transport::Ack& a) {
-        const int64_t lost = lost_at->exchange(0);
-        if (lost != 0) {
+      o.on_acked = [inner = options.on_acked, contact, timed, &takeover_s, &config](const transport::Ack& a) {
+        const int64_t lost = contact->load();
+        if (lost != 0 && !timed->exchange(true)) {
           const int64_t ms = (SteadyNs() - lost) / 1'000'000;
           takeover_s.Set(static_cast<double>(ms) / 1000.0);
           spdlog::warn("replication: takeover of edge '{}' complete: first report stored {} ms after the primary's "

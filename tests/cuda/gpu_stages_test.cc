@@ -24,6 +24,7 @@
 #include "detect/cuda/gpu_stages.h"
 #include "infer/cuda/cuda_util.h"
 #include "infer/cuda/device.h"
+#include "testing/require_gpu.h"
 #include "testing/graph_builder.h"
 #include "vigil/common/npy.h"
 #include "vigil/detect/decode.h"
@@ -36,13 +37,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using vigil::cuda::DeviceBuffer;
-
-#define VIGIL_REQUIRE_GPU()                                                                              \
-  do {                                                                                                   \
-    std::string why;                                                                                     \
-    if (vigil::cuda::ListDevices(&why).empty())                                                          \
-      GTEST_SKIP() << "no CUDA device (" << why << "); GPU tests run via scripts/gpu-check.sh";          \
-  } while (0)
 
 DeviceBuffer Upload(const void* data, size_t bytes) {
   auto b = DeviceBuffer::Allocate(bytes, "test");

@@ -19,6 +19,7 @@
 
 #include "infer/cuda/cudnn_conv.h"
 #include "infer/cuda/device.h"
+#include "testing/require_gpu.h"
 #include "infer/cuda/plan_cache.h"
 #include "testing/graph_builder.h"
 #include "vigil/infer/engine.h"
@@ -228,14 +229,6 @@ TEST(PlanCacheFile, UnwritableFolderIsAnErrorNamingTheFile) {
 }
 
 // ---- On a GPU ----------------------------------------------------------------------------------
-
-#define VIGIL_REQUIRE_GPU()                                                                                      \
-  do {                                                                                                           \
-    std::string why;                                                                                             \
-    if (cuda::ListDevices(&why).empty()) {                                                                       \
-      GTEST_SKIP() << "no CUDA device (" << (why.empty() ? "no device" : why) << "); GPU tests run via scripts/gpu-check.sh"; \
-    }                                                                                                            \
-  } while (0)
 
 using infer::testing::GraphBuilder;
 using infer::testing::RandomTensor;

@@ -24,6 +24,7 @@
 
 #include "vigil/common/status.h"
 #include "infer/cuda/device.h"
+#include "testing/require_gpu.h"
 #include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/link.h"
 #include "vigil/transport/outbox.h"
@@ -34,13 +35,6 @@ namespace {
 
 using std::chrono::milliseconds;
 constexpr milliseconds kTimeout{10000};
-
-#define VIGIL_REQUIRE_GPU()                                                                              \
-  do {                                                                                                   \
-    std::string why;                                                                                     \
-    if (vigil::cuda::ListDevices(&why).empty())                                                          \
-      GTEST_SKIP() << "no CUDA device (" << why << "); GPU tests run via scripts/gpu-check.sh";          \
-  } while (0)
 
 // Rows of report `seq`: distinct per report and row, so a slot mixed up or a row torn shows.
 std::vector<ReportDetection> RowsOf(uint64_t seq, size_t n) {

@@ -290,35 +290,41 @@ def test_aggregator_killed_and_restarted(vtest200, tmp_path):
     assert_accounted_once(agg.db, "vtest", FRAMES)
 
 
-def test_cuda_ipc_link_with_a_host_ring_across_an_aggregator_kill(vtest200, tmp_path):
-    """The cuda_ipc link as shipped, on a machine without a GPU (`device: host`): the edge prefers it over tcp,
-    the aggregator is SIGKILLed mid-run and restarted; every frame is stored once and the reports went
-    through the ring (the edge's link counters, the aggregator's ring counters)."""
+def run_a_link_across_an_aggregator_kill(tmp: Path, video: Path, agg_extra: str, transport: str):
+    """`vigil edge` with `transport` (the edge config's transport section, as a flow map) against an aggregator
+    with `agg_extra`, SIGKILLed mid-run and restarted; every frame must be stored once. Returns (edge metrics,
+    the restarted aggregator's metrics)."""
     port = free_port()
-    sock = tmp_path / "agg.sock"
-    agg = Aggregator(tmp_path, port, extra=f"cuda_ipc: {{socket: {sock}, device: host, slots: 8}}\n"
-                                           f"allow: [127.0.0.1/32]\n")
+    agg = Aggregator(tmp, port, extra=agg_extra)
     agg.start()
-    cfg = write_edge_config(tmp_path, port, vtest200, False)
-    cfg.write_text(cfg.read_text().replace(
-        "streams:\n", f"transport: {{links: [cuda_ipc, tcp], cuda_ipc: {sock}, probe_interval_ms: 100}}\nstreams:\n", 1))
-    edge = start_edge(cfg, tmp_path)
+    cfg = write_edge_config(tmp, port, video, False)
+    cfg.write_text(cfg.read_text().replace("streams:\n", f"transport: {transport}\nstreams:\n", 1))
+    edge = start_edge(cfg, tmp)
     try:
         kill_aggregator_mid_run(agg, edge)
-        wait_edge(edge, tmp_path)
+        wait_edge(edge, tmp)
         text = urllib.request.urlopen(f"http://127.0.0.1:{agg.http_port}/metrics", timeout=10).read().decode()
     finally:
         if edge.poll() is None:
             edge.kill()
         agg.kill(signal.SIGTERM)
     assert_accounted_once(agg.db, "vtest", FRAMES)
-    m = read_metrics(tmp_path / "edge.prom")
+    return read_metrics(tmp / "edge.prom"), parse_metrics(text)
+
+
+def test_cuda_ipc_link_with_a_host_ring_across_an_aggregator_kill(vtest200, tmp_path):
+    """The cuda_ipc link as shipped, on a machine without a GPU (`device: host`): the edge prefers it over tcp,
+    the aggregator is SIGKILLed mid-run and restarted; every frame is stored once and the reports went
+    through the ring (the edge's link counters, the aggregator's ring counters)."""
+    sock = tmp_path / "agg.sock"
+    m, am = run_a_link_across_an_aggregator_kill(
+        tmp_path, vtest200, f"cuda_ipc: {{socket: {sock}, device: host, slots: 8}}\nallow: [127.0.0.1/32]\n",
+        f"{{links: [cuda_ipc, tcp], cuda_ipc: {sock}, probe_interval_ms: 100}}")
     assert metric(m, "vigil_edge_link_messages_total", link="cuda_ipc") > 0
     assert metric(m, "vigil_edge_link_messages_total", link="tcp") == 0
     assert metric(m, "vigil_edge_link_sessions_total", link="cuda_ipc") >= 2  # before and after the kill
     assert metric(m, "vigil_edge_link_transports", link="cuda_ipc", transports="shm") == 1
     assert metric(m, "vigil_edge_cuda_ipc_slots_total") > 0
-    am = parse_metrics(text)
     assert metric(am, "vigil_cuda_ipc_slots_total") > 0
     assert metric(am, "vigil_cuda_ipc_slots_rejected_total") == 0
     assert metric(am, "vigil_transport_rejected_total", link="cuda_ipc", reason="address") == 0
@@ -328,26 +334,12 @@ def test_ucx_link_across_an_aggregator_kill(vtest200, tmp_path):
     """The ucx link as shipped: the edge prefers it over tcp, the aggregator is SIGKILLed mid-run and restarted
     on the same ucx_listen port at once (the killed one's connections wait in TIME_WAIT there: a restart used to
     fail with "Address already in use"); every frame is stored once, all of them over ucx."""
-    port, ucx_port = free_port(), free_port()
-    agg = Aggregator(tmp_path, port, extra=f"ucx_listen: 127.0.0.1:{ucx_port}\n")
-    agg.start()
-    cfg = write_edge_config(tmp_path, port, vtest200, False)
-    cfg.write_text(cfg.read_text().replace(
-        "streams:\n", f"transport: {{links: [ucx, tcp], ucx: 127.0.0.1:{ucx_port}, probe_interval_ms: 100}}\nstreams:\n", 1))
-    edge = start_edge(cfg, tmp_path)
-    try:
-        kill_aggregator_mid_run(agg, edge)
-        wait_edge(edge, tmp_path)
-        text = urllib.request.urlopen(f"http://127.0.0.1:{agg.http_port}/metrics", timeout=10).read().decode()
-    finally:
-        if edge.poll() is None:
-            edge.kill()
-        agg.kill(signal.SIGTERM)
-    assert_accounted_once(agg.db, "vtest", FRAMES)
-    m = read_metrics(tmp_path / "edge.prom")
+    ucx_port = free_port()
+    m, am = run_a_link_across_an_aggregator_kill(
+        tmp_path, vtest200, f"ucx_listen: 127.0.0.1:{ucx_port}\n",
+        f"{{links: [ucx, tcp], ucx: 127.0.0.1:{ucx_port}, probe_interval_ms: 100}}")
     assert metric(m, "vigil_edge_link_messages_total", link="ucx") > 0
     assert metric(m, "vigil_edge_link_sessions_total", link="ucx") >= 2  # before and after the kill
-    am = parse_metrics(text)
     assert metric(am, "vigil_transport_connections_total", link="ucx", result="authenticated") >= 1
 
 

@@ -478,23 +478,25 @@ def test_the_standby_killed_and_restarted_the_primary_never_stalls_and_the_stand
     assert "no frame processed" not in pair.log("node-a")  # the stall watchdog never fired on the primary
 
 
-def test_an_inference_stall_on_the_primary_makes_it_step_down_and_the_standby_takes_over(vtest200, tmp_path):
-    """The primary's 70th batch stalls 4 s (VIGIL_FAULT_INFERENCE, the edge's fault injection for tests): with
-    step_down.stall_ms 1000 it finds itself unhealthy while frames wait, tells its standby why and the standby
-    takes over at once (no heartbeat is missed: the process is alive); the aggregator's newer epoch fences the
-    old primary, which rejoins as the standby. Every frame once."""
+def run_a_primary_that_steps_down(tmp: Path, video: Path, fault: str, started_marker: str, stall_ms: int | None = None):
+    """The chaos suite's pair with VIGIL_FAULT_INFERENCE=`fault` on node-a (the primary) and, when given,
+    step_down.stall_ms on both; waits for the standby to pair (the fault's log line `started_marker` must not
+    be there yet), for the takeover and for both nodes to end (exit 0). Returns (aggregator db, node-a log,
+    node-b log, node-a metrics)."""
     port = free_port()
-    agg = Aggregator(tmp_path, port)
+    agg = Aggregator(tmp, port)
     agg.start()
-    pair = Pair(tmp_path, vtest200, agg)
-    for node in ("node-a", "node-b"):
-        cfg = pair.cfg[node]
-        cfg.write_text(cfg.read_text().replace("  heartbeat_ms: 100\n", "  heartbeat_ms: 100\n  step_down: {stall_ms: 1000}\n"))
-    pair.start("node-a", env={"VIGIL_FAULT_INFERENCE": "stall:70:4000"})
+    pair = Pair(tmp, video, agg)
+    if stall_ms is not None:
+        for node in ("node-a", "node-b"):
+            cfg = pair.cfg[node]
+            cfg.write_text(cfg.read_text().replace("  heartbeat_ms: 100\n",
+                                                   f"  heartbeat_ms: 100\n  step_down: {{stall_ms: {stall_ms}}}\n"))
+    pair.start("node-a", env={"VIGIL_FAULT_INFERENCE": fault})
     pair.start("node-b")
     try:
         wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
-        assert "stalls 4000 ms" not in pair.log("node-a"), "the stall came before the standby paired: cannot test"
+        assert started_marker not in pair.log("node-a"), "the fault came before the standby paired: cannot test"
         wait_for(lambda: "takes over edge 'e2e-edge'" in pair.log("node-b"), 120, "the takeover")
         for node in ("node-b", "node-a"):
             rc = pair.procs[node].wait(timeout=300)
@@ -502,15 +504,23 @@ def test_an_inference_stall_on_the_primary_makes_it_step_down_and_the_standby_ta
     finally:
         pair.kill_all()
         agg.kill(signal.SIGTERM)
-    assert_accounted_once(agg.db, "vtest", FRAMES)
-    spans = epochs_by_seq(agg.db)
+    return agg.db, pair.log("node-a"), pair.log("node-b"), read_metrics(tmp / "node-a.prom")
+
+
+def test_an_inference_stall_on_the_primary_makes_it_step_down_and_the_standby_takes_over(vtest200, tmp_path):
+    """The primary's 70th batch stalls 4 s (VIGIL_FAULT_INFERENCE, the edge's fault injection for tests): with
+    step_down.stall_ms 1000 it finds itself unhealthy while frames wait, tells its standby why and the standby
+    takes over at once (no heartbeat is missed: the process is alive); the aggregator's newer epoch fences the
+    old primary, which rejoins as the standby. Every frame once."""
+    db, log_a, log_b, m = run_a_primary_that_steps_down(tmp_path, vtest200, "stall:70:4000", "stalls 4000 ms",
+                                                        stall_ms=1000)
+    assert_accounted_once(db, "vtest", FRAMES)
+    spans = epochs_by_seq(db)
     assert set(spans) == {1, 2} and spans[1][1] < spans[2][0], spans
-    log_a, log_b = pair.log("node-a"), pair.log("node-b")
     assert re.search(r"steps down: no inference batch completed for \d+ ms with \d+ frame\(s\) waiting", log_a), log_a[-3000:]
     assert "takes over edge 'e2e-edge': the primary stepped down: no inference batch completed" in log_b, log_b[-3000:]
     assert "no heartbeat answer" not in log_b
     assert "was fenced" in log_a
-    m = read_metrics(tmp_path / "node-a.prom")
     assert metric(m, "vigil_edge_step_downs_total") == 1
     assert metric(m, "vigil_edge_rejoins_total") == 1
 
@@ -574,30 +584,14 @@ def test_failing_inference_batches_make_the_primary_step_down(vtest200, tmp_path
     """Every batch of the primary fails from its 70th on (VIGIL_FAULT_INFERENCE=error:70, as a sticky CUDA error
     would): after step_down.errors (3) in a row it hands over with the reason; the standby takes over; the frames
     the failed batches held are stored as drop marks (detect_error), every other frame with its report, each once."""
-    port = free_port()
-    agg = Aggregator(tmp_path, port)
-    agg.start()
-    pair = Pair(tmp_path, vtest200, agg)
-    pair.start("node-a", env={"VIGIL_FAULT_INFERENCE": "error:70"})
-    pair.start("node-b")
-    try:
-        wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
-        assert "injected inference error" not in pair.log("node-a"), "the errors came before the standby paired"
-        wait_for(lambda: "takes over edge 'e2e-edge'" in pair.log("node-b"), 120, "the takeover")
-        for node in ("node-b", "node-a"):
-            rc = pair.procs[node].wait(timeout=300)
-            assert rc == 0, f"{node} exited {rc}:\n{pair.log(node)[-3000:]}"
-    finally:
-        pair.kill_all()
-        agg.kill(signal.SIGTERM)
+    db, log_a, log_b, m = run_a_primary_that_steps_down(tmp_path, vtest200, "error:70", "injected inference error")
     # Every seq once in one run: detections (1), progress (2), or a drop mark (3: the failed batches' frames).
-    rows = query(agg.db, "SELECT run, seq, kind, epoch FROM frames ORDER BY run, seq")
+    rows = query(db, "SELECT run, seq, kind, epoch FROM frames ORDER BY run, seq")
     assert {r[0] for r in rows} == {1} and [r[1] for r in rows] == list(range(FRAMES)), rows[:5]
     dropped = [r for r in rows if r[2] == 3]
     assert len(dropped) >= 3 and all(r[3] == 1 for r in dropped), dropped
     assert {r[2] for r in rows} <= {1, 2, 3}
-    log_a, log_b = pair.log("node-a"), pair.log("node-b")
     assert re.search(r"steps down: \d+ inference batches in a row failed \(the last: injected inference error", log_a), \
         log_a[-3000:]
     assert "takes over edge 'e2e-edge': the primary stepped down: " in log_b, log_b[-3000:]
-    assert metric(read_metrics(tmp_path / "node-a.prom"), "vigil_edge_step_downs_total") == 1
+    assert metric(m, "vigil_edge_step_downs_total") == 1
