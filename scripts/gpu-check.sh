@@ -42,7 +42,8 @@
 #             streams against `vigil aggregator` SIGKILLed twice mid-run (restarted once without cuda_ipc,
 #             then with it): every frame stored once, the edge back on cuda_ipc; and a tcp-only run of the same
 #             clip whose stored detections must match the cuda_ipc run's (IPC_E2E=0 skips it); then the product
-#             sweep (tools/gpu/edge_sweep.py) at IPC_PRODUCT_STREAMS (128) streams over cuda_ipc and over tcp
+#             sweep (tools/gpu/edge_sweep.py) at IPC_PRODUCT_STREAMS (128) streams over cuda_ipc and over tcp;
+#             IPC_COMPARE=FILE adds the cuda_ipc bench with another vigil binary and this one, alternately
 #   ucx       the ucx link with PyPI libucx-cu13 (CUDA transports; bundled by `pack` as ucx.tar.xz and put first
 #             on LD_LIBRARY_PATH): ucx_info, `vigil bench transport --memory device` over ucx (rows sent from GPU
 #             memory, received into the aggregator's), tcp and cuda_ipc, ucx_perftest of the same UCX (am/tag
@@ -461,6 +462,24 @@ ipc() {
   [ "${IPC_BENCH:-1}" != 1 ] || "$DEV/bin/vigil" bench transport --links cuda_ipc --memory device --ring-device cuda:0 \
     --ring-linger-us 0 --sizes 64,4096 --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 20 \
     --json "$OUT/ipc-bench-device-launch.json" || rc=1
+  # IPC_COMPARE=FILE (another vigil binary, .xz or not, e.g. carried under .device/): the cuda_ipc bench at 109 B
+  # and 4 KB, device rows and host rows, with that binary and with this one alternately (other, this, other,
+  # this), for a change's before and after in one call on one machine.
+  if [ -n "${IPC_COMPARE:-}" ]; then
+    local other=/tmp/vigil-compare i who bin mem
+    case "$IPC_COMPARE" in *.xz) xz -dc "$IPC_COMPARE" >"$other" ;; *) cp "$IPC_COMPARE" "$other" ;; esac
+    chmod +x "$other"
+    for i in 1 2; do
+      for who in other this; do
+        bin="$DEV/bin/vigil"
+        [ "$who" = this ] || bin="$other"
+        for mem in device host; do
+          "$bin" bench transport --links cuda_ipc --memory "$mem" --ring-device cuda:0 --sizes 109,4096 \
+            --iters "${IPC_ITERS:-20000}" --warmup 1000 --opens 5 --json "$OUT/ipc-compare-$who-$mem-$i.json" || rc=1
+        done
+      done
+    done
+  fi
   [ "${IPC_E2E:-1}" != 1 ] || link_e2e cuda_ipc "$model" "$clip" || rc=1
   # The product at IPC_PRODUCT_STREAMS streams over each link (issue 13's sweep, one N): frame->stored p99.
   if [ -n "${IPC_PRODUCT_STREAMS-128}" ]; then  # IPC_PRODUCT_STREAMS= (empty) skips it

@@ -5,9 +5,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "ring.h"
 #include "ring_writer.h"
@@ -34,39 +37,6 @@ std::atomic<int> g_corrupt_slots{0};
 constexpr microseconds kSpin{100};      // after traffic, poll without sleeping this long
 constexpr microseconds kFirstSleep{10};
 constexpr microseconds kMaxSleep{200};  // the idle polling step (a first report after idle waits ≤ this)
-
-// Splits a byte stream into whole frames (WholeFrameBytes: the header checked, and the CRC when asked;
-// the body is left to the receiver's decoder). A returned frame is valid until the next call.
-class FrameSplitter {
- public:
-  explicit FrameSplitter(bool check_crc) : check_crc_(check_crc) {}
-  void Feed(std::string_view bytes) { buf_.append(bytes); }
-  // The next whole frame, or empty when more bytes are needed; an error for bytes that are not one.
-  StatusOr<std::string_view> Next() {
-    const std::string_view rest(buf_.data() + pos_, buf_.size() - pos_);
-    VIGIL_ASSIGN_OR_RETURN(const size_t bytes, WholeFrameBytes(rest, check_crc_));
-    if (bytes == 0) {
-      buf_.erase(0, pos_);  // keep the partial frame only
-      pos_ = 0;
-      return std::string_view();
-    }
-    pos_ += bytes;
-    return rest.substr(0, bytes);
-  }
-  size_t pending() const { return buf_.size() - pos_; }
-  // Everything not yet returned (after a corrupt frame: for the receiver's decoder to judge).
-  std::string TakeAll() {
-    std::string rest = buf_.substr(pos_);
-    buf_.clear();
-    pos_ = 0;
-    return rest;
-  }
-
- private:
-  const bool check_crc_;
-  std::string buf_;
-  size_t pos_ = 0;
-};
 
 // The aggregator's side of one cuda_ipc session: the Unix socket plus, after the RingAccept, the ring.
 // Read returns whole frames from both (never interleaving inside a frame).
@@ -107,27 +77,29 @@ class RingConnection final : public Connection {
     return SessionOffer{EncodeFrame(offer), true};
   }
 
-  StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
+  bool decodes() const override { return true; }
+
+  // Whole messages from the socket (decoded here) and the ring (a slot's frames decoded from the slot, a device
+  // report's rows taken from it as they are), each checked once.
+  StatusOr<size_t> ReadMessages(std::deque<StatusOr<Message>>* out, milliseconds timeout) override {
+    if (!pending_error_.ok()) return std::exchange(pending_error_, absl::OkStatus());
     const auto deadline = Clock::now() + timeout;
     auto spin_until = Clock::now() + kSpin;
     microseconds sleep = kFirstSleep;
+    const size_t had = out->size();
+    size_t bytes = 0;
     for (;;) {
-      if (out_pos_ < out_.size()) {
-        const size_t n = std::min(max, out_.size() - out_pos_);
-        std::memcpy(buf, out_.data() + out_pos_, n);
-        out_pos_ += n;
-        if (out_pos_ == out_.size()) {
-          out_.clear();
-          out_pos_ = 0;
-        }
-        return n;
-      }
       if (active_) {
-        VIGIL_ASSIGN_OR_RETURN(bool took, PollRing());
-        if (took) {
+        Status polled = PollRing(out, &bytes);
+        if (!polled.ok()) {
+          if (out->size() == had) return polled;
+          pending_error_ = polled;  // what came before the bad slot first
+          return bytes;
+        }
+        if (out->size() > had) return bytes;
+        if (bytes > 0) {  // a frame spanning slots is still incomplete: more is on its way
           spin_until = Clock::now() + kSpin;
           sleep = kFirstSleep;
-          continue;
         }
       }
       // The socket: at once when a ring is polled, else blocking for what is left.
@@ -136,7 +108,9 @@ class RingConnection final : public Connection {
       if (!active_ && deadline > now) wait = std::chrono::ceil<milliseconds>(deadline - now);
       StatusOr<size_t> n = sock_->Read(sock_buf_, sizeof sock_buf_, wait);
       if (n.ok()) {
-        VIGIL_RETURN_IF_ERROR(TakeSocketBytes(std::string_view(sock_buf_, *n)));
+        bytes += *n;
+        TakeSocketBytes(std::string_view(sock_buf_, *n), out);
+        if (out->size() > had) return bytes;
         continue;
       }
       if (n.status().code() != absl::StatusCode::kDeadlineExceeded) return n.status();
@@ -152,6 +126,30 @@ class RingConnection final : public Connection {
       ::ppoll(&p, 1, &ts, nullptr);
       sleep = std::min(kMaxSleep, sleep * 2);
     }
+  }
+
+  // For a caller that reads bytes (a wrapping Connection): the messages encoded again.
+  StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
+    while (out_pos_ == out_.size()) {
+      out_.clear();
+      out_pos_ = 0;
+      std::deque<StatusOr<Message>> got;
+      VIGIL_RETURN_IF_ERROR(ReadMessages(&got, timeout).status());
+      for (StatusOr<Message>& m : got) {
+        if (!m.ok()) {
+          if (!out_.empty()) {
+            pending_error_ = m.status();
+            break;
+          }
+          return m.status();
+        }
+        AppendFrame(*m, &out_);
+      }
+    }
+    const size_t n = std::min(max, out_.size() - out_pos_);
+    std::memcpy(buf, out_.data() + out_pos_, n);
+    out_pos_ += n;
+    return n;
   }
 
  private:
@@ -176,24 +174,22 @@ class RingConnection final : public Connection {
     return absl::OkStatus();
   }
 
-  // Socket bytes: whole frames to out_; a RingAccept also starts polling the ring.
-  Status TakeSocketBytes(std::string_view bytes) {
-    sock_split_.Feed(bytes);
+  // Socket bytes: whole messages (or the decoder's error) to `out`; a RingAccept also starts polling the ring.
+  void TakeSocketBytes(std::string_view bytes, std::deque<StatusOr<Message>>* out) {
+    if (sock_broken_) return;  // after an undecodable frame nothing on the socket is ours to read
+    sock_decoder_.Feed(bytes);
     for (;;) {
-      StatusOr<std::string_view> next = sock_split_.Next();
-      if (!next.ok()) {  // not ours to judge: the receiver's decoder reports it
-        out_ += sock_split_.TakeAll();
-        return absl::OkStatus();
+      StatusOr<std::optional<Message>> m = sock_decoder_.Next();
+      if (!m.ok()) {  // the receiver judges it (a Reject to the peer, then the end)
+        sock_broken_ = true;
+        out->push_back(m.status());
+        return;
       }
-      const std::string_view frame = *next;
-      if (frame.empty()) return absl::OkStatus();
-      if (static_cast<uint8_t>(frame[5]) == static_cast<uint8_t>(MessageType::kHello) && classes_ == 0) {
-        // The edge names every class of its model: device rows are checked against that count.
-        if (StatusOr<Message> m = DecodeFrame(frame); m.ok()) {
-          if (const Hello* h = std::get_if<Hello>(&*m)) classes_ = h->class_names.size();
-        }
+      if (!m->has_value()) return;
+      if (const Hello* h = std::get_if<Hello>(&**m); h != nullptr && classes_ == 0) {
+        classes_ = h->class_names.size();  // the edge names every class of its model: device rows are checked
       }
-      if (static_cast<uint8_t>(frame[5]) == static_cast<uint8_t>(MessageType::kRingAccept)) {
+      if (std::holds_alternative<RingAccept>(**m)) {
         std::lock_guard lock(mu_);
         if (shared_ && !active_) {  // the receiver judges a RingAccept out of place (it is passed on)
           shared_->Unlink();
@@ -202,26 +198,27 @@ class RingConnection final : public Connection {
                        opt_.slot_bytes, memory_ ? StrCat("GPU memory on ", memory_->device()) : "host memory");
         }
       }
-      out_.append(frame);
+      out->push_back(std::move(**m));
     }
   }
 
-  // Takes every complete slot from next_ on; true when it took any. An error: a slot that fails a check.
-  StatusOr<bool> PollRing() {
-    bool took = false;
+  // Takes every complete slot from next_ on, its messages to `out` and its size to *bytes. An error: a slot that
+  // fails a check (what earlier slots gave stays in `out`).
+  Status PollRing(std::deque<StatusOr<Message>>* out, size_t* bytes) {
     char* ctl = shared_->data();
-    while (out_.size() < (1u << 20)) {
+    for (size_t taken = 0; taken < (1u << 20);) {
       const uint64_t word = ring::Word(ctl, ring::SignalOffset(next_, opt_.slots)).load(std::memory_order_acquire);
       if ((word >> 24) != next_ + 1) break;
       const uint32_t used = static_cast<uint32_t>(word & 0xFFFFFF);
-      VIGIL_RETURN_IF_ERROR(TakeSlot(used));
+      VIGIL_RETURN_IF_ERROR(TakeSlot(used, out));
       ++next_;
       ring::Word(ctl, offsetof(ring::ControlHeader, consumed)).store(next_, std::memory_order_release);
       ++counters().slots_received;
       counters().bytes_received += used;
-      took = true;
+      *bytes += used;
+      taken += used;
     }
-    return took;
+    return absl::OkStatus();
   }
 
   Status Bad(std::string why) {
@@ -231,10 +228,11 @@ class RingConnection final : public Connection {
     return absl::DataLossError(what);
   }
 
-  Status TakeSlot(uint32_t used) {
+  Status TakeSlot(uint32_t used, std::deque<StatusOr<Message>>* out) {
     if (used < sizeof(ring::SlotHeader) || used > opt_.slot_bytes) return Bad(StrCat("signalled ", used, " bytes"));
     // The slot's host mirror (written with the GPU ring by the edge's kernel). Everything is checked on private
-    // copies (the header here, frames in the splitter, a device report in copy_): the edge shares the memory.
+    // copies (the header here, frames in the decoder's buffer, a device report's header in copy_ and its rows in
+    // the Report): the edge shares the memory.
     const char* slot =
         shared_->data() + ring::MirrorOffset(opt_.slots) + static_cast<size_t>(next_ % opt_.slots) * opt_.slot_bytes;
     ring::SlotHeader h;
@@ -243,30 +241,33 @@ class RingConnection final : public Connection {
     const size_t payload_bytes = used - sizeof h;
     if (h.kind == ring::kKindStream) {
       if (h.bytes != payload_bytes || h.rows != 0) return Bad("slot header does not match its size");
-      ring_split_.Feed(std::string_view(slot + sizeof h, payload_bytes));
+      ring_decoder_.Feed(std::string_view(slot + sizeof h, payload_bytes));
+      const size_t had = out->size();
       for (;;) {
-        StatusOr<std::string_view> frame = ring_split_.Next();
-        if (!frame.ok()) return Bad(std::string(frame.status().message()));
-        if (frame->empty()) return absl::OkStatus();
-        out_.append(*frame);
+        StatusOr<std::optional<Message>> m = ring_decoder_.Next();
+        if (!m.ok()) {
+          out->erase(out->begin() + static_cast<std::ptrdiff_t>(had), out->end());  // nothing of a bad slot
+          return Bad(std::string(m.status().message()));
+        }
+        if (!m->has_value()) return absl::OkStatus();
+        out->push_back(std::move(**m));
       }
     }
     if (h.kind != ring::kKindDeviceReport) return Bad(StrCat("unknown slot kind ", h.kind));
     // A Report frame without rows, then the rows that came from device memory.
-    if (ring_split_.pending() != 0) return Bad("a device report inside a frame");
-    std::memcpy(copy_.data(), slot + sizeof h, payload_bytes);
-    const std::string_view payload(copy_.data(), payload_bytes);
+    if (ring_decoder_.pending() != 0) return Bad("a device report inside a frame");
     if (h.rows > kMaxDetections) return Bad(StrCat(h.rows, " rows, more than ", kMaxDetections));
     const size_t rows_at = ring::RoundUp8(h.bytes);
-    if (rows_at + static_cast<size_t>(h.rows) * sizeof(ReportDetection) != payload.size()) {
+    if (rows_at + static_cast<size_t>(h.rows) * sizeof(ReportDetection) != payload_bytes) {
       return Bad("slot header does not match its size");
     }
-    StatusOr<Message> m = DecodeFrame(payload.substr(0, h.bytes));
+    std::memcpy(copy_.data(), slot + sizeof h, h.bytes);
+    StatusOr<Message> m = DecodeFrame(std::string_view(copy_.data(), h.bytes));
     if (!m.ok()) return Bad(std::string(m.status().message()));
     Report* r = std::get_if<Report>(&*m);
     if (r == nullptr || !r->detections.empty()) return Bad("a device-report slot without its Report header");
     r->detections.resize(h.rows);
-    std::memcpy(r->detections.data(), payload.data() + rows_at, h.rows * sizeof(ReportDetection));
+    std::memcpy(r->detections.data(), slot + sizeof h + rows_at, h.rows * sizeof(ReportDetection));
     Status valid = ValidateReport(*r);  // finite boxes and scores, integral class ids, an event's rows
     if (!valid.ok()) return Bad(std::string(valid.message()));
     for (const ReportDetection& d : r->detections) {
@@ -274,7 +275,7 @@ class RingConnection final : public Connection {
         return Bad(StrCat("class ", d.class_id, " but the Hello named ", classes_, " classes"));
       }
     }
-    AppendFrame(*r, &out_);
+    out->push_back(std::move(*m));
     ++counters().device_reports;
     return absl::OkStatus();
   }
@@ -288,10 +289,12 @@ class RingConnection final : public Connection {
   // Reader thread only:
   uint64_t next_ = 0;
   size_t classes_ = 0;  // the Hello's class names (0: none named)
-  std::vector<char> copy_;  // one slot, checked here
-  FrameSplitter sock_split_{/*check_crc=*/false};  // the receiver's decoder checks socket frames
-  FrameSplitter ring_split_{/*check_crc=*/true};   // a ring frame that fails is a rejected slot
-  std::string out_;
+  std::vector<char> copy_;  // a device report's header, checked here
+  FrameDecoder sock_decoder_;   // socket frames
+  bool sock_broken_ = false;    // the socket gave an undecodable frame
+  FrameDecoder ring_decoder_;   // ring frames (a frame may span slots); one that fails is a rejected slot
+  Status pending_error_;        // a bad slot's, returned after the messages before it
+  std::string out_;             // Read: messages encoded again
   size_t out_pos_ = 0;
   char sock_buf_[16 << 10];
 };

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <optional>
 #include <thread>
@@ -250,8 +251,19 @@ struct Receiver::Impl {
   Status ServeFrames(uint64_t id, const std::shared_ptr<Connection>& conn, std::shared_ptr<Session>* session,
                      std::thread* writer) {
     using Clock = std::chrono::steady_clock;
+    // Bytes through the decoder, or — a connection that decodes itself (a cuda_ipc ring) — its messages.
+    const bool decodes = conn->decodes();
     FrameDecoder decoder;
-    std::string buf(kReadBufferBytes, '\0');
+    std::string buf(decodes ? 0 : kReadBufferBytes, '\0');
+    std::deque<StatusOr<Message>> ready;
+    auto next_message = [&]() -> StatusOr<std::optional<Message>> {
+      if (!decodes) return decoder.Next();
+      if (ready.empty()) return std::optional<Message>();
+      StatusOr<Message> m = std::move(ready.front());
+      ready.pop_front();
+      if (!m.ok()) return m.status();
+      return std::optional<Message>(std::move(*m));
+    };
     const auto handshake_deadline = Clock::now() + opt.handshake_timeout;
     std::optional<Hello> hello;   // received, waiting for Auth
     Nonce nonce{};                // ours, sent in the Challenge
@@ -273,7 +285,7 @@ struct Receiver::Impl {
         wait = std::min(wait, std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(
                                                             handshake_deadline - Clock::now())));
       }
-      StatusOr<size_t> n = conn->Read(buf.data(), buf.size(), wait);
+      StatusOr<size_t> n = decodes ? conn->ReadMessages(&ready, wait) : conn->Read(buf.data(), buf.size(), wait);
       if (!n.ok()) {
         if (n.status().code() == absl::StatusCode::kDeadlineExceeded) {
           if (!*session) {
@@ -322,9 +334,9 @@ struct Receiver::Impl {
         std::lock_guard lock(mu);
         stats.bytes += *n;
       }
-      decoder.Feed(std::string_view(buf.data(), *n));
+      if (!decodes) decoder.Feed(std::string_view(buf.data(), *n));
       for (;;) {
-        StatusOr<std::optional<Message>> m = decoder.Next();
+        StatusOr<std::optional<Message>> m = next_message();
         if (!m.ok()) {
           const bool version = m.status().code() == absl::StatusCode::kUnimplemented;
           const RejectReason reason = version ? RejectReason::kUnsupportedVersion : RejectReason::kProtocolError;

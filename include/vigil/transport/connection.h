@@ -16,12 +16,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "vigil/common/status.h"
+#include "vigil/transport/protocol.h"
 
 namespace vigil::transport {
 
@@ -36,6 +38,18 @@ class Connection {
   // Waits up to `timeout` for data, then reads what is there (1..max bytes) into `buf`.
   // Errors: DeadlineExceeded (nothing arrived), Unavailable (peer closed, reset, or Shutdown).
   virtual StatusOr<size_t> Read(char* buf, size_t max, std::chrono::milliseconds timeout) = 0;
+  // For a connection that decodes what it receives itself (cuda_ipc.h: a report in a ring slot is checked and
+  // decoded once, straight from the slot, instead of being encoded into bytes again for the receiver's
+  // decoder): true, and the receiver calls ReadMessages instead of Read. Default: false. Thread-safe.
+  virtual bool decodes() const { return false; }
+  // Waits up to `timeout` for data, then appends what arrived, in order, to `out`: whole messages, and for
+  // bytes that are not a valid frame the decoder's error (FrameDecoder::Next's: Unimplemented for another
+  // protocol version, InvalidArgument or DataLoss for a malformed or corrupt frame), after which the stream
+  // is unusable. Returns the bytes they took (≥ 1 when `out` grew). Errors: as Read; DataLoss also for a ring
+  // slot that fails its checks (nothing of it was appended). Unimplemented by default.
+  virtual StatusOr<size_t> ReadMessages(std::deque<StatusOr<Message>>* /*out*/, std::chrono::milliseconds /*timeout*/) {
+    return absl::UnimplementedError("this connection does not decode");
+  }
   // Makes pending and later Read/Write calls fail promptly with Unavailable. Idempotent.
   virtual void Shutdown() = 0;
   // The peer's address, "127.0.0.1:40212" or "[::1]:40212" (the access control's allow-list matches it).
