@@ -29,6 +29,7 @@
 #include "vigil/pipeline/ledger.h"
 #include "vigil/pipeline/placement.h"
 #include "vigil/pipeline/rules.h"
+#include "vigil/pipeline/standby_gate.h"
 #include "vigil/pipeline/workers.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/courier.h"
@@ -55,6 +56,7 @@ struct Stream {
   StreamConfig config;
   std::unique_ptr<video::Source> source;        // opened, until its reader takes it
   std::unique_ptr<video::StreamReader> reader;  // null when the stream failed to open
+  video::Source* read = nullptr;                // the reader's source (DoNotPaceThrough), while `reader` lives
   bool live = false;
   bool first_frame_seen = false;  // Feed's thread
   uint64_t run = 0;  // set once the ledger is admitted, before the reader starts
@@ -80,6 +82,14 @@ class Edge final : public transport::CourierHandler {
  public:
   Edge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& reg)
       : config_(config), stop_(stop), reg_(reg) {}
+  ~Edge() override {
+    // A warm standby's readers pass the gate: it lets a held one go, and they stop (joined) while it lives.
+    if (!gate_) return;
+    gate_->Close();
+    for (Stream& s : streams_) {
+      if (s.reader) s.reader->Stop();
+    }
+  }
 
   Status Run(const EdgeRunOptions& options);
   // Wraps the state_dir store before the ledger opens it (a primary mirrors every Save to its standby).
@@ -91,6 +101,26 @@ class Edge final : public transport::CourierHandler {
   // A standby: the primary's last contact (steady ns) once it took over, 0 before. Each live stream's first
   // frame after it measures the camera time the takeover missed (frames no node numbered). Set before Run.
   void set_takeover_contact(std::shared_ptr<const std::atomic<int64_t>> contact) { takeover_contact_ = std::move(contact); }
+  // A hot standby (set before Run): the streams are opened before options.after_load (the wait for the
+  // primary to fail) and the replayable ones read through a StandbyGate up to the cursor FollowMirrored passes,
+  // so the takeover resumes where the aggregator's cursor is instead of decoding from the start; with
+  // `cameras`, the live ones too (every picture discarded), so the takeover finds them connected.
+  void set_warm_standby(bool cameras) {
+    warm_ = true;
+    warm_cameras_ = cameras;
+  }
+  // The primary's ledger records as mirrored (any thread; before Run's after_load returns).
+  void FollowMirrored(const std::vector<StreamRecord>& records) {
+    std::lock_guard lock(gate_mu_);
+    if (!gate_) return;
+    for (const StreamRecord& r : records) {
+      for (size_t i = 0; i < followed_.size(); ++i) {
+        if (followed_[i].first != r.stream || followed_[i].second != r.source) continue;
+        gate_->Raise(i, r.acked_through);
+        if (r.acked_through && streams_[i].read) streams_[i].read->DoNotPaceThrough(*r.acked_through);
+      }
+    }
+  }
   // Calls `f` once, on Run's thread, when this edge finds itself unhealthy (health.h: no inference batch
   // completed for bounds.stall_ms while frames wait for one, or bounds.errors batches in a row failed) with
   // why (a primary steps down). Set before Run.
@@ -156,6 +186,10 @@ class Edge final : public transport::CourierHandler {
   bool WaitAdmitted();
   void Place();
   void StartReaders();
+  video::SourceOptions SourceOptionsOf(size_t index) const;
+  video::StreamReaderOptions ReaderOptionsOf(size_t index, bool gated);
+  void StartFollowing();  // a warm standby, before the takeover
+  void WarmUpEngines();   // one batch of 1 and one of max_batch through every worker's detector
   void AssignDevices();
   Status LoadWorkers();
   void Feed(size_t index);
@@ -213,6 +247,12 @@ class Edge final : public transport::CourierHandler {
   std::shared_ptr<const std::atomic<int64_t>> takeover_contact_;  // set_takeover_contact
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
+  // A warm standby (set_warm_standby): the gate its readers pass before the takeover, and (stream id, source)
+  // per stream index for FollowMirrored.
+  bool warm_ = false, warm_cameras_ = false;
+  std::mutex gate_mu_;  // gate_ and followed_ set-up against FollowMirrored
+  std::unique_ptr<StandbyGate> gate_;
+  std::vector<std::pair<std::string, std::string>> followed_;
   int http_port_ = 0;
   // Edge-wide metric handles, looked up once (Run).
   struct Stages {
@@ -231,6 +271,23 @@ class Edge final : public transport::CourierHandler {
   metrics::Gauge* fenced_gauge_ = nullptr;
   metrics::Counter* rejected_ = nullptr;
 };
+
+video::SourceOptions Edge::SourceOptionsOf(size_t index) const {
+  const StreamConfig& sc = config_.streams[index];
+  video::SourceOptions so;
+  so.uri = sc.source;
+  so.stream_id = sc.id;
+  so.realtime = sc.realtime;
+  so.loop = sc.loop;
+  so.target_fps = sc.target_fps;
+  so.hwaccel = stream_hwaccel_[index];
+  // Frames decoded on the GPU of the stream's Detectors stay there (NV12 into the GPU letterbox);
+  // save_frames needs host pixels, so such a stream gets host frames.
+  const int gpu = device_gpu_[pool_->device_of(index)];
+  const StatusOr<std::optional<int>> decode_gpu = video::ParseHwaccel(so.hwaccel);
+  so.deliver_device_frames = gpu >= 0 && decode_gpu.ok() && *decode_gpu == gpu && sc.save_frames.empty();
+  return so;
+}
 
 Status Edge::OpenStreams() {
   for (const StreamConfig& sc : config_.streams) {
@@ -255,19 +312,7 @@ Status Edge::OpenStreams() {
     s.fps = &reg_.GetGauge("vigil_edge_fps", "Frames processed per second, per stream", labels);
     s.reader_depth = &reg_.GetGauge("vigil_edge_queue_depth", "Frames or reports waiting, by queue",
                                     {{"queue", "reader"}, {"stream", sc.id}});
-    video::SourceOptions so;
-    so.uri = sc.source;
-    so.stream_id = sc.id;
-    so.realtime = sc.realtime;
-    so.loop = sc.loop;
-    so.target_fps = sc.target_fps;
-    const size_t index = streams_.size();
-    so.hwaccel = stream_hwaccel_[index];
-    // Frames decoded on the GPU of the stream's Detectors stay there (NV12 into the GPU letterbox);
-    // save_frames needs host pixels, so such a stream gets host frames.
-    const int gpu = device_gpu_[pool_->device_of(index)];
-    const StatusOr<std::optional<int>> decode_gpu = video::ParseHwaccel(so.hwaccel);
-    so.deliver_device_frames = gpu >= 0 && decode_gpu.ok() && *decode_gpu == gpu && sc.save_frames.empty();
+    video::SourceOptions so = SourceOptionsOf(streams_.size());
     if (!sc.save_frames.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(sc.save_frames, ec);
@@ -495,34 +540,118 @@ void Edge::Place() {
                                                gpus.size() == 1 ? *gpus.begin() : -1);
 }
 
+video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
+  video::StreamReaderOptions ro;
+  ro.queue_capacity = static_cast<size_t>(std::max(4, config_.max_batch));
+  ro.on_thread_start = [this, i] { placement_->PlaceThread(ThreadRole::kDecode, i); };
+  // The ledger numbers every picture the Source delivers (and skips those a resumed file delivered); a warm
+  // standby's picture passes its gate first (held or discarded until the takeover).
+  ro.on_frame = [this, i, gated](video::Frame& f) {
+    if (gated && gate_->Admit(i, streams_[i].live, f.seq) != StandbyGate::Verdict::kPass) return false;
+    uint64_t seq = 0;
+    if (!ledger_->Number(i, f.seq, &seq)) return false;
+    f.seq = seq;
+    f.run = streams_[i].run;
+    return true;
+  };
+  ro.on_drop = [this, i](const video::Frame& f, video::DropReason why) {
+    // A live frame that will never be processed travels as a drop mark; a file's unprocessed frame is
+    // re-read after a restart (it lies after the acknowledged cursor), so it is not marked.
+    if (streams_[i].live) {
+      // queue_full drops are counted from the reader's stats (Periodic); a stop's here.
+      if (why != video::DropReason::kQueueFull) Dropped(streams_[i], "shutdown").Inc();
+      ledger_->Dropped(i, f.seq, why == video::DropReason::kQueueFull ? "queue_full" : "shutdown");
+    }
+  };
+  return ro;
+}
+
+// A warm standby, before after_load: every opened stream is read through the gate.
+void Edge::StartFollowing() {
+  {
+    std::lock_guard lock(gate_mu_);
+    gate_ = std::make_unique<StandbyGate>(streams_.size());
+    for (const Stream& s : streams_) followed_.emplace_back(s.config.id, s.config.source);
+  }
+  size_t files = 0, cameras = 0;
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    Stream& s = streams_[i];
+    if (!s.source || (s.live && !warm_cameras_)) continue;  // a camera connects in its reader's first Next()
+    (s.live ? cameras : files) += 1;
+    s.read = s.source.get();
+    s.reader = std::make_unique<video::StreamReader>(std::move(s.source), ReaderOptionsOf(i, /*gated=*/true));
+  }
+  spdlog::info("edge '{}' (standby): reading {} file stream(s) up to the primary's mirrored cursor and {} camera(s) "
+               "while it waits",
+               config_.edge, files, cameras);
+}
+
+// A standby's engines are loaded before it waits; their first run still creates what runs lazily (oneDNN's
+// kernels, cuDNN's workspaces, CUDA graphs per batch size), which would otherwise land on the takeover's first
+// frame. A mid-grey picture of the model's input size, alone and as a full batch, through each worker.
+void Edge::WarmUpEngines() {
+  const int64_t t0 = SteadyNs();
+  for (size_t w = 0; w < pool_->num_workers(); ++w) {
+    const detect::Detector& d = pool_->detector(w);
+    detect::Image grey;
+    grey.width = static_cast<int>(std::max<int64_t>(d.model().width, 32));
+    grey.height = static_cast<int>(std::max<int64_t>(d.model().height, 32));
+    grey.bgr.assign(static_cast<size_t>(grey.width) * grey.height * 3, 114);
+    const std::vector<detect::Image> batch(static_cast<size_t>(std::max(1, config_.max_batch)), grey);
+    for (size_t n : {size_t{1}, batch.size()}) {
+      if (auto r = d.Detect(std::span<const detect::Image>(batch.data(), n)); !r.ok()) {
+        spdlog::warn("edge '{}': warming worker {} up with {} picture(s) failed: {}", config_.edge, w, n,
+                     std::string(r.status().message()));
+      }
+      if (n == batch.size()) break;
+    }
+  }
+  spdlog::info("edge '{}': {} worker engine(s) warmed up in {} ms", config_.edge, pool_->num_workers(),
+               (SteadyNs() - t0) / 1'000'000);
+}
+
 void Edge::StartReaders() {
   for (size_t i = 0; i < streams_.size(); ++i) {
     Stream& s = streams_[i];
-    if (!s.source) continue;
-    video::StreamReaderOptions ro;
-    ro.queue_capacity = static_cast<size_t>(std::max(4, config_.max_batch));
-    ro.on_thread_start = [this, i] { placement_->PlaceThread(ThreadRole::kDecode, i); };
-    // The ledger numbers every picture the Source delivers (and skips those a resumed file delivered).
-    ro.on_frame = [this, i](video::Frame& f) {
-      uint64_t seq = 0;
-      if (!ledger_->Number(i, &seq)) return false;
-      f.seq = seq;
-      f.run = streams_[i].run;
-      return true;
-    };
-    ro.on_drop = [this, i](const video::Frame& f, video::DropReason why) {
-      // A live frame that will never be processed travels as a drop mark; a file's unprocessed frame is
-      // re-read after a restart (it lies after the acknowledged cursor), so it is not marked.
-      if (streams_[i].live) {
-        // queue_full drops are counted from the reader's stats (Periodic); a stop's here.
-        if (why != video::DropReason::kQueueFull) Dropped(streams_[i], "shutdown").Inc();
-        ledger_->Dropped(i, f.seq, why == video::DropReason::kQueueFull ? "queue_full" : "shutdown");
+    const StreamResume r = ledger_->resume(i);
+    if (s.reader && gate_ && !s.live) {
+      // Read while this node was the standby: it resumes at the gate's position, which must not lie after the
+      // first picture the aggregator lacks (it can, if the aggregator lost what it had acknowledged).
+      const uint64_t resume_at = r.skip_through ? *r.skip_through + 1 : 0;
+      const uint64_t at = gate_->next_position(i);
+      if (at <= resume_at) {
+        spdlog::info("stream '{}': resumes at position {} (read up to {} while standby; {} to skip)", s.config.id,
+                     resume_at, at, resume_at - at);
+      } else {
+        spdlog::warn("stream '{}': the standby read up to position {} but the aggregator lacks {} on: reading the "
+                     "input again from its start",
+                     s.config.id, at, resume_at);
+        gate_->Release(i);
+        s.reader.reset();
+        s.read = nullptr;
+        StatusOr<std::unique_ptr<video::Source>> source = video::OpenSource(SourceOptionsOf(i));
+        if (!source.ok()) {
+          spdlog::error("{}", std::string(source.status().message()));
+          s.errors_total->Inc();
+          continue;
+        }
+        s.source = std::move(*source);
       }
-    };
-    // A resumed file: what the ledger skips (reported already) is not paced in real time either.
-    if (const StreamResume r = ledger_->resume(i); r.skip_through) s.source->DoNotPaceThrough(*r.skip_through);
-    s.reader = std::make_unique<video::StreamReader>(std::move(s.source), ro);
+    }
+    if (!s.reader) {
+      if (!s.source) continue;
+      s.read = s.source.get();
+      video::StreamReaderOptions ro = ReaderOptionsOf(i, /*gated=*/false);
+      // A resumed file: what the ledger skips (reported already) is not paced in real time either.
+      if (r.skip_through) s.read->DoNotPaceThrough(*r.skip_through);
+      s.reader = std::make_unique<video::StreamReader>(std::move(s.source), ro);
+      continue;
+    }
+    // Read while standby: its held picture was paced when it was decoded; the clock starts anew at the
+    // takeover (a real-time file continues from now, the skipped pictures not paced).
+    s.read->DoNotPaceThrough(r.skip_through.value_or(0));
   }
+  if (gate_) gate_->Open();  // the ledger is admitted: held pictures go on to it
 }
 
 void Edge::Feed(size_t index) {
@@ -944,17 +1073,25 @@ Status Edge::Run(const EdgeRunOptions& options) {
   for (int64_t c = 0; c < pool_->detector().model().num_classes; ++c) {
     class_names_.push_back(pool_->detector().ClassName(static_cast<int>(c)));
   }
+  if (warm_) {
+    // A warm standby reads its streams while it waits (StartFollowing); the state dir is the standby's.
+    VIGIL_RETURN_IF_ERROR(OpenStreams());
+    Place();
+    StartFollowing();
+  }
+  if (options.after_load) WarmUpEngines();  // a standby's first frame after the takeover pays no first run
   if (options.after_load) VIGIL_RETURN_IF_ERROR(options.after_load());  // a standby waits here, engine warm
   // The state dir is locked before anything else touches it: a second edge on it stops here.
   VIGIL_RETURN_IF_ERROR(OpenLedger(class_names_));
-  VIGIL_RETURN_IF_ERROR(OpenStreams());
-  if (!config_.streams.empty() &&
-      std::none_of(streams_.begin(), streams_.end(), [](const Stream& st) { return st.source != nullptr; })) {
+  if (!warm_) VIGIL_RETURN_IF_ERROR(OpenStreams());
+  if (!config_.streams.empty() && std::none_of(streams_.begin(), streams_.end(), [](const Stream& st) {
+        return st.source != nullptr || st.reader != nullptr;
+      })) {
     // Nothing to run: fail loudly so that a supervisor restarts or alerts (each reason was logged above).
     return absl::FailedPreconditionError(StrCat("none of the ", config_.streams.size(),
                                                 " configured streams could be opened (see the errors above)"));
   }
-  Place();
+  if (!warm_) Place();
   if (register_numa_) RegisterNumaMetrics(reg_);
   VIGIL_RETURN_IF_ERROR(StartCourier());
   if (Status st = StartHttp(); !st.ok()) {
@@ -1131,9 +1268,14 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
       auto contact = std::make_shared<std::atomic<int64_t>>(0);
       auto timed = std::make_shared<std::atomic<bool>>(false);
       edge.set_takeover_contact(contact);
+      if (rc.warm_sources != ReplicationConfig::WarmSources::kNone) {
+        edge.set_warm_standby(/*cameras=*/rc.warm_sources == ReplicationConfig::WarmSources::kAll);
+      }
       o.after_load = [&, contact]() -> Status {
         PrewarmPlacement(config.placement);  // the topology discovery is not left on the takeover's path
-        VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(config, digest, stop));
+        VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(config, digest, stop, [&edge](const std::vector<StreamRecord>& r) {
+                                 edge.FollowMirrored(r);
+                               }));
         takeovers.Inc();
         contact->store(t.last_contact_ns);
         spdlog::warn("replication: '{}' is now the primary of edge '{}' ({} ms after the primary's last contact)",

@@ -206,6 +206,12 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
       tls->Get("ca_file", &rc.ca_file, ConfigMap::kRequired);
     }
     r->Get("heartbeat_ms", &rc.heartbeat_ms, 10, 60000);
+    std::string warm = "files";
+    if (r->GetOneOf("warm_sources", &warm, {"files", "all", "none"})) {
+      rc.warm_sources = warm == "all"    ? ReplicationConfig::WarmSources::kAll
+                        : warm == "none" ? ReplicationConfig::WarmSources::kNone
+                                         : ReplicationConfig::WarmSources::kFiles;
+    }
     if (std::optional<ConfigMap> d = r->Map("detector")) {
       std::string kind = "fixed";
       d->GetOneOf("kind", &kind, {"fixed", "phi"});

@@ -29,7 +29,6 @@ struct StreamLedger::Stream {
   std::optional<StreamRecord> loaded;  // as the store had it (only when the source is the same)
   StreamRecord rec;                    // current, valid once admitted
   StreamResume resume;
-  uint64_t pictures = 0;               // replayable: position of the next picture in the input
   std::optional<PendingRange> progress;
   std::optional<PendingRange> drops;    // consecutive drops of one reason
   std::deque<Report> held;              // marks waiting for room in the outbox (live streams)
@@ -317,7 +316,7 @@ StreamResume StreamLedger::resume(size_t stream) const {
   return impl_->streams[stream].resume;
 }
 
-bool StreamLedger::Number(size_t stream, uint64_t* seq) {
+bool StreamLedger::Number(size_t stream, uint64_t position, uint64_t* seq) {
   Impl& d = *impl_;
   std::unique_lock lock(d.mu);
   Stream& s = d.streams[stream];
@@ -333,7 +332,6 @@ bool StreamLedger::Number(size_t stream, uint64_t* seq) {
     }
   }
   if (IsReplayable(s.spec)) {
-    const uint64_t position = s.pictures++;
     s.rec.next_seq = std::max(s.rec.next_seq, position + 1);
     if (s.resume.skip_through && position <= *s.resume.skip_through) {
       ++s.counters.skipped_resume;

@@ -106,7 +106,8 @@ StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDi
 }
 
 StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
-                              const std::atomic<bool>& stop) {
+                              const std::atomic<bool>& stop,
+                              std::function<void(const std::vector<StreamRecord>&)> on_mirrored) {
   const ReplicationConfig& rc = config.replication;
   // The standby's own state_dir, locked while it waits: the primary's records land here.
   VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, OpenStateDir(config.state_dir));
@@ -162,8 +163,10 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
       }
       shared->cv.notify_all();
     };
-    so.on_ledger = [shared, st](const std::vector<replication::MirroredStream>& streams) {
-      Status saved = st->Save(FromMirrored(streams));  // on the channel's reader thread; st outlives the channel
+    so.on_ledger = [shared, st, on_mirrored](const std::vector<replication::MirroredStream>& streams) {
+      const std::vector<StreamRecord> records = FromMirrored(streams);
+      Status saved = st->Save(records);  // on the channel's reader thread; st outlives the channel
+      if (saved.ok() && on_mirrored) on_mirrored(records);
       std::lock_guard lock(shared->mu);
       ++shared->ledger_states;
       shared->save_error = saved;

@@ -40,15 +40,19 @@ struct Takeover {
   uint64_t ledger_states = 0;  // mirrored ledger states received
 };
 
-// Errors: FailedPrecondition (the primary refused to pair: the message says what differs), the state_dir's
-// errors, Cancelled (`stop` became true before a takeover, or the primary finished every stream: nothing to
-// take over). A primary stopped on purpose (Finished without streams_done) is taken over at once.
 // Whether the peer's channel answers as a primary that would pair with this node (asked once, for about a
 // second: a node restarting after its peer took over). Errors: FailedPrecondition when the peer refuses
 // (another model, streams or rules; another standby paired), this side's TLS files.
 StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDigest& digest);
 
+// Pairs with the primary, keeps its mirrored ledger in this node's state_dir and waits until the primary is
+// judged gone. `on_mirrored` (may be empty) gets every mirrored ledger state after it was saved, on the
+// channel's reader thread (a warm standby's readers follow the cursors in it); it must be quick.
+// Errors: FailedPrecondition (the primary refused to pair: the message says what differs), the state_dir's
+// errors, Cancelled (`stop` became true before a takeover, or the primary finished every stream: nothing to
+// take over). A primary stopped on purpose (Finished without streams_done) is taken over at once.
 StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
-                              const std::atomic<bool>& stop);
+                              const std::atomic<bool>& stop,
+                              std::function<void(const std::vector<StreamRecord>&)> on_mirrored = {});
 
 }  // namespace vigil::pipeline

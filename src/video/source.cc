@@ -183,7 +183,10 @@ StatusOr<std::optional<Frame>> Source::Next() {
       stats_.skipped_resume.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    const bool unpaced = unpaced_through_ && seq <= *unpaced_through_;
+    const bool unpaced = static_cast<int64_t>(seq) <= unpaced_through_.load(std::memory_order_relaxed);
+    // After unpaced frames, or a DoNotPaceThrough call, the next paced frame anchors the clock anew (it is due
+    // when delivered).
+    if (unpaced || reanchor_.exchange(false, std::memory_order_relaxed)) paced_ = false;
     if (options_.realtime && !live_ && !unpaced && !Pace(pts_ns)) return stopped();
     Frame frame = std::move(picture.frame);
     frame.stream_id = options_.stream_id;

@@ -9,6 +9,7 @@ import socket
 import sqlite3
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,67 @@ class Camera:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)
+
+    @property
+    def url(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+
+class FanOutCamera:
+    """A live camera that serves several clients at once, as most network cameras do: FFmpeg encodes an endless
+    10 fps H.264 test picture (lavfi testsrc) as MPEG-TS to a pipe, and every client connected to
+    tcp://127.0.0.1:port gets the stream from the moment it joined (it decodes from the next keyframe, one a
+    second). `connected_at` holds each client's time.monotonic() of connection."""
+
+    def __init__(self, tmp: Path):
+        self.log = open(tmp / "camera.log", "ab")
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        self.clients: list[socket.socket] = []
+        self.connected_at: list[float] = []
+        self.lock = threading.Lock()
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["ffmpeg", "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-c:v", "libx264",
+             "-preset", "ultrafast", "-tune", "zerolatency", "-g", "10", "-f", "mpegts", "pipe:1"],
+            stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL)
+        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=self._pump, daemon=True).start()
+        return self
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                self.clients.append(c)
+                self.connected_at.append(time.monotonic())
+
+    def _pump(self):
+        while chunk := self.proc.stdout.read1(65536):
+            with self.lock:
+                for c in list(self.clients):
+                    try:
+                        c.sendall(chunk)
+                    except OSError:  # that client went away: the others go on
+                        self.clients.remove(c)
+                        c.close()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self.listener.close()
+        with self.lock:
+            for c in self.clients:
+                c.close()
 
     @property
     def url(self) -> str:

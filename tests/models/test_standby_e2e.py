@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 
 from common import THREADS, vigil_bin
-from edge_harness import Aggregator, Camera, free_port, query, read_metrics, metric, stored_frames
+from edge_harness import Aggregator, Camera, FanOutCamera, free_port, query, read_metrics, metric, stored_frames
 from test_edge_e2e import FRAMES, MODEL, assert_accounted_once, vtest200  # noqa: F401 (fixture)
 
 
@@ -138,6 +138,12 @@ def test_the_standby_takes_over_after_a_sigkill_and_every_frame_is_stored_once(v
     log = (tmp_path / "standby.log").read_text()
     assert "takes over edge 'e2e-edge': the replication stream ended" in log, log[-3000:]
     assert "resuming run" in log, log[-3000:]
+    # The standby read the file while it waited (warm_sources: files by default): it resumes where it was,
+    # skipping at most the frames acknowledged after its last mirrored state, not decoding from the start.
+    m = re.search(r"stream 'vtest': resumes at position (\d+) \(read up to (\d+) while standby; (\d+) to skip\)", log)
+    assert m, log[-3000:]
+    resume_at, read_to, to_skip = (int(g) for g in m.groups())
+    assert resume_at >= 40 and read_to > 0 and to_skip == resume_at - read_to and to_skip < resume_at, m.group(0)
     m = re.search(r"first report stored (\d+) ms after the primary's last contact", log)
     assert m, log[-3000:]
     took_ms = int(m.group(1))
@@ -578,6 +584,57 @@ def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time
     assert re.search(r"stream 'vtest': \d+ ms of camera time missed in the takeover", log_b), log_b[-3000:]
     print(f"live takeover: {len(lost)} seqs the primary numbered and never stored (reported lost), "
           f"{gap * 1000:.0f} ms of camera time missed")
+
+
+def test_a_warm_standby_keeps_its_camera_connection_through_the_takeover(tmp_path):
+    """warm_sources: all, with a camera that serves two clients: the standby connects while it waits (every
+    picture dropped), so at the takeover it needs no new connection: the camera sees no client after the kill,
+    and the run continues with every seq stored once or reported lost."""
+    if not shutil.which("ffmpeg"):
+        pytest.skip("ffmpeg not available")
+    port = free_port()
+    agg = Aggregator(tmp_path, port)
+    agg.start()
+    camera = FanOutCamera(tmp_path).start()
+    pair = Pair(tmp_path, Path("/nonexistent"), agg)
+    for node in ("node-a", "node-b"):
+        cfg = pair.cfg[node]
+        text = cfg.read_text().replace("source: /nonexistent\n    realtime: true\n", f"source: {camera.url}\n")
+        cfg.write_text(text.replace("  role: ", "  warm_sources: all\n  role: ", 1))
+    pair.start("node-a")
+    wait_for(lambda: len(camera.connected_at) >= 1, 120, "node-a to connect to the camera")
+    pair.start("node-b")
+    rows = lambda: query(agg.db, "SELECT f.run, f.seq, f.kind, f.epoch FROM frames f ORDER BY f.run, f.seq") \
+        if agg.db.exists() else []
+    try:
+        wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
+        wait_for(lambda: len(camera.connected_at) >= 2, 60, "the standby's own connection to the camera")
+        wait_for(lambda: len(rows()) >= 30, 120, "30 frames of the camera stored")
+        killed_at = time.monotonic()
+        pair.procs["node-a"].kill()
+        pair.procs["node-a"].wait(timeout=30)
+        wait_for(lambda: "takes over edge 'e2e-edge'" in pair.log("node-b"), 30, "the takeover")
+        wait_for(lambda: sum(1 for r in rows() if r[3] == 2 and r[2] != 4) >= 20, 120, "20 frames of the new primary")
+        pair.procs["node-b"].send_signal(signal.SIGTERM)
+        rc = pair.procs["node-b"].wait(timeout=120)
+        assert rc == 0, f"node-b exited {rc}:\n{pair.log('node-b')[-3000:]}"
+    finally:
+        pair.kill_all()
+        camera.stop()
+        agg.kill(signal.SIGTERM)
+    log_b = pair.log("node-b")
+    assert "reading 0 file stream(s) up to the primary's mirrored cursor and 1 camera(s)" in log_b, log_b[-3000:]
+    assert len(camera.connected_at) == 2 and camera.connected_at[1] < killed_at, \
+        f"the standby connected at {camera.connected_at} (kill at {killed_at}): not before the takeover"
+    after = rows()
+    assert {r[0] for r in after} == {1}, "the standby must continue the primary's run"
+    seqs = [r[1] for r in after]
+    assert seqs == list(range(len(seqs))), "every seq of the run is accounted exactly once, with no gap"
+    m = read_metrics(tmp_path / "node-b.prom")
+    assert metric(m, "vigil_edge_reconnects_total", stream="vtest") == 0
+    gap = metric(m, "vigil_edge_takeover_camera_gap_seconds", stream="vtest")
+    assert 0 < gap < 30, gap
+    print(f"warm camera takeover: {gap * 1000:.0f} ms of camera time missed")
 
 
 def test_failing_inference_batches_make_the_primary_step_down(vtest200, tmp_path):

@@ -382,6 +382,21 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_EQ(off->replication.step_down_stall_ms, 0);
   EXPECT_EQ(off->replication.step_down_errors, 5);
+  // What a standby reads while it waits: files by default; cameras too only when asked (two clients each).
+  EXPECT_EQ(p->replication.warm_sources, ReplicationConfig::WarmSources::kFiles);
+  for (const auto& [text, want] : {std::pair{"all", ReplicationConfig::WarmSources::kAll},
+                                   std::pair{"none", ReplicationConfig::WarmSources::kNone},
+                                   std::pair{"files", ReplicationConfig::WarmSources::kFiles}}) {
+    StatusOr<EdgeConfig> w = ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n" +
+                                                 "  warm_sources: " + text + "\n" + tls,
+                                             "edge.yaml");
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->replication.warm_sources, want) << text;
+  }
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n"
+                                        "  warm_sources: cameras\n" + tls, "edge.yaml").status())
+                .find("warm_sources"),
+            std::string::npos);
   EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
                                         "  step_down: {stall_ms: 20}\n" + tls, "edge.yaml").status())
                 .find("replication.step_down.stall_ms: 20 is out of range: 0 (never) or 100..600000"),

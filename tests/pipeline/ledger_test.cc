@@ -72,14 +72,14 @@ TEST(StreamLedger, NewRunsTakeTheGrantedEpochAndNumberFromZero) {
   auto l = f.Open({File("a"), Camera("b")});
   EXPECT_TRUE(l->ResumedStreams().empty());
   uint64_t seq = 99;
-  EXPECT_FALSE(l->Number(0, &seq)) << "nothing is numbered before the aggregator admits the edge";
+  EXPECT_FALSE(l->Number(0, 0, &seq)) << "nothing is numbered before the aggregator admits the edge";
   l->Admit({7, {}});
   EXPECT_EQ(l->epoch(), 7u);
   for (size_t i : {0u, 1u}) {
     EXPECT_EQ(l->run(i), 7u);
     EXPECT_EQ(l->resume(i).kind, StreamResume::kNewRun);
     for (uint64_t want = 0; want < 3; ++want) {
-      ASSERT_TRUE(l->Number(i, &seq));
+      ASSERT_TRUE(l->Number(i, want, &seq));
       EXPECT_EQ(seq, want);
     }
   }
@@ -109,11 +109,29 @@ TEST(StreamLedger, AFileResumesAfterTheLargerOfItsCursorAndTheAggregatorsContigu
   EXPECT_EQ(l->resume(1).kind, StreamResume::kNewRun);
   EXPECT_EQ(l->run(1), 9u);
   uint64_t seq = 0;
-  for (int i = 0; i <= 6; ++i) EXPECT_FALSE(l->Number(0, &seq)) << "position " << i << " was stored already";
-  ASSERT_TRUE(l->Number(0, &seq));
+  for (uint64_t i = 0; i <= 6; ++i) EXPECT_FALSE(l->Number(0, i, &seq)) << "position " << i << " was stored already";
+  ASSERT_TRUE(l->Number(0, 7, &seq));
   EXPECT_EQ(seq, 7u);
   EXPECT_EQ(l->counters(0).skipped_resume, 7u);
   EXPECT_EQ(l->acked_through(0), std::optional<uint64_t>(6));
+}
+
+TEST(StreamLedger, AFilesSeqIsThePicturesPositionNotACountOfPictures) {
+  // A hot standby's source was read up to the mirrored cursor before the takeover: the ledger sees its
+  // pictures from position 5 on, and each must get the seq its position names (as on the primary).
+  Fixture f;
+  f.Seed({{"a", "/videos/a.mp4", 3, 4, 10}});
+  auto l = f.Open({File("a")});
+  l->Admit({9, {}});
+  EXPECT_EQ(l->resume(0).skip_through, std::optional<uint64_t>(4));
+  uint64_t seq = 0;
+  ASSERT_TRUE(l->Number(0, 5, &seq));
+  EXPECT_EQ(seq, 5u);
+  ASSERT_TRUE(l->Number(0, 6, &seq));
+  EXPECT_EQ(seq, 6u);
+  EXPECT_EQ(l->counters(0).skipped_resume, 0u) << "nothing was skipped: the source started after the cursor";
+  EXPECT_FALSE(l->Number(0, 4, &seq)) << "position 4 was stored already";
+  EXPECT_EQ(l->counters(0).skipped_resume, 1u);
 }
 
 TEST(StreamLedger, ALiveStreamNumbersAboveItsHighWaterMarkAndReportsWhatWasLost) {
@@ -136,7 +154,7 @@ TEST(StreamLedger, ALiveStreamNumbersAboveItsHighWaterMarkAndReportsWhatWasLost)
   EXPECT_EQ(std::make_pair(out[0].seq_first, out[0].seq_last), std::make_pair(uint64_t{15}, uint64_t{19}));
   EXPECT_EQ(out[0].run, 5u);
   uint64_t seq = 0;
-  ASSERT_TRUE(l->Number(0, &seq));
+  ASSERT_TRUE(l->Number(0, /*position: ignored for a live stream*/ 3, &seq));
   EXPECT_EQ(seq, 20u) << "no picture is skipped and no seq reused";
 }
 
@@ -365,7 +383,7 @@ TEST(StreamLedger, TheWriterPersistsInTheBackground) {
   auto l = std::move(*StreamLedger::Open(std::move(o), std::move(streams)));
   l->Admit({2, {}});
   uint64_t seq = 0;
-  for (int i = 0; i < 10; ++i) l->Number(0, &seq);
+  for (uint64_t i = 0; i < 10; ++i) l->Number(0, i, &seq);
   for (int i = 0; i < 5000; ++i) {  // up to 5 s on a busy machine
     if (f.Saved().size() == 1 && f.Saved()[0].next_seq == 10) break;
     std::this_thread::sleep_for(1ms);
@@ -488,7 +506,7 @@ transport::CourierOptions Options(std::vector<std::shared_ptr<transport::Link>> 
 void RunFrames(StreamLedger& l, int n) {
   for (int i = 0; i < n; ++i) {
     uint64_t seq = 0;
-    ASSERT_TRUE(l.Number(0, &seq));
+    ASSERT_TRUE(l.Number(0, static_cast<uint64_t>(i), &seq));
     if (i % 3 == 0) {
       l.Record(0, Frame(seq), std::vector{kPerson});
     } else {

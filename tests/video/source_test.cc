@@ -2,6 +2,7 @@
 // ffmpeg CLI into a temporary folder (test_media.h); vtest.avi comes from Debian's opencv-doc.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -699,6 +700,57 @@ TEST(SyntheticSourceTest, RealtimeWaitsForTheNextFrameUntilInterrupted) {
   EXPECT_TRUE(absl::IsCancelled(second.status())) << (second.ok() ? "a frame came before it was due" : "")
                                                   << second.status();
   EXPECT_EQ(source->Stats().state, StreamState::kStopped);
+}
+
+// A hot standby's source: its first picture was paced (held while the standby waited), then the mirrored
+// cursor moved and DoNotPaceThrough was raised while it ran. The pictures through the cursor come at once,
+// and so does the one after them: it is paced from when it is delivered, not from the first picture's clock
+// (at 0.1 fps that would be 60 s later). A watchdog interrupts after 30 s, so a regression fails, not hangs.
+TEST(SyntheticSourceTest, PacingStartsAnewAfterFramesItWasToldNotToPace) {
+  SourceOptions options = Options("synthetic:8x6?fps=0.1");
+  options.realtime = true;
+  auto source = MustOpen(options);
+  ASSERT_TRUE(source);
+  StatusOr<std::optional<Frame>> first = source->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  source->DoNotPaceThrough(5);
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 3000 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!done.load()) source->Interrupt();
+  });
+  std::vector<uint64_t> seqs;
+  for (int i = 0; i < 6; ++i) {
+    StatusOr<std::optional<Frame>> f = source->Next();
+    if (!f.ok() || !f->has_value()) break;
+    seqs.push_back((*f)->seq);
+  }
+  done.store(true);
+  watchdog.join();
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6})) << "seq 6 waited for the first picture's clock";
+}
+
+// The takeover: a standby's reader held picture 1 (paced when decoded); the ledger then skips it and the next
+// one must come at once, not 10 s after picture 1 (0.1 fps). DoNotPaceThrough restarts the clock even when no
+// frame is left to skip.
+TEST(SyntheticSourceTest, DoNotPaceThroughRestartsTheClockForTheNextFrame) {
+  SourceOptions options = Options("synthetic:8x6?fps=0.1");
+  options.realtime = true;
+  auto source = MustOpen(options);
+  ASSERT_TRUE(source);
+  StatusOr<std::optional<Frame>> first = source->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  source->DoNotPaceThrough(0);  // seq 0 was delivered already: nothing left to skip
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 3000 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!done.load()) source->Interrupt();
+  });
+  StatusOr<std::optional<Frame>> second = source->Next();
+  done.store(true);
+  watchdog.join();
+  ASSERT_TRUE(second.ok() && second->has_value()) << "seq 1 waited for seq 0's clock: " << second.status();
+  EXPECT_EQ((*second)->seq, 1u);
 }
 
 // live=1: a camera. Live before it is opened (IsLiveUri, so the edge numbers it as one), its picture 0 at

@@ -5,8 +5,11 @@ edge at once on its state_dir: what a user has today).
 Method: `vigil aggregator` and the edge process(es) on loopback, the int8 YOLOv8n on the CPU, one stream: all of
 opencv-doc's vtest.avi (795 frames, 10 FPS) in real time, rules {classes: [person]} (an event, sent at once,
 for nearly every frame). --kills times, at a moment drawn uniformly from 0.2..1.2 s after the standby paired
-(standby mode) or after the edge was admitted again (restart mode), the publishing process is SIGKILLed and:
-- standby: the other node takes over; the killed one is restarted at once and becomes the standby;
+(standby modes) or after the edge was admitted again (restart mode), the publishing process is SIGKILLed and:
+- standby: the other node takes over; the killed one is restarted at once and becomes the standby (the standby
+  reads the file up to the mirrored cursor while it waits: warm_sources files, the default);
+- standby-cold: the same with warm_sources none (the standby opens the file at the takeover and decodes it
+  from the start to the cursor);
 - restart: the same edge is started again at once (same config and state_dir).
 Takeover time = the first frame stored by the new epoch (frames.stored_ns at the aggregator, system clock)
 minus the kill (time.time_ns() just before SIGKILL). The aggregator's database must then hold every frame once
@@ -51,7 +54,7 @@ def lone_config(tmp: Path, port: int) -> Path:
     return write_config(tmp, "lone", port, VTEST, "", "{classes: [person]}")  # no replication section
 
 
-def run_mode(mode: str, kills: int, rng: random.Random, out: Path, frames: int) -> dict:
+def run_mode(mode: str, kills: int, rng: random.Random, out: Path, frames: int, restart_after_ms: int = 0) -> dict:
     tmp = out / mode
     tmp.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -59,8 +62,11 @@ def run_mode(mode: str, kills: int, rng: random.Random, out: Path, frames: int) 
     agg.start()
     times: list[float] = []
     try:
-        if mode == "standby":
+        if mode.startswith("standby"):
             pair = Pair(tmp, VTEST, agg)
+            if mode == "standby-cold":  # the standby opens its file at the takeover and decodes up to the cursor
+                for c in pair.cfg.values():
+                    c.write_text(c.read_text().replace("  role: ", "  warm_sources: none\n  role: ", 1))
             pair.start("node-a")
             pair.start("node-b")
             primary, paired = "node-a", {"node-a": 0, "node-b": 0}
@@ -71,7 +77,7 @@ def run_mode(mode: str, kills: int, rng: random.Random, out: Path, frames: int) 
             primary = "lone"
         for k in range(kills):
             epoch = max_epoch(agg.db)
-            if mode == "standby":
+            if mode.startswith("standby"):
                 standby = "node-b" if primary == "node-a" else "node-a"
                 wait_for(lambda: pair.paired(standby) > paired[standby], 120, f"{standby} to pair")
                 paired[standby] = pair.paired(standby)
@@ -83,7 +89,10 @@ def run_mode(mode: str, kills: int, rng: random.Random, out: Path, frames: int) 
             killed_ns = time.time_ns()
             procs[primary].send_signal(signal.SIGKILL)
             procs[primary].wait(timeout=30)
-            if mode == "standby":
+            if mode.startswith("standby"):
+                if restart_after_ms > 0:  # the killed node's model load and warm-up off the takeover's cores
+                    wait_for(lambda: first_stored_after(agg.db, epoch) is not None, 120, "the new epoch's first frame")
+                    time.sleep(restart_after_ms / 1000)
                 pair.start(primary)
                 primary = standby
             else:
@@ -96,7 +105,7 @@ def run_mode(mode: str, kills: int, rng: random.Random, out: Path, frames: int) 
                 p.wait(timeout=600)
         assert_accounted_once(agg.db, "vtest", frames)
     finally:
-        for p in (pair.procs.values() if mode == "standby" else procs.values()):
+        for p in (pair.procs.values() if mode.startswith("standby") else procs.values()):
             if p.poll() is None:
                 p.kill()
         agg.kill(signal.SIGTERM)
@@ -110,18 +119,23 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--modes", default="standby,restart")
+    ap.add_argument("--modes", default="standby,standby-cold,restart")
     ap.add_argument("--out", type=Path, default=Path("/tmp/vigil-takeover"))
+    ap.add_argument("--restart-after-ms", type=int, default=0,
+                    help="standby modes: restart the killed node only this long after the new primary's first "
+                         "stored frame (default 0: at once, competing for the cores with the takeover)")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     print(f"seed {seed}", flush=True)
     frames = 795
-    results = [run_mode(m, a.kills, random.Random(seed), a.out, frames) for m in a.modes.split(",")]
+    results = [run_mode(m, a.kills, random.Random(seed), a.out, frames, a.restart_after_ms) for m in a.modes.split(",")]
     (a.out / "result.json").write_text(json.dumps({"seed": seed, "results": results}, indent=1))
     print("\n| edge without a publisher after SIGKILL | kills | p50 ms | p99 ms | max ms | mean ms |")
     print("|---|---|---|---|---|---|")
     for r in results:
-        what = "hot standby takes over" if r["mode"] == "standby" else "same edge restarted at once (no standby)"
+        what = {"standby": "hot standby takes over (warm_sources: files, the default)",
+                "standby-cold": "hot standby, warm_sources: none (opens the file at the takeover)",
+                "restart": "same edge restarted at once (no standby)"}[r["mode"]]
         print(f"| {what} | {r['kills']} | {r['p50']:.0f} | {r['p99']:.0f} | {r['max']:.0f} | {r['mean']:.0f} |")
 
 

@@ -149,6 +149,13 @@ struct ReplicationConfig {
   int acceptable_pause_ms = 0;           // phi: 0..600000
   int step_down_stall_ms = 3000;         // step_down.stall_ms: 0 (never) or 100..600000
   int step_down_errors = 3;              // step_down.errors: 0 (never) or 1..1000
+  // What a standby reads while it waits (standby_gate.h). kFiles (default): replayable streams (files, image
+  // folders) up to the mirrored cursor, so the takeover resumes there instead of decoding from the start;
+  // kAll: also every camera, each picture discarded, so its connection is up at the takeover (only for cameras
+  // that serve two clients: a one-client camera would refuse the primary or the standby); kNone: nothing
+  // before the takeover.
+  enum class WarmSources { kNone, kFiles, kAll };
+  WarmSources warm_sources = WarmSources::kFiles;
 };
 
 struct EdgeConfig {

@@ -162,11 +162,15 @@ class StreamLedger {
   uint64_t epoch() const;  // 0 before Admit
   StreamResume resume(size_t stream) const;  // REQUIRES: admitted()
 
-  // Reader thread of `stream`: numbers the picture (sets seq; the caller copies run). false: skip it — a
-  // replayable stream's picture at or before its cursor (counted in skipped_resume), or a picture before
-  // admission or before the new runs were written to the store (counted in not_numbered; a replayable
-  // stream waits for that write instead, until CancelWaits or Close).
-  bool Number(size_t stream, uint64_t* seq);
+  // Reader thread of `stream`: numbers the picture (sets seq; the caller copies run). `position`: a replayable
+  // picture's position in its input (the Source's seq: frames kept from the input's start, across a looped
+  // file's passes), which becomes its seq — so a source that did not start at the input's start (a hot
+  // standby's, read up to the mirrored cursor before the takeover) numbers as one that did; ignored for a
+  // live stream, whose seqs continue the ledger's own count. false: skip it — a replayable stream's picture
+  // at or before its cursor (counted in skipped_resume), or a picture before admission or before the new runs
+  // were written to the store (counted in not_numbered; a replayable stream waits for that write instead,
+  // until CancelWaits or Close).
+  bool Number(size_t stream, uint64_t position, uint64_t* seq);
   // A numbered picture will not be processed: a drop mark with `reason` (queue_full, detect_error, …).
   void Dropped(size_t stream, uint64_t seq, std::string_view reason);
   // A message the link could not send and the courier gave up (Reject kInvalid: e.g. its device rows did

@@ -101,10 +101,12 @@
 //   Interrupt()). A failing Source affects no other Source.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -194,9 +196,15 @@ class Source {
   // Source has already ended or failed. Thread-safe; idempotent.
   void Interrupt();
   // realtime: frames with seq ≤ `seq` are delivered at once, not paced (a resumed run whose owner discards
-  // what was already reported: the first frame after them is paced from when it is delivered). Call before
-  // the first Next(); not thread-safe with it.
-  void DoNotPaceThrough(uint64_t seq) { unpaced_through_ = seq; }
+  // what was already reported, or a hot standby following its primary's cursor), and the next paced frame
+  // — the first after them, or after this call — is paced from when it is delivered (the clock starts anew).
+  // Only raises the bound. Thread-safe (also while Next() runs).
+  void DoNotPaceThrough(uint64_t seq) {
+    const int64_t to = static_cast<int64_t>(std::min<uint64_t>(seq, std::numeric_limits<int64_t>::max()));
+    for (int64_t cur = unpaced_through_.load(); cur < to && !unpaced_through_.compare_exchange_weak(cur, to);) {
+    }
+    reanchor_.store(true);
+  }
   StreamStats Stats() const { return stats_.Snapshot(); }
   bool live() const { return live_; }  // network source: a reader should drop rather than block (files,
                                        // images and synthetic sources: false)
@@ -258,7 +266,8 @@ class Source {
   int64_t fps_origin_ns_ = 0, last_fps_slot_ = 0;
   uint64_t next_seq_ = 0;
   bool paced_ = false;
-  std::optional<uint64_t> unpaced_through_;
+  std::atomic<int64_t> unpaced_through_{-1};  // DoNotPaceThrough; -1: none
+  std::atomic<bool> reanchor_{false};          // DoNotPaceThrough: the next paced frame starts the clock
   std::chrono::steady_clock::time_point pace_anchor_;
   int64_t pace_anchor_pts_ns_ = 0;
 };
