@@ -7,9 +7,9 @@
 //    with cudaIpcGetMemHandle), where a GPU consumer of the aggregator reads results without a host copy.
 //    For memory "host" (hosts without a GPU, the CPU tests) the mirror is the ring.
 // The edge (producer) maps both. It writes a slot's host part (slot header, frames) straight into the
-// mirror with the CPU, then — memory "cuda" — launches one kernel on its own stream that copies the host
-// part into the GPU ring, copies device rows (a DevicePayload) into the GPU ring and into the mirror, and
-// then, after a system-wide fence, writes the slot's signal word: the edge never waits for the GPU, and the
+// mirror with the CPU, then — memory "cuda" — has one kernel on its own stream copy device rows (a
+// DevicePayload) into the mirror and, after a system-wide fence, write the slot's signal word, then copy the
+// slot into the GPU ring and advance ring_ready (ring_kernels.h): the edge never waits for the GPU, and the
 // aggregator learns of the slot from a host-memory poll and reads it from the mirror — the copy to the host
 // that storage needs is made by the same kernel, with no host round trip on either side. Memory "host":
 // the CPU writes everything and stores the signal with release order.

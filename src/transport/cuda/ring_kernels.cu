@@ -8,40 +8,40 @@ constexpr int kThreads = 512;
 constexpr int kJobWords = sizeof(PublishJob) / 8;
 static_assert(sizeof(PublishJob) % 8 == 0 && kJobWords <= 32, "a job is read by one warp, a word per lane");
 
-// Copies one slot (see LaunchPublishSlot) with every thread of the block, then fences; the caller writes
-// the signals from one thread after the block's __syncthreads.
-__device__ void CopySlot(char* ring, char* mirror, size_t host_words, const char* rows, size_t rows_offset,
-                         size_t row_words) {
-  const auto* src = reinterpret_cast<const unsigned long long*>(mirror);
-  auto* dst = reinterpret_cast<unsigned long long*>(ring);
-  if (ring != nullptr) {
-    for (size_t i = threadIdx.x; i < host_words; i += blockDim.x) dst[i] = src[i];
-  }
+// Publishes one slot (see LaunchPublishSlot) with every thread of the block. The host consumer reads only the
+// mirror, so it is served first: the device rows into the mirror, a system-wide fence, the signal. Then the
+// GPU ring (the slot's host part read back from the mirror over PCIe, the rows again from device memory), a
+// fence, ring_ready — off the host consumer's path (a slot is reused only after ring_ready passed it, so the
+// mirror still holds it).
+__device__ void PublishOne(char* ring, char* mirror, size_t host_words, const char* rows, size_t rows_offset,
+                           size_t row_words, unsigned long long* signal, unsigned long long value,
+                           unsigned long long* ring_ready, unsigned long long ring_value) {
+  const auto* r = reinterpret_cast<const unsigned long long*>(rows);
   if (row_words > 0) {
-    const auto* r = reinterpret_cast<const unsigned long long*>(rows);
-    auto* ring_rows = reinterpret_cast<unsigned long long*>(ring + rows_offset);
     auto* mirror_rows = reinterpret_cast<unsigned long long*>(mirror + rows_offset);
-    for (size_t i = threadIdx.x; i < row_words; i += blockDim.x) {
-      const unsigned long long v = r[i];
-      if (ring != nullptr) ring_rows[i] = v;
-      mirror_rows[i] = v;
-    }
+    for (size_t i = threadIdx.x; i < row_words; i += blockDim.x) mirror_rows[i] = r[i];
   }
-  __threadfence_system();  // this thread's ring and mirror stores before the signal, for every observer
+  if (signal != nullptr) {
+    __threadfence_system();  // this thread's mirror stores before the signal, for every observer
+    __syncthreads();
+    if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(signal) = value;
+  }
+  if (ring != nullptr) {
+    const auto* src = reinterpret_cast<const unsigned long long*>(mirror);
+    auto* dst = reinterpret_cast<unsigned long long*>(ring);
+    for (size_t i = threadIdx.x; i < host_words; i += blockDim.x) dst[i] = src[i];
+    auto* ring_rows = reinterpret_cast<unsigned long long*>(ring + rows_offset);
+    for (size_t i = threadIdx.x; i < row_words; i += blockDim.x) ring_rows[i] = r[i];
+  }
+  __threadfence_system();  // the ring's stores before ring_ready
   __syncthreads();
-}
-
-__device__ void Signal(unsigned long long* signal, unsigned long long value, unsigned long long* ring_ready,
-                       unsigned long long ring_value) {
-  if (signal != nullptr) *reinterpret_cast<volatile unsigned long long*>(signal) = value;
-  *reinterpret_cast<volatile unsigned long long*>(ring_ready) = ring_value;
+  if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(ring_ready) = ring_value;
 }
 
 __global__ void PublishSlot(char* ring, char* mirror, size_t host_words, const char* rows, size_t rows_offset,
                             size_t row_words, unsigned long long* signal, unsigned long long value,
                             unsigned long long* ring_ready, unsigned long long ring_value) {
-  CopySlot(ring, mirror, host_words, rows, rows_offset, row_words);
-  if (threadIdx.x == 0) Signal(signal, value, ring_ready, ring_value);
+  PublishOne(ring, mirror, host_words, rows, rows_offset, row_words, signal, value, ring_ready, ring_value);
 }
 
 __device__ unsigned long long GlobalTimerNs() {
@@ -107,12 +107,10 @@ __global__ void Publisher(PublisherControl* control, const PublishJob* jobs, uns
     __syncthreads();
     if (command == 1) return;
     const PublishJob& j = *reinterpret_cast<const PublishJob*>(job);
-    CopySlot(j.ring, j.mirror, j.host_words, j.rows, j.rows_offset, j.row_words);
+    PublishOne(j.ring, j.mirror, j.host_words, j.rows, j.rows_offset, j.row_words, j.signal, j.value, j.ring_ready,
+               j.ring_value);
     ++done;
-    if (threadIdx.x == 0) {
-      Signal(j.signal, j.value, j.ring_ready, j.ring_value);
-      c->done = done;
-    }
+    if (threadIdx.x == 0) c->done = done;
     idle_since = GlobalTimerNs();
     __syncthreads();  // `job` is rewritten only after every thread has used it
   }

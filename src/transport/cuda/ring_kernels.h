@@ -9,11 +9,12 @@
 
 namespace vigil::transport::ring {
 
-// On `stream`, one block: copies `host_bytes` bytes from `mirror` (the slot in the host mirror, a device
-// pointer of registered host memory) to `ring` (the slot in the GPU ring; null: no GPU ring), then
-// `row_bytes` bytes from `rows` (device memory) to ring + rows_offset and mirror + rows_offset; then, after a
-// system-wide fence, stores `value` into `*signal` (unless null) and `ring_value` into `*ring_ready` (device
-// pointers of registered host memory).
+// On `stream`, one block: copies `row_bytes` bytes from `rows` (device memory) to mirror + rows_offset (the
+// slot in the host mirror, a device pointer of registered host memory) and, after a system-wide fence, stores
+// `value` into `*signal` (unless null); then copies `host_bytes` bytes from `mirror` to `ring` (the slot in
+// the GPU ring; null: no GPU ring) and the rows to ring + rows_offset, and after another fence stores
+// `ring_value` into `*ring_ready` (device pointers of registered host memory). The host consumer, which reads
+// the mirror, waits for no ring copy.
 // REQUIRES: the offsets and sizes multiples of 8, the pointers 8-byte aligned. Returns the launch error.
 cudaError_t LaunchPublishSlot(char* ring, char* mirror, size_t host_bytes, const char* rows, size_t rows_offset,
                               size_t row_bytes, unsigned long long* signal, unsigned long long value,
