@@ -34,7 +34,17 @@ Counters& counters() {
 }
 std::atomic<int> g_corrupt_slots{0};
 
+// A spin-wait hint: the core backs off (and its hyper-thread sibling runs) between polls of the ring.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 constexpr microseconds kSpin{100};      // after traffic, poll without sleeping this long
+constexpr microseconds kSocketEvery{20};  // while spinning, look at the socket this often
 constexpr microseconds kFirstSleep{10};
 constexpr microseconds kMaxSleep{200};  // the idle polling step (a first report after idle waits ≤ this)
 
@@ -90,16 +100,24 @@ class RingConnection final : public Connection {
     size_t bytes = 0;
     for (;;) {
       if (active_) {
-        Status polled = PollRing(out, &bytes);
-        if (!polled.ok()) {
-          if (out->size() == had) return polled;
-          pending_error_ = polled;  // what came before the bad slot first
-          return bytes;
-        }
-        if (out->size() > had) return bytes;
-        if (bytes > 0) {  // a frame spanning slots is still incomplete: more is on its way
-          spin_until = Clock::now() + kSpin;
-          sleep = kFirstSleep;
+        // While spinning, the ring alone for up to kSocketEvery (a pause between polls), then one look at the
+        // socket: a report is seen within ~0.1 µs of its signal instead of after a recv and a yield.
+        const auto now = Clock::now();
+        const auto look_until = now < spin_until ? std::min(now + kSocketEvery, spin_until) : now;
+        for (;;) {
+          Status polled = PollRing(out, &bytes);
+          if (!polled.ok()) {
+            if (out->size() == had) return polled;
+            pending_error_ = polled;  // what came before the bad slot first
+            return bytes;
+          }
+          if (out->size() > had) return bytes;
+          if (bytes > 0) {  // a frame spanning slots is still incomplete: more is on its way
+            spin_until = Clock::now() + kSpin;
+            sleep = kFirstSleep;
+          }
+          if (Clock::now() >= look_until) break;
+          CpuRelax();
         }
       }
       // The socket: at once when a ring is polled, else blocking for what is left.
