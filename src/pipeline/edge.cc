@@ -83,6 +83,7 @@ class Edge final : public transport::CourierHandler {
   Edge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics::Registry& reg)
       : config_(config), stop_(stop), reg_(reg) {}
   ~Edge() override {
+    StopHttp();  // a standby's server runs from before its wait (a Run that ended early left it up)
     // A warm standby's readers pass the gate: it lets a held one go, and they stop (joined) while it lives.
     if (!gate_) return;
     gate_->Close();
@@ -197,6 +198,7 @@ class Edge final : public transport::CourierHandler {
   void SaveFrame(const Stream& s, const video::Frame& f);
   void Periodic(bool force);
   Status StartHttp();
+  void StopHttp();
   void SampleLinks(const transport::CourierStats& cs);
   void WatchForStall(int64_t now, int active, const transport::OutboxStats& os, const transport::CourierStats& cs);
   void WatchHealth(int64_t now);
@@ -250,6 +252,9 @@ class Edge final : public transport::CourierHandler {
   // A warm standby (set_warm_standby): the gate its readers pass before the takeover, and (stream id, source)
   // per stream index for FollowMirrored.
   bool warm_ = false, warm_cameras_ = false;
+  bool http_started_ = false;                // Run's thread
+  std::atomic<bool> publishing_{false};      // courier_ and ledger_ set (the HTTP thread reads them after)
+  std::atomic<bool> placed_{false};          // placement_ set
   std::mutex gate_mu_;  // gate_ and followed_ set-up against FollowMirrored
   std::unique_ptr<StandbyGate> gate_;
   std::vector<std::pair<std::string, std::string>> followed_;
@@ -538,6 +543,7 @@ void Edge::Place() {
   }
   placement_ = std::make_unique<EdgePlacement>(config_.placement, specs, /*use_gpus=*/!gpus.empty(), config_.state_dir,
                                                gpus.size() == 1 ? *gpus.begin() : -1);
+  placed_.store(true, std::memory_order_release);
 }
 
 video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
@@ -1006,6 +1012,13 @@ Status Edge::StartHttp() {
   };
   VIGIL_ASSIGN_OR_RETURN(http_, transport::MakeHttpServer(std::move(access)));
   http_->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    if (!publishing_.load(std::memory_order_acquire)) {
+      // A standby waiting for its primary (the server starts before the wait): healthy, not publishing.
+      const nlohmann::json j = {{"status", "standby"}, {"edge", config_.edge}, {"epoch", 0},
+                                {"aggregator_connected", false}, {"node", config_.replication.node}};
+      res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+      return;
+    }
     const transport::CourierStats cs = courier_->Stats();
     const transport::OutboxStats os = ledger_->outbox().Stats();
     nlohmann::json j = {{"status", fenced_.load() ? "fenced" : "ok"},
@@ -1021,6 +1034,12 @@ Status Edge::StartHttp() {
     res.set_content(reg_.Render(), metrics::Registry::kContentType);
   });
   http_->Get("/api/placement", [this](const httplib::Request&, httplib::Response& res) {
+    if (!placed_.load(std::memory_order_acquire)) {
+      res.status = 503;
+      res.set_content(R"json({"error":"not placed yet (a standby without warm sources places at the takeover)"})json",
+                      "application/json");
+      return;
+    }
     res.set_content(topology::PlacementReportToJson(placement_->Report()), "application/json");
   });
   if (!http_->bind_to_port(config_.http_host, config_.http_port)) {
@@ -1032,6 +1051,14 @@ Status Edge::StartHttp() {
   http_port_ = config_.http_port;
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
   return absl::OkStatus();
+}
+
+void Edge::StopHttp() {
+  if (!http_ || !http_thread_.joinable()) return;
+  // A stop() before the server thread is listening is lost: give it up to 2 s to get there.
+  for (int i = 0; i < 2000 && !http_->is_running(); ++i) std::this_thread::sleep_for(milliseconds(1));
+  http_->stop();
+  http_thread_.join();
 }
 
 Status Edge::Run(const EdgeRunOptions& options) {
@@ -1079,7 +1106,12 @@ Status Edge::Run(const EdgeRunOptions& options) {
     Place();
     StartFollowing();
   }
-  if (options.after_load) WarmUpEngines();  // a standby's first frame after the takeover pays no first run
+  if (options.after_load) {
+    WarmUpEngines();  // a standby's first frame after the takeover pays no first run
+    // A standby answers /healthz ("standby") and /metrics (its role, takeovers) while it waits.
+    VIGIL_RETURN_IF_ERROR(StartHttp());
+    http_started_ = true;
+  }
   if (options.after_load) VIGIL_RETURN_IF_ERROR(options.after_load());  // a standby waits here, engine warm
   // The state dir is locked before anything else touches it: a second edge on it stops here.
   VIGIL_RETURN_IF_ERROR(OpenLedger(class_names_));
@@ -1094,18 +1126,13 @@ Status Edge::Run(const EdgeRunOptions& options) {
   if (!warm_) Place();
   if (register_numa_) RegisterNumaMetrics(reg_);
   VIGIL_RETURN_IF_ERROR(StartCourier());
-  if (Status st = StartHttp(); !st.ok()) {
+  publishing_.store(true, std::memory_order_release);  // courier_ and ledger_ are set: /healthz reads them
+  if (Status st = http_started_ ? absl::OkStatus() : StartHttp(); !st.ok()) {
     courier_->Close();
     ledger_->Close();
     return st;
   }
-  auto finish_http = [&] {
-    if (!http_) return;
-    // A stop() before the server thread is listening is lost: give it up to 2 s to get there.
-    for (int i = 0; i < 2000 && !http_->is_running(); ++i) std::this_thread::sleep_for(milliseconds(1));
-    http_->stop();
-    http_thread_.join();
-  };
+  auto finish_http = [&] { StopHttp(); };
   auto fenced_error = [&] {
     std::lock_guard lock(fence_mu_);
     return absl::AbortedError(StrCat("fenced: ", fence_reason_));

@@ -26,6 +26,7 @@ Needs: VIGIL_BIN built with gRPC, the int8 YOLOv8n in VIGIL_SHARED_MODELS, ffmpe
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -36,6 +37,7 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -114,11 +116,17 @@ def test_the_standby_takes_over_after_a_sigkill_and_every_frame_is_stored_once(v
     rules = "{classes: [person]}"
     primary_cfg = write_config(tmp_path, "primary", port, vtest200, replication_yaml("primary", "node-a", certs, a, b), rules)
     standby_cfg = write_config(tmp_path, "standby", port, vtest200, replication_yaml("standby", "node-b", certs, b, a), rules)
+    http = free_port()  # the standby serves /healthz and /metrics while it waits
+    standby_cfg.write_text(standby_cfg.read_text().replace("state_dir:", f"http_port: {http}\nstate_dir:", 1))
     primary = start(primary_cfg, tmp_path, "primary")
     standby = start(standby_cfg, tmp_path, "standby")
     try:
         wait_for(lambda: "paired with primary 'node-a'" in (tmp_path / "standby.log").read_text(), 120,
                  "the standby to pair")
+        health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz", timeout=10).read())
+        assert health["status"] == "standby" and health["node"] == "node-b", health
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10).read().decode()
+        assert 'vigil_edge_replication_role{role="standby"} 1' in scraped, scraped[:2000]
         wait_for(lambda: stored_frames(agg.db, "vtest") >= 40 or primary.poll() is not None, 120, "40 stored frames")
         stored = stored_frames(agg.db, "vtest")
         assert primary.poll() is None and stored < FRAMES, f"{stored} frames stored: cannot test a kill mid-run"

@@ -90,9 +90,10 @@ struct EdgeRunOptions {
   // Called for every acknowledgement of a report (the aggregator committed seq_first..seq_last of its
   // stream), on the courier's reader thread. Must be quick.
   std::function<void(const transport::Ack& ack)> on_acked;
-  // Called once the model is loaded (the engine warm) and before the state_dir is opened; a non-OK status
-  // ends Run with it. A hot standby waits here for its primary to fail (RunEdge with `replication: {role:
-  // standby}`).
+  // Called once the model is loaded and before the state_dir is opened; a non-OK status ends Run with it. A
+  // hot standby waits here for its primary to fail (RunEdge with `replication: {role: standby}`): before the
+  // call every worker's engine has run one batch, and the HTTP server (http_port) is up — /healthz answers
+  // {"status": "standby"} and /metrics the standby's role and counters until the pipeline publishes.
   std::function<Status()> after_load;
 };
 
