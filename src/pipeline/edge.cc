@@ -1050,6 +1050,8 @@ Status Edge::StartHttp() {
   }
   http_port_ = config_.http_port;
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  spdlog::info("edge '{}': http on {}:{} (/healthz, /metrics, /api/placement)", config_.edge, config_.http_host,
+               config_.http_port);
   return absl::OkStatus();
 }
 
@@ -1101,8 +1103,13 @@ Status Edge::Run(const EdgeRunOptions& options) {
     class_names_.push_back(pool_->detector().ClassName(static_cast<int>(c)));
   }
   if (warm_) {
-    // A warm standby reads its streams while it waits (StartFollowing); the state dir is the standby's.
+    // A warm standby reads its streams while it waits (StartFollowing); the state dir is the standby's (its
+    // placement report goes there before the wait opens it).
     VIGIL_RETURN_IF_ERROR(OpenStreams());
+    if (!config_.state_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(config_.state_dir, ec);
+    }
     Place();
     StartFollowing();
   }
