@@ -234,7 +234,7 @@ class Edge final : public transport::CourierHandler {
   std::function<void(const std::string&)> on_unhealthy_;
   HealthBounds health_bounds_;
   bool unhealthy_reported_ = false;           // Periodic's thread
-  std::atomic<int64_t> last_batch_ns_{0};     // the last batch result (or the pool's start)
+  std::atomic<int64_t> last_batch_ns_{0};     // the last batch result, or the first frame pushed to an idle pool
   std::atomic<uint64_t> frames_pushed_{0}, frames_done_{0};
   std::atomic<int> failed_in_row_{0};         // batches failed since the last one that did not
   std::mutex batch_error_mu_;
@@ -691,6 +691,9 @@ void Edge::Feed(size_t index) {
                    "this node's first frame, seq {})",
                    s.config.id, static_cast<int64_t>(gap_s * 1000), seq);
     }
+    // An idle pool's stall clock starts with the first frame that waits (a camera that took seconds to connect,
+    // or a file paused by pacing, is not a stalled inference).
+    if (frames_pushed_.load() == frames_done_.load()) last_batch_ns_ = SteadyNs();
     ++frames_pushed_;
     if (!pool_->Push(index, {index, std::move(frame)})) {
       --frames_pushed_;

@@ -539,6 +539,41 @@ def test_an_inference_stall_on_the_primary_makes_it_step_down_and_the_standby_ta
     assert metric(m, "vigil_edge_rejoins_total") == 1
 
 
+def camera_pair(tmp: Path, agg: Aggregator, url: str, warm_sources: str | None = None) -> Pair:
+    """The pair of Pair on one live stream from `url` (not real-time paced: a camera paces itself)."""
+    pair = Pair(tmp, Path("/nonexistent"), agg)
+    for node in ("node-a", "node-b"):
+        cfg = pair.cfg[node]
+        text = cfg.read_text().replace("source: /nonexistent\n    realtime: true\n", f"source: {url}\n")
+        if warm_sources:
+            text = text.replace("  role: ", f"  warm_sources: {warm_sources}\n  role: ", 1)
+        cfg.write_text(text)
+    return pair
+
+
+def frame_rows(db: Path) -> list[tuple]:
+    """(run, seq, kind, epoch) of every stored frame, in run and seq order."""
+    return query(db, "SELECT f.run, f.seq, f.kind, f.epoch FROM frames f ORDER BY f.run, f.seq") if db.exists() else []
+
+
+def stop_once_the_new_primary_stored(pair: Pair, db: Path, frames: int = 20):
+    """After a kill of node-a: waits for node-b's takeover and `frames` frames of its epoch, then SIGTERMs it."""
+    wait_for(lambda: "takes over edge 'e2e-edge'" in pair.log("node-b"), 30, "the takeover")
+    wait_for(lambda: sum(1 for r in frame_rows(db) if r[3] == 2 and r[2] != 4) >= frames, 120,
+             f"{frames} frames of the new primary")
+    pair.procs["node-b"].send_signal(signal.SIGTERM)
+    rc = pair.procs["node-b"].wait(timeout=120)
+    assert rc == 0, f"node-b exited {rc}:\n{pair.log('node-b')[-3000:]}"
+
+
+def assert_one_run_without_gaps(db: Path) -> list[tuple]:
+    rows = frame_rows(db)
+    assert {r[0] for r in rows} == {1}, "the standby must continue the primary's run"
+    seqs = [r[1] for r in rows]
+    assert seqs == list(range(len(seqs))), "every seq of the run is accounted exactly once, with no gap"
+    return rows
+
+
 def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time_is_reported(tmp_path):
     """A live source (a camera that serves a new client after the old one went away, as network cameras do):
     the primary is SIGKILLed; the standby takes over and continues the run above every seq the primary numbered
@@ -552,40 +587,34 @@ def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time
     agg.start()
     camera = Camera(tmp_path)
     camera.start()
-    pair = Pair(tmp_path, Path("/nonexistent"), agg)
-    for node in ("node-a", "node-b"):
-        cfg = pair.cfg[node]
-        cfg.write_text(cfg.read_text().replace("source: /nonexistent\n    realtime: true\n", f"source: {camera.url}\n"))
+    pair = camera_pair(tmp_path, agg, camera.url)
     pair.start("node-a")
     pair.start("node-b")
-    rows = lambda: query(agg.db, "SELECT f.run, f.seq, f.kind, f.epoch FROM frames f ORDER BY f.run, f.seq") \
-        if agg.db.exists() else []
     try:
         wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
-        wait_for(lambda: len(rows()) >= 30, 120, "30 frames of the camera stored")
+        wait_for(lambda: len(frame_rows(agg.db)) >= 30, 120, "30 frames of the camera stored")
         pair.procs["node-a"].kill()
         pair.procs["node-a"].wait(timeout=30)
         camera.stop()  # the camera drops its dead client and takes the next one
         camera.start()
-        wait_for(lambda: "takes over edge 'e2e-edge'" in pair.log("node-b"), 30, "the takeover")
-        wait_for(lambda: sum(1 for r in rows() if r[3] == 2 and r[2] != 4) >= 20, 120, "20 frames of the new primary")
-        pair.procs["node-b"].send_signal(signal.SIGTERM)
-        rc = pair.procs["node-b"].wait(timeout=120)
-        assert rc == 0, f"node-b exited {rc}:\n{pair.log('node-b')[-3000:]}"
+        stop_once_the_new_primary_stored(pair, agg.db)
     finally:
         pair.kill_all()
         camera.stop()
         agg.kill(signal.SIGTERM)
-    after = rows()
-    assert {r[0] for r in after} == {1}, "the standby must continue the primary's run"
-    seqs = [r[1] for r in after]
-    assert seqs == list(range(len(seqs))), "every seq of the run is accounted exactly once, with no gap"
-    first_new = min(r[1] for r in after if r[3] == 2)
-    assert all(r[3] == 1 for r in after if r[1] < first_new), "frames of the old epoch after the new one's first"
+    after = assert_one_run_without_gaps(agg.db)
+    # The new primary's own frames (not its lost marks) all come after every frame of the old one.
+    first_new = min(r[1] for r in after if r[3] == 2 and r[2] != 4)
+    assert all(r[3] == 1 or r[2] == 4 for r in after if r[1] < first_new), "old epoch's frames after the new one's"
+    # Lost: the seqs the old primary numbered above everything it got stored (one block up to the new primary's
+    # first, counted in lost_on_restart), plus any hole below that the dead process still had a drop mark
+    # pending for (under load: its queue-full drops), which the aggregator lacks and the takeover closes too.
     lost = [r[1] for r in after if r[2] == 4 and r[3] == 2]
-    assert lost == list(range(lost[0], lost[0] + len(lost))) if lost else True, f"lost seqs not one block: {lost}"
+    old_top = max(r[1] for r in after if r[3] == 1)
+    above = [q for q in lost if q > old_top]
+    assert above == list(range(old_top + 1, first_new)), f"lost above the old primary's last: {above}"
     m = read_metrics(tmp_path / "node-b.prom")
-    assert metric(m, "vigil_edge_frames_lost_on_restart_total", stream="vtest") == len(lost)
+    assert metric(m, "vigil_edge_frames_lost_on_restart_total", stream="vtest") == len(above)
     gap = metric(m, "vigil_edge_takeover_camera_gap_seconds", stream="vtest")
     assert 0 < gap < 30, gap
     log_b = pair.log("node-b")
@@ -604,28 +633,18 @@ def test_a_warm_standby_keeps_its_camera_connection_through_the_takeover(tmp_pat
     agg = Aggregator(tmp_path, port)
     agg.start()
     camera = FanOutCamera(tmp_path).start()
-    pair = Pair(tmp_path, Path("/nonexistent"), agg)
-    for node in ("node-a", "node-b"):
-        cfg = pair.cfg[node]
-        text = cfg.read_text().replace("source: /nonexistent\n    realtime: true\n", f"source: {camera.url}\n")
-        cfg.write_text(text.replace("  role: ", "  warm_sources: all\n  role: ", 1))
+    pair = camera_pair(tmp_path, agg, camera.url, warm_sources="all")
     pair.start("node-a")
     wait_for(lambda: len(camera.connected_at) >= 1, 120, "node-a to connect to the camera")
     pair.start("node-b")
-    rows = lambda: query(agg.db, "SELECT f.run, f.seq, f.kind, f.epoch FROM frames f ORDER BY f.run, f.seq") \
-        if agg.db.exists() else []
     try:
         wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
         wait_for(lambda: len(camera.connected_at) >= 2, 60, "the standby's own connection to the camera")
-        wait_for(lambda: len(rows()) >= 30, 120, "30 frames of the camera stored")
+        wait_for(lambda: len(frame_rows(agg.db)) >= 30, 120, "30 frames of the camera stored")
         killed_at = time.monotonic()
         pair.procs["node-a"].kill()
         pair.procs["node-a"].wait(timeout=30)
-        wait_for(lambda: "takes over edge 'e2e-edge'" in pair.log("node-b"), 30, "the takeover")
-        wait_for(lambda: sum(1 for r in rows() if r[3] == 2 and r[2] != 4) >= 20, 120, "20 frames of the new primary")
-        pair.procs["node-b"].send_signal(signal.SIGTERM)
-        rc = pair.procs["node-b"].wait(timeout=120)
-        assert rc == 0, f"node-b exited {rc}:\n{pair.log('node-b')[-3000:]}"
+        stop_once_the_new_primary_stored(pair, agg.db)
     finally:
         pair.kill_all()
         camera.stop()
@@ -634,10 +653,7 @@ def test_a_warm_standby_keeps_its_camera_connection_through_the_takeover(tmp_pat
     assert "reading 0 file stream(s) up to the primary's mirrored cursor and 1 camera(s)" in log_b, log_b[-3000:]
     assert len(camera.connected_at) == 2 and camera.connected_at[1] < killed_at, \
         f"the standby connected at {camera.connected_at} (kill at {killed_at}): not before the takeover"
-    after = rows()
-    assert {r[0] for r in after} == {1}, "the standby must continue the primary's run"
-    seqs = [r[1] for r in after]
-    assert seqs == list(range(len(seqs))), "every seq of the run is accounted exactly once, with no gap"
+    assert_one_run_without_gaps(agg.db)
     m = read_metrics(tmp_path / "node-b.prom")
     assert metric(m, "vigil_edge_reconnects_total", stream="vtest") == 0
     gap = metric(m, "vigil_edge_takeover_camera_gap_seconds", stream="vtest")

@@ -681,16 +681,41 @@ TEST(SyntheticSourceTest, TargetFpsAndResumeDeliverTheSameFrames) {
   EXPECT_EQ(SyntheticMismatches(tail[1], 59), 0);
 }
 
+// A real-time synthetic source at 0.1 fps (a frame due every 10 s) whose first frame was delivered.
+std::unique_ptr<Source> PacedAfterFirstFrame() {
+  SourceOptions options = Options("synthetic:8x6?fps=0.1");
+  options.realtime = true;
+  auto source = MustOpen(options);
+  if (!source) return nullptr;
+  StatusOr<std::optional<Frame>> first = source->Next();
+  EXPECT_TRUE(first.ok() && first->has_value()) << first.status();
+  return source;
+}
+
+// Interrupts `source` if still alive after 30 s: a test of a frame that must come at once fails, not hangs.
+class Watchdog {
+ public:
+  explicit Watchdog(Source* source)
+      : thread_([this, source] {
+          for (int i = 0; i < 3000 && !done_.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          if (!done_.load()) source->Interrupt();
+        }) {}
+  ~Watchdog() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 // Pacing reads the steady clock (Source::Next; no clock seam), so this asserts no duration: at 0.1 fps the
 // second frame is due 10 s after the first, and Interrupt() ends that wait with Cancelled. Without pacing
 // Next() would return the frame at once.
 TEST(SyntheticSourceTest, RealtimeWaitsForTheNextFrameUntilInterrupted) {
-  SourceOptions options = Options("synthetic:8x6?fps=0.1");
-  options.realtime = true;
-  auto source = MustOpen(options);
+  auto source = PacedAfterFirstFrame();
   ASSERT_TRUE(source);
-  StatusOr<std::optional<Frame>> first = source->Next();
-  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
   std::thread stopper([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     source->Interrupt();
@@ -707,26 +732,18 @@ TEST(SyntheticSourceTest, RealtimeWaitsForTheNextFrameUntilInterrupted) {
 // and so does the one after them: it is paced from when it is delivered, not from the first picture's clock
 // (at 0.1 fps that would be 60 s later). A watchdog interrupts after 30 s, so a regression fails, not hangs.
 TEST(SyntheticSourceTest, PacingStartsAnewAfterFramesItWasToldNotToPace) {
-  SourceOptions options = Options("synthetic:8x6?fps=0.1");
-  options.realtime = true;
-  auto source = MustOpen(options);
+  auto source = PacedAfterFirstFrame();
   ASSERT_TRUE(source);
-  StatusOr<std::optional<Frame>> first = source->Next();
-  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
   source->DoNotPaceThrough(5);
-  std::atomic<bool> done{false};
-  std::thread watchdog([&] {
-    for (int i = 0; i < 3000 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!done.load()) source->Interrupt();
-  });
   std::vector<uint64_t> seqs;
-  for (int i = 0; i < 6; ++i) {
-    StatusOr<std::optional<Frame>> f = source->Next();
-    if (!f.ok() || !f->has_value()) break;
-    seqs.push_back((*f)->seq);
+  {
+    Watchdog watchdog(source.get());
+    for (int i = 0; i < 6; ++i) {
+      StatusOr<std::optional<Frame>> f = source->Next();
+      if (!f.ok() || !f->has_value()) break;
+      seqs.push_back((*f)->seq);
+    }
   }
-  done.store(true);
-  watchdog.join();
   EXPECT_EQ(seqs, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6})) << "seq 6 waited for the first picture's clock";
 }
 
@@ -734,21 +751,14 @@ TEST(SyntheticSourceTest, PacingStartsAnewAfterFramesItWasToldNotToPace) {
 // one must come at once, not 10 s after picture 1 (0.1 fps). DoNotPaceThrough restarts the clock even when no
 // frame is left to skip.
 TEST(SyntheticSourceTest, DoNotPaceThroughRestartsTheClockForTheNextFrame) {
-  SourceOptions options = Options("synthetic:8x6?fps=0.1");
-  options.realtime = true;
-  auto source = MustOpen(options);
+  auto source = PacedAfterFirstFrame();
   ASSERT_TRUE(source);
-  StatusOr<std::optional<Frame>> first = source->Next();
-  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
   source->DoNotPaceThrough(0);  // seq 0 was delivered already: nothing left to skip
-  std::atomic<bool> done{false};
-  std::thread watchdog([&] {
-    for (int i = 0; i < 3000 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!done.load()) source->Interrupt();
-  });
-  StatusOr<std::optional<Frame>> second = source->Next();
-  done.store(true);
-  watchdog.join();
+  StatusOr<std::optional<Frame>> second = absl::CancelledError("not read");
+  {
+    Watchdog watchdog(source.get());
+    second = source->Next();
+  }
   ASSERT_TRUE(second.ok() && second->has_value()) << "seq 1 waited for seq 0's clock: " << second.status();
   EXPECT_EQ((*second)->seq, 1u);
 }

@@ -14,7 +14,7 @@ namespace vigil::pipeline {
 
 struct HealthSample {
   int64_t now_ns = 0;            // the clock reading of this sample
-  int64_t last_batch_ns = 0;     // when the last batch result came (or the pool started), same clock
+  int64_t last_batch_ns = 0;     // when the last batch result came, or the first frame reached an idle pool
   uint64_t frames_pushed = 0;    // frames handed to the worker pool so far
   uint64_t frames_done = 0;      // of them, frames whose batch result came (detected or failed)
   int failed_in_row = 0;         // batches failed since the last one that did not
