@@ -661,9 +661,15 @@ TEST_F(AggregatorTest, AnEvictedSessionsReportsInFlightAreStaleNeverStored) {
   EXPECT_TRUE(fenced());
   stop = true;
   barrage.join();
-  const size_t answered = old_instance.answers();
   ASSERT_TRUE(old_instance.Send(std::vector<Report>{Marks("edge-1", 1, ReportKind::kProgress, 30000, 30000)}).ok());
-  ASSERT_TRUE(old_instance.WaitAnswers(answered + 1));
+  // Its answer comes after the answers to every report the barrage sent before it (one connection, in order):
+  // once it is here the stale count below is final.
+  ASSERT_TRUE(old_instance.WaitUntil([&] {
+    for (const transport::Message& m : old_instance.MessagesLocked()) {
+      if (const Reject* r = std::get_if<Reject>(&m); r && r->seq_first == 30000) return true;
+    }
+    return false;
+  }));
   const std::vector<Reject> rejects = old_instance.rejects();
   EXPECT_EQ(rejects.back().reason, RejectReason::kStaleEpoch) << rejects.back().detail;
   EXPECT_EQ(rejects.back().epoch, 2u);
