@@ -50,8 +50,7 @@ void AddEdgeCommand(CLI::App& app, int* exit_code) {
       "Exit codes: 0 done (every finite stream ended, or SIGINT/SIGTERM); 1 --metrics-out could not be written; 2 bad "
       "configuration, model or state_dir (also a state_dir locked by another edge, or a standby refused by its "
       "primary); 3 fenced (an edge without replication): the aggregator admitted a newer instance of this edge id (do "
-      "not restart blindly: two "
-      "instances are configured).");
+      "not restart blindly: two instances are configured).");
   cmd->callback([=] {
     StatusOr<pipeline::EdgeConfig> config = pipeline::LoadEdgeConfig(*config_path);
     if (!config.ok()) {

@@ -115,8 +115,8 @@ class Edge final : public transport::CourierHandler {
     std::lock_guard lock(gate_mu_);
     if (!gate_) return;
     for (const StreamRecord& r : records) {
-      for (size_t i = 0; i < followed_.size(); ++i) {
-        if (followed_[i].first != r.stream || followed_[i].second != r.source) continue;
+      for (size_t i = 0; i < streams_.size(); ++i) {
+        if (streams_[i].config.id != r.stream || streams_[i].config.source != r.source) continue;
         gate_->Raise(i, r.acked_through);
         if (r.acked_through && streams_[i].read) streams_[i].read->DoNotPaceThrough(*r.acked_through);
       }
@@ -249,15 +249,14 @@ class Edge final : public transport::CourierHandler {
   std::shared_ptr<const std::atomic<int64_t>> takeover_contact_;  // set_takeover_contact
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
-  // A warm standby (set_warm_standby): the gate its readers pass before the takeover, and (stream id, source)
-  // per stream index for FollowMirrored.
-  bool warm_ = false, warm_cameras_ = false;
-  bool http_started_ = false;                // Run's thread
+  bool http_started_ = false;                // Run's thread: a standby's server runs from before its wait
   std::atomic<bool> publishing_{false};      // courier_ and ledger_ set (the HTTP thread reads them after)
   std::atomic<bool> placed_{false};          // placement_ set
-  std::mutex gate_mu_;  // gate_ and followed_ set-up against FollowMirrored
+  // A warm standby (set_warm_standby): the gate its readers pass before the takeover. streams_ is complete
+  // before gate_ is set (FollowMirrored reads it once it sees the gate).
+  bool warm_ = false, warm_cameras_ = false;
+  std::mutex gate_mu_;  // gate_'s set-up against FollowMirrored
   std::unique_ptr<StandbyGate> gate_;
-  std::vector<std::pair<std::string, std::string>> followed_;
   int http_port_ = 0;
   // Edge-wide metric handles, looked up once (Run).
   struct Stages {
@@ -577,7 +576,6 @@ void Edge::StartFollowing() {
   {
     std::lock_guard lock(gate_mu_);
     gate_ = std::make_unique<StandbyGate>(streams_.size());
-    for (const Stream& s : streams_) followed_.emplace_back(s.config.id, s.config.source);
   }
   size_t files = 0, cameras = 0;
   for (size_t i = 0; i < streams_.size(); ++i) {
@@ -604,13 +602,14 @@ void Edge::WarmUpEngines() {
     grey.height = static_cast<int>(std::max<int64_t>(d.model().height, 32));
     grey.bgr.assign(static_cast<size_t>(grey.width) * grey.height * 3, 114);
     const std::vector<detect::Image> batch(static_cast<size_t>(std::max(1, config_.max_batch)), grey);
-    for (size_t n : {size_t{1}, batch.size()}) {
+    auto run = [&](size_t n) {
       if (auto r = d.Detect(std::span<const detect::Image>(batch.data(), n)); !r.ok()) {
         spdlog::warn("edge '{}': warming worker {} up with {} picture(s) failed: {}", config_.edge, w, n,
                      std::string(r.status().message()));
       }
-      if (n == batch.size()) break;
-    }
+    };
+    run(1);
+    if (batch.size() > 1) run(batch.size());
   }
   spdlog::info("edge '{}': {} worker engine(s) warmed up in {} ms", config_.edge, pool_->num_workers(),
                (SteadyNs() - t0) / 1'000'000);
@@ -1121,8 +1120,8 @@ Status Edge::Run(const EdgeRunOptions& options) {
     // A standby answers /healthz ("standby") and /metrics (its role, takeovers) while it waits.
     VIGIL_RETURN_IF_ERROR(StartHttp());
     http_started_ = true;
+    VIGIL_RETURN_IF_ERROR(options.after_load());  // a standby waits here, engine warm
   }
-  if (options.after_load) VIGIL_RETURN_IF_ERROR(options.after_load());  // a standby waits here, engine warm
   // The state dir is locked before anything else touches it: a second edge on it stops here.
   VIGIL_RETURN_IF_ERROR(OpenLedger(class_names_));
   if (!warm_) VIGIL_RETURN_IF_ERROR(OpenStreams());
@@ -1142,7 +1141,6 @@ Status Edge::Run(const EdgeRunOptions& options) {
     ledger_->Close();
     return st;
   }
-  auto finish_http = [&] { StopHttp(); };
   auto fenced_error = [&] {
     std::lock_guard lock(fence_mu_);
     return absl::AbortedError(StrCat("fenced: ", fence_reason_));
@@ -1150,7 +1148,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
   if (!WaitAdmitted()) {
     courier_->Close();
     ledger_->Close();
-    finish_http();
+    StopHttp();
     if (fenced_.load()) return fenced_error();
     spdlog::info("edge '{}': stopped before the aggregator admitted it", config_.edge);
     return absl::OkStatus();
@@ -1234,7 +1232,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
   for (const Stream& s : streams_) frames += s.frames;  // the sink thread has ended
   spdlog::info("edge '{}': done: {} frames, {} reports published, {} acknowledged, {} rejected", config_.edge,
                frames, os.pushed, os.acked, os.rejected);
-  finish_http();
+  StopHttp();
   if (fenced_.load()) return fenced_error();
   return absl::OkStatus();
 }

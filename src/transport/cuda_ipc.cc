@@ -49,7 +49,7 @@ constexpr microseconds kFirstSleep{10};
 constexpr microseconds kMaxSleep{200};  // the idle polling step (a first report after idle waits ≤ this)
 
 // The aggregator's side of one cuda_ipc session: the Unix socket plus, after the RingAccept, the ring.
-// Read returns whole frames from both (never interleaving inside a frame).
+// ReadMessages returns the messages of both, each decoded and checked once (the receiver reads no bytes of it).
 class RingConnection final : public Connection {
  public:
   RingConnection(std::unique_ptr<SocketConnection> sock, const CudaIpcListenOptions& opt)
@@ -146,28 +146,8 @@ class RingConnection final : public Connection {
     }
   }
 
-  // For a caller that reads bytes (a wrapping Connection): the messages encoded again.
-  StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
-    while (out_pos_ == out_.size()) {
-      out_.clear();
-      out_pos_ = 0;
-      std::deque<StatusOr<Message>> got;
-      VIGIL_RETURN_IF_ERROR(ReadMessages(&got, timeout).status());
-      for (StatusOr<Message>& m : got) {
-        if (!m.ok()) {
-          if (!out_.empty()) {
-            pending_error_ = m.status();
-            break;
-          }
-          return m.status();
-        }
-        AppendFrame(*m, &out_);
-      }
-    }
-    const size_t n = std::min(max, out_.size() - out_pos_);
-    std::memcpy(buf, out_.data() + out_pos_, n);
-    out_pos_ += n;
-    return n;
+  StatusOr<size_t> Read(char*, size_t, milliseconds) override {
+    return absl::UnimplementedError("a cuda_ipc connection hands over decoded messages (ReadMessages), not bytes");
   }
 
  private:
@@ -312,8 +292,6 @@ class RingConnection final : public Connection {
   bool sock_broken_ = false;    // the socket gave an undecodable frame
   FrameDecoder ring_decoder_;   // ring frames (a frame may span slots); one that fails is a rejected slot
   Status pending_error_;        // a bad slot's, returned after the messages before it
-  std::string out_;             // Read: messages encoded again
-  size_t out_pos_ = 0;
   char sock_buf_[16 << 10];
 };
 

@@ -144,6 +144,27 @@ class Camera:
         return f"tcp://127.0.0.1:{self.port}"
 
 
+def loopback_listener(backlog: int = 16) -> socket.socket:
+    """A listening TCP socket on 127.0.0.1, on a free port (SO_REUSEADDR)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    s.listen(backlog)
+    return s
+
+
+def accept_each(listener: socket.socket, handle) -> None:
+    """Calls handle(connection) for every connection `listener` accepts, on a daemon thread, until it is closed."""
+    def loop():
+        while True:
+            try:
+                c, _ = listener.accept()
+            except OSError:
+                return
+            handle(c)
+    threading.Thread(target=loop, daemon=True).start()
+
+
 class FanOutCamera:
     """A live camera that serves several clients at once, as most network cameras do: FFmpeg encodes an endless
     10 fps H.264 test picture (lavfi testsrc) as MPEG-TS to a pipe, and every client connected to
@@ -152,10 +173,7 @@ class FanOutCamera:
 
     def __init__(self, tmp: Path):
         self.log = open(tmp / "camera.log", "ab")
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(8)
+        self.listener = loopback_listener()
         self.port = self.listener.getsockname()[1]
         self.clients: list[socket.socket] = []
         self.connected_at: list[float] = []
@@ -167,19 +185,14 @@ class FanOutCamera:
             ["ffmpeg", "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc=size=320x240:rate=10", "-c:v", "libx264",
              "-preset", "ultrafast", "-tune", "zerolatency", "-g", "10", "-f", "mpegts", "pipe:1"],
             stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL)
-        threading.Thread(target=self._accept, daemon=True).start()
+        accept_each(self.listener, self._join)
         threading.Thread(target=self._pump, daemon=True).start()
         return self
 
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.listener.accept()
-            except OSError:
-                return
-            with self.lock:
-                self.clients.append(c)
-                self.connected_at.append(time.monotonic())
+    def _join(self, c: socket.socket):
+        with self.lock:
+            self.clients.append(c)
+            self.connected_at.append(time.monotonic())
 
     def _pump(self):
         while chunk := self.proc.stdout.read1(65536):

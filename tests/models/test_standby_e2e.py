@@ -43,7 +43,8 @@ from pathlib import Path
 import pytest
 
 from common import THREADS, vigil_bin
-from edge_harness import Aggregator, Camera, FanOutCamera, free_port, query, read_metrics, metric, stored_frames
+from edge_harness import (Aggregator, Camera, FanOutCamera, accept_each, free_port, loopback_listener, metric, query,
+                          read_metrics, stored_frames)
 from test_edge_e2e import FRAMES, MODEL, assert_accounted_once, vtest200  # noqa: F401 (fixture)
 
 
@@ -321,34 +322,26 @@ class Proxy:
 
     def __init__(self, target: int):
         self.target = target
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
+        self.listener = loopback_listener()
         self.port = self.listener.getsockname()[1]
         self.cut_ = threading.Event()
         self.conns: list[socket.socket] = []
         self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        accept_each(self.listener, self._forward)
 
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.cut_.is_set():
-                c.close()
-                continue
-            try:
-                u = socket.create_connection(("127.0.0.1", self.target), timeout=5)
-            except OSError:
-                c.close()
-                continue
-            with self.lock:
-                self.conns += [c, u]
-            for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+    def _forward(self, c: socket.socket):
+        if self.cut_.is_set():
+            c.close()
+            return
+        try:
+            u = socket.create_connection(("127.0.0.1", self.target), timeout=5)
+        except OSError:
+            c.close()
+            return
+        with self.lock:
+            self.conns += [c, u]
+        for a, b in ((c, u), (u, c)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket):

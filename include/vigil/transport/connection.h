@@ -40,7 +40,8 @@ class Connection {
   virtual StatusOr<size_t> Read(char* buf, size_t max, std::chrono::milliseconds timeout) = 0;
   // For a connection that decodes what it receives itself (cuda_ipc.h: a report in a ring slot is checked and
   // decoded once, straight from the slot, instead of being encoded into bytes again for the receiver's
-  // decoder): true, and the receiver calls ReadMessages instead of Read. Default: false. Thread-safe.
+  // decoder): true, and the receiver calls ReadMessages instead of Read (such a connection's Read fails with
+  // Unimplemented). Default: false. Thread-safe.
   virtual bool decodes() const { return false; }
   // Waits up to `timeout` for data, then appends what arrived, in order, to `out`: whole messages, and for
   // bytes that are not a valid frame the decoder's error (FrameDecoder::Next's: Unimplemented for another
