@@ -18,6 +18,7 @@ build_pkgs=(
   zlib1g-dev                    # the protocol's CRC-32
   prometheus-cpp-dev            # metrics: prometheus-cpp core (families, histograms, text exposition)
   libucx-dev                    # the ucx link kind (UCP active messages); optional: VIGIL_WITH_UCX=AUTO
+  libturbojpeg0-dev             # JPEG pictures mirrored to the hot standby; optional: VIGIL_WITH_TURBOJPEG=AUTO
   libgrpc++-dev protobuf-compiler-grpc  # the hot standby's replication channel (gRPC, mutual TLS); optional: VIGIL_WITH_GRPC=AUTO
   dpkg-dev file                 # cpack's .deb: dpkg-shlibdeps computes Depends
   opencv-doc darknet            # sample images and video (vtest.avi, dog.jpg, ...)

@@ -27,6 +27,7 @@
 #include "vigil/pipeline/frame_ref.h"
 #include "vigil/pipeline/health.h"
 #include "vigil/pipeline/ledger.h"
+#include "vigil/pipeline/mirror_window.h"
 #include "vigil/pipeline/placement.h"
 #include "vigil/pipeline/rules.h"
 #include "vigil/pipeline/standby_gate.h"
@@ -37,6 +38,7 @@
 #include "vigil/transport/tls.h"
 #include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/ucx.h"
+#include "vigil/video/jpeg.h"
 #include "vigil/video/source.h"
 #include "vigil/video/stream_reader.h"
 #include "replication_role.h"
@@ -50,7 +52,7 @@ constexpr size_t kMaxUnackedTimes = 100000;  // frame times kept per stream for 
 
 int64_t SteadyNs() { return SystemClock()->SteadyNs(); }
 
-const char* const kDropReasons[] = {"queue_full", "detect_error", "backpressure", "shutdown"};
+const char* const kDropReasons[] = {"queue_full", "detect_error", "backpressure", "shutdown", "mirror_error"};
 
 struct Stream {
   StreamConfig config;
@@ -59,6 +61,7 @@ struct Stream {
   video::Source* read = nullptr;                // the reader's source (DoNotPaceThrough), while `reader` lives
   bool live = false;
   bool first_frame_seen = false;  // Feed's thread
+  bool mirror_error_logged = false;  // the reader's thread
   uint64_t run = 0;  // set once the ledger is admitted, before the reader starts
   std::deque<std::pair<uint64_t, int64_t>> unacked;  // (seq, source_steady_ns) of reported frames; stats_mu_
   uint64_t frames = 0;               // GUARDED_BY(stats_mu_)
@@ -72,6 +75,11 @@ struct Stream {
   metrics::Counter* decode_errors = nullptr;
   metrics::Counter* reconnects = nullptr;
   metrics::Counter* lost_on_restart = nullptr;
+  metrics::Counter* mirrored = nullptr;        // live pictures handed to the standby (primary)
+  metrics::Counter* mirrored_bytes = nullptr;  // … their JPEG bytes
+  metrics::Counter* mirror_skipped = nullptr;  // live pictures a paired standby did not get (queue full, encode)
+  metrics::Counter* replayed = nullptr;        // mirrored pictures processed again after a takeover
+  std::vector<replication::MirroredFrame> replay;  // a takeover's mirrored pictures, fed before the source's
   metrics::Counter* dropped[std::size(kDropReasons)] = {};
   metrics::Counter* events[4] = {};  // by transport::Severity
   metrics::Gauge* fps = nullptr;
@@ -93,10 +101,14 @@ class Edge final : public transport::CourierHandler {
   }
 
   Status Run(const EdgeRunOptions& options);
-  // Wraps the state_dir store before the ledger opens it (a primary mirrors every Save to its standby).
-  void set_store_wrapper(std::function<std::unique_ptr<StateStore>(std::unique_ptr<StateStore>)> w) {
-    wrap_store_ = std::move(w);
-  }
+  // This edge is (or becomes, at a takeover) the primary and serves `channel` (not owned; outlives Run): every
+  // state its ledger persists is mirrored to the paired standby and, with replication.mirror_frames, every live
+  // picture it numbers (as a JPEG, under the lock that orders it before the ledger states that count it).
+  // Set before the ledger opens (before Run, or in after_load).
+  void set_primary_channel(replication::PrimaryChannel* channel) { primary_channel_.store(channel); }
+  // A standby's window of the primary's mirrored live pictures (filled while it waits): at the takeover those
+  // the aggregator lacks are processed again. Set before Run.
+  void set_mirror_window(std::shared_ptr<MirrorWindow> window) { window_ = std::move(window); }
   // A second Edge on the same registry (a fenced primary rejoining as standby) must not hook it again.
   void set_register_numa(bool on) { register_numa_ = on; }
   // A standby: the primary's last contact (steady ns) once it took over, 0 before. Each live stream's first
@@ -189,11 +201,13 @@ class Edge final : public transport::CourierHandler {
   void StartReaders();
   video::SourceOptions SourceOptionsOf(size_t index) const;
   video::StreamReaderOptions ReaderOptionsOf(size_t index, bool gated);
+  std::optional<replication::MirroredFrame> MirrorPicture(size_t index, const video::Frame& f);  // reader thread
   void StartFollowing();  // a warm standby, before the takeover
   void WarmUpEngines();   // one batch of 1 and one of max_batch through every worker's detector
   void AssignDevices();
   Status LoadWorkers();
   void Feed(size_t index);
+  bool FeedReplay(size_t index);  // false: stopped (what was left became drop marks)
   void OnBatch(BatchResult& r);
   void SaveFrame(const Stream& s, const video::Frame& f);
   void Periodic(bool force);
@@ -205,7 +219,9 @@ class Edge final : public transport::CourierHandler {
   Status InjectFault();  // VIGIL_FAULT_INFERENCE, on a worker thread before each batch
 
   const EdgeConfig& config_;
-  std::function<std::unique_ptr<StateStore>(std::unique_ptr<StateStore>)> wrap_store_;  // set before Run
+  std::atomic<replication::PrimaryChannel*> primary_channel_{nullptr};  // set_primary_channel
+  std::mutex mirror_mu_;  // a live picture's Number + MirrorFrame against the ledger's PublishLedger (order)
+  std::shared_ptr<MirrorWindow> window_;  // set_mirror_window (a standby)
   bool register_numa_ = true;
   const std::atomic<bool>& stop_;
   metrics::Registry& reg_;
@@ -260,7 +276,7 @@ class Edge final : public transport::CourierHandler {
   int http_port_ = 0;
   // Edge-wide metric handles, looked up once (Run).
   struct Stages {
-    metrics::Histogram *decode, *queue, *preprocess, *inference, *postprocess, *rules, *publish, *frame_to_ack;
+    metrics::Histogram *decode, *queue, *preprocess, *inference, *postprocess, *rules, *publish, *frame_to_ack, *mirror;
   } stages_{};
   metrics::Counter* engine_busy_ = nullptr;
   metrics::Histogram* batch_frames_ = nullptr;
@@ -304,6 +320,16 @@ Status Edge::OpenStreams() {
     s.reconnects = &reg_.GetCounter("vigil_edge_reconnects_total", "Successful reconnects of network sources", labels);
     s.lost_on_restart = &reg_.GetCounter("vigil_edge_frames_lost_on_restart_total",
                                          "Seqs a previous instance numbered and never delivered (reported as lost)", labels);
+    s.mirrored = &reg_.GetCounter("vigil_edge_mirror_frames_total",
+                                  "Live pictures sent to the paired standby as JPEG (replication.mirror_frames)", labels);
+    s.mirrored_bytes = &reg_.GetCounter("vigil_edge_mirror_bytes_total",
+                                        "JPEG bytes of the live pictures sent to the paired standby", labels);
+    s.mirror_skipped = &reg_.GetCounter(
+        "vigil_edge_mirror_frames_skipped_total",
+        "Live pictures a paired standby did not get (the channel's queue full, or the picture did not encode)", labels);
+    s.replayed = &reg_.GetCounter("vigil_edge_takeover_replayed_frames_total",
+                                  "Mirrored pictures processed again after a takeover (the old primary's, not stored)",
+                                  labels);
     for (size_t r = 0; r < std::size(kDropReasons); ++r) {
       s.dropped[r] = &reg_.GetCounter("vigil_edge_frames_dropped_total", "Frames numbered but not processed, by reason",
                                       {{"stream", sc.id}, {"reason", kDropReasons[r]}});
@@ -473,7 +499,7 @@ Status Edge::LoadWorkers() {
 Status Edge::OpenLedger(const std::vector<std::string>& names) {
   LedgerOptions lo;
   VIGIL_ASSIGN_OR_RETURN(lo.store, OpenStateDir(config_.state_dir));
-  if (wrap_store_) lo.store = wrap_store_(std::move(lo.store));
+  if (replication::PrimaryChannel* ch = primary_channel_.load()) lo.store = MirroringStore(std::move(lo.store), ch, &mirror_mu_);
   lo.max_outbox = static_cast<size_t>(config_.max_outbox);
   lo.progress_flush = milliseconds(config_.progress_flush_ms);
   std::vector<LedgerStream> specs;
@@ -482,7 +508,18 @@ Status Edge::OpenLedger(const std::vector<std::string>& names) {
     if (!rules.ok()) return Annotate(rules.status(), "stream '" + sc.id + "'");
     // Network sources (and live synthetic ones) are live: numbered after the high-water mark, never wait on
     // the outbox.
-    specs.push_back({sc.id, sc.source, video::IsLiveUri(sc.source), std::move(*rules)});
+    specs.push_back({sc.id, sc.source, video::IsLiveUri(sc.source), std::move(*rules), std::nullopt});
+  }
+  if (window_) {
+    // A standby's mirrored pictures of the run its mirrored ledger names: the ledger decides at Admit which
+    // the aggregator still lacks (StreamResume::replay).
+    StatusOr<std::vector<StreamRecord>> records = lo.store->Load();
+    for (LedgerStream& spec : specs) {
+      if (!spec.live || !records.ok()) continue;
+      for (const StreamRecord& r : *records) {
+        if (r.stream == spec.id && r.source == spec.source) spec.mirrored = window_->Seqs(spec.id, r.run);
+      }
+    }
   }
   VIGIL_ASSIGN_OR_RETURN(ledger_, StreamLedger::Open(std::move(lo), std::move(specs)));
   return absl::OkStatus();
@@ -516,8 +553,19 @@ bool Edge::WaitAdmitted() {
     }
   }
   for (size_t i = 0; i < streams_.size(); ++i) {
-    streams_[i].run = ledger_->run(i);
-    streams_[i].lost_on_restart->Inc(static_cast<double>(ledger_->resume(i).lost));
+    Stream& s = streams_[i];
+    s.run = ledger_->run(i);
+    const StreamResume r = ledger_->resume(i);
+    s.lost_on_restart->Inc(static_cast<double>(r.lost));
+    if (window_ && s.live) {
+      // The old primary's pictures the aggregator lacks: Feed processes them before the camera's next ones.
+      s.replay = window_->Take(s.config.id, s.run, r.replay);
+      s.replayed->Inc(static_cast<double>(r.replay.size()));
+      if (!r.replay.empty()) {
+        spdlog::warn("stream '{}': processing {} mirrored picture(s) of the old primary again (seqs {}..{})",
+                     s.config.id, r.replay.size(), r.replay.front(), r.replay.back());
+      }
+    }
   }
   return !fenced_.load();
 }
@@ -554,7 +602,25 @@ video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
   ro.on_frame = [this, i, gated](video::Frame& f) {
     if (gated && gate_->Admit(i, streams_[i].live, f.seq) != StandbyGate::Verdict::kPass) return false;
     uint64_t seq = 0;
-    if (!ledger_->Number(i, f.seq, &seq)) return false;
+    // A primary with a standby paired mirrors each live picture: encoded first (outside any lock), then numbered
+    // and queued on the channel under mirror_mu_, which the ledger's mirrored states also take — so no state
+    // that counts this seq reaches the standby before its picture.
+    std::optional<replication::MirroredFrame> picture = MirrorPicture(i, f);
+    if (picture) {
+      std::lock_guard lock(mirror_mu_);
+      if (!ledger_->Number(i, f.seq, &seq)) return false;
+      picture->run = streams_[i].run;
+      picture->seq = seq;
+      const double bytes = static_cast<double>(picture->jpeg.size());
+      if (primary_channel_.load()->MirrorFrame(std::move(*picture))) {
+        streams_[i].mirrored->Inc();
+        streams_[i].mirrored_bytes->Inc(bytes);
+      } else {
+        streams_[i].mirror_skipped->Inc();  // the queue filled since wants_frames (or the standby left)
+      }
+    } else if (!ledger_->Number(i, f.seq, &seq)) {
+      return false;
+    }
     f.seq = seq;
     f.run = streams_[i].run;
     return true;
@@ -569,6 +635,45 @@ video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
     }
   };
   return ro;
+}
+
+// A live picture as the paired standby gets it (seq and run set by the caller), when this edge is a primary
+// mirroring frames and a standby wants one; nullopt otherwise. A picture the standby would have got but that
+// cannot be encoded is counted (mirror_skipped) and logged once per stream.
+std::optional<replication::MirroredFrame> Edge::MirrorPicture(size_t i, const video::Frame& f) {
+  Stream& s = streams_[i];
+  replication::PrimaryChannel* ch = s.live && config_.replication.mirror_frames ? primary_channel_.load() : nullptr;
+  if (ch == nullptr) return std::nullopt;
+  if (!ch->wants_frames()) {
+    if (ch->stats().standby_connected) s.mirror_skipped->Inc();  // paired, but its queue is full
+    return std::nullopt;
+  }
+  const int64_t t0 = SteadyNs();
+  StatusOr<std::string> jpeg = absl::InternalError("not encoded");
+  if (f.device) {
+    video::Frame host = f;  // shares the GPU picture; the download fills a host copy
+    Status st = video::DownloadBgr(host);
+    jpeg = st.ok() ? video::EncodeJpeg(host, config_.replication.jpeg_quality) : StatusOr<std::string>(st);
+  } else {
+    jpeg = video::EncodeJpeg(f, config_.replication.jpeg_quality);
+  }
+  if (!jpeg.ok()) {
+    s.mirror_skipped->Inc();
+    if (!std::exchange(s.mirror_error_logged, true)) {
+      spdlog::error("stream '{}': a picture cannot be mirrored to the standby: {}", s.config.id,
+                    std::string(jpeg.status().message()));
+    }
+    return std::nullopt;
+  }
+  stages_.mirror->Observe(static_cast<double>(SteadyNs() - t0) * 1e-9);
+  replication::MirroredFrame m;
+  m.stream = s.config.id;
+  m.capture_ns = f.capture_time_ns;
+  m.pts_ns = f.pts_ns;
+  m.width = static_cast<uint32_t>(f.width);
+  m.height = static_cast<uint32_t>(f.height);
+  m.jpeg = std::move(*jpeg);
+  return m;
 }
 
 // A warm standby, before after_load: every opened stream is read through the gate.
@@ -659,9 +764,55 @@ void Edge::StartReaders() {
   if (gate_) gate_->Open();  // the ledger is admitted: held pictures go on to it
 }
 
+// A takeover's mirrored pictures (Stream::replay, seq order), decoded and pushed before the source's. One that
+// does not decode becomes a drop mark (mirror_error): its seq was kept out of the lost ranges for it.
+bool Edge::FeedReplay(size_t index) {
+  Stream& s = streams_[index];
+  std::vector<replication::MirroredFrame> replay = std::move(s.replay);
+  s.replay.clear();
+  for (size_t k = 0; k < replay.size(); ++k) {
+    replication::MirroredFrame& m = replay[k];
+    if (Stopping()) {
+      for (; k < replay.size(); ++k) {
+        Dropped(s, "shutdown").Inc();
+        ledger_->Dropped(index, replay[k].seq, "shutdown");
+      }
+      return false;
+    }
+    video::Frame frame;
+    const int64_t t0 = SteadyNs();
+    if (Status st = video::DecodeJpeg(m.jpeg, &frame); !st.ok()) {
+      spdlog::error("stream '{}': mirrored picture seq {} cannot be processed again: {}", s.config.id, m.seq,
+                    std::string(st.message()));
+      Dropped(s, "mirror_error").Inc();
+      ledger_->Dropped(index, m.seq, "mirror_error");
+      continue;
+    }
+    frame.stream_id = s.config.id;
+    frame.run = s.run;
+    frame.seq = m.seq;
+    frame.pts_ns = m.pts_ns;
+    frame.capture_time_ns = m.capture_ns;  // the old primary's capture: frame→stored includes the takeover
+    frame.source_steady_ns = SteadyNs();
+    frame.decode_ns = frame.source_steady_ns - t0;
+    if (frames_pushed_.load() == frames_done_.load()) last_batch_ns_ = SteadyNs();
+    ++frames_pushed_;
+    if (!pool_->Push(index, {index, std::move(frame)})) {
+      --frames_pushed_;
+      for (; k < replay.size(); ++k) {
+        Dropped(s, "shutdown").Inc();
+        ledger_->Dropped(index, replay[k].seq, "shutdown");
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
 void Edge::Feed(size_t index) {
   Stream& s = streams_[index];
-  while (!Stopping()) {
+  const bool fed = FeedReplay(index);
+  while (fed && s.reader && !Stopping()) {
     video::Frame frame;
     const video::StreamReader::PopResult r = s.reader->Pop(&frame, milliseconds(100));
     if (r == video::StreamReader::PopResult::kTimeout) continue;
@@ -702,6 +853,10 @@ void Edge::Feed(size_t index) {
       }
       break;
     }
+  }
+  if (!s.reader) {  // a takeover's replay for a camera that did not open
+    if (--active_ == 0) pool_->Close();
+    return;
   }
   s.reader->Stop();
   if (s.live) {  // numbered and never processed: marked, so the next instance does not report them as lost
@@ -1083,7 +1238,8 @@ Status Edge::Run(const EdgeRunOptions& options) {
     spdlog::warn("edge '{}': fault injection on (VIGIL_FAULT_INFERENCE={}): for tests only", config_.edge, f);
   }
   stages_ = {&Stage("decode"), &Stage("queue"),       &Stage("preprocess"), &Stage("inference"),
-             &Stage("postprocess"), &Stage("rules"), &Stage("publish"),    &Stage("frame_to_ack")};
+             &Stage("postprocess"), &Stage("rules"), &Stage("publish"),    &Stage("frame_to_ack"),
+             &Stage("mirror")};
   frame_to_detection_ = &reg_.GetHistogram("vigil_edge_frame_to_detection_seconds",
                                            "Frame released by its source to its detections ready, seconds",
                                            metrics::LatencyBuckets());
@@ -1160,7 +1316,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
 
   std::vector<std::thread> feeders;
   for (size_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].reader) ++active_;
+    if (streams_[i].reader || !streams_[i].replay.empty()) ++active_;
   }
   // Inference on the pool's threads, each bound to its device's cores (its OpenMP team, created from it,
   // inherits that); the ledger and the rules on the sink thread.
@@ -1180,7 +1336,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
                [this] { placement_->PlaceThread(ThreadRole::kSink); });
   if (active_ == 0) pool_->Close();
   for (size_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].reader) {
+    if (streams_[i].reader || !streams_[i].replay.empty()) {  // a camera that did not open still gets its replay
       feeders.emplace_back([this, i] {
         placement_->PlaceThread(ThreadRole::kFeed, i);
         Feed(i);
@@ -1270,8 +1426,7 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
     // Serve the channel and mirror every persisted ledger state: before the ledger opens.
     auto become_primary = [&]() -> Status {
       VIGIL_ASSIGN_OR_RETURN(channel, StartPrimaryChannel(config, digest));
-      edge.set_store_wrapper(
-          [ch = channel.get()](std::unique_ptr<StateStore> s) { return MirroringStore(std::move(s), ch); });
+      edge.set_primary_channel(channel.get());
       role("primary").Set(1);
       role("standby").Set(0);
       return absl::OkStatus();
@@ -1306,11 +1461,25 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
       if (rc.warm_sources != ReplicationConfig::WarmSources::kNone) {
         edge.set_warm_standby(/*cameras=*/rc.warm_sources == ReplicationConfig::WarmSources::kAll);
       }
-      o.after_load = [&, contact]() -> Status {
+      // The primary's live pictures the aggregator has not acknowledged, to process again at the takeover.
+      std::shared_ptr<MirrorWindow> window;
+      if (rc.mirror_frames) {
+        std::vector<std::string> ids;
+        for (const StreamConfig& sc : config.streams) ids.push_back(sc.id);
+        window = std::make_shared<MirrorWindow>(std::move(ids), static_cast<size_t>(rc.mirror_window));
+        edge.set_mirror_window(window);
+      }
+      o.after_load = [&, contact, window]() -> Status {
         PrewarmPlacement(config.placement);  // the topology discovery is not left on the takeover's path
-        VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(config, digest, stop, [&edge](const std::vector<StreamRecord>& r) {
-                                 edge.FollowMirrored(r);
-                               }));
+        std::function<void(replication::MirroredFrame&&)> on_frame;
+        if (window) on_frame = [window](replication::MirroredFrame&& f) { window->Add(std::move(f)); };
+        VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(
+                                               config, digest, stop,
+                                               [&edge, window](const std::vector<StreamRecord>& r) {
+                                                 if (window) window->Follow(r);
+                                                 edge.FollowMirrored(r);
+                                               },
+                                               std::move(on_frame)));
         takeovers.Inc();
         contact->store(t.last_contact_ns);
         spdlog::warn("replication: '{}' is now the primary of edge '{}' ({} ms after the primary's last contact)",

@@ -9,6 +9,7 @@
 
 #include "vigil/common/config.h"
 #include "vigil/transport/protocol.h"
+#include "vigil/video/jpeg.h"
 #include "vigil/video/source.h"
 
 namespace vigil::pipeline {
@@ -212,6 +213,14 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
                         : warm == "none" ? ReplicationConfig::WarmSources::kNone
                                          : ReplicationConfig::WarmSources::kFiles;
     }
+    std::string mirror = video::JpegAvailable() ? "live" : "none";
+    if (r->GetOneOf("mirror_frames", &mirror, {"live", "none"}) && mirror == "live" && !video::JpegAvailable()) {
+      r->Error("mirror_frames", "live needs libturbojpeg, and this vigil was built without it (VIGIL_WITH_TURBOJPEG; "
+                                "Debian libturbojpeg0-dev): use none");
+    }
+    rc.mirror_frames = mirror == "live" && video::JpegAvailable();
+    r->Get("jpeg_quality", &rc.jpeg_quality, 1, 100);
+    r->Get("mirror_window", &rc.mirror_window, 1, 100000);
     if (std::optional<ConfigMap> d = r->Map("detector")) {
       std::string kind = "fixed";
       d->GetOneOf("kind", &kind, {"fixed", "phi"});

@@ -261,25 +261,45 @@ void StreamLedger::Admit(const transport::Welcome& welcome) {
         continue;
       }
       r.kind = StreamResume::kResumeLive;
-      // New pictures go above every seq the dead instance assigned (its high-water mark) and every seq the
-      // aggregator stored. Everything between the acknowledged prefix and that point that the aggregator does
-      // not have was numbered and never delivered: one kLost range reports it (the aggregator stores only
-      // the seqs it is missing, so a hole left below the highest stored seq — a drop mark still pending in
-      // the dead process — is closed too).
+      // New pictures go above every seq the dead instance assigned (its high-water mark), every seq the
+      // aggregator stored and every mirrored picture this node processes again. Everything between the
+      // acknowledged prefix and that point that the aggregator does not have and this node has no picture of
+      // was numbered and never delivered: kLost ranges report it (the aggregator stores only the seqs it is
+      // missing, so a hole left below the highest stored seq — a drop mark still pending in the dead process —
+      // is closed too).
       const uint64_t prefix_end = s.rec.acked_through ? *s.rec.acked_through + 1 : 0;  // first seq not known stored
       const uint64_t above_stored = std::max(static_cast<uint64_t>(highest + 1), prefix_end);
-      r.first_seq = std::max(s.rec.next_seq, above_stored);
-      if (r.first_seq > prefix_end && (s.rec.next_seq > above_stored || static_cast<uint64_t>(highest + 1) > prefix_end)) {
-        Report m = d.MarkOf(s, ReportKind::kLost, prefix_end, "lost_on_restart");
-        m.seq_last = r.first_seq - 1;
-        lost.emplace_back(i, std::move(m));
+      r.replay.clear();
+      if (s.spec.mirrored && s.spec.mirrored->run == r.run) {
+        for (uint64_t q : s.spec.mirrored->seqs) {
+          if (q >= prefix_end && (r.replay.empty() || q > r.replay.back())) r.replay.push_back(q);
+        }
       }
-      // Certainly lost: assigned above everything stored.
-      r.lost = s.rec.next_seq > above_stored ? s.rec.next_seq - above_stored : 0;
+      r.first_seq = std::max(s.rec.next_seq, above_stored);
+      if (!r.replay.empty()) r.first_seq = std::max(r.first_seq, r.replay.back() + 1);
+      // The seqs in [prefix_end, first_seq) without a picture to process again, as ranges; those at or above
+      // above_stored are certainly lost.
+      r.lost = 0;
+      size_t k = 0;
+      for (uint64_t q = prefix_end; q < r.first_seq;) {
+        while (k < r.replay.size() && r.replay[k] < q) ++k;
+        if (k < r.replay.size() && r.replay[k] == q) {
+          ++q;
+          continue;
+        }
+        const uint64_t end = k < r.replay.size() ? std::min(r.replay[k], r.first_seq) : r.first_seq;  // exclusive
+        Report m = d.MarkOf(s, ReportKind::kLost, q, "lost_on_restart");
+        m.seq_last = end - 1;
+        lost.emplace_back(i, std::move(m));
+        if (end > above_stored) r.lost += end - std::max(q, above_stored);
+        q = end;
+      }
       s.counters.lost_on_restart += r.lost;
+      s.counters.replayed += r.replay.size();
       s.rec.next_seq = r.first_seq;
-      spdlog::info("stream '{}' (live): resuming run {} at seq {} (aggregator stored up to {}; {} seqs lost on restart)",
-                   s.spec.id, r.run, r.first_seq, highest, r.lost);
+      spdlog::info("stream '{}' (live): resuming run {} at seq {} (aggregator stored up to {}; {} mirrored picture(s) "
+                   "processed again; {} seqs lost on restart)",
+                   s.spec.id, r.run, r.first_seq, highest, r.replay.size(), r.lost);
     }
     d.admitted = true;
     d.cv.notify_all();

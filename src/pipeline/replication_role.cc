@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -38,12 +39,19 @@ std::vector<StreamRecord> FromMirrored(const std::vector<replication::MirroredSt
 
 class Mirroring final : public StateStore {
  public:
-  Mirroring(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel)
-      : inner_(std::move(inner)), channel_(channel) {}
+  Mirroring(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel, std::mutex* order)
+      : inner_(std::move(inner)), channel_(channel), order_(order) {}
   StatusOr<std::vector<StreamRecord>> Load() override { return inner_->Load(); }
   Status Save(const std::vector<StreamRecord>& records) override {
     Status st = inner_->Save(records);
-    if (st.ok()) channel_->PublishLedger(ToMirrored(records));
+    if (!st.ok()) return st;
+    std::vector<replication::MirroredStream> streams = ToMirrored(records);
+    if (order_ != nullptr) {
+      std::lock_guard lock(*order_);
+      channel_->PublishLedger(std::move(streams));
+    } else {
+      channel_->PublishLedger(std::move(streams));
+    }
     return st;
   }
   std::string where() const override { return inner_->where(); }
@@ -51,6 +59,7 @@ class Mirroring final : public StateStore {
  private:
   std::unique_ptr<StateStore> inner_;
   replication::PrimaryChannel* channel_;
+  std::mutex* order_;
 };
 
 }  // namespace
@@ -68,11 +77,14 @@ StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const
   o.edge = config.edge;
   o.node = config.replication.node;
   o.digest = digest;
+  // A few pictures per stream in flight to the standby; more waiting means it does not keep up.
+  o.max_queued_frames = std::max<size_t>(64, 4 * config.streams.size());
   return replication::PrimaryChannel::Start(std::move(o));
 }
 
-std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel) {
-  return std::make_unique<Mirroring>(std::move(inner), channel);
+std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel,
+                                           std::mutex* order) {
+  return std::make_unique<Mirroring>(std::move(inner), channel, order);
 }
 
 namespace {
@@ -107,7 +119,8 @@ StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDi
 
 StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
                               const std::atomic<bool>& stop,
-                              std::function<void(const std::vector<StreamRecord>&)> on_mirrored) {
+                              std::function<void(const std::vector<StreamRecord>&)> on_mirrored,
+                              std::function<void(replication::MirroredFrame&&)> on_frame) {
   const ReplicationConfig& rc = config.replication;
   // The standby's own state_dir, locked while it waits: the primary's records land here.
   VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, OpenStateDir(config.state_dir));
@@ -163,6 +176,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
       }
       shared->cv.notify_all();
     };
+    so.on_frame = on_frame;
     so.on_ledger = [shared, st, on_mirrored](const std::vector<replication::MirroredStream>& streams) {
       const std::vector<StreamRecord> records = FromMirrored(streams);
       Status saved = st->Save(records);  // on the channel's reader thread; st outlives the channel

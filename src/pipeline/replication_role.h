@@ -1,7 +1,8 @@
 // Internal: an edge's replication role (edge_config.h `replication:`, issue 16) around RunEdge.
 //
 // Primary: the replication channel (replication/channel.h) listens; every state the ledger persists is
-// also published to the paired standby (MirroringStore wraps the state_dir store).
+// also published to the paired standby (MirroringStore wraps the state_dir store), and every live picture it
+// numbers is mirrored (edge.cc, replication.mirror_frames).
 // Standby: pairs with the primary (retrying until it answers; a refusal — another model, streams or rules —
 // is an error), keeps the primary's ledger records in its own state_dir, and returns when the primary is
 // judged gone: the stream ended (its process died: at once) or its heartbeats stopped (the failure
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "vigil/common/status.h"
@@ -30,8 +32,11 @@ StatusOr<replication::PairDigest> PairDigestOf(const EdgeConfig& config);
 StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const EdgeConfig& config,
                                                                            const replication::PairDigest& digest);
 
-// `inner` whose every successful Save is also published on `channel` (not owned; outlives the store).
-std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel);
+// `inner` whose every successful Save is also published on `channel` (not owned; outlives the store), under
+// `order` (not owned; may be null): the lock under which the edge numbers a live picture and queues it on the
+// channel, so that a state counting a mirrored picture goes out after it (channel.h "Frame mirroring").
+std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel,
+                                           std::mutex* order);
 
 struct Takeover {
   std::string reason;        // why the primary was judged gone
@@ -47,12 +52,14 @@ StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDi
 
 // Pairs with the primary, keeps its mirrored ledger in this node's state_dir and waits until the primary is
 // judged gone. `on_mirrored` (may be empty) gets every mirrored ledger state after it was saved, on the
-// channel's reader thread (a warm standby's readers follow the cursors in it); it must be quick.
+// channel's reader thread (a warm standby's readers follow the cursors in it); `on_frame` (may be empty) every
+// mirrored live picture, on the same thread, in the order sent (a MirrorWindow keeps them); both must be quick.
 // Errors: FailedPrecondition (the primary refused to pair: the message says what differs), the state_dir's
 // errors, Cancelled (`stop` became true before a takeover, or the primary finished every stream: nothing to
 // take over). A primary stopped on purpose (Finished without streams_done) is taken over at once.
 StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
                               const std::atomic<bool>& stop,
-                              std::function<void(const std::vector<StreamRecord>&)> on_mirrored = {});
+                              std::function<void(const std::vector<StreamRecord>&)> on_mirrored = {},
+                              std::function<void(replication::MirroredFrame&&)> on_frame = {});
 
 }  // namespace vigil::pipeline

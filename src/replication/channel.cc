@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -88,6 +89,30 @@ std::vector<MirroredStream> FromProto(const v1::LedgerState& p) {
   return out;
 }
 
+void ToProto(MirroredFrame&& f, v1::MirroredFrame* p) {
+  p->set_stream(std::move(f.stream));
+  p->set_run(f.run);
+  p->set_seq(f.seq);
+  p->set_capture_ns(f.capture_ns);
+  p->set_pts_ns(f.pts_ns);
+  p->set_width(f.width);
+  p->set_height(f.height);
+  p->set_jpeg(std::move(f.jpeg));
+}
+
+MirroredFrame FromProto(v1::MirroredFrame* p) {
+  MirroredFrame f;
+  f.stream = p->stream().substr(0, 256);
+  f.run = p->run();
+  f.seq = p->seq();
+  f.capture_ns = p->capture_ns();
+  f.pts_ns = p->pts_ns();
+  f.width = p->width();
+  f.height = p->height();
+  f.jpeg = std::move(*p->mutable_jpeg());
+  return f;
+}
+
 Status FromGrpc(const grpc::Status& s, const std::string& where) {
   if (s.ok()) return absl::OkStatus();
   const std::string msg = StrCat(where, ": ", s.error_message());
@@ -145,17 +170,29 @@ class PrimaryService final : public v1::Replication::Service {
         uint64_t sent = 0;
         std::unique_lock lock(mu_);
         for (;;) {
-          ledger_cv_.wait(lock, [&] { return over || ledger_version_ > sent || (finish_ && !finish_sent_); });
+          ledger_cv_.wait(lock, [&] {
+            return over || ledger_version_ > sent || !frames_.empty() || (finish_ && !finish_sent_);
+          });
           if (over) return;
           v1::PrimaryMessage m;
-          const bool finishing = ledger_version_ <= sent && finish_ && !finish_sent_;  // the last state first
-          if (finishing) {
+          // Frames queued before the latest ledger state go first; then the state; then later frames. Finished
+          // goes last, after the last state and every queued frame (a standby taking over can use them).
+          const bool ledger_due = ledger_version_ > sent && (frames_.empty() || frames_.front().first >= ledger_barrier_);
+          const bool frame_due = !ledger_due && !frames_.empty();
+          const bool finishing = !ledger_due && !frame_due;
+          size_t frame_bytes = 0;
+          if (ledger_due) {
+            ToProto(ledger_version_, ledger_, m.mutable_ledger());
+            sent = ledger_version_;
+          } else if (frame_due) {
+            MirroredFrame f = std::move(frames_.front().second);
+            frames_.pop_front();
+            frame_bytes = f.jpeg.size();
+            ToProto(std::move(f), m.mutable_frame());
+          } else {
             m.mutable_finished()->set_streams_done(*finish_);
             m.mutable_finished()->set_reason(finish_reason_);
             finish_sent_ = true;
-          } else {
-            ToProto(ledger_version_, ledger_, m.mutable_ledger());
-            sent = ledger_version_;
           }
           lock.unlock();
           bool ok;
@@ -167,9 +204,12 @@ class PrimaryService final : public v1::Replication::Service {
           if (!ok) return;
           if (finishing) {
             ledger_cv_.notify_all();  // Finish waits for it
-            continue;
+          } else if (frame_due) {
+            ++stats_.frames_sent;
+            stats_.frame_bytes_sent += frame_bytes;
+          } else {
+            ++stats_.ledger_states_sent;
           }
-          ++stats_.ledger_states_sent;
         }
       });
       v1::StandbyMessage m;
@@ -196,6 +236,7 @@ class PrimaryService final : public v1::Replication::Service {
       over = true;
       stats_.standby_connected = false;
       stats_.standby.clear();
+      frames_.clear();  // for nobody now; a standby that pairs next starts from the ledger state
     }
     ledger_cv_.notify_all();
     if (sender.joinable()) sender.join();
@@ -231,8 +272,26 @@ class PrimaryService final : public v1::Replication::Service {
       if (streams == ledger_) return;  // unchanged: nothing to send
       ledger_ = std::move(streams);
       ++ledger_version_;
+      ledger_barrier_ = frames_queued_;  // the frames queued so far go out before this state
     }
     ledger_cv_.notify_all();
+  }
+  bool wants_frames() const {
+    std::lock_guard lock(mu_);
+    return stats_.standby_connected && frames_.size() < opt_.max_queued_frames;
+  }
+  bool MirrorFrame(MirroredFrame frame) {
+    {
+      std::lock_guard lock(mu_);
+      if (!stats_.standby_connected) return false;
+      if (frames_.size() >= opt_.max_queued_frames || frame.jpeg.size() > kMaxMirroredJpegBytes) {
+        ++stats_.frames_refused;
+        return false;
+      }
+      frames_.emplace_back(frames_queued_++, std::move(frame));
+    }
+    ledger_cv_.notify_all();
+    return true;
   }
 
  private:
@@ -256,6 +315,9 @@ class PrimaryService final : public v1::Replication::Service {
   PrimaryChannelStats stats_;            // GUARDED_BY(mu_)
   std::vector<MirroredStream> ledger_;   // GUARDED_BY(mu_) the latest published records
   uint64_t ledger_version_ = 0;          // GUARDED_BY(mu_) 0: none published yet
+  std::deque<std::pair<uint64_t, MirroredFrame>> frames_;  // GUARDED_BY(mu_) (ordinal, frame) to send, in order
+  uint64_t frames_queued_ = 0;           // GUARDED_BY(mu_) ordinals handed out
+  uint64_t ledger_barrier_ = 0;          // GUARDED_BY(mu_) frames with an ordinal below it precede ledger_
   std::optional<bool> finish_;           // GUARDED_BY(mu_) Finish(streams_done) was called
   std::string finish_reason_;            // GUARDED_BY(mu_)
   bool finish_sent_ = false;             // GUARDED_BY(mu_)
@@ -269,6 +331,8 @@ class GrpcPrimaryChannel final : public PrimaryChannel {
   uint16_t port() const override { return port_; }
   PrimaryChannelStats stats() const override { return service_->stats(); }
   void PublishLedger(std::vector<MirroredStream> streams) override { service_->PublishLedger(std::move(streams)); }
+  bool wants_frames() const override { return service_->wants_frames(); }
+  bool MirrorFrame(MirroredFrame frame) override { return service_->MirrorFrame(std::move(frame)); }
   void Finish(bool streams_done, std::string reason) override {
     service_->Finish(streams_done, std::move(reason));
     Stop();
@@ -303,7 +367,9 @@ class GrpcStandbyChannel final : public StandbyChannel {
     co.pem_root_certs = pems.ca;
     co.pem_private_key = pems.key;
     co.pem_cert_chain = pems.cert;
-    channel_ = grpc::CreateChannel(opt_.primary, grpc::SslCredentials(co));
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(static_cast<int>(kMaxMirroredJpegBytes + (1u << 20)));  // a mirrored picture
+    channel_ = grpc::CreateCustomChannel(opt_.primary, grpc::SslCredentials(co), args);
     const std::string where = StrCat("replication: primary ", opt_.primary);
     if (!channel_->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
       return absl::UnavailableError(StrCat(where, ": no answer within ", timeout.count(),
@@ -360,6 +426,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
 
   const std::string& primary_node() const override { return primary_node_; }
   uint64_t heartbeats_answered() const override { return answered_.load(); }
+  uint64_t frames_received() const override { return frames_.load(); }
 
   void Stop() override {
     {
@@ -380,6 +447,11 @@ class GrpcStandbyChannel final : public StandbyChannel {
     while (stream_->Read(&m)) {
       if (m.has_ledger()) {
         if (opt_.on_ledger) opt_.on_ledger(FromProto(m.ledger()));
+        continue;
+      }
+      if (m.has_frame()) {
+        ++frames_;
+        if (opt_.on_frame) opt_.on_frame(FromProto(m.mutable_frame()));
         continue;
       }
       if (m.has_finished()) {
@@ -430,6 +502,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
   std::unique_ptr<grpc::ClientReaderWriter<v1::StandbyMessage, v1::PrimaryMessage>> stream_;
   std::string primary_node_;
   std::atomic<uint64_t> answered_{0};
+  std::atomic<uint64_t> frames_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;  // GUARDED_BY(mu_)
@@ -442,6 +515,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
 StatusOr<std::unique_ptr<PrimaryChannel>> PrimaryChannel::Start(PrimaryChannelOptions options) {
   VIGIL_ASSIGN_OR_RETURN(Pems pems, LoadTls(options.tls));
   if (options.edge.empty()) return absl::InvalidArgumentError("replication: the primary channel needs the edge id");
+  if (options.max_queued_frames == 0) return absl::InvalidArgumentError("replication: max_queued_frames must be at least 1");
   const std::string listen = options.listen;
   grpc::SslServerCredentialsOptions so(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   so.pem_root_certs = pems.ca;

@@ -532,7 +532,8 @@ def test_an_inference_stall_on_the_primary_makes_it_step_down_and_the_standby_ta
     assert metric(m, "vigil_edge_rejoins_total") == 1
 
 
-def camera_pair(tmp: Path, agg: Aggregator, url: str, warm_sources: str | None = None) -> Pair:
+def camera_pair(tmp: Path, agg: Aggregator, url: str, warm_sources: str | None = None,
+                mirror_frames: str | None = None) -> Pair:
     """The pair of Pair on one live stream from `url` (not real-time paced: a camera paces itself)."""
     pair = Pair(tmp, Path("/nonexistent"), agg)
     for node in ("node-a", "node-b"):
@@ -540,6 +541,8 @@ def camera_pair(tmp: Path, agg: Aggregator, url: str, warm_sources: str | None =
         text = cfg.read_text().replace("source: /nonexistent\n    realtime: true\n", f"source: {url}\n")
         if warm_sources:
             text = text.replace("  role: ", f"  warm_sources: {warm_sources}\n  role: ", 1)
+        if mirror_frames:
+            text = text.replace("  role: ", f"  mirror_frames: {mirror_frames}\n  role: ", 1)
         cfg.write_text(text)
     return pair
 
@@ -568,11 +571,12 @@ def assert_one_run_without_gaps(db: Path) -> list[tuple]:
 
 
 def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time_is_reported(tmp_path):
-    """A live source (a camera that serves a new client after the old one went away, as network cameras do):
-    the primary is SIGKILLed; the standby takes over and continues the run above every seq the primary numbered
-    (its mirrored high-water mark): every seq of the run is stored once or reported lost (frames the primary
-    numbered and never got stored), no gap; the camera time between the primary's last contact and the
-    standby's first frame is reported on its own (log and vigil_edge_takeover_camera_gap_seconds)."""
+    """A live source (a camera that serves a new client after the old one went away, as network cameras do),
+    its pictures not mirrored (mirror_frames: none): the primary is SIGKILLed; the standby takes over and
+    continues the run above every seq the primary numbered (its mirrored high-water mark): every seq of the run
+    is stored once or reported lost (frames the primary numbered and never got stored), no gap; the camera time
+    between the primary's last contact and the standby's first frame is reported on its own (log and
+    vigil_edge_takeover_camera_gap_seconds)."""
     if not shutil.which("ffmpeg"):
         pytest.skip("ffmpeg not available")
     port = free_port()
@@ -580,7 +584,7 @@ def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time
     agg.start()
     camera = Camera(tmp_path)
     camera.start()
-    pair = camera_pair(tmp_path, agg, camera.url)
+    pair = camera_pair(tmp_path, agg, camera.url, mirror_frames="none")
     pair.start("node-a")
     pair.start("node-b")
     try:
@@ -614,6 +618,57 @@ def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time
     assert re.search(r"stream 'vtest': \d+ ms of camera time missed in the takeover", log_b), log_b[-3000:]
     print(f"live takeover: {len(lost)} seqs the primary numbered and never stored (reported lost), "
           f"{gap * 1000:.0f} ms of camera time missed")
+
+
+def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_got_stored(tmp_path):
+    """mirror_frames: live (the default): the primary sends every camera picture it numbers to the standby as a
+    JPEG. Its inference stalls (VIGIL_FAULT_INFERENCE) and it is SIGKILLed 1.5 s into the stall, holding about 15
+    numbered pictures it never got stored (in its queues, or dropped for a full queue with the drop mark still
+    pending). The standby processes those pictures again from its mirror window: nothing is reported lost, every
+    seq of the run is stored exactly once, the old primary's pictures by the new epoch."""
+    if not shutil.which("ffmpeg"):
+        pytest.skip("ffmpeg not available")
+    port = free_port()
+    agg = Aggregator(tmp_path, port)
+    agg.start()
+    camera = Camera(tmp_path)
+    camera.start()
+    pair = camera_pair(tmp_path, agg, camera.url)
+    pair.start("node-a", env={"VIGIL_FAULT_INFERENCE": "stall:60:2500"})  # < step_down.stall_ms (3000)
+    pair.start("node-b")
+    try:
+        wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
+        assert "stalls 2500 ms" not in pair.log("node-a"), "the stall came before the standby paired: cannot test"
+        wait_for(lambda: "stalls 2500 ms" in pair.log("node-a"), 120, "the primary's inference stall")
+        time.sleep(1.5)
+        pair.procs["node-a"].kill()
+        pair.procs["node-a"].wait(timeout=30)
+        camera.stop()
+        camera.start()
+        stop_once_the_new_primary_stored(pair, agg.db)
+    finally:
+        pair.kill_all()
+        camera.stop()
+        agg.kill(signal.SIGTERM)
+    rows = assert_one_run_without_gaps(agg.db)
+    assert [r for r in rows if r[2] == 4] == [], "a seq was reported lost though its picture was mirrored"
+    m = read_metrics(tmp_path / "node-b.prom")
+    assert metric(m, "vigil_edge_frames_lost_on_restart_total", stream="vtest") == 0
+    replayed = metric(m, "vigil_edge_takeover_replayed_frames_total", stream="vtest")
+    assert replayed >= 10, f"only {replayed} mirrored pictures processed again (10 fps x 1.5 s of stall)"
+    log_b = pair.log("node-b")
+    found = re.search(r"stream 'vtest': processing (\d+) mirrored picture\(s\) of the old primary again "
+                      r"\(seqs (\d+)\.\.(\d+)\)", log_b)
+    assert found, log_b[-3000:]
+    assert int(found.group(1)) == replayed
+    first, last = int(found.group(2)), int(found.group(3))
+    # The stalled batch's pictures and those queued behind it were processed by nobody else: the new primary
+    # stored them. (Pictures the old primary dropped for its full queue may have had their drop marks stored
+    # before the kill: then the aggregator kept those, once.)
+    processed_again = [r for r in rows if first <= r[1] <= last and r[3] == 2 and r[2] in (1, 2)]
+    assert len(processed_again) >= 3, [r for r in rows if first <= r[1] <= last]
+    print(f"live takeover with mirrored pictures: {replayed} processed again (seqs {first}..{last}), "
+          f"{len(processed_again)} stored by the new primary, 0 lost")
 
 
 def test_a_warm_standby_keeps_its_camera_connection_through_the_takeover(tmp_path):

@@ -1,8 +1,9 @@
 #include "vigil/pipeline/edge_config.h"
 
-#include "vigil/pipeline/edge.h"
-
 #include <gtest/gtest.h>
+
+#include "vigil/pipeline/edge.h"
+#include "vigil/video/jpeg.h"
 
 namespace vigil::pipeline {
 namespace {
@@ -393,6 +394,27 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
     ASSERT_TRUE(w.ok()) << w.status();
     EXPECT_EQ(w->replication.warm_sources, want) << text;
   }
+  // Live pictures mirrored as JPEG: on by default where vigil has libturbojpeg.
+  EXPECT_EQ(p->replication.mirror_frames, video::JpegAvailable());
+  EXPECT_EQ(p->replication.jpeg_quality, 85);
+  EXPECT_EQ(p->replication.mirror_window, 256);
+  {
+    StatusOr<EdgeConfig> m = ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n" +
+                                                 "  mirror_frames: none\n  jpeg_quality: 60\n  mirror_window: 32\n" + tls,
+                                             "edge.yaml");
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_FALSE(m->replication.mirror_frames);
+    EXPECT_EQ(m->replication.jpeg_quality, 60);
+    EXPECT_EQ(m->replication.mirror_window, 32);
+  }
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
+                                        "  jpeg_quality: 101\n" + tls, "edge.yaml").status())
+                .find("jpeg_quality"),
+            std::string::npos);
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
+                                        "  mirror_frames: all\n" + tls, "edge.yaml").status())
+                .find("mirror_frames"),
+            std::string::npos);
   EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n"
                                         "  warm_sources: cameras\n" + tls, "edge.yaml").status())
                 .find("warm_sources"),

@@ -194,6 +194,61 @@ TEST(StreamLedger, ALiveRestartAlsoClosesAHoleBelowTheHighestStoredSeq) {
       << "the aggregator stores the seqs of the range it is missing (12 and 17)";
 }
 
+// A hot standby holds mirrored pictures of the run: those above the acknowledged cursor are processed again
+// (resume().replay), the seqs it has no picture of are reported lost as ranges, and new pictures go above both.
+TEST(StreamLedger, ALiveResumeWithMirroredPicturesProcessesThemAgainAndReportsOnlyTheRestLost) {
+  Fixture f;
+  // The dead primary assigned up to 19 (mirrored high-water 20); acknowledged 0..11; the aggregator has 14 too.
+  f.Seed({{"cam", "rtsp://10.0.0.1/cam", 5, 11, 20}});
+  LedgerStream cam = Camera("cam");
+  // Pictures of 10 and 11 (acknowledged: not again), 13..15, 17, 18 and 21 (numbered after the last state the
+  // standby got: the mirrored next_seq lags the frames).
+  cam.mirrored = MirroredSeqs{5, {10, 11, 13, 14, 15, 17, 18, 21}};
+  auto l = f.Open({cam});
+  l->Admit({6, {{"cam", 5, 11, 14}}});
+  const StreamResume r = l->resume(0);
+  EXPECT_EQ(r.kind, StreamResume::kResumeLive);
+  EXPECT_EQ(r.replay, (std::vector<uint64_t>{13, 14, 15, 17, 18, 21}));
+  EXPECT_EQ(r.first_seq, 22u) << "above the last mirrored picture";
+  // Without a picture: 12 (below the highest stored: maybe stored), 16, 19, 20 (certainly lost).
+  EXPECT_EQ(r.lost, 3u);
+  const LedgerCounters c = l->counters(0);
+  EXPECT_EQ(c.lost_on_restart, 3u);
+  EXPECT_EQ(c.replayed, 6u);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const Report& m : Pending(*l)) {
+    EXPECT_EQ(m.kind, ReportKind::kLost);
+    EXPECT_EQ(m.run, 5u);
+    ranges.emplace_back(m.seq_first, m.seq_last);
+  }
+  EXPECT_EQ(ranges, (std::vector<std::pair<uint64_t, uint64_t>>{{12, 12}, {16, 16}, {19, 20}}));
+  // The replayed pictures are recorded like any frame, then the source's new ones follow.
+  for (uint64_t q : r.replay) l->Record(0, {q, 0, static_cast<int64_t>(q), 64, 48}, {});
+  uint64_t seq = 0;
+  ASSERT_TRUE(l->Number(0, 0, &seq));
+  EXPECT_EQ(seq, 22u);
+  l->Record(0, {seq, 0, static_cast<int64_t>(seq), 64, 48}, {});
+  l->Tick(/*force=*/true);
+  std::vector<std::pair<uint64_t, uint64_t>> progress;
+  for (const Report& m : Pending(*l)) {
+    if (m.kind == ReportKind::kProgress) progress.emplace_back(m.seq_first, m.seq_last);
+  }
+  EXPECT_EQ(progress, (std::vector<std::pair<uint64_t, uint64_t>>{{13, 15}, {17, 18}, {21, 22}}));
+}
+
+TEST(StreamLedger, MirroredPicturesOfAnotherRunAreNotProcessedAgain) {
+  Fixture f;
+  f.Seed({{"cam", "rtsp://10.0.0.1/cam", 5, 11, 20}});
+  LedgerStream cam = Camera("cam");
+  cam.mirrored = MirroredSeqs{4, {15, 16, 17}};
+  auto l = f.Open({cam});
+  l->Admit({6, {{"cam", 5, 14, 14}}});
+  EXPECT_TRUE(l->resume(0).replay.empty());
+  EXPECT_EQ(l->resume(0).first_seq, 20u);
+  EXPECT_EQ(l->resume(0).lost, 5u);
+  EXPECT_EQ(l->counters(0).replayed, 0u);
+}
+
 TEST(StreamLedger, ProgressMarksCoalesceAndFlushByAgeOnTheClock) {
   Fixture f;
   auto l = f.Open({File("a")});

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <mutex>
@@ -160,6 +161,111 @@ TEST_F(ChannelTest, TheLedgerIsMirroredOnPairingAndOnEveryChange) {
   EXPECT_EQ(got[0], first);
   EXPECT_EQ(got[1], second);
   EXPECT_EQ(primary->stats().ledger_states_sent, 2u);
+}
+
+// Mirrored frames arrive in order and bit for bit, and every frame queued before a ledger state is published
+// arrives before that state (the standby may rely on: a state's next_seq is covered by the frames before it).
+TEST_F(ChannelTest, MirroredFramesArriveInOrderAndBeforeTheLedgerStatesPublishedAfterThem) {
+  Ends primary_ends, standby_ends;
+  auto primary = StartPrimary(&primary_ends);
+  ASSERT_TRUE(primary);
+  EXPECT_FALSE(primary->wants_frames());  // nobody paired: nothing to encode
+  EXPECT_FALSE(primary->MirrorFrame({"cam", 7, 0, 1, 2, 4, 4, "early"}));
+  EXPECT_EQ(primary->stats().frames_refused, 0u);  // not a refusal: no standby
+  std::mutex mu;
+  std::vector<std::string> log;  // "f<seq>" or "l<next_seq>"
+  std::vector<MirroredFrame> frames;
+  StandbyChannelOptions o = Standby(primary->port(), &standby_ends);
+  o.on_ledger = [&](const std::vector<MirroredStream>& l) {
+    std::lock_guard lock(mu);
+    log.push_back("l" + std::to_string(l.at(0).next_seq));
+  };
+  o.on_frame = [&](MirroredFrame&& f) {
+    std::lock_guard lock(mu);
+    log.push_back("f" + std::to_string(f.seq));
+    frames.push_back(std::move(f));
+  };
+  StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  ASSERT_TRUE(Eventually([&] { return primary->wants_frames(); }));
+  constexpr uint64_t kFrames = 300;
+  for (uint64_t seq = 0; seq < kFrames; ++seq) {
+    MirroredFrame f{"cam", 7, seq, 1'700'000'000'000'000'000 + static_cast<int64_t>(seq), static_cast<int64_t>(seq) * 40,
+                    64, 48, std::string(100 + seq, static_cast<char>('a' + seq % 26))};
+    // Frames may find the queue full while the sender catches up: wait, as a caller that must not skip would.
+    ASSERT_TRUE(Eventually([&] { return primary->MirrorFrame(f); })) << seq;
+    if (seq % 7 == 6) primary->PublishLedger({{"cam", "rtsp://cam", 7, std::nullopt, seq + 1}});
+  }
+  ASSERT_TRUE(Eventually([&] { return (*standby)->frames_received() == kFrames; }));
+  std::lock_guard lock(mu);
+  ASSERT_EQ(frames.size(), kFrames);
+  for (uint64_t seq = 0; seq < kFrames; ++seq) {
+    const MirroredFrame& f = frames[seq];
+    EXPECT_EQ(f.seq, seq);
+    EXPECT_EQ(f.stream, "cam");
+    EXPECT_EQ(f.run, 7u);
+    EXPECT_EQ(f.capture_ns, 1'700'000'000'000'000'000 + static_cast<int64_t>(seq));
+    EXPECT_EQ(f.pts_ns, static_cast<int64_t>(seq) * 40);
+    EXPECT_EQ(f.width, 64u);
+    EXPECT_EQ(f.height, 48u);
+    EXPECT_EQ(f.jpeg, std::string(100 + seq, static_cast<char>('a' + seq % 26)));
+  }
+  // Every state's next_seq N comes after frame N - 1 (the states may be coalesced: the latest wins).
+  uint64_t frames_before = 0, states = 0;
+  for (const std::string& e : log) {
+    if (e[0] == 'f') {
+      ++frames_before;
+    } else {
+      ++states;
+      EXPECT_GE(frames_before, std::stoull(e.substr(1))) << "a ledger state overtook the frames below its next_seq";
+    }
+  }
+  EXPECT_GE(states, 1u);
+  const auto last_state = std::find_if(log.rbegin(), log.rend(), [](const std::string& e) { return e[0] == 'l'; });
+  ASSERT_NE(last_state, log.rend());
+  EXPECT_EQ(*last_state, "l" + std::to_string(kFrames - kFrames % 7));  // the last state published arrives
+  const PrimaryChannelStats st = primary->stats();
+  EXPECT_EQ(st.frames_sent, kFrames);
+  EXPECT_GT(st.frame_bytes_sent, kFrames * 100);
+}
+
+// A standby that does not keep up: the primary's queue fills and further frames are refused (counted), never
+// waited for; what was queued still arrives; a standby that leaves takes the queue with it.
+TEST_F(ChannelTest, AFullFrameQueueRefusesFramesAndNeverBlocksThePrimary) {
+  Ends primary_ends, standby_ends;
+  PrimaryChannelOptions po;
+  po.listen = "127.0.0.1:0";
+  po.tls = {certs_.server_cert, certs_.server_key, certs_.ca_cert};
+  po.edge = "line-3";
+  po.node = "gpu-a";
+  po.digest = Digest('m');
+  po.max_queued_frames = 2;
+  StatusOr<std::unique_ptr<PrimaryChannel>> primary = PrimaryChannel::Start(po);
+  ASSERT_TRUE(primary.ok()) << primary.status();
+  std::mutex hold;  // held: the standby's reader is stuck in on_frame
+  std::unique_lock held(hold);
+  std::atomic<uint64_t> got{0};
+  StandbyChannelOptions o = Standby((*primary)->port(), &standby_ends);
+  o.on_frame = [&](MirroredFrame&&) {
+    std::lock_guard wait(hold);
+    ++got;
+  };
+  StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  ASSERT_TRUE(Eventually([&] { return (*primary)->wants_frames(); }));
+  uint64_t queued = 0, refused = 0;
+  for (uint64_t seq = 0; seq < 200 && refused == 0; ++seq) {  // 1 MB each: the transport's window fills fast
+    (((*primary)->MirrorFrame({"cam", 7, seq, 0, 0, 8, 8, std::string(1 << 20, 'j')})) ? queued : refused) += 1;
+  }
+  EXPECT_EQ(refused, 1u) << "the queue never filled";
+  EXPECT_FALSE((*primary)->wants_frames());
+  EXPECT_EQ((*primary)->stats().frames_refused, 1u);
+  held.unlock();
+  ASSERT_TRUE(Eventually([&] { return got.load() == queued; }));
+  EXPECT_EQ((*primary)->stats().frames_sent, queued);
+  ASSERT_TRUE((*primary)->wants_frames());
+  EXPECT_FALSE((*primary)->MirrorFrame({"cam", 7, 999, 0, 0, 8, 8, std::string(kMaxMirroredJpegBytes + 1, 'x')}));
+  EXPECT_EQ((*primary)->stats().frames_refused, 2u);  // too large for the channel
 }
 
 TEST_F(ChannelTest, AMismatchIsRefusedAndTheRefusalSaysWhat) {

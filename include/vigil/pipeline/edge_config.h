@@ -156,6 +156,15 @@ struct ReplicationConfig {
   // before the takeover.
   enum class WarmSources { kNone, kFiles, kAll };
   WarmSources warm_sources = WarmSources::kFiles;
+  // mirror_frames: live (default where vigil has libturbojpeg) — the primary sends every live picture it numbers
+  // to the paired standby as a JPEG of jpeg_quality (1..100), and the standby keeps up to mirror_window (per
+  // stream, 1..100000) that the aggregator has not acknowledged, to process again at a takeover
+  // (pipeline/mirror_window.h) instead of reporting them lost; none — nothing mirrored (files need nothing:
+  // they are read again from the cursor). Costs the primary one JPEG encode per live picture, on its reader
+  // thread.
+  bool mirror_frames = true;
+  int jpeg_quality = 85;
+  int mirror_window = 256;
 };
 
 struct EdgeConfig {

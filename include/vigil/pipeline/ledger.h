@@ -21,7 +21,10 @@
 //        the acknowledged prefix up to there are reported once as a kLost range (rule "lost_on_restart"):
 //        the aggregator stores those it does not have, so what the dead instance numbered and never
 //        delivered is accounted, not left as a gap. resume().lost (and counters().lost_on_restart) count
-//        the part above the highest stored seq, which is certainly lost.
+//        the part above the highest stored seq, which is certainly lost. A hot standby that holds mirrored
+//        pictures of the run (LedgerStream::mirrored) re-processes those above the acknowledged cursor
+//        instead (resume().replay: the caller feeds them, in seq order, before the source's new pictures;
+//        Record takes them like any frame), and only the seqs it has no picture for are reported lost.
 //      Later Welcomes (reconnects) only update the epoch.
 //   3. Reader threads call Number() for each decoded picture and Dropped() for a numbered picture that will
 //      not be processed (live queue overflow, a failed batch): drops travel as kDropped marks.
@@ -103,11 +106,18 @@ struct MemoryState {
 };
 std::unique_ptr<StateStore> MakeMemoryStateStore(std::shared_ptr<MemoryState> state);
 
+// A hot standby's mirrored live pictures of one run: their seqs, ascending (pipeline/mirror_window.h).
+struct MirroredSeqs {
+  uint64_t run = 0;
+  std::vector<uint64_t> seqs;
+};
+
 struct LedgerStream {
   std::string id;
   std::string source;  // as configured (run identity)
   bool live = false;   // a network source: numbered after the high-water mark, never waits on the outbox
   RuleEngine rules;
+  std::optional<MirroredSeqs> mirrored;  // live only: pictures this node can process again at a resume
 };
 
 struct LedgerOptions {
@@ -126,6 +136,7 @@ struct StreamResume {
   std::optional<uint64_t> skip_through;  // replayable: pictures with seq ≤ this are skipped
   uint64_t first_seq = 0;                // live: the first seq this instance assigns
   uint64_t lost = 0;                     // live: seqs assigned above the highest stored one (lost for sure)
+  std::vector<uint64_t> replay;          // live: mirrored seqs to process again, ascending, all < first_seq
 };
 
 // The rows of a frame that reached the worker.
@@ -141,6 +152,7 @@ struct LedgerCounters {
   uint64_t backpressure_drops = 0;  // live frames whose report found the outbox full
   uint64_t persist_failures = 0;    // state writes that failed (retried at the next interval)
   uint64_t not_numbered = 0;        // pictures refused by Number (before admission, or runs not yet durable)
+  uint64_t replayed = 0;            // mirrored pictures a resume processes again (StreamResume::replay)
 };
 
 class StreamLedger {

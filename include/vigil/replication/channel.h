@@ -15,6 +15,14 @@
 // sends them to the paired standby right after Paired and on every change; the standby's `on_ledger` gets
 // each state (the standby keeps them, so that a takeover resumes every stream where the primary was).
 //
+// Frame mirroring: the primary hands each live picture it numbered, as a JPEG (MirrorFrame), to the paired
+// standby's `on_frame`. Frames wait in a bounded queue (max_queued_frames; a frame that finds it full, or no
+// standby paired, is not queued: MirrorFrame returns false and the caller counts it). Order: frames go out in
+// the order given, and a frame queued before a PublishLedger call goes out before that ledger state — so when
+// the caller numbers a picture and queues it under one lock that its ledger publication also takes, every
+// mirrored ledger state's next_seq is covered by the frames sent before it (nothing numbered is unknown to a
+// standby that has the state, except frames that were refused).
+//
 // Threading: each channel runs its own threads (gRPC's server threads; a reader and a heartbeat thread on
 // the standby); the callbacks run on them and must not block. Stop()/destructor end the stream and join.
 // Errors: Start/Pair → InvalidArgument (options: missing TLS files, bad address), NotFound (unreadable TLS
@@ -50,6 +58,19 @@ struct MirroredStream {
   bool operator==(const MirroredStream&) const = default;
 };
 
+// One mirrored live picture (replication.proto MirroredFrame).
+struct MirroredFrame {
+  std::string stream;
+  uint64_t run = 0, seq = 0;
+  int64_t capture_ns = 0;  // CLOCK_REALTIME ns
+  int64_t pts_ns = 0;      // the stream's presentation time
+  uint32_t width = 0, height = 0;  // pixels
+  std::string jpeg;        // the picture (video/jpeg.h)
+};
+
+// The largest mirrored picture the channel carries (bytes of JPEG): a larger one is refused by MirrorFrame.
+inline constexpr size_t kMaxMirroredJpegBytes = 32u << 20;
+
 struct PrimaryChannelOptions {
   std::string listen = "0.0.0.0:7420";  // host:port; port 0 = any free port (port() tells)
   ChannelTls tls;
@@ -60,6 +81,7 @@ struct PrimaryChannelOptions {
   // ends (with the reason). Optional.
   std::function<void(int64_t)> on_heartbeat;
   std::function<void(const Status&)> on_end;
+  size_t max_queued_frames = 64;  // mirrored frames waiting to be sent, at most (≥ 1)
 };
 
 struct PrimaryChannelStats {
@@ -67,6 +89,9 @@ struct PrimaryChannelStats {
   uint64_t refused = 0;     // pairings refused (digest, edge id, another standby, protocol)
   uint64_t heartbeats = 0;  // standby heartbeats answered
   uint64_t ledger_states_sent = 0;
+  uint64_t frames_sent = 0;        // mirrored frames written to the stream
+  uint64_t frame_bytes_sent = 0;   // their JPEG bytes
+  uint64_t frames_refused = 0;     // MirrorFrame calls that found the queue full (or the picture too large)
   bool standby_connected = false;
   std::string standby;      // the paired standby's node name ("" when none)
   std::string last_refusal;
@@ -80,6 +105,13 @@ class PrimaryChannel {
   virtual PrimaryChannelStats stats() const = 0;  // thread-safe
   // The ledger's records now (thread-safe; cheap: stored, sent by the stream's own thread).
   virtual void PublishLedger(std::vector<MirroredStream> streams) = 0;
+  // Whether a frame handed now would be queued (a standby is paired and the queue has room): a caller skips
+  // encoding a picture nobody would get. Thread-safe.
+  virtual bool wants_frames() const = 0;
+  // Queues `frame` for the paired standby (see "Frame mirroring" above). false: not queued — no standby
+  // paired (not counted), the queue full or the picture larger than kMaxMirroredJpegBytes (frames_refused).
+  // Thread-safe.
+  virtual bool MirrorFrame(MirroredFrame frame) = 0;
   // Tells the paired standby that this primary ends on purpose (sent after the last ledger state, waiting up
   // to a second for it to go out): `streams_done` — every stream ended, the standby has nothing to take over;
   // otherwise a stop was asked for, or (`reason` non-empty) this primary steps down because it is unhealthy,
@@ -98,6 +130,7 @@ struct StandbyChannelOptions {
   std::function<void(int64_t)> on_heartbeat;  // the primary's answers, arrival steady ns
   std::function<void(const Status&)> on_end;  // once, when the stream ends after pairing
   std::function<void(const std::vector<MirroredStream>&)> on_ledger;  // each ledger state the primary sends
+  std::function<void(MirroredFrame&&)> on_frame;  // each mirrored picture (empty: frames are received and dropped)
   // The primary ends on purpose (before on_end): every stream done, or a stop (reason "") or a step-down
   // (reason: why it found itself unhealthy).
   std::function<void(bool streams_done, const std::string& reason)> on_finished;
@@ -111,6 +144,7 @@ class StandbyChannel {
   virtual ~StandbyChannel() = default;
   virtual const std::string& primary_node() const = 0;  // from Paired
   virtual uint64_t heartbeats_answered() const = 0;      // thread-safe
+  virtual uint64_t frames_received() const = 0;          // mirrored frames; thread-safe
   virtual void Stop() = 0;                               // idempotent
 };
 

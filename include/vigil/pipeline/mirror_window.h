@@ -1,0 +1,69 @@
+// vigil/pipeline/mirror_window.h — a hot standby's window of mirrored live pictures (issue 16).
+//
+// The primary sends each live picture it numbered as a JPEG (replication/channel.h MirroredFrame). The standby
+// keeps, per stream, those the aggregator has not acknowledged: a mirrored ledger state (Follow) drops every
+// frame at or below its stream's acked_through and every frame of an older run. At a takeover the ledger is told
+// which seqs the window holds (Seqs → LedgerStream::mirrored) and the edge processes those above the
+// aggregator's cursor again (Take), so what the dead primary numbered and never got stored is reported, not
+// lost.
+//
+// Bounds: at most `frames_per_stream` frames per stream; a frame beyond it evicts the stream's oldest (counted:
+// such a seq is reported lost if the takeover needs it). A frame of a stream the window was not built for is
+// ignored (counted as unknown). A frame with the seq of one held replaces it (a primary restarted within its
+// persist interval numbers again from its last persisted high-water mark).
+// Thread-safety: every method is thread-safe (one mutex). Add and Follow run on the channel's reader thread.
+// Ownership: the window owns the frames it holds; Take hands them over.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vigil/pipeline/ledger.h"
+#include "vigil/replication/channel.h"
+
+namespace vigil::pipeline {
+
+struct MirrorWindowStats {
+  uint64_t received = 0;  // frames Added for this stream
+  uint64_t evicted = 0;   // dropped for room (frames_per_stream)
+  uint64_t acked = 0;     // dropped by Follow: acknowledged, or of another run
+  size_t held = 0;        // frames held now
+  size_t bytes = 0;       // their JPEG bytes
+};
+
+class MirrorWindow {
+ public:
+  // `streams`: the stream ids this node serves. frames_per_stream ≥ 1.
+  MirrorWindow(std::vector<std::string> streams, size_t frames_per_stream);
+
+  void Add(replication::MirroredFrame frame);
+  // A mirrored ledger state: per stream, its current run and acknowledged cursor.
+  void Follow(const std::vector<StreamRecord>& records);
+  // The seqs held for (stream, run), ascending (std::nullopt when none).
+  std::optional<MirroredSeqs> Seqs(const std::string& stream, uint64_t run) const;
+  // Takes the frames of (stream, run) whose seq is in `seqs` (ascending), in seq order; the window forgets
+  // every frame of the stream.
+  std::vector<replication::MirroredFrame> Take(const std::string& stream, uint64_t run, const std::vector<uint64_t>& seqs);
+  MirrorWindowStats stats(const std::string& stream) const;
+  uint64_t unknown() const;  // frames of streams not served here
+
+ private:
+  struct PerStream {
+    std::optional<uint64_t> run;             // from the last ledger state
+    std::optional<uint64_t> acked_through;   // from the last ledger state
+    std::map<std::pair<uint64_t, uint64_t>, replication::MirroredFrame> frames;  // (run, seq) → frame
+    MirrorWindowStats stats;
+  };
+  void Forget(PerStream& s, std::map<std::pair<uint64_t, uint64_t>, replication::MirroredFrame>::iterator it);
+
+  const size_t frames_per_stream_;
+  mutable std::mutex mu_;
+  std::map<std::string, PerStream, std::less<>> streams_;  // GUARDED_BY(mu_) (keys fixed at construction)
+  uint64_t unknown_ = 0;                                  // GUARDED_BY(mu_)
+};
+
+}  // namespace vigil::pipeline

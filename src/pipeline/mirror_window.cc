@@ -1,0 +1,109 @@
+// The standby's window of mirrored live pictures (pipeline/mirror_window.h).
+#include "vigil/pipeline/mirror_window.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace vigil::pipeline {
+
+MirrorWindow::MirrorWindow(std::vector<std::string> streams, size_t frames_per_stream)
+    : frames_per_stream_(std::max<size_t>(frames_per_stream, 1)) {
+  for (std::string& id : streams) streams_.try_emplace(std::move(id));
+}
+
+void MirrorWindow::Forget(PerStream& s,
+                          std::map<std::pair<uint64_t, uint64_t>, replication::MirroredFrame>::iterator it) {
+  s.stats.bytes -= it->second.jpeg.size();
+  s.frames.erase(it);
+}
+
+void MirrorWindow::Add(replication::MirroredFrame frame) {
+  std::lock_guard lock(mu_);
+  auto st = streams_.find(frame.stream);
+  if (st == streams_.end()) {
+    ++unknown_;
+    return;
+  }
+  PerStream& s = st->second;
+  ++s.stats.received;
+  // Acknowledged already (the ack's state overtook nothing: frames precede later states, but an ack can arrive
+  // for a picture numbered earlier), or of a run the ledger left: not kept.
+  if ((s.run && frame.run < *s.run) ||
+      (s.run && frame.run == *s.run && s.acked_through && frame.seq <= *s.acked_through)) {
+    ++s.stats.acked;
+    return;
+  }
+  const std::pair<uint64_t, uint64_t> key{frame.run, frame.seq};
+  if (auto old = s.frames.find(key); old != s.frames.end()) Forget(s, old);
+  s.stats.bytes += frame.jpeg.size();
+  s.frames.emplace(key, std::move(frame));
+  while (s.frames.size() > frames_per_stream_) {
+    Forget(s, s.frames.begin());
+    ++s.stats.evicted;
+  }
+  s.stats.held = s.frames.size();
+}
+
+void MirrorWindow::Follow(const std::vector<StreamRecord>& records) {
+  std::lock_guard lock(mu_);
+  for (const StreamRecord& r : records) {
+    auto st = streams_.find(r.stream);
+    if (st == streams_.end()) continue;
+    PerStream& s = st->second;
+    s.run = r.run;
+    s.acked_through = r.acked_through;
+    for (auto it = s.frames.begin(); it != s.frames.end();) {
+      const auto [run, seq] = it->first;
+      if (run < r.run || (run == r.run && r.acked_through && seq <= *r.acked_through)) {
+        auto gone = it++;
+        Forget(s, gone);
+        ++s.stats.acked;
+      } else {
+        ++it;
+      }
+    }
+    s.stats.held = s.frames.size();
+  }
+}
+
+std::optional<MirroredSeqs> MirrorWindow::Seqs(const std::string& stream, uint64_t run) const {
+  std::lock_guard lock(mu_);
+  auto st = streams_.find(stream);
+  if (st == streams_.end()) return std::nullopt;
+  MirroredSeqs out{run, {}};
+  for (const auto& [key, frame] : st->second.frames) {
+    if (key.first == run) out.seqs.push_back(key.second);
+  }
+  if (out.seqs.empty()) return std::nullopt;
+  return out;
+}
+
+std::vector<replication::MirroredFrame> MirrorWindow::Take(const std::string& stream, uint64_t run,
+                                                           const std::vector<uint64_t>& seqs) {
+  std::lock_guard lock(mu_);
+  std::vector<replication::MirroredFrame> out;
+  auto st = streams_.find(stream);
+  if (st == streams_.end()) return out;
+  PerStream& s = st->second;
+  for (uint64_t q : seqs) {
+    auto it = s.frames.find({run, q});
+    if (it != s.frames.end()) out.push_back(std::move(it->second));
+  }
+  s.frames.clear();
+  s.stats.held = 0;
+  s.stats.bytes = 0;
+  return out;
+}
+
+MirrorWindowStats MirrorWindow::stats(const std::string& stream) const {
+  std::lock_guard lock(mu_);
+  auto st = streams_.find(stream);
+  return st == streams_.end() ? MirrorWindowStats{} : st->second.stats;
+}
+
+uint64_t MirrorWindow::unknown() const {
+  std::lock_guard lock(mu_);
+  return unknown_;
+}
+
+}  // namespace vigil::pipeline
