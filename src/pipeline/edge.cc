@@ -103,7 +103,8 @@ class Edge final : public transport::CourierHandler {
   Status Run(const EdgeRunOptions& options);
   // This edge is (or becomes, at a takeover) the primary and serves `channel` (not owned; outlives Run): every
   // state its ledger persists is mirrored to the paired standby and, with replication.mirror_frames, every live
-  // picture it numbers (as a JPEG, under the lock that orders it before the ledger states that count it).
+  // picture it numbers (as a JPEG, under the lock that orders it before the ledger states that count it), kept
+  // by the channel until the aggregator acknowledges it.
   // Set before the ledger opens (before Run, or in after_load).
   void set_primary_channel(replication::PrimaryChannel* channel) { primary_channel_.store(channel); }
   // A standby's window of the primary's mirrored live pictures (filled while it waits): at the takeover those
@@ -156,6 +157,12 @@ class Edge final : public transport::CourierHandler {
   }
   void OnAck(const transport::Ack& a) override {
     ledger_->OnAck(a);
+    if (a.contiguous_through >= 0 && config_.replication.mirror_frames) {
+      // The mirrored pictures the aggregator has now are not kept for a standby any longer.
+      if (replication::PrimaryChannel* ch = primary_channel_.load()) {
+        ch->Acknowledge(a.stream, a.run, static_cast<uint64_t>(a.contiguous_through));
+      }
+    }
     if (on_acked_) on_acked_(a);
   }
   void OnReject(const transport::Reject& r) override {
@@ -561,6 +568,17 @@ bool Edge::WaitAdmitted() {
       // The old primary's pictures the aggregator lacks: Feed processes them before the camera's next ones.
       s.replay = window_->Take(s.config.id, s.run, r.replay);
       s.replayed->Inc(static_cast<double>(r.replay.size()));
+      // This node's own standby (once one pairs) needs these pictures as much as this node did: all of them
+      // are kept on the channel now, before any is processed (a kill halfway through must not lose the rest).
+      if (replication::PrimaryChannel* ch = primary_channel_.load(); ch != nullptr && config_.replication.mirror_frames) {
+        std::lock_guard lock(mirror_mu_);
+        for (const replication::MirroredFrame& m : s.replay) {
+          if (ch->MirrorFrame(m)) {
+            s.mirrored->Inc();
+            s.mirrored_bytes->Inc(static_cast<double>(m.jpeg.size()));
+          }
+        }
+      }
       if (!r.replay.empty()) {
         spdlog::warn("stream '{}': processing {} mirrored picture(s) of the old primary again (seqs {}..{})",
                      s.config.id, r.replay.size(), r.replay.front(), r.replay.back());
@@ -616,7 +634,7 @@ video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
         streams_[i].mirrored->Inc();
         streams_[i].mirrored_bytes->Inc(bytes);
       } else {
-        streams_[i].mirror_skipped->Inc();  // the queue filled since wants_frames (or the standby left)
+        streams_[i].mirror_skipped->Inc();  // larger than the channel carries
       }
     } else if (!ledger_->Number(i, f.seq, &seq)) {
       return false;
@@ -637,17 +655,13 @@ video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
   return ro;
 }
 
-// A live picture as the paired standby gets it (seq and run set by the caller), when this edge is a primary
-// mirroring frames and a standby wants one; nullopt otherwise. A picture the standby would have got but that
-// cannot be encoded is counted (mirror_skipped) and logged once per stream.
+// A live picture as the standby gets it (seq and run set by the caller), when this edge is a primary mirroring
+// frames; nullopt otherwise. A picture that cannot be encoded is counted (mirror_skipped) and logged once per
+// stream.
 std::optional<replication::MirroredFrame> Edge::MirrorPicture(size_t i, const video::Frame& f) {
   Stream& s = streams_[i];
-  replication::PrimaryChannel* ch = s.live && config_.replication.mirror_frames ? primary_channel_.load() : nullptr;
-  if (ch == nullptr) return std::nullopt;
-  if (!ch->wants_frames()) {
-    if (ch->stats().standby_connected) s.mirror_skipped->Inc();  // paired, but its queue is full
-    return std::nullopt;
-  }
+  // Encoded whether or not a standby is paired now: one that pairs later gets the unacknowledged pictures.
+  if (!s.live || !config_.replication.mirror_frames || primary_channel_.load() == nullptr) return std::nullopt;
   const int64_t t0 = SteadyNs();
   StatusOr<std::string> jpeg = absl::InternalError("not encoded");
   if (f.device) {

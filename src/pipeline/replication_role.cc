@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "vigil/replication/failure_detector.h"
+#include "vigil/video/source.h"
 
 namespace vigil::pipeline {
 namespace {
@@ -77,8 +78,10 @@ StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const
   o.edge = config.edge;
   o.node = config.replication.node;
   o.digest = digest;
-  // A few pictures per stream in flight to the standby; more waiting means it does not keep up.
-  o.max_queued_frames = std::max<size_t>(64, 4 * config.streams.size());
+  // The unacknowledged pictures of every live stream, as many as the standby's window holds per stream.
+  size_t live = 0;
+  for (const StreamConfig& sc : config.streams) live += video::IsLiveUri(sc.source) ? 1 : 0;
+  o.max_retained_frames = std::max<size_t>(1, live * static_cast<size_t>(config.replication.mirror_window));
   return replication::PrimaryChannel::Start(std::move(o));
 }
 

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -89,15 +90,15 @@ std::vector<MirroredStream> FromProto(const v1::LedgerState& p) {
   return out;
 }
 
-void ToProto(MirroredFrame&& f, v1::MirroredFrame* p) {
-  p->set_stream(std::move(f.stream));
+void ToProto(const MirroredFrame& f, v1::MirroredFrame* p) {
+  p->set_stream(f.stream);
   p->set_run(f.run);
   p->set_seq(f.seq);
   p->set_capture_ns(f.capture_ns);
   p->set_pts_ns(f.pts_ns);
   p->set_width(f.width);
   p->set_height(f.height);
-  p->set_jpeg(std::move(f.jpeg));
+  p->set_jpeg(f.jpeg);
 }
 
 MirroredFrame FromProto(v1::MirroredFrame* p) {
@@ -167,28 +168,31 @@ class PrimaryService final : public v1::Replication::Service {
     std::thread sender;
     if (stream->Write(paired)) {
       sender = std::thread([&] {
-        uint64_t sent = 0;
+        uint64_t sent = 0;           // the ledger version this standby has
+        uint64_t next_frame = 0;     // the first ordinal this standby has not been sent
         std::unique_lock lock(mu_);
         for (;;) {
           ledger_cv_.wait(lock, [&] {
-            return over || ledger_version_ > sent || !frames_.empty() || (finish_ && !finish_sent_);
+            return over || ledger_version_ > sent || frames_.lower_bound(next_frame) != frames_.end() ||
+                   (finish_ && !finish_sent_);
           });
           if (over) return;
           v1::PrimaryMessage m;
-          // Frames queued before the latest ledger state go first; then the state; then later frames. Finished
-          // goes last, after the last state and every queued frame (a standby taking over can use them).
-          const bool ledger_due = ledger_version_ > sent && (frames_.empty() || frames_.front().first >= ledger_barrier_);
-          const bool frame_due = !ledger_due && !frames_.empty();
+          // Retained frames queued before the latest ledger state go first (a standby that pairs gets the
+          // unacknowledged ones from before it paired too); then the state; then later frames. Finished goes
+          // last, after the last state and every retained frame (a standby taking over can use them).
+          const auto next = frames_.lower_bound(next_frame);
+          const bool ledger_due = ledger_version_ > sent && (next == frames_.end() || next->first >= ledger_barrier_);
+          const bool frame_due = !ledger_due && next != frames_.end();
           const bool finishing = !ledger_due && !frame_due;
           size_t frame_bytes = 0;
           if (ledger_due) {
             ToProto(ledger_version_, ledger_, m.mutable_ledger());
             sent = ledger_version_;
           } else if (frame_due) {
-            MirroredFrame f = std::move(frames_.front().second);
-            frames_.pop_front();
-            frame_bytes = f.jpeg.size();
-            ToProto(std::move(f), m.mutable_frame());
+            frame_bytes = next->second.jpeg.size();
+            ToProto(next->second, m.mutable_frame());  // a copy: kept until acknowledged
+            next_frame = next->first + 1;
           } else {
             m.mutable_finished()->set_streams_done(*finish_);
             m.mutable_finished()->set_reason(finish_reason_);
@@ -236,7 +240,6 @@ class PrimaryService final : public v1::Replication::Service {
       over = true;
       stats_.standby_connected = false;
       stats_.standby.clear();
-      frames_.clear();  // for nobody now; a standby that pairs next starts from the ledger state
     }
     ledger_cv_.notify_all();
     if (sender.joinable()) sender.join();
@@ -276,22 +279,44 @@ class PrimaryService final : public v1::Replication::Service {
     }
     ledger_cv_.notify_all();
   }
-  bool wants_frames() const {
-    std::lock_guard lock(mu_);
-    return stats_.standby_connected && frames_.size() < opt_.max_queued_frames;
-  }
   bool MirrorFrame(MirroredFrame frame) {
     {
       std::lock_guard lock(mu_);
-      if (!stats_.standby_connected) return false;
-      if (frames_.size() >= opt_.max_queued_frames || frame.jpeg.size() > kMaxMirroredJpegBytes) {
+      if (frame.jpeg.size() > kMaxMirroredJpegBytes) {
         ++stats_.frames_refused;
         return false;
       }
-      frames_.emplace_back(frames_queued_++, std::move(frame));
+      std::deque<uint64_t>& of_stream = by_stream_[frame.stream];
+      of_stream.push_back(frames_queued_);
+      retained_bytes_ += frame.jpeg.size();
+      frames_.emplace(frames_queued_++, std::move(frame));
+      while (frames_.size() > opt_.max_retained_frames) {  // the oldest goes: it is the front of its stream's
+        auto oldest = frames_.begin();
+        by_stream_[oldest->second.stream].pop_front();
+        retained_bytes_ -= oldest->second.jpeg.size();
+        frames_.erase(oldest);
+        ++stats_.frames_evicted;
+      }
+      stats_.frames_retained = frames_.size();
+      stats_.retained_bytes = retained_bytes_;
     }
     ledger_cv_.notify_all();
     return true;
+  }
+  void Acknowledge(const std::string& stream, uint64_t run, uint64_t through) {
+    std::lock_guard lock(mu_);
+    auto it = by_stream_.find(stream);
+    if (it == by_stream_.end()) return;
+    std::deque<uint64_t>& of_stream = it->second;
+    while (!of_stream.empty()) {
+      auto f = frames_.find(of_stream.front());
+      if (f->second.run > run || (f->second.run == run && f->second.seq > through)) break;
+      retained_bytes_ -= f->second.jpeg.size();
+      frames_.erase(f);
+      of_stream.pop_front();
+    }
+    stats_.frames_retained = frames_.size();
+    stats_.retained_bytes = retained_bytes_;
   }
 
  private:
@@ -315,7 +340,10 @@ class PrimaryService final : public v1::Replication::Service {
   PrimaryChannelStats stats_;            // GUARDED_BY(mu_)
   std::vector<MirroredStream> ledger_;   // GUARDED_BY(mu_) the latest published records
   uint64_t ledger_version_ = 0;          // GUARDED_BY(mu_) 0: none published yet
-  std::deque<std::pair<uint64_t, MirroredFrame>> frames_;  // GUARDED_BY(mu_) (ordinal, frame) to send, in order
+  // Mirrored frames kept until acknowledged, by ordinal (the order given); per stream, its ordinals in order.
+  std::map<uint64_t, MirroredFrame> frames_;                     // GUARDED_BY(mu_)
+  std::map<std::string, std::deque<uint64_t>, std::less<>> by_stream_;  // GUARDED_BY(mu_)
+  size_t retained_bytes_ = 0;            // GUARDED_BY(mu_)
   uint64_t frames_queued_ = 0;           // GUARDED_BY(mu_) ordinals handed out
   uint64_t ledger_barrier_ = 0;          // GUARDED_BY(mu_) frames with an ordinal below it precede ledger_
   std::optional<bool> finish_;           // GUARDED_BY(mu_) Finish(streams_done) was called
@@ -331,8 +359,10 @@ class GrpcPrimaryChannel final : public PrimaryChannel {
   uint16_t port() const override { return port_; }
   PrimaryChannelStats stats() const override { return service_->stats(); }
   void PublishLedger(std::vector<MirroredStream> streams) override { service_->PublishLedger(std::move(streams)); }
-  bool wants_frames() const override { return service_->wants_frames(); }
   bool MirrorFrame(MirroredFrame frame) override { return service_->MirrorFrame(std::move(frame)); }
+  void Acknowledge(const std::string& stream, uint64_t run, uint64_t through) override {
+    service_->Acknowledge(stream, run, through);
+  }
   void Finish(bool streams_done, std::string reason) override {
     service_->Finish(streams_done, std::move(reason));
     Stop();
@@ -515,7 +545,9 @@ class GrpcStandbyChannel final : public StandbyChannel {
 StatusOr<std::unique_ptr<PrimaryChannel>> PrimaryChannel::Start(PrimaryChannelOptions options) {
   VIGIL_ASSIGN_OR_RETURN(Pems pems, LoadTls(options.tls));
   if (options.edge.empty()) return absl::InvalidArgumentError("replication: the primary channel needs the edge id");
-  if (options.max_queued_frames == 0) return absl::InvalidArgumentError("replication: max_queued_frames must be at least 1");
+  if (options.max_retained_frames == 0) {
+    return absl::InvalidArgumentError("replication: max_retained_frames must be at least 1");
+  }
   const std::string listen = options.listen;
   grpc::SslServerCredentialsOptions so(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   so.pem_root_certs = pems.ca;

@@ -11,9 +11,9 @@ processes on loopback, the replication channel under mutual TLS (certificates ma
   primary wakes up, is fenced by the aggregator, and rejoins as the standby; every frame once.
 - Chaos: VIGIL_CHAOS_KILLS (20) SIGKILLs of whichever node is the primary, each at a random moment after the
   other has paired, the killed node restarted at once (it finds its peer primary and starts as its standby), on
-  the whole of vtest.avi in real time; the schedule's seed is printed (VIGIL_CHAOS_SEED replays it). Every frame
-  must be stored exactly once in one run; the takeover times (the primary's last contact to the first report of
-  the new primary stored) are printed.
+  the whole of vtest.avi in real time and a live camera (mirrored pictures); the schedule's seed is printed
+  (VIGIL_CHAOS_SEED replays it). Every frame must be stored exactly once in one run, no camera seq lost; the
+  takeover times (the primary's last contact to the first report of the new primary stored) are printed.
 - The replication channel cut by a proxy while both nodes reach the aggregator: exactly one publishes.
 - The aggregator frozen for 2 s across a takeover: nothing lost.
 - The standby killed and restarted: the primary never stalls; the standby pairs again and can take over.
@@ -276,6 +276,12 @@ def test_sigstop_of_the_primary_the_standby_takes_over_and_the_old_primary_rejoi
 
 
 def test_chaos_sigkills_of_the_current_primary_lose_and_repeat_nothing(vtest_full, tmp_path):
+    """Two streams: all of vtest.avi in real time and a live loopback camera that serves several clients (its
+    pictures mirrored to the standby, the default; warm_sources: all, so each standby has its own connection). VIGIL_CHAOS_KILLS SIGKILLs of whichever node leads; then the
+    file must be stored whole, and the camera's run must hold every seq from 0 up exactly once, none lost (the
+    pictures a killed primary never got stored are processed again by the new one)."""
+    if not shutil.which("ffmpeg"):
+        pytest.skip("ffmpeg not available")
     video, frames = vtest_full
     kills = int(os.environ.get("VIGIL_CHAOS_KILLS", "20"))
     seed = int(os.environ.get("VIGIL_CHAOS_SEED", str(random.randrange(1 << 30))))
@@ -284,7 +290,11 @@ def test_chaos_sigkills_of_the_current_primary_lose_and_repeat_nothing(vtest_ful
     port = free_port()
     agg = Aggregator(tmp_path, port)
     agg.start()
+    camera = FanOutCamera(tmp_path).start()
     pair = Pair(tmp_path, video, agg)
+    for cfg in pair.cfg.values():  # the standby keeps its own camera connection (the camera serves several)
+        text = cfg.read_text().replace("  role: ", "  warm_sources: all\n  role: ", 1)
+        cfg.write_text(text + f"  - id: cam\n    source: {camera.url}\n    rules: {{classes: [person]}}\n")
     pair.start("node-a")
     pair.start("node-b")
     primary, done = "node-a", 0
@@ -295,25 +305,39 @@ def test_chaos_sigkills_of_the_current_primary_lose_and_repeat_nothing(vtest_ful
             wait_for(lambda: pair.paired(standby) > paired[standby], 120, f"{standby} to pair before kill {k + 1}")
             paired[standby] = pair.paired(standby)
             time.sleep(rng.uniform(0.2, 1.2))
-            assert pair.procs[primary].poll() is None, f"{primary} ended before kill {k + 1} (the clip is too short)"
+            assert pair.procs[primary].poll() is None, f"{primary} ended before kill {k + 1}"
             pair.procs[primary].kill()
             pair.procs[primary].wait(timeout=30)
             done += 1
             pair.start(primary)  # restarted: finds the peer primary and starts as its standby
             primary = standby
         standby = "node-b" if primary == "node-a" else "node-a"
-        for node in (primary, standby):
-            rc = pair.procs[node].wait(timeout=600)
+        wait_for(lambda: stored_frames(agg.db, "vtest") >= frames, 600, "the whole file stored")
+        wait_for(lambda: pair.paired(standby) > paired[standby], 120, f"{standby} to pair at the end")
+        for node in (standby, primary):  # the standby first: a primary stopped alone would be taken over
+            pair.procs[node].send_signal(signal.SIGTERM)
+            rc = pair.procs[node].wait(timeout=120)
             assert rc == 0, f"{node} exited {rc}:\n{pair.log(node)[-3000:]}"
     finally:
         pair.kill_all()
+        camera.stop()
         agg.kill(signal.SIGTERM)
     run, _ = assert_accounted_once(agg.db, "vtest", frames)  # 0 lost, 0 duplicated, one run, in seq order
+    cam = query(agg.db, "SELECT f.run, f.seq, f.kind FROM frames f JOIN streams s ON s.id = f.stream_id "
+                        "WHERE s.stream = 'cam' ORDER BY f.run, f.seq")
+    assert {r[0] for r in cam} == {run}, "the camera's run changed"
+    seqs = [r[1] for r in cam]
+    assert seqs == list(range(len(seqs))), "every camera seq stored exactly once, with no gap"
+    lost = [r[1] for r in cam if r[2] == 4]
+    assert lost == [], f"camera seqs reported lost though their pictures were mirrored: {lost}"
+    replayed = sum(int(m) for log in (pair.log("node-a"), pair.log("node-b"))
+                   for m in re.findall(r"stream 'cam': processing (\d+) mirrored picture", log))
     times = sorted(takeover_times(pair.log("node-a"), pair.log("node-b")))
     assert len(times) >= done, f"{done} kills but {len(times)} completed takeovers logged: {times}"
     p = lambda q: times[min(len(times) - 1, int(q * len(times)))]
     print(f"chaos: {done} kills, seed {seed}; takeover (last contact -> first report stored) ms: "
-          f"p50 {p(0.5)}, p99 {p(0.99)}, max {times[-1]}; all: {times}")
+          f"p50 {p(0.5)}, p99 {p(0.99)}, max {times[-1]}; all: {times}; camera: {len(seqs)} seqs stored once, "
+          f"{replayed} pictures processed again by new primaries, 0 lost")
 
 
 class Proxy:

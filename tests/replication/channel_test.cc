@@ -67,8 +67,9 @@ class ChannelTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::unique_ptr<PrimaryChannel> StartPrimary(Ends* ends, PairDigest digest = Digest('m')) {
+  std::unique_ptr<PrimaryChannel> StartPrimary(Ends* ends, PairDigest digest = Digest('m'), size_t retained = 256) {
     PrimaryChannelOptions o;
+    o.max_retained_frames = retained;
     o.listen = "127.0.0.1:0";
     o.tls = {certs_.server_cert, certs_.server_key, certs_.ca_cert};
     o.edge = "line-3";
@@ -163,15 +164,21 @@ TEST_F(ChannelTest, TheLedgerIsMirroredOnPairingAndOnEveryChange) {
   EXPECT_EQ(primary->stats().ledger_states_sent, 2u);
 }
 
-// Mirrored frames arrive in order and bit for bit, and every frame queued before a ledger state is published
+// Mirrored frames arrive in order and bit for bit, and every frame given before a ledger state is published
 // arrives before that state (the standby may rely on: a state's next_seq is covered by the frames before it).
+// Frames given before a standby paired and not acknowledged since reach it when it pairs.
 TEST_F(ChannelTest, MirroredFramesArriveInOrderAndBeforeTheLedgerStatesPublishedAfterThem) {
   Ends primary_ends, standby_ends;
-  auto primary = StartPrimary(&primary_ends);
+  auto primary = StartPrimary(&primary_ends, Digest('m'), /*retained=*/1000);  // none evicted here
   ASSERT_TRUE(primary);
-  EXPECT_FALSE(primary->wants_frames());  // nobody paired: nothing to encode
-  EXPECT_FALSE(primary->MirrorFrame({"cam", 7, 0, 1, 2, 4, 4, "early"}));
-  EXPECT_EQ(primary->stats().frames_refused, 0u);  // not a refusal: no standby
+  auto frame = [](uint64_t seq) {
+    return MirroredFrame{"cam", 7, seq, 1'700'000'000'000'000'000 + static_cast<int64_t>(seq),
+                         static_cast<int64_t>(seq) * 40, 64, 48, std::string(100 + seq, static_cast<char>('a' + seq % 26))};
+  };
+  for (uint64_t seq = 0; seq < 5; ++seq) ASSERT_TRUE(primary->MirrorFrame(frame(seq)));  // nobody paired yet
+  primary->Acknowledge("cam", 7, 1);  // the aggregator has 0 and 1: not kept
+  primary->Acknowledge("door", 7, 100);  // another stream: nothing of cam's goes
+  EXPECT_EQ(primary->stats().frames_retained, 3u);
   std::mutex mu;
   std::vector<std::string> log;  // "f<seq>" or "l<next_seq>"
   std::vector<MirroredFrame> frames;
@@ -187,51 +194,57 @@ TEST_F(ChannelTest, MirroredFramesArriveInOrderAndBeforeTheLedgerStatesPublished
   };
   StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
   ASSERT_TRUE(standby.ok()) << standby.status();
-  ASSERT_TRUE(Eventually([&] { return primary->wants_frames(); }));
   constexpr uint64_t kFrames = 300;
-  for (uint64_t seq = 0; seq < kFrames; ++seq) {
-    MirroredFrame f{"cam", 7, seq, 1'700'000'000'000'000'000 + static_cast<int64_t>(seq), static_cast<int64_t>(seq) * 40,
-                    64, 48, std::string(100 + seq, static_cast<char>('a' + seq % 26))};
-    // Frames may find the queue full while the sender catches up: wait, as a caller that must not skip would.
-    ASSERT_TRUE(Eventually([&] { return primary->MirrorFrame(f); })) << seq;
+  for (uint64_t seq = 5; seq < kFrames; ++seq) {
+    ASSERT_TRUE(primary->MirrorFrame(frame(seq)));
     if (seq % 7 == 6) primary->PublishLedger({{"cam", "rtsp://cam", 7, std::nullopt, seq + 1}});
   }
-  ASSERT_TRUE(Eventually([&] { return (*standby)->frames_received() == kFrames; }));
+  ASSERT_TRUE(Eventually([&] { return (*standby)->frames_received() == kFrames - 2; }))
+      << (*standby)->frames_received() << " received, " << primary->stats().frames_sent << " sent";
   std::lock_guard lock(mu);
-  ASSERT_EQ(frames.size(), kFrames);
-  for (uint64_t seq = 0; seq < kFrames; ++seq) {
-    const MirroredFrame& f = frames[seq];
+  ASSERT_EQ(frames.size(), kFrames - 2);
+  for (uint64_t seq = 2; seq < kFrames; ++seq) {
+    const MirroredFrame& f = frames[seq - 2];
+    const MirroredFrame want = frame(seq);
     EXPECT_EQ(f.seq, seq);
     EXPECT_EQ(f.stream, "cam");
     EXPECT_EQ(f.run, 7u);
-    EXPECT_EQ(f.capture_ns, 1'700'000'000'000'000'000 + static_cast<int64_t>(seq));
-    EXPECT_EQ(f.pts_ns, static_cast<int64_t>(seq) * 40);
+    EXPECT_EQ(f.capture_ns, want.capture_ns);
+    EXPECT_EQ(f.pts_ns, want.pts_ns);
     EXPECT_EQ(f.width, 64u);
     EXPECT_EQ(f.height, 48u);
-    EXPECT_EQ(f.jpeg, std::string(100 + seq, static_cast<char>('a' + seq % 26)));
+    EXPECT_EQ(f.jpeg, want.jpeg);
   }
   // Every state's next_seq N comes after frame N - 1 (the states may be coalesced: the latest wins).
-  uint64_t frames_before = 0, states = 0;
+  uint64_t highest_before = 0, states = 0;
   for (const std::string& e : log) {
     if (e[0] == 'f') {
-      ++frames_before;
+      highest_before = std::stoull(e.substr(1)) + 1;
     } else {
       ++states;
-      EXPECT_GE(frames_before, std::stoull(e.substr(1))) << "a ledger state overtook the frames below its next_seq";
+      EXPECT_GE(highest_before, std::stoull(e.substr(1))) << "a ledger state overtook the frames below its next_seq";
     }
   }
   EXPECT_GE(states, 1u);
   const auto last_state = std::find_if(log.rbegin(), log.rend(), [](const std::string& e) { return e[0] == 'l'; });
   ASSERT_NE(last_state, log.rend());
   EXPECT_EQ(*last_state, "l" + std::to_string(kFrames - kFrames % 7));  // the last state published arrives
-  const PrimaryChannelStats st = primary->stats();
-  EXPECT_EQ(st.frames_sent, kFrames);
-  EXPECT_GT(st.frame_bytes_sent, kFrames * 100);
+  PrimaryChannelStats st = primary->stats();
+  EXPECT_EQ(st.frames_sent, kFrames - 2);
+  EXPECT_GT(st.frame_bytes_sent, (kFrames - 2) * 100);
+  EXPECT_EQ(st.frames_retained, kFrames - 2) << "kept until acknowledged";
+  primary->Acknowledge("cam", 7, 289);
+  st = primary->stats();
+  EXPECT_EQ(st.frames_retained, 10u);
+  EXPECT_EQ(st.retained_bytes, 10 * 100 + (290 + 299) * 10 / 2);
+  primary->Acknowledge("cam", 8, 0);  // a newer run: every frame of run 7 goes
+  EXPECT_EQ(primary->stats().frames_retained, 0u);
 }
 
-// A standby that does not keep up: the primary's queue fills and further frames are refused (counted), never
-// waited for; what was queued still arrives; a standby that leaves takes the queue with it.
-TEST_F(ChannelTest, AFullFrameQueueRefusesFramesAndNeverBlocksThePrimary) {
+// A standby that does not keep up: the primary never waits — the frames it keeps are bounded and the oldest
+// evicted (counted); what is kept still arrives once the standby reads again; a picture larger than the
+// channel carries is refused.
+TEST_F(ChannelTest, ASlowStandbyNeverBlocksThePrimaryTheOldestFramesAreEvicted) {
   Ends primary_ends, standby_ends;
   PrimaryChannelOptions po;
   po.listen = "127.0.0.1:0";
@@ -239,33 +252,44 @@ TEST_F(ChannelTest, AFullFrameQueueRefusesFramesAndNeverBlocksThePrimary) {
   po.edge = "line-3";
   po.node = "gpu-a";
   po.digest = Digest('m');
-  po.max_queued_frames = 2;
+  po.max_retained_frames = 3;
   StatusOr<std::unique_ptr<PrimaryChannel>> primary = PrimaryChannel::Start(po);
   ASSERT_TRUE(primary.ok()) << primary.status();
   std::mutex hold;  // held: the standby's reader is stuck in on_frame
   std::unique_lock held(hold);
-  std::atomic<uint64_t> got{0};
+  std::mutex mu;
+  std::vector<uint64_t> got;
   StandbyChannelOptions o = Standby((*primary)->port(), &standby_ends);
-  o.on_frame = [&](MirroredFrame&&) {
+  o.on_frame = [&](MirroredFrame&& f) {
     std::lock_guard wait(hold);
-    ++got;
+    std::lock_guard lock(mu);
+    got.push_back(f.seq);
   };
   StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
   ASSERT_TRUE(standby.ok()) << standby.status();
-  ASSERT_TRUE(Eventually([&] { return (*primary)->wants_frames(); }));
-  uint64_t queued = 0, refused = 0;
-  for (uint64_t seq = 0; seq < 200 && refused == 0; ++seq) {  // 1 MB each: the transport's window fills fast
-    (((*primary)->MirrorFrame({"cam", 7, seq, 0, 0, 8, 8, std::string(1 << 20, 'j')})) ? queued : refused) += 1;
+  ASSERT_TRUE(Eventually([&] { return (*primary)->stats().standby_connected; }));
+  constexpr uint64_t kGiven = 100;  // 1 MB each: the transport's window fills after a few
+  for (uint64_t seq = 0; seq < kGiven; ++seq) {
+    ASSERT_TRUE((*primary)->MirrorFrame({"cam", 7, seq, 0, 0, 8, 8, std::string(1 << 20, 'j')}));
   }
-  EXPECT_EQ(refused, 1u) << "the queue never filled";
-  EXPECT_FALSE((*primary)->wants_frames());
-  EXPECT_EQ((*primary)->stats().frames_refused, 1u);
+  PrimaryChannelStats st = (*primary)->stats();
+  EXPECT_EQ(st.frames_retained, 3u);
+  EXPECT_GT(st.frames_evicted, 50u) << "the standby could not have taken them all";
   held.unlock();
-  ASSERT_TRUE(Eventually([&] { return got.load() == queued; }));
-  EXPECT_EQ((*primary)->stats().frames_sent, queued);
-  ASSERT_TRUE((*primary)->wants_frames());
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard lock(mu);
+    return !got.empty() && got.back() == kGiven - 1;
+  }));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+    EXPECT_EQ(std::adjacent_find(got.begin(), got.end()), got.end()) << "a frame sent twice";
+    EXPECT_EQ(got.size(), (*primary)->stats().frames_sent);
+    // Every frame was sent or evicted first (an evicted frame may have been sent before: kept until acknowledged).
+    EXPECT_LE(kGiven - got.size(), (*primary)->stats().frames_evicted);
+  }
   EXPECT_FALSE((*primary)->MirrorFrame({"cam", 7, 999, 0, 0, 8, 8, std::string(kMaxMirroredJpegBytes + 1, 'x')}));
-  EXPECT_EQ((*primary)->stats().frames_refused, 2u);  // too large for the channel
+  EXPECT_EQ((*primary)->stats().frames_refused, 1u);
 }
 
 TEST_F(ChannelTest, AMismatchIsRefusedAndTheRefusalSaysWhat) {

@@ -161,7 +161,8 @@ struct ReplicationConfig {
   // stream, 1..100000) that the aggregator has not acknowledged, to process again at a takeover
   // (pipeline/mirror_window.h) instead of reporting them lost; none — nothing mirrored (files need nothing:
   // they are read again from the cursor). Costs the primary one JPEG encode per live picture, on its reader
-  // thread.
+  // thread, also while no standby is paired (the channel keeps the unacknowledged ones for a standby that pairs
+  // later), and memory for up to mirror_window pictures per live stream on each side.
   bool mirror_frames = true;
   int jpeg_quality = 85;
   int mirror_window = 256;

@@ -15,13 +15,15 @@
 // sends them to the paired standby right after Paired and on every change; the standby's `on_ledger` gets
 // each state (the standby keeps them, so that a takeover resumes every stream where the primary was).
 //
-// Frame mirroring: the primary hands each live picture it numbered, as a JPEG (MirrorFrame), to the paired
-// standby's `on_frame`. Frames wait in a bounded queue (max_queued_frames; a frame that finds it full, or no
-// standby paired, is not queued: MirrorFrame returns false and the caller counts it). Order: frames go out in
-// the order given, and a frame queued before a PublishLedger call goes out before that ledger state — so when
-// the caller numbers a picture and queues it under one lock that its ledger publication also takes, every
-// mirrored ledger state's next_seq is covered by the frames sent before it (nothing numbered is unknown to a
-// standby that has the state, except frames that were refused).
+// Frame mirroring: the primary hands each live picture it numbered, as a JPEG (MirrorFrame), to the channel,
+// which keeps it until the aggregator acknowledged it (Acknowledge: the edge's acks) — up to
+// max_retained_frames, the oldest evicted beyond (frames_evicted) — and sends every kept frame to the paired
+// standby's `on_frame`: a standby that pairs later gets the unacknowledged ones from before it paired too.
+// Order: frames go out in the order given, and a frame given before a PublishLedger call goes out before that
+// ledger state — so when the caller numbers a picture and hands it over under one lock that its ledger
+// publication also takes, every mirrored ledger state's next_seq is covered by the frames sent before it
+// (nothing numbered is unknown to a standby that has the state, except evicted frames). The primary never
+// waits for its standby: a standby slower than the pictures loses the oldest to eviction.
 //
 // Threading: each channel runs its own threads (gRPC's server threads; a reader and a heartbeat thread on
 // the standby); the callbacks run on them and must not block. Stop()/destructor end the stream and join.
@@ -81,7 +83,7 @@ struct PrimaryChannelOptions {
   // ends (with the reason). Optional.
   std::function<void(int64_t)> on_heartbeat;
   std::function<void(const Status&)> on_end;
-  size_t max_queued_frames = 64;  // mirrored frames waiting to be sent, at most (≥ 1)
+  size_t max_retained_frames = 256;  // mirrored frames kept until acknowledged, at most (≥ 1)
 };
 
 struct PrimaryChannelStats {
@@ -89,9 +91,12 @@ struct PrimaryChannelStats {
   uint64_t refused = 0;     // pairings refused (digest, edge id, another standby, protocol)
   uint64_t heartbeats = 0;  // standby heartbeats answered
   uint64_t ledger_states_sent = 0;
-  uint64_t frames_sent = 0;        // mirrored frames written to the stream
+  uint64_t frames_sent = 0;        // mirrored frames written to the stream (to every standby paired so far)
   uint64_t frame_bytes_sent = 0;   // their JPEG bytes
-  uint64_t frames_refused = 0;     // MirrorFrame calls that found the queue full (or the picture too large)
+  uint64_t frames_refused = 0;     // MirrorFrame calls with a picture larger than kMaxMirroredJpegBytes
+  uint64_t frames_evicted = 0;     // kept frames dropped for room before they were acknowledged
+  size_t frames_retained = 0;      // kept now (not yet acknowledged)
+  size_t retained_bytes = 0;       // their JPEG bytes
   bool standby_connected = false;
   std::string standby;      // the paired standby's node name ("" when none)
   std::string last_refusal;
@@ -105,13 +110,12 @@ class PrimaryChannel {
   virtual PrimaryChannelStats stats() const = 0;  // thread-safe
   // The ledger's records now (thread-safe; cheap: stored, sent by the stream's own thread).
   virtual void PublishLedger(std::vector<MirroredStream> streams) = 0;
-  // Whether a frame handed now would be queued (a standby is paired and the queue has room): a caller skips
-  // encoding a picture nobody would get. Thread-safe.
-  virtual bool wants_frames() const = 0;
-  // Queues `frame` for the paired standby (see "Frame mirroring" above). false: not queued — no standby
-  // paired (not counted), the queue full or the picture larger than kMaxMirroredJpegBytes (frames_refused).
-  // Thread-safe.
+  // Keeps `frame` for the standby (see "Frame mirroring" above); false: refused, larger than
+  // kMaxMirroredJpegBytes (frames_refused). Thread-safe; never blocks on the standby.
   virtual bool MirrorFrame(MirroredFrame frame) = 0;
+  // The aggregator stored `stream`'s run `run` through seq `through`: the frames kept for it at or below are
+  // dropped (and so are those of older runs). Thread-safe.
+  virtual void Acknowledge(const std::string& stream, uint64_t run, uint64_t through) = 0;
   // Tells the paired standby that this primary ends on purpose (sent after the last ledger state, waiting up
   // to a second for it to go out): `streams_done` — every stream ended, the standby has nothing to take over;
   // otherwise a stop was asked for, or (`reason` non-empty) this primary steps down because it is unhealthy,
