@@ -2,9 +2,18 @@
 #include "vigil/replication/channel.h"
 
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
@@ -124,6 +133,103 @@ Status FromGrpc(const grpc::Status& s, const std::string& where) {
     case grpc::StatusCode::DEADLINE_EXCEEDED: return absl::DeadlineExceededError(msg);
     default: return absl::UnavailableError(msg);
   }
+}
+
+// Why a TLS connection to `target` (host:port, [v6]:port) with this side's files fails, in words, for the
+// message of a standby that could not pair: nobody listening; the primary's certificate not trusted or not
+// naming the host dialled (OpenSSL's verification result); this standby's certificate refused by the primary
+// (its alert); or a handshake that succeeds (then not the TLS). A handshake of its own, bounded to ~2 s.
+std::string DiagnoseTls(const std::string& target, const Pems& pems) {
+  std::string host = target, port;
+  if (size_t colon = target.rfind(':'); colon != std::string::npos) {
+    host = target.substr(0, colon);
+    port = target.substr(colon + 1);
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return StrCat("cannot resolve '", host, "'");
+  }
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    timeval tv{2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return StrCat("nobody is listening at ", target, " (", std::strerror(errno), ")");
+  std::string why;
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = nullptr;
+  auto pem_cert = [](const std::string& pem) {
+    BIO* b = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+    X509* x = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
+    BIO_free(b);
+    return x;
+  };
+  X509* ca = pem_cert(pems.ca);
+  X509* cert = pem_cert(pems.cert);
+  BIO* kb = BIO_new_mem_buf(pems.key.data(), static_cast<int>(pems.key.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
+  BIO_free(kb);
+  if (ctx == nullptr || ca == nullptr || cert == nullptr || key == nullptr) {
+    why = "the TLS handshake failed (and this side's cert_file, key_file or ca_file does not hold a PEM certificate "
+          "or key)";
+  } else {
+    X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), ca);
+    SSL_CTX_use_certificate(ctx, cert);
+    SSL_CTX_use_PrivateKey(ctx, key);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    // The name gRPC checks: the host dialled, as an IP subjectAltName for an address, else a DNS one.
+    if (X509_VERIFY_PARAM* vp = SSL_get0_param(ssl); X509_VERIFY_PARAM_set1_ip_asc(vp, host.c_str()) != 1) {
+      X509_VERIFY_PARAM_set1_host(vp, host.c_str(), 0);
+      SSL_set_tlsext_host_name(ssl, host.c_str());
+    }
+    ERR_clear_error();
+    const int r = SSL_connect(ssl);
+    const long verify = SSL_get_verify_result(ssl);
+    char err[256] = {};
+    ERR_error_string_n(ERR_peek_last_error(), err, sizeof err);
+    if (verify != X509_V_OK) {
+      why = StrCat("the primary's certificate is not accepted here: ", X509_verify_cert_error_string(verify),
+                   verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH
+                       ? StrCat(" (it must name '", host, "', the host this standby dials, as a subjectAltName: IP for "
+                                "an address, DNS for a name)")
+                       : std::string(" (is it signed by this standby's ca_file?)"));
+    } else if (r != 1) {
+      why = StrCat("the primary refused this standby's certificate (", err[0] != '\0' ? err : "handshake failed",
+                   "): is it signed by the primary's ca_file, with extendedKeyUsage clientAuth?");
+    } else {
+      // TLS 1.3: the server's verdict on our certificate arrives after the handshake; read once to see it.
+      char byte = 0;
+      const int n = SSL_read(ssl, &byte, 1);
+      const int e = SSL_get_error(ssl, n);
+      ERR_error_string_n(ERR_peek_last_error(), err, sizeof err);
+      if (n <= 0 && e == SSL_ERROR_SSL) {
+        why = StrCat("the primary refused this standby's certificate (", err,
+                     "): is it signed by the primary's ca_file, with extendedKeyUsage clientAuth?");
+      } else {
+        why = StrCat("the TLS handshake with ", target, " succeeds, but it does not answer as a vigil primary");
+      }
+    }
+  }
+  if (ssl != nullptr) SSL_free(ssl);
+  if (ctx != nullptr) SSL_CTX_free(ctx);
+  X509_free(ca);
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  ::close(fd);
+  return why;
 }
 
 // ---- the primary -----------------------------------------------------------------------------------
@@ -402,11 +508,9 @@ class GrpcStandbyChannel final : public StandbyChannel {
     channel_ = grpc::CreateCustomChannel(opt_.primary, grpc::SslCredentials(co), args);
     const std::string where = StrCat("replication: primary ", opt_.primary);
     if (!channel_->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
-      return absl::UnavailableError(StrCat(where, ": no answer within ", timeout.count(),
-                                           " ms (nobody listening, or the TLS handshake failed: is this standby's "
-                                           "certificate signed by the primary's ca_file, and the primary's by ours, "
-                                           "and does the primary's certificate name the host dialled, as a "
-                                           "subjectAltName (IP for an address, DNS for a name)?)"));
+      // gRPC does not say why; a handshake of our own with the same files does.
+      return absl::UnavailableError(StrCat(where, ": no answer within ", timeout.count(), " ms: ",
+                                           DiagnoseTls(opt_.primary, pems)));
     }
     stub_ = v1::Replication::NewStub(channel_);
     stream_ = stub_->Mirror(&ctx_);
