@@ -41,7 +41,18 @@ void AddEdgeCommand(CLI::App& app, int* exit_code) {
   auto config_path = std::make_shared<std::string>();
   auto timeout_ms = std::make_shared<int>(10000);
   auto metrics_out = std::make_shared<std::string>();
-  cmd->add_option("--config", *config_path, "edge.yaml")->required();
+  cmd->add_option("--config", *config_path,
+                  "edge.yaml; keys: edge, aggregator (host:port), model {path, conf, iou, max_det, threads, device, "
+                  "workers, precision, batch}, batching {max_batch, max_wait_ms}, hwaccel, http_host, http_port, "
+                  "http_allow, http_token_file, http_tls {cert_file, key_file}, state_dir, progress_flush_ms, transport "
+                  "{links, key_file, tls {cert_file, key_file, ca_file, server_name}, cuda_ipc, cuda_ipc_linger_us, "
+                  "max_outbox, ack_timeout_ms, probe_interval_ms}, placement {bind, bind_single_numa, topology, "
+                  "gflop_per_frame}, replication {role, listen, peer, node, tls {cert_file, key_file, ca_file}, "
+                  "heartbeat_ms, detector {kind, misses, threshold, min_std_dev_ms, acceptable_pause_ms}, step_down "
+                  "{stall_ms, errors}, warm_sources, mirror_frames, jpeg_quality, mirror_window}, streams [{id, source, "
+                  "realtime, loop, target_fps, hwaccel, save_frames, placement {width, height, fps}, rules {classes, "
+                  "min_score, cooldown_s, confirm {k, m}, severity {warning, critical}}}] (README, docs/architecture.md)")
+      ->required();
   cmd->add_option("--shutdown-timeout-ms", *timeout_ms, "how long to wait for acks at the end")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600000));
