@@ -14,6 +14,7 @@ build_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwloc-dev libnuma-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
   libsqlite3-dev libyaml-cpp-dev libcpp-httplib-dev
+  libcurl4-openssl-dev          # the aggregator's webhooks (aggregator/push.h)
   libssl-dev                    # OpenSSL 3: TLS links (transport/tls.h); the tests make their certificates with it
   zlib1g-dev                    # the protocol's CRC-32
   prometheus-cpp-dev            # metrics: prometheus-cpp core (families, histograms, text exposition)

@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <cstdlib>
+#include <fstream>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -102,6 +104,48 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
   root.Get("batch_max", &c.batch_max, 1, 100000);
   root.Get("queue_max", &c.queue_max, 1, 10000000);
   root.Get("peer_timeout_ms", &c.peer_timeout_ms, 100, 3600000);
+  std::set<std::string> sink_names;
+  for (ConfigMap& pm : root.Maps("push")) {
+    PushSinkConfig sink;
+    pm.Get("name", &sink.route.sink, ConfigMap::kRequired);
+    if (!sink.route.sink.empty() && !sink_names.insert(sink.route.sink).second) {
+      pm.Error("name", StrCat("'", sink.route.sink, "' names two push sinks"));
+    }
+    sink.webhook.sink = sink.route.sink;
+    if (std::optional<ConfigMap> w = pm.Map("webhook", ConfigMap::kRequired)) {
+      if (w->Get("url", &sink.webhook.url, ConfigMap::kRequired) && sink.webhook.url.rfind("http://", 0) != 0 &&
+          sink.webhook.url.rfind("https://", 0) != 0) {
+        w->Error("url", StrCat("'", sink.webhook.url, "' is not an http:// or https:// URL"));
+      }
+      w->Get("timeout_ms", &sink.webhook.timeout_ms, int64_t{100}, int64_t{600000});
+      w->Get("ca_file", &sink.webhook.ca_file);
+      std::string token_file, token_env;
+      w->Get("token_file", &token_file);
+      w->Get("token_env", &token_env);
+      if (!token_file.empty() && !token_env.empty()) w->Error("token_env", "give token_file or token_env, not both");
+      if (!token_file.empty()) {
+        std::ifstream in(token_file);
+        std::getline(in, sink.webhook.token);
+        if (!in && sink.webhook.token.empty()) w->Error("token_file", StrCat(token_file, ": cannot read it"));
+      } else if (!token_env.empty()) {
+        const char* v = std::getenv(token_env.c_str());
+        if (v == nullptr || *v == '\0') w->Error("token_env", StrCat("the environment variable ", token_env, " is not set"));
+        if (v != nullptr) sink.webhook.token = v;
+      }
+    }
+    if (std::optional<ConfigMap> r = pm.Map("route")) {
+      r->Get("edges", &sink.route.edges);
+      r->Get("streams", &sink.route.streams);
+      r->Get("classes", &sink.route.classes);
+      r->GetOneOf("min_severity", &sink.route.min_severity, {"info", "warning", "critical"});
+    }
+    if (std::optional<ConfigMap> r = pm.Map("retry")) {
+      r->Get("initial_ms", &sink.retry.initial_ms, int64_t{1}, int64_t{3600000});
+      r->Get("max_ms", &sink.retry.max_ms, int64_t{1}, int64_t{86400000});
+      r->Get("max_attempts", &sink.retry.max_attempts, 1, 1000000);
+    }
+    c.push.push_back(std::move(sink));
+  }
   if (c.auth_required && c.keys_file.empty()) {
     root.Error("auth", "keys_file is required (a YAML map `edge-id: hex key`; make a key with `openssl rand -hex 32`), "
                        "or `auth: {required: false}` to accept edges without authentication");
@@ -149,6 +193,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
 
   AggregatorConfig cfg;
   std::unique_ptr<Store> store;
+  std::vector<std::unique_ptr<Pusher>> pushers;  // one per push sink
   std::vector<std::unique_ptr<transport::Receiver>> receivers;  // the tcp link first, then ucx
   metrics::Registry registry;
   std::unique_ptr<httplib::Server> http;
@@ -413,6 +458,9 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     // A full or closed session is closed by Enqueue: its edge reconnects and re-sends.
     for (auto& [raw, reply] : replies) (void)reply.first->Enqueue(std::move(reply.second));
+    if (std::any_of(results->begin(), results->end(), [](const ApplyResult& r) { return r.pushes_queued > 0; })) {
+      for (auto& p : pushers) p->Wake();
+    }
   }
 
   // ---- HTTP ----
@@ -433,8 +481,16 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       res.set_content(Dump(j), "application/json");
     });
     http->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      for (const auto& p : pushers) {  // the outbox depth, read at the scrape
+        if (StatusOr<uint64_t> depth = store->PushDepth(p->sink()); depth.ok()) {
+          registry.GetGauge("vigil_aggregator_push_outbox_depth", "Stored events waiting for a push sink",
+                            {{"sink", p->sink()}})
+              .Set(static_cast<double>(*depth));
+        }
+      }
       res.set_content(registry.Render(), metrics::Registry::kContentType);
     });
+    http->Get("/api/dead_letters", [this](const httplib::Request& req, httplib::Response& res) { DeadLetters(req, res); });
     http->Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
     http->Get("/api/stats", [this](const httplib::Request&, httplib::Response& res) { Stats(res); });
   }
@@ -442,6 +498,23 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   static void Error(httplib::Response& res, int status, const std::string& message) {
     res.status = status;
     res.set_content(Dump({{"error", message}}), "application/json");
+  }
+
+  void DeadLetters(const httplib::Request& req, httplib::Response& res) {
+    int64_t limit = 100;
+    std::string error;
+    if (!ParamInt(req, "limit", 1, 10000, &limit, &error)) return Error(res, 400, error);
+    StatusOr<std::vector<DeadLetter>> letters = store->DeadLetters(req.get_param_value("sink"), static_cast<int>(limit));
+    if (!letters.ok()) return Error(res, 500, std::string(letters.status().message()));
+    json list = json::array();
+    for (const DeadLetter& l : *letters) {
+      list.push_back({{"sink", l.sink},
+                      {"attempts", l.attempts},
+                      {"last_error", l.last_error},
+                      {"dead_ns", l.dead_ns},
+                      {"event", json::parse(EventJson(l.event))}});
+    }
+    res.set_content(Dump({{"dead_letters", std::move(list)}}), "application/json");
   }
 
   void Events(const httplib::Request& req, httplib::Response& res) {
@@ -467,28 +540,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     StatusOr<std::vector<StoredEvent>> events = store->Events(q);
     if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
     json list = json::array();
-    for (const StoredEvent& e : *events) {
-      json dets = json::array();
-      for (const StoredDetection& d : e.detections) {
-        dets.push_back(
-            {{"class_id", d.class_id}, {"label", d.label}, {"score", d.score}, {"box", {d.x1, d.y1, d.x2, d.y2}}});
-      }
-      list.push_back({{"id", e.id},
-                      {"edge", e.edge},
-                      {"stream", e.stream},
-                      {"run", e.run},
-                      {"seq", e.seq},
-                      {"epoch", e.epoch},
-                      {"capture_ns", e.capture_ns},
-                      {"pts_ns", e.pts_ns},
-                      {"publish_ns", e.publish_ns},
-                      {"stored_ns", e.stored_ns},
-                      {"severity", e.severity},
-                      {"rule", e.rule},
-                      {"width", e.width},
-                      {"height", e.height},
-                      {"detections", std::move(dets)}});
-    }
+    for (const StoredEvent& e : *events) list.push_back(json::parse(EventJson(e)));  // as a push sink gets it
     const int64_t next = events->empty() ? q.since_id : events->back().id;
     res.set_content(Dump({{"events", std::move(list)}, {"next_since_seq", next}}), "application/json");
   }
@@ -691,6 +743,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       for (auto& rx : receivers) rx->Stop();
     }
     storage_thread.join();  // clean: stores and acks everything queued first
+    for (auto& p : pushers) p->Stop();  // what is not delivered stays in the outbox for the next start
     for (auto& rx : receivers) rx->Stop();
     http->stop();
     http_thread.join();
@@ -731,7 +784,36 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
                                          [&http_address, &http_token](std::string_view reason, const std::string&) {
                                            (reason == "address" ? http_address : http_token).Inc();
                                          }}));
-  VIGIL_ASSIGN_OR_RETURN(d.store, Store::Open(config.db_path, {config.db_synchronous_full}));
+  StoreOptions so;
+  so.synchronous_full = config.db_synchronous_full;
+  for (const PushSinkConfig& p : config.push) so.routes.push_back(p.route);
+  VIGIL_ASSIGN_OR_RETURN(d.store, Store::Open(config.db_path, so));
+  for (const PushSinkConfig& p : config.push) {
+    VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Delivery> delivery, MakeWebhook(p.webhook));
+    const metrics::Labels sink{{"sink", p.route.sink}};
+    auto* delivered = &d.registry.GetCounter("vigil_aggregator_push_total", "Deliveries to push sinks by outcome",
+                                             {{"sink", p.route.sink}, {"result", "delivered"}});
+    auto* retried = &d.registry.GetCounter("vigil_aggregator_push_total", "Deliveries to push sinks by outcome",
+                                           {{"sink", p.route.sink}, {"result", "retried"}});
+    auto* dead = &d.registry.GetCounter("vigil_aggregator_push_total", "Deliveries to push sinks by outcome",
+                                        {{"sink", p.route.sink}, {"result", "dead"}});
+    auto* delay = &d.registry.GetHistogram("vigil_aggregator_push_delay_seconds",
+                                           "Event stored to delivered to a push sink, seconds", metrics::LatencyBuckets(),
+                                           sink);
+    spdlog::info("aggregator: push sink '{}': {}{}", p.route.sink, delivery->describe(),
+                 p.webhook.token.empty() ? "" : " (bearer token)");
+    d.pushers.push_back(std::make_unique<Pusher>(
+        d.store.get(), p.route.sink, std::move(delivery), p.retry, SystemClock(),
+        [=](const DeliveryOutcome& out, bool is_dead, int64_t age_ns) {
+          if (out.kind == DeliveryOutcome::kDelivered) {
+            delivered->Inc();
+            delay->Observe(static_cast<double>(age_ns) * 1e-9);
+          } else {
+            (is_dead ? dead : retried)->Inc();
+          }
+        }));
+  }
+  for (auto& p : d.pushers) p->Start();  // what an earlier run left in the outbox goes out now
   d.Routes();
   d.http_port = config.http_port == 0
                     ? d.http->bind_to_any_port(config.http_host)

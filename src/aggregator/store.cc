@@ -21,6 +21,11 @@ std::string LabelOf(const std::vector<std::string>* names, int64_t id) {
   return StrCat("class ", id);
 }
 
+// The event columns every event query selects (EventAt reads them in this order).
+constexpr const char* kEventColumnsForPrepare =
+    "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, "
+    "e.rule, e.width, e.height";
+
 // Schema migrations: kMigrations[i] takes user_version i to i + 1. Append, never edit.
 constexpr const char* kMigrations[] = {
     R"sql(
@@ -92,6 +97,29 @@ CREATE TABLE detections(
 ALTER TABLE runs ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN lost INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE edges ADD COLUMN granted_ns INTEGER NOT NULL DEFAULT 0;  -- when edges.epoch was granted
+)sql",
+    // 3: the push outbox (aggregator/push.h): one row per (sink, stored event) its route takes, written in the
+    // event's transaction, deleted once delivered; given-up rows move to push_dead_letters.
+    R"sql(
+CREATE TABLE push_outbox(
+  id INTEGER PRIMARY KEY,
+  sink TEXT NOT NULL,
+  event_id INTEGER NOT NULL REFERENCES events(id),
+  attempts INTEGER NOT NULL DEFAULT 0,
+  next_ns INTEGER NOT NULL,         -- due (wall ns)
+  last_error TEXT NOT NULL DEFAULT '',
+  UNIQUE(sink, event_id)
+);
+CREATE INDEX push_outbox_due ON push_outbox(sink, next_ns, event_id);
+CREATE TABLE push_dead_letters(
+  id INTEGER PRIMARY KEY,
+  sink TEXT NOT NULL,
+  event_id INTEGER NOT NULL REFERENCES events(id),
+  attempts INTEGER NOT NULL,
+  last_error TEXT NOT NULL,
+  dead_ns INTEGER NOT NULL,
+  UNIQUE(sink, event_id)
+);
 )sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
@@ -205,7 +233,8 @@ struct Store::Impl {
   // Writer statements and caches (writer thread only).
   Stmt begin, commit, rollback, find_stream, insert_stream, set_epoch, add_stale, add_duplicates, insert_frame,
       insert_event, insert_detection, upsert_run, get_contiguous, highest_seq, seqs_after, get_edge_epoch,
-      grant_edge, touch_edge;
+      grant_edge, touch_edge, insert_outbox;
+  std::vector<PushRoute> routes;
   struct StreamState {
     int64_t id;
     uint64_t epoch;
@@ -220,6 +249,12 @@ struct Store::Impl {
     contiguous.clear();
     edge_epochs.clear();
   }
+
+  // The push connection (Pushers' threads, the API's dead letters), serialized by push_mu.
+  DbPtr pdb;
+  mutable std::mutex push_mu;
+  mutable Stmt push_due, push_detections, push_next, push_depth, push_delete, push_retry, push_bury, push_begin,
+      push_commit, push_rollback, dead_letters;  // GUARDED_BY(push_mu)
 
   mutable std::mutex read_mu;
   mutable Stmt events_query, detections_query, streams_query, runs_query, gap_query,
@@ -259,6 +294,7 @@ struct Store::Impl {
          "ON CONFLICT(edge) DO UPDATE SET epoch = excluded.epoch, last_seen_ns = excluded.last_seen_ns, "
          "granted_ns = excluded.granted_ns"},
         {&touch_edge, "UPDATE edges SET last_seen_ns = ?2 WHERE edge = ?1"},
+        {&insert_outbox, "INSERT OR IGNORE INTO push_outbox(sink, event_id, attempts, next_ns) VALUES(?1, ?2, 0, ?3)"},
     };
     for (const auto& [stmt, sql] : writer) {
       VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(w, sql));
@@ -281,6 +317,33 @@ struct Store::Impl {
     };
     for (const auto& [stmt, sql] : reader) {
       VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(r, sql));
+    }
+    const std::string due = StrCat("SELECT o.id, o.attempts, ", kEventColumnsForPrepare,
+                                   " FROM push_outbox o JOIN events e ON e.id = o.event_id JOIN streams s ON s.id = "
+                                   "e.stream_id WHERE o.sink = ?1 AND o.next_ns <= ?2 ORDER BY o.next_ns, o.event_id "
+                                   "LIMIT ?3");
+    const std::string dead = StrCat("SELECT d.sink, d.attempts, d.last_error, d.dead_ns, ", kEventColumnsForPrepare,
+                                    " FROM push_dead_letters d JOIN events e ON e.id = d.event_id JOIN streams s ON "
+                                    "s.id = e.stream_id WHERE (?1 = '' OR d.sink = ?1) ORDER BY d.id DESC LIMIT ?2");
+    sqlite3* pc = pdb.get();
+    const std::pair<Stmt*, const char*> pusher[] = {
+        {&push_due, due.c_str()},
+        {&push_detections,
+         "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx"},
+        {&push_next, "SELECT MIN(next_ns) FROM push_outbox WHERE sink = ?1 HAVING COUNT(*) > 0"},
+        {&push_depth, "SELECT COUNT(*) FROM push_outbox WHERE sink = ?1"},
+        {&push_delete, "DELETE FROM push_outbox WHERE id = ?1"},
+        {&push_retry, "UPDATE push_outbox SET attempts = ?2, next_ns = ?3, last_error = ?4 WHERE id = ?1"},
+        {&push_bury,
+         "INSERT OR REPLACE INTO push_dead_letters(sink, event_id, attempts, last_error, dead_ns) "
+         "SELECT sink, event_id, ?2, ?3, ?4 FROM push_outbox WHERE id = ?1"},
+        {&push_begin, "BEGIN IMMEDIATE"},
+        {&push_commit, "COMMIT"},
+        {&push_rollback, "ROLLBACK"},
+        {&dead_letters, dead.c_str()},
+    };
+    for (const auto& [stmt, sql] : pusher) {
+      VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(pc, sql));
     }
     return absl::OkStatus();
   }
@@ -352,13 +415,23 @@ struct Store::Impl {
                                       std::string(transport::ToString(r.severity)), r.rule, r.width, r.height)
                                 .Run());
       const int64_t event_id = sqlite3_last_insert_rowid(wdb.get());
+      std::vector<std::string> labels;
+      labels.reserve(r.detections.size());
       for (size_t i = 0; i < r.detections.size(); ++i) {
         const transport::ReportDetection& d = r.detections[i];
         const auto class_id = static_cast<int64_t>(d.class_id);  // ValidateReport: an integer in [0, 2^24)
+        labels.push_back(LabelOf(p.class_names, class_id));
         VIGIL_RETURN_IF_ERROR(insert_detection
-                                  .Bind(event_id, static_cast<int64_t>(i), class_id, LabelOf(p.class_names, class_id),
-                                        d.score, d.x1, d.y1, d.x2, d.y2)
+                                  .Bind(event_id, static_cast<int64_t>(i), class_id, labels.back(), d.score, d.x1, d.y1,
+                                        d.x2, d.y2)
                                   .Run());
+      }
+      // The push outbox, in the event's transaction: stored ⇔ queued for every sink that takes it.
+      const std::string severity(transport::ToString(r.severity));
+      for (const PushRoute& route : routes) {
+        if (!RouteMatches(route, r.edge, r.stream, severity, labels)) continue;
+        VIGIL_RETURN_IF_ERROR(insert_outbox.Bind(route.sink, event_id, now_ns).Run());
+        ++res.pushes_queued;
       }
       res.event_stored = true;
     }
@@ -425,6 +498,10 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptio
   }
   VIGIL_ASSIGN_OR_RETURN(impl->rdb, OpenDb(path));
   VIGIL_RETURN_IF_ERROR(Exec(impl->rdb.get(), "PRAGMA query_only=1", "make the read connection read-only"));
+  VIGIL_ASSIGN_OR_RETURN(impl->pdb, OpenDb(path));
+  VIGIL_RETURN_IF_ERROR(Exec(impl->pdb.get(), options.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
+                             "set synchronous (push connection)"));
+  impl->routes = options.routes;
   VIGIL_RETURN_IF_ERROR(impl->Prepare());
   return std::unique_ptr<Store>(new Store(path, std::move(impl)));
 }
@@ -520,42 +597,142 @@ StatusOr<std::vector<ApplyResult>> Store::Apply(std::span<const PendingReport> b
   return results;
 }
 
+namespace {
+
+// The event columns (kEventColumnsForPrepare, in that order) of a row of `e` from column `at` on.
+StoredEvent EventAt(const Stmt& e, int at) {
+  StoredEvent ev;
+  ev.id = e.Int(at + 0);
+  ev.edge = e.Text(at + 1);
+  ev.stream = e.Text(at + 2);
+  ev.run = e.U64(at + 3);
+  ev.seq = e.U64(at + 4);
+  ev.epoch = e.U64(at + 5);
+  ev.capture_ns = e.Int(at + 6);
+  ev.pts_ns = e.Int(at + 7);
+  ev.publish_ns = e.Int(at + 8);
+  ev.stored_ns = e.Int(at + 9);
+  ev.severity = e.Text(at + 10);
+  ev.rule = e.Text(at + 11);
+  ev.width = static_cast<uint32_t>(e.Int(at + 12));
+  ev.height = static_cast<uint32_t>(e.Int(at + 13));
+  return ev;
+}
+
+// Fills `ev`'s detections with `det` (SELECT class_id, label, score, x1, y1, x2, y2 … WHERE event_id = ?1).
+Status ReadDetections(Stmt& det, StoredEvent& ev) {
+  det.Bind(ev.id);
+  for (;;) {
+    VIGIL_ASSIGN_OR_RETURN(bool row, det.Step());
+    if (!row) return absl::OkStatus();
+    ev.detections.push_back({static_cast<int32_t>(det.Int(0)), det.Text(1), static_cast<float>(det.Real(2)),
+                             static_cast<float>(det.Real(3)), static_cast<float>(det.Real(4)),
+                             static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6))});
+  }
+}
+
+}  // namespace
+
+bool RouteMatches(const PushRoute& route, const std::string& edge, const std::string& stream,
+                  const std::string& severity, const std::vector<std::string>& labels) {
+  auto listed = [](const std::vector<std::string>& list, const std::string& v) {
+    return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
+  };
+  if (!listed(route.edges, edge) || !listed(route.streams, stream)) return false;
+  if (!route.classes.empty() && std::none_of(labels.begin(), labels.end(), [&](const std::string& l) {
+        return listed(route.classes, l);
+      })) {
+    return false;
+  }
+  auto rank = [](const std::string& sev) {
+    return sev == "critical" ? 3 : sev == "warning" ? 2 : sev == "info" ? 1 : 0;
+  };
+  return rank(severity) >= rank(route.min_severity);
+}
+
 StatusOr<std::vector<StoredEvent>> Store::Events(const EventQuery& q) const {
   std::lock_guard lock(impl_->read_mu);
   Stmt& e = impl_->events_query;
-  Stmt& det = impl_->detections_query;
   std::vector<StoredEvent> out;
   e.Bind(q.since_id, q.since_ns, q.edge, q.stream, q.limit);
   for (;;) {
     VIGIL_ASSIGN_OR_RETURN(bool row, e.Step());
     if (!row) break;
-    StoredEvent ev;
-    ev.id = e.Int(0);
-    ev.edge = e.Text(1);
-    ev.stream = e.Text(2);
-    ev.run = e.U64(3);
-    ev.seq = e.U64(4);
-    ev.epoch = e.U64(5);
-    ev.capture_ns = e.Int(6);
-    ev.pts_ns = e.Int(7);
-    ev.publish_ns = e.Int(8);
-    ev.stored_ns = e.Int(9);
-    ev.severity = e.Text(10);
-    ev.rule = e.Text(11);
-    ev.width = static_cast<uint32_t>(e.Int(12));
-    ev.height = static_cast<uint32_t>(e.Int(13));
-    out.push_back(std::move(ev));
+    out.push_back(EventAt(e, 0));
   }
-  for (StoredEvent& ev : out) {
-    det.Bind(ev.id);
-    for (;;) {
-      VIGIL_ASSIGN_OR_RETURN(bool row, det.Step());
-      if (!row) break;
-      ev.detections.push_back({static_cast<int32_t>(det.Int(0)), det.Text(1), static_cast<float>(det.Real(2)),
-                               static_cast<float>(det.Real(3)), static_cast<float>(det.Real(4)),
-                               static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6))});
-    }
+  for (StoredEvent& ev : out) VIGIL_RETURN_IF_ERROR(ReadDetections(impl_->detections_query, ev));
+  return out;
+}
+
+StatusOr<std::vector<OutboxItem>> Store::PushDue(const std::string& sink, int64_t now_ns, int limit) const {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.push_mu);
+  std::vector<OutboxItem> out;
+  d.push_due.Bind(sink, now_ns, limit);
+  for (;;) {
+    VIGIL_ASSIGN_OR_RETURN(bool row, d.push_due.Step());
+    if (!row) break;
+    out.push_back({d.push_due.Int(0), static_cast<int>(d.push_due.Int(1)), EventAt(d.push_due, 2)});
   }
+  for (OutboxItem& item : out) VIGIL_RETURN_IF_ERROR(ReadDetections(d.push_detections, item.event));
+  return out;
+}
+
+StatusOr<std::optional<int64_t>> Store::PushNextDue(const std::string& sink) const {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.push_mu);
+  VIGIL_ASSIGN_OR_RETURN(bool row, d.push_next.Bind(sink).Step());
+  std::optional<int64_t> next;
+  if (row) next = d.push_next.Int(0);
+  d.push_next.Reset();
+  return next;
+}
+
+StatusOr<uint64_t> Store::PushDepth(const std::string& sink) const {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.push_mu);
+  VIGIL_ASSIGN_OR_RETURN(bool row, d.push_depth.Bind(sink).Step());
+  const uint64_t n = row ? d.push_depth.U64(0) : 0;
+  d.push_depth.Reset();
+  return n;
+}
+
+Status Store::PushDelivered(int64_t outbox_id) {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.push_mu);
+  return Annotate(d.push_delete.Bind(outbox_id).Run(), "push outbox: delete a delivered row");
+}
+
+Status Store::PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.push_mu);
+  return Annotate(d.push_retry.Bind(outbox_id, attempts, next_ns, error.substr(0, 1000)).Run(),
+                  "push outbox: record a failed delivery");
+}
+
+Status Store::PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns) {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.push_mu);
+  Status st = d.push_begin.Run();
+  if (st.ok()) st = d.push_bury.Bind(outbox_id, attempts, error.substr(0, 1000), now_ns).Run();
+  if (st.ok()) st = d.push_delete.Bind(outbox_id).Run();
+  if (st.ok()) st = d.push_commit.Run();
+  if (!st.ok()) (void)d.push_rollback.Run();
+  return Annotate(st, "push outbox: move a row to the dead letters");
+}
+
+StatusOr<std::vector<DeadLetter>> Store::DeadLetters(const std::string& sink, int limit) const {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.push_mu);
+  std::vector<DeadLetter> out;
+  d.dead_letters.Bind(sink, limit);
+  for (;;) {
+    VIGIL_ASSIGN_OR_RETURN(bool row, d.dead_letters.Step());
+    if (!row) break;
+    out.push_back({d.dead_letters.Text(0), static_cast<int>(d.dead_letters.Int(1)), d.dead_letters.Text(2),
+                   d.dead_letters.Int(3), EventAt(d.dead_letters, 4)});
+  }
+  for (DeadLetter& l : out) VIGIL_RETURN_IF_ERROR(ReadDetections(d.push_detections, l.event));
   return out;
 }
 

@@ -124,6 +124,59 @@ TEST(AggregatorConfigTest, ReadsEveryKey) {
   EXPECT_TRUE(ipc_defaults->cuda_ipc_allow_uids.empty());
 }
 
+TEST(AggregatorConfigTest, PushSinksAreReadAndTheirSecretsComeFromAFileOrTheEnvironment) {
+  const std::string token = ::testing::TempDir() + "/vigil-push-token";
+  std::ofstream(token) << "t0ken-from-file\n";
+  ::setenv("VIGIL_TEST_PUSH_TOKEN", "t0ken-from-env", 1);
+  StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
+      StrCat("auth: {required: false}\npush:\n"
+             "  - name: mes\n    webhook: {url: 'https://mes.plant:8443/vigil', timeout_ms: 2000, token_file: ", token,
+             ", ca_file: ca.pem}\n"
+             "    route: {edges: [line-3], streams: [door], classes: [person, car], min_severity: warning}\n"
+             "    retry: {initial_ms: 250, max_ms: 30000, max_attempts: 7}\n"
+             "  - name: alarms\n    webhook: {url: 'http://alarm/hook', token_env: VIGIL_TEST_PUSH_TOKEN}\n"),
+      "agg.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->push.size(), 2u);
+  const PushSinkConfig& mes = c->push[0];
+  EXPECT_EQ(mes.route.sink, "mes");
+  EXPECT_EQ(mes.route.edges, std::vector<std::string>{"line-3"});
+  EXPECT_EQ(mes.route.streams, std::vector<std::string>{"door"});
+  EXPECT_EQ(mes.route.classes, (std::vector<std::string>{"person", "car"}));
+  EXPECT_EQ(mes.route.min_severity, "warning");
+  EXPECT_EQ(mes.webhook.sink, "mes");
+  EXPECT_EQ(mes.webhook.url, "https://mes.plant:8443/vigil");
+  EXPECT_EQ(mes.webhook.timeout_ms, 2000);
+  EXPECT_EQ(mes.webhook.token, "t0ken-from-file");
+  EXPECT_EQ(mes.webhook.ca_file, "ca.pem");
+  EXPECT_EQ(mes.retry.initial_ms, 250);
+  EXPECT_EQ(mes.retry.max_ms, 30000);
+  EXPECT_EQ(mes.retry.max_attempts, 7);
+  const PushSinkConfig& alarms = c->push[1];
+  EXPECT_EQ(alarms.webhook.token, "t0ken-from-env");
+  EXPECT_TRUE(alarms.route.classes.empty());
+  EXPECT_EQ(alarms.retry.max_attempts, 20);  // the defaults
+  EXPECT_EQ(alarms.webhook.timeout_ms, 5000);
+
+  // Errors name the key; a secret never appears in a message.
+  const std::string bad = Message(
+      ParseAggregatorConfig("auth: {required: false}\npush:\n"
+                            "  - name: a\n    webhook: {url: 'ftp://x', token_env: VIGIL_TEST_PUSH_TOKEN}\n"
+                            "    route: {min_severity: loud}\n"
+                            "  - name: a\n    webhook: {url: 'http://x', token_env: VIGIL_NOT_SET_ANYWHERE}\n"
+                            "  - name: b\n    webhok: {url: 'http://x'}\n",
+                            "bad.yaml")
+          .status());
+  EXPECT_NE(bad.find("push[0].webhook.url"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("'ftp://x' is not an http:// or https:// URL"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("min_severity"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("'a' names two push sinks"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("VIGIL_NOT_SET_ANYWHERE is not set"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("webhok"), std::string::npos) << bad;
+  EXPECT_EQ(bad.find("t0ken"), std::string::npos) << bad;
+  ::unsetenv("VIGIL_TEST_PUSH_TOKEN");
+}
+
 TEST(AggregatorConfigTest, CudaIpcErrorsNameTheKey) {
   StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
       "auth: {required: false}\n"
@@ -448,7 +501,7 @@ TEST_F(AggregatorTest, StoresReportsAndServesThemOverHttp) {
 
   json health = Get(agg->http_port(), "/healthz");
   EXPECT_EQ(health["status"], "ok");
-  EXPECT_EQ(health["schema_version"], 2);
+  EXPECT_EQ(health["schema_version"], Store::kSchemaVersion);
   EXPECT_EQ(health["edges_connected"], 1);
 
   json stats = Get(agg->http_port(), "/api/stats");

@@ -126,7 +126,7 @@ TEST_F(StoreTest, RefusesANewerSchemaAndNonDatabases) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(std::string(s.status().message()),
-            StrCat("sqlite ", path_, ": schema version 99 is newer than this vigil supports (2)"));
+            StrCat("sqlite ", path_, ": schema version 99 is newer than this vigil supports (3)"));
 
   const std::string junk = (dir_ / "junk.db").string();
   std::ofstream(junk) << std::string(4096, 'x');
@@ -439,7 +439,8 @@ TEST_F(StoreTest, MigratesASchema1Database) {
   // Emulate version 1: drop what migration 2 added.
   ASSERT_EQ(sqlite3_exec(db,
                          "ALTER TABLE runs DROP COLUMN dropped; ALTER TABLE runs DROP COLUMN lost; "
-                         "ALTER TABLE edges DROP COLUMN granted_ns; PRAGMA user_version=1; "
+                         "ALTER TABLE edges DROP COLUMN granted_ns; DROP TABLE push_outbox; "
+                         "DROP TABLE push_dead_letters; PRAGMA user_version=1; "
                          "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns) VALUES('edge-1', 6, 1, 2);",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -447,7 +448,8 @@ TEST_F(StoreTest, MigratesASchema1Database) {
   sqlite3_close(db);
   auto s = Open();
   ASSERT_TRUE(s);
-  EXPECT_EQ(Query("PRAGMA user_version"), 2);
+  EXPECT_EQ(Query("PRAGMA user_version"), Store::kSchemaVersion);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox"), 0) << "migration 3: the push outbox";
   EXPECT_EQ(Admit(*s, 5).kind, Grant::kFenced);
   EXPECT_EQ(Admit(*s, 6).kind, Grant::kReadmitted);
   EXPECT_EQ(Admit(*s, 0).epoch, 7u);

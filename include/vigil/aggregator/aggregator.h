@@ -39,6 +39,8 @@
 //                 → {"events":[{id, edge, stream, run, seq, epoch, capture_ns, pts_ns, publish_ns,
 //                   stored_ns, severity, rule, width, height, detections:[{class_id, label, score,
 //                   box:[x1,y1,x2,y2]}]}], "next_since_seq": last id (or since_seq)}
+//   /api/dead_letters ?sink=NAME &limit=N (1..10000, default 100) → {"dead_letters":[{sink, attempts, last_error,
+//                 dead_ns, event: {as /api/events}}]}, newest first: events a push sink refused or never took
 //   /api/stats    → {"edges":[{edge, epoch (current granted), connected, first_seen_ns, last_seen_ns,
 //                   granted_ns, streams, frames, events, dropped, lost, missing, duplicates,
 //                   stale_rejected}], "streams":[{edge, stream, epoch (newest stored report's), frames,
@@ -75,6 +77,9 @@
 //   vigil_transport_repeated_reports_total{link}                    counter: duplicated frames ignored
 //   vigil_transport_received_bytes_total{link}, vigil_transport_received_frames_total{link}   counters
 //   vigil_http_rejected_total{reason=address|token}                 counter
+//   vigil_aggregator_push_total{sink,result=delivered|retried|dead}  counter: deliveries to push sinks by outcome
+//   vigil_aggregator_push_delay_seconds{sink}                       histogram: event stored → delivered
+//   vigil_aggregator_push_outbox_depth{sink}                        gauge: events waiting for a sink (at scrape)
 //
 // Thread-safety: Start/Stop/Kill from one controlling thread; the accessors from any thread.
 #pragma once
@@ -85,10 +90,19 @@
 #include <string_view>
 #include <vector>
 
+#include "vigil/aggregator/push.h"
 #include "vigil/common/status.h"
 #include "vigil/metrics/registry.h"
 
 namespace vigil::aggregator {
+
+// One push sink (push.h): `push: [{name, webhook: {url, timeout_ms, token_file | token_env, ca_file}, route: {edges,
+// streams, classes, min_severity}, retry: {initial_ms, max_ms, max_attempts}}]`.
+struct PushSinkConfig {
+  PushRoute route;         // route.sink = name
+  WebhookOptions webhook;  // webhook.token read from token_file or the token_env variable (a secret)
+  RetryPolicy retry;
+};
 
 // agg.yaml; every key is optional.
 struct AggregatorConfig {
@@ -133,6 +147,7 @@ struct AggregatorConfig {
   int batch_max = 512;                          // batch_max: reports per transaction, 1..100000. Default: 512
   int queue_max = 16384;                        // queue_max: reports waiting for storage, 1..10^7. Default: 16384
   int peer_timeout_ms = 10000;                  // peer_timeout_ms: silent edge is dropped, 100..3600000. Default: 10000
+  std::vector<PushSinkConfig> push;             // push: sinks the stored events go to (push.h). Default: none
 };
 
 // Reads agg.yaml. Errors: NotFound (no file), InvalidArgument listing every bad key with its

@@ -21,7 +21,7 @@
 // ack" and a granted epoch is never granted twice.
 // Schema: versioned with PRAGMA user_version; Open() applies the missing migrations in order and
 // refuses a database newer than this code (kSchemaVersion). Version 2 adds per-run dropped/lost counts
-// and the time of an edge's current grant.
+// and the time of an edge's current grant; version 3 the push outbox and dead letters (push.h).
 // Integers: SQLite stores signed 64-bit; run and epoch (uint64) are stored as their bit pattern and
 // read back unchanged; seq must stay below 2^63.
 //
@@ -36,6 +36,7 @@
 #include <limits>
 #include <span>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,24 @@
 
 namespace vigil::aggregator {
 
+// Which events a push sink takes (aggregator/push.h): every listed condition must hold (an empty list: any).
+struct PushRoute {
+  std::string sink;                  // the sink's name (unique)
+  std::vector<std::string> edges;    // edge ids
+  std::vector<std::string> streams;  // stream ids
+  std::vector<std::string> classes;  // labels: the event has a detection of one of them
+  std::string min_severity;          // "" (any) / "info" / "warning" / "critical": the event's severity at least this
+};
+
+// Whether `route` takes an event of (edge, stream, severity) with detections labelled `labels`.
+bool RouteMatches(const PushRoute& route, const std::string& edge, const std::string& stream,
+                  const std::string& severity, const std::vector<std::string>& labels);
+
 struct StoreOptions {
   bool synchronous_full = false;  // PRAGMA synchronous=FULL instead of NORMAL. Default: false
+  // Push sinks: Apply writes an outbox row for every (sink, stored event) its route takes, in the event's
+  // transaction. Default: none.
+  std::vector<PushRoute> routes;
 };
 
 // The outcome of Store::Admit for one Hello (transport/protocol.h: "Epochs").
@@ -80,6 +97,7 @@ struct ApplyResult {
   uint64_t lost_frames = 0;         // kLost frame rows inserted
   uint64_t duplicate_frames = 0;    // frames already stored (ignored)
   bool event_stored = false;        // an event row (with detections) was inserted
+  int pushes_queued = 0;            // push_outbox rows written for it (sinks whose route takes it)
   int64_t contiguous_through = -1;  // highest S with all of 0..S stored for (edge, stream, run); -1 none
   uint64_t edge_epoch = 0;          // the edge's current granted epoch (0: none); kStale: what to tell the edge
 };
@@ -147,9 +165,25 @@ struct StoreStats {
   std::vector<StreamStats> streams;  // ascending (edge, stream)
 };
 
+// A push_outbox row that is due, with its event.
+struct OutboxItem {
+  int64_t id = 0;    // the row
+  int attempts = 0;  // deliveries tried so far
+  StoredEvent event;
+};
+
+// A push_dead_letters row, with its event.
+struct DeadLetter {
+  std::string sink;
+  int attempts = 0;
+  std::string last_error;
+  int64_t dead_ns = 0;  // when it was given up (wall ns)
+  StoredEvent event;
+};
+
 class Store {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating if needed) and migrates the database at `path`.
   // Errors: Unavailable (cannot open / not a database), FailedPrecondition (schema newer than ours).
@@ -179,6 +213,19 @@ class Store {
 
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const;
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run = 100) const;
+
+  // The push outbox (aggregator/push.h), on a connection of its own (any thread; serialized by a mutex).
+  // Rows of `sink` due at `now_ns` (next_ns ≤ now_ns), by due time then event id, at most `limit`.
+  StatusOr<std::vector<OutboxItem>> PushDue(const std::string& sink, int64_t now_ns, int limit) const;
+  // When `sink`'s next row falls due (wall ns); nullopt when its outbox is empty.
+  StatusOr<std::optional<int64_t>> PushNextDue(const std::string& sink) const;
+  StatusOr<uint64_t> PushDepth(const std::string& sink) const;  // rows waiting
+  Status PushDelivered(int64_t outbox_id);                      // deletes the row
+  Status PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error);
+  // Moves the row to push_dead_letters (one transaction).
+  Status PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns);
+  // Dead letters of `sink` ("" = every sink), newest first, at most `limit`.
+  StatusOr<std::vector<DeadLetter>> DeadLetters(const std::string& sink, int limit) const;
 
  private:
   struct Impl;

@@ -1,0 +1,156 @@
+"""Events pushed to the plant's systems (issue 18), end to end: `vigil aggregator` with a webhook push sink,
+`vigil edge` on the first 200 frames of vtest.avi (an event for every frame with a person), and an HTTP endpoint in
+this test standing in for the MES.
+
+- The endpoint answers 500 to its first requests, then 2xx; the aggregator is SIGKILLed mid-run and restarted:
+  every stored event's key reaches the endpoint with a 2xx (at least once; each accepted exactly once here, the
+  endpoint de-duplicating by Idempotency-Key as a receiver should), the retries are counted, and nothing is left
+  in the outbox.
+- An endpoint that always answers 500, max_attempts 2: every event ends in the dead letters, listed by
+  /api/dead_letters and counted by vigil_aggregator_push_total{result="dead"}.
+Needs: VIGIL_BIN, the int8 YOLOv8n in VIGIL_SHARED_MODELS, vtest.avi (test_edge_e2e's fixture).
+"""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from edge_harness import Aggregator, free_port, metric, parse_metrics, query
+from test_edge_e2e import (FRAMES, assert_accounted_once, kill_aggregator_mid_run, start_edge, vtest200,  # noqa: F401
+                           wait_edge, write_edge_config)
+
+
+class Endpoint:
+    """An HTTP endpoint on 127.0.0.1: answers `fail_first` POSTs with 500 (all of them when fail_first < 0), then
+    200; records every request's Idempotency-Key and what it answered."""
+
+    def __init__(self, fail_first: int):
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, int, dict]] = []  # (key, status, body)
+        self.fail_first = fail_first
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    failing = outer.fail_first < 0 or len(outer.requests) < outer.fail_first
+                    status = 500 if failing else 200
+                    outer.requests.append((self.headers["Idempotency-Key"], status, body))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def accepted(self) -> list[str]:
+        with self.lock:
+            return [k for k, status, _ in self.requests if status == 200]
+
+    def close(self):
+        self.server.shutdown()
+
+
+def push_config(url: str, max_attempts: int = 20) -> str:
+    return (f"push:\n  - name: mes\n    webhook: {{url: '{url}', timeout_ms: 2000}}\n"
+            f"    route: {{classes: [person]}}\n    retry: {{initial_ms: 50, max_ms: 400, max_attempts: {max_attempts}}}\n")
+
+
+def event_keys(db: Path) -> set[str]:
+    return {f"{e}/{s}/{r}/{q}" for e, s, r, q in query(
+        db, "SELECT s.edge, s.stream, e.run, e.seq FROM events e JOIN streams s ON s.id = e.stream_id")}
+
+
+def scrape(port: int) -> dict:
+    return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
+
+
+def wait_for(pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_webhook_that_fails_then_recovers_gets_every_event_across_an_aggregator_kill(vtest200, tmp_path):
+    endpoint = Endpoint(fail_first=8)
+    port = free_port()
+    agg = Aggregator(tmp_path, port, push_config(f"http://127.0.0.1:{endpoint.port}/vigil/events"))
+    agg.start()
+    edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
+    try:
+        kill_aggregator_mid_run(agg, edge)  # SIGKILL once 40 frames are stored, restart a second later
+        wait_edge(edge, tmp_path)
+        keys = event_keys(agg.db)
+        assert len(keys) > 20, f"only {len(keys)} events: the clip should have a person in most frames"
+        wait_for(lambda: keys <= set(endpoint.accepted()), 60, "every event accepted by the endpoint")
+        m = scrape(agg.http_port)
+        wait_for(lambda: metric(scrape(agg.http_port), "vigil_aggregator_push_outbox_depth", sink="mes") == 0, 30,
+                 "an empty outbox")
+    finally:
+        if edge.poll() is None:
+            edge.kill()
+        agg.kill(signal.SIGTERM)
+        endpoint.close()
+    assert_accounted_once(agg.db, "vtest", FRAMES)
+    accepted = endpoint.accepted()
+    assert set(accepted) == keys, "an event the aggregator never stored was pushed"
+    repeats = len(accepted) - len(set(accepted))  # a delivery the SIGKILL cut before its row was deleted
+    assert repeats <= 2, f"{repeats} events accepted twice: more than the kill can explain"
+    with endpoint.lock:
+        failed = [k for k, status, _ in endpoint.requests if status == 500]
+        bodies = {k: b for k, status, b in endpoint.requests if status == 200}
+    assert len(failed) == 8
+    # After the restart the counters start again: the retries before the kill are in the log, not the metric.
+    assert metric(m, "vigil_aggregator_push_total", sink="mes", result="delivered") >= 1
+    some = next(iter(keys))
+    assert bodies[some]["key"] == some
+    assert bodies[some]["detections"] and all(d["label"] == "person" for d in bodies[some]["detections"])
+    assert query(agg.db, "SELECT COUNT(*) FROM push_outbox")[0][0] == 0
+    assert query(agg.db, "SELECT COUNT(*) FROM push_dead_letters")[0][0] == 0
+    print(f"push: {len(keys)} events, {len(accepted)} accepted ({repeats} again after the kill), {len(failed)} "
+          f"answered 500 first")
+
+
+def test_a_webhook_that_never_recovers_fills_the_dead_letters(vtest200, tmp_path):
+    endpoint = Endpoint(fail_first=-1)
+    port = free_port()
+    agg = Aggregator(tmp_path, port, push_config(f"http://127.0.0.1:{endpoint.port}/hook", max_attempts=2))
+    agg.start()
+    edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
+    try:
+        wait_edge(edge, tmp_path)
+        keys = event_keys(agg.db)
+        assert keys
+        wait_for(lambda: query(agg.db, "SELECT COUNT(*) FROM push_dead_letters")[0][0] == len(keys), 60,
+                 "every event in the dead letters")
+        m = scrape(agg.http_port)
+        letters = json.loads(urllib.request.urlopen(
+            f"http://127.0.0.1:{agg.http_port}/api/dead_letters?sink=mes&limit=10000", timeout=10).read())
+    finally:
+        if edge.poll() is None:
+            edge.kill()
+        agg.kill(signal.SIGTERM)
+        endpoint.close()
+    assert metric(m, "vigil_aggregator_push_total", sink="mes", result="dead") == len(keys)
+    assert metric(m, "vigil_aggregator_push_total", sink="mes", result="retried") == len(keys)  # attempt 1 of 2
+    assert metric(m, "vigil_aggregator_push_total", sink="mes", result="delivered") == 0
+    assert metric(m, "vigil_aggregator_push_outbox_depth", sink="mes") == 0
+    got = {l["event"]["key"] for l in letters["dead_letters"]}
+    assert got == keys
+    assert all(l["attempts"] == 2 and l["last_error"] == "HTTP 500" and l["sink"] == "mes"
+               for l in letters["dead_letters"])
+    with endpoint.lock:
+        assert len(endpoint.requests) == 2 * len(keys), "each event tried max_attempts times, no more"
