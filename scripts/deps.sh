@@ -15,6 +15,7 @@ build_pkgs=(
   libhwloc-dev libnuma-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
   libsqlite3-dev libyaml-cpp-dev libcpp-httplib-dev
   libcurl4-openssl-dev          # the aggregator's webhooks (aggregator/push.h)
+  libmosquitto-dev              # the aggregator's MQTT push (aggregator/push.h)
   libssl-dev                    # OpenSSL 3: TLS links (transport/tls.h); the tests make their certificates with it
   zlib1g-dev                    # the protocol's CRC-32
   prometheus-cpp-dev            # metrics: prometheus-cpp core (families, histograms, text exposition)
@@ -30,6 +31,7 @@ test_pkgs=(
   openssl                            # the CLI, to inspect the certificates the TLS tests write
   python3-torch python3-torchvision   # Debian's CPU PyTorch 1.13: exports test models, no CUDA wheels
   ucx-utils                          # ucx_info / ucx_perftest: what UCX sees and measures on this host
+  mosquitto mosquitto-clients        # the MQTT push tests start a broker and subscribe with mosquitto_sub
 )
 fuzz_pkgs=(
   clang libclang-rt-dev              # libFuzzer, ASan/UBSan runtimes

@@ -111,27 +111,48 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
     if (!sink.route.sink.empty() && !sink_names.insert(sink.route.sink).second) {
       pm.Error("name", StrCat("'", sink.route.sink, "' names two push sinks"));
     }
-    sink.webhook.sink = sink.route.sink;
-    if (std::optional<ConfigMap> w = pm.Map("webhook", ConfigMap::kRequired)) {
+    sink.webhook.sink = sink.mqtt.sink = sink.route.sink;
+    // A secret from `<key>_file` (its first line) or the environment variable `<key>_env`; never logged.
+    auto secret = [](ConfigMap& m, const std::string& key, std::string* out) {
+      std::string path, env;
+      m.Get(key + "_file", &path);
+      m.Get(key + "_env", &env);
+      if (!path.empty() && !env.empty()) m.Error(key + "_env", StrCat("give ", key, "_file or ", key, "_env, not both"));
+      if (!path.empty()) {
+        std::ifstream in(path);
+        std::getline(in, *out);
+        if (!in && out->empty()) m.Error(key + "_file", StrCat(path, ": cannot read it"));
+      } else if (!env.empty()) {
+        const char* v = std::getenv(env.c_str());
+        if (v == nullptr || *v == '\0') m.Error(key + "_env", StrCat("the environment variable ", env, " is not set"));
+        if (v != nullptr) *out = v;
+      }
+    };
+    std::optional<ConfigMap> w = pm.Map("webhook");
+    std::optional<ConfigMap> q = pm.Map("mqtt");
+    if (w.has_value() == q.has_value()) pm.Error("webhook", "a push sink needs one delivery: webhook or mqtt");
+    if (w) {
       if (w->Get("url", &sink.webhook.url, ConfigMap::kRequired) && sink.webhook.url.rfind("http://", 0) != 0 &&
           sink.webhook.url.rfind("https://", 0) != 0) {
         w->Error("url", StrCat("'", sink.webhook.url, "' is not an http:// or https:// URL"));
       }
       w->Get("timeout_ms", &sink.webhook.timeout_ms, int64_t{100}, int64_t{600000});
       w->Get("ca_file", &sink.webhook.ca_file);
-      std::string token_file, token_env;
-      w->Get("token_file", &token_file);
-      w->Get("token_env", &token_env);
-      if (!token_file.empty() && !token_env.empty()) w->Error("token_env", "give token_file or token_env, not both");
-      if (!token_file.empty()) {
-        std::ifstream in(token_file);
-        std::getline(in, sink.webhook.token);
-        if (!in && sink.webhook.token.empty()) w->Error("token_file", StrCat(token_file, ": cannot read it"));
-      } else if (!token_env.empty()) {
-        const char* v = std::getenv(token_env.c_str());
-        if (v == nullptr || *v == '\0') w->Error("token_env", StrCat("the environment variable ", token_env, " is not set"));
-        if (v != nullptr) sink.webhook.token = v;
+      secret(*w, "token", &sink.webhook.token);
+    } else if (q) {
+      sink.mqtt_sink = true;
+      uint16_t port = 1883;
+      q->GetHostPort("broker", &sink.mqtt.host, &port, ConfigMap::kRequired);
+      sink.mqtt.port = port;
+      if (q->Get("topic_prefix", &sink.mqtt.topic_prefix) &&
+          (sink.mqtt.topic_prefix.empty() || sink.mqtt.topic_prefix.find_first_of("+#") != std::string::npos)) {
+        q->Error("topic_prefix", "must be a topic without the wildcards + and #");
       }
+      q->Get("client_id", &sink.mqtt.client_id);
+      q->Get("username", &sink.mqtt.username);
+      secret(*q, "password", &sink.mqtt.password);
+      q->Get("ca_file", &sink.mqtt.ca_file);
+      q->Get("timeout_ms", &sink.mqtt.timeout_ms, int64_t{100}, int64_t{600000});
     }
     if (std::optional<ConfigMap> r = pm.Map("route")) {
       r->Get("edges", &sink.route.edges);
@@ -789,7 +810,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   for (const PushSinkConfig& p : config.push) so.routes.push_back(p.route);
   VIGIL_ASSIGN_OR_RETURN(d.store, Store::Open(config.db_path, so));
   for (const PushSinkConfig& p : config.push) {
-    VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Delivery> delivery, MakeWebhook(p.webhook));
+    VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Delivery> delivery, p.mqtt_sink ? MakeMqtt(p.mqtt) : MakeWebhook(p.webhook));
     const metrics::Labels sink{{"sink", p.route.sink}};
     auto* delivered = &d.registry.GetCounter("vigil_aggregator_push_total", "Deliveries to push sinks by outcome",
                                              {{"sink", p.route.sink}, {"result", "delivered"}});
@@ -801,7 +822,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
                                            "Event stored to delivered to a push sink, seconds", metrics::LatencyBuckets(),
                                            sink);
     spdlog::info("aggregator: push sink '{}': {}{}", p.route.sink, delivery->describe(),
-                 p.webhook.token.empty() ? "" : " (bearer token)");
+                 !p.webhook.token.empty() ? " (bearer token)" : !p.mqtt.username.empty() ? " (credentials)" : "");
     d.pushers.push_back(std::make_unique<Pusher>(
         d.store.get(), p.route.sink, std::move(delivery), p.retry, SystemClock(),
         [=](const DeliveryOutcome& out, bool is_dead, int64_t age_ns) {

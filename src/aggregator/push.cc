@@ -140,6 +140,7 @@ Pusher::~Pusher() { Stop(); }
 
 StatusOr<std::optional<int64_t>> Pusher::RunDue(int limit) {
   const int64_t now = clock_->WallNs();
+  if (now < pause_until_ns_) return std::optional<int64_t>(pause_until_ns_);
   VIGIL_ASSIGN_OR_RETURN(std::vector<OutboxItem> due, store_->PushDue(sink_, now, limit));
   for (OutboxItem& item : due) {
     {
@@ -178,8 +179,17 @@ StatusOr<std::optional<int64_t>> Pusher::RunDue(int limit) {
     }
     if (on_outcome_) on_outcome_(out, dead, at - item.event.stored_ns);
     if (!st.ok()) return st;
+    // A transient failure says the sink is down or overloaded: the rest waits with it (one delivery probes
+    // the sink per backoff step) instead of each due event costing a timeout now.
+    if (out.kind == DeliveryOutcome::kRetry) {
+      pause_until_ns_ = at + BackoffMs(policy_, ++failures_in_row_) * 1'000'000;
+      break;
+    }
+    if (out.kind == DeliveryOutcome::kDelivered) failures_in_row_ = 0;
   }
-  return store_->PushNextDue(sink_);
+  VIGIL_ASSIGN_OR_RETURN(std::optional<int64_t> next, store_->PushNextDue(sink_));
+  if (next && *next < pause_until_ns_) next = pause_until_ns_;
+  return next;
 }
 
 void Pusher::Start() { thread_ = std::thread([this] { Loop(); }); }

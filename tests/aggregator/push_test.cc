@@ -3,10 +3,19 @@
 #include "vigil/aggregator/push.h"
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <mosquitto.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -150,50 +159,79 @@ TEST_F(PushTest, FailedDeliveriesAreRetriedWithBackoffOnTheClockAndGivenUpIntoDe
   Admit(*s);
   FakeClock clock;
   clock.Advance(1'000'000'000);  // wall 1 s
-  Apply(*s, {Event(1, 0), Event(2, 0), Event(3, 0)}, clock.WallNs());
+  const int64_t t0 = clock.WallNs();
+  Apply(*s, {Event(1, 0), Event(2, 0), Event(3, 0)}, t0);
   using K = DeliveryOutcome;
-  // Event 1: 503, 503, then delivered. Event 2: refused (400): dead at once. Event 3: 503 until max_attempts.
   auto delivery = std::make_unique<ScriptedDelivery>(std::deque<K::Kind>{
-      K::kRetry, K::kRejected, K::kRetry,  // pass 1: events 1, 2, 3
-      K::kRetry, K::kRetry,                // pass 2 (after 100 ms): events 1, 3
-      K::kDelivered, K::kRetry});          // pass 3 (after 200 more): events 1, 3 (its 3rd attempt: dead)
+      K::kRejected,  // t0: event 1 refused (400): dead at once, the pass goes on
+      K::kRetry,     // t0: event 2 fails (503): retry in 100 ms; the pass ends, the sink pauses 100 ms
+      K::kRetry,     // t0+100: event 3 (due since t0) fails: retry in 100 ms; the sink pauses 200 ms (2nd in a row)
+      K::kDelivered, K::kDelivered,  // t0+300: events 2 and 3 delivered
+  });
   ScriptedDelivery* script = delivery.get();
   std::vector<std::pair<DeliveryOutcome::Kind, bool>> outcomes;
   Pusher p(s.get(), "mes", std::move(delivery), RetryPolicy{100, 1000, 3}, &clock,
            [&](const DeliveryOutcome& o, bool dead, int64_t) { outcomes.emplace_back(o.kind, dead); });
+  const int64_t ms = 1'000'000;
   StatusOr<std::optional<int64_t>> next = p.RunDue();
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(*next, std::optional<int64_t>(clock.WallNs() + 100'000'000)) << "the first retry after initial_ms";
-  EXPECT_EQ(script->keys, (std::vector<std::string>{"edge-1/door/7/1", "edge-1/door/7/2", "edge-1/door/7/3"}));
-  clock.Advance(99'000'000);
-  ASSERT_TRUE(p.RunDue().ok());
-  EXPECT_EQ(script->keys.size(), 3u) << "nothing is due before its backoff";
-  clock.Advance(1'000'000);
+  EXPECT_EQ(*next, std::optional<int64_t>(t0 + 100 * ms)) << "the sink pauses after a transient failure";
+  EXPECT_EQ(script->keys, (std::vector<std::string>{"edge-1/door/7/1", "edge-1/door/7/2"}));
+  clock.Advance(99 * ms);
+  EXPECT_EQ(*p.RunDue(), std::optional<int64_t>(t0 + 100 * ms));
+  EXPECT_EQ(script->keys.size(), 2u) << "event 3 is due, but the sink is paused";
+  clock.Advance(1 * ms);
   next = p.RunDue();
-  EXPECT_EQ(script->keys.size(), 5u);
-  EXPECT_EQ(*next, std::optional<int64_t>(clock.WallNs() + 200'000'000)) << "the second retry after twice that";
-  clock.Advance(200'000'000);
+  EXPECT_EQ(script->keys.back(), "edge-1/door/7/3");
+  EXPECT_EQ(*next, std::optional<int64_t>(t0 + 300 * ms)) << "the second failure in a row pauses twice as long";
+  clock.Advance(200 * ms);
   next = p.RunDue();
   EXPECT_EQ(*next, std::nullopt) << "the outbox is empty";
   EXPECT_EQ(script->keys, (std::vector<std::string>{"edge-1/door/7/1", "edge-1/door/7/2", "edge-1/door/7/3",
-                                                    "edge-1/door/7/1", "edge-1/door/7/3", "edge-1/door/7/1",
-                                                    "edge-1/door/7/3"}));
+                                                    "edge-1/door/7/2", "edge-1/door/7/3"}));
   const PusherStats st = p.stats();
-  EXPECT_EQ(st.delivered, 1u);
-  EXPECT_EQ(st.dead, 2u);
-  EXPECT_EQ(st.retried, 4u);
-  EXPECT_EQ(outcomes.size(), 7u);
+  EXPECT_EQ(st.delivered, 2u);
+  EXPECT_EQ(st.dead, 1u);
+  EXPECT_EQ(st.retried, 2u);
+  EXPECT_EQ(outcomes.size(), 5u);
   StatusOr<std::vector<DeadLetter>> dead = s->DeadLetters("mes", 10);
   ASSERT_TRUE(dead.ok()) << dead.status();
-  ASSERT_EQ(dead->size(), 2u);
-  EXPECT_EQ((*dead)[0].event.seq, 3u);  // newest first
-  EXPECT_EQ((*dead)[0].attempts, 3);
-  EXPECT_EQ((*dead)[0].last_error, "HTTP 503");
-  EXPECT_EQ((*dead)[1].event.seq, 2u);
-  EXPECT_EQ((*dead)[1].attempts, 1);
-  EXPECT_EQ((*dead)[1].last_error, "HTTP 400");
+  ASSERT_EQ(dead->size(), 1u);
+  EXPECT_EQ((*dead)[0].event.seq, 1u);
+  EXPECT_EQ((*dead)[0].attempts, 1);
+  EXPECT_EQ((*dead)[0].last_error, "HTTP 400");
   EXPECT_EQ(*s->PushDepth("mes"), 0u);
   EXPECT_TRUE(s->DeadLetters("other", 10)->empty());
+}
+
+TEST_F(PushTest, AnEventThatNeverGoesThroughIsDeadAfterMaxAttemptsWithGrowingBackoff) {
+  auto s = Open({{"mes", {}, {}, {}, ""}});
+  ASSERT_TRUE(s);
+  Admit(*s);
+  FakeClock clock;
+  clock.Advance(1'000'000'000);
+  const int64_t t0 = clock.WallNs();
+  Apply(*s, {Event(1, 0)}, t0);
+  auto delivery = std::make_unique<ScriptedDelivery>(std::deque<DeliveryOutcome::Kind>(
+      4, DeliveryOutcome::kRetry));
+  ScriptedDelivery* script = delivery.get();
+  Pusher p(s.get(), "mes", std::move(delivery), RetryPolicy{100, 250, 4}, &clock);
+  const int64_t ms = 1'000'000;
+  std::vector<int64_t> waits;
+  for (int pass = 0; pass < 10; ++pass) {
+    StatusOr<std::optional<int64_t>> next = p.RunDue();
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (!*next) break;
+    waits.push_back((**next - clock.WallNs()) / ms);
+    clock.Advance(**next - clock.WallNs());
+  }
+  EXPECT_EQ(waits, (std::vector<int64_t>{100, 200, 250})) << "doubling up to max_ms";
+  EXPECT_EQ(script->keys.size(), 4u) << "max_attempts deliveries, no more";
+  StatusOr<std::vector<DeadLetter>> dead = s->DeadLetters("", 10);
+  ASSERT_EQ(dead->size(), 1u);
+  EXPECT_EQ((*dead)[0].attempts, 4);
+  EXPECT_EQ((*dead)[0].last_error, "HTTP 503");
+  EXPECT_EQ((*dead)[0].sink, "mes");
 }
 
 // The webhook against a real HTTP server: the event's JSON, its key as Idempotency-Key, the bearer token;
@@ -265,6 +303,162 @@ TEST(Webhook, PostsTheEventWithItsKeyAndClassifiesTheAnswer) {
   EXPECT_EQ(down.kind, DeliveryOutcome::kRetry) << "nobody listening is transient";
   EXPECT_NE(down.detail.find("onnect"), std::string::npos) << down.detail;
   EXPECT_EQ(MakeWebhook({"x", "ftp://host/", 1000, "", ""}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A mosquitto broker of this test on a free port (the Debian package's binary), and a subscriber.
+class Broker {
+ public:
+  explicit Broker(const std::filesystem::path& dir) : dir_(dir) {}
+  ~Broker() { Stop(); }
+  static bool Available() { return std::filesystem::exists("/usr/sbin/mosquitto"); }
+  bool Start(int port) {
+    port_ = port;
+    const std::string conf = (dir_ / "mosquitto.conf").string();
+    std::ofstream(conf) << "listener " << port << " 127.0.0.1\nallow_anonymous true\n";
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/usr/sbin/mosquitto", "mosquitto", "-c", conf.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 500; ++i) {  // until it accepts
+      httplib::Client probe("127.0.0.1", port);
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      const bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      ::close(fd);
+      if (up) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  void Stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+
+ private:
+  std::filesystem::path dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Publishes with QoS 1 on one topic per class and the retained state topic; a broker that is down is a retry,
+// and the delivery reconnects by itself once it is back.
+TEST_F(PushTest, MqttPublishesEachEventPerClassAndAsTheStreamsRetainedState) {
+  if (!Broker::Available()) GTEST_SKIP() << "mosquitto is not installed (Debian mosquitto; scripts/deps.sh test)";
+  Broker broker(dir_);
+  const int port = FreePort();
+  MqttOptions o;
+  o.sink = "plant";
+  o.port = port;
+  o.topic_prefix = "site-1/vigil";
+  o.timeout_ms = 1500;
+  StatusOr<std::unique_ptr<Delivery>> mqtt = MakeMqtt(o);
+  ASSERT_TRUE(mqtt.ok()) << mqtt.status();
+  StoredEvent e;
+  e.id = 5;
+  e.edge = "line+3";  // a wildcard in an id becomes _
+  e.stream = "door";
+  e.run = 7;
+  e.seq = 99;
+  e.severity = "warning";
+  e.detections = {{0, "person", 0.9f, 1, 2, 3, 4}, {2, "car", 0.8f, 5, 6, 7, 8}, {0, "person", 0.7f, 1, 1, 2, 2}};
+  const DeliveryOutcome down = (*mqtt)->Deliver(e);
+  EXPECT_EQ(down.kind, DeliveryOutcome::kRetry);
+  EXPECT_NE(down.detail.find("not connected within 1500 ms"), std::string::npos) << down.detail;
+
+  ASSERT_TRUE(broker.Start(port));
+  // A subscriber on everything under the prefix.
+  struct Got {
+    std::mutex mu;
+    std::map<std::string, std::pair<std::string, bool>> by_topic;  // topic → (payload, retained)
+  } got;
+  mosquitto_lib_init();
+  mosquitto* sub = mosquitto_new("test-sub", true, &got);
+  mosquitto_message_callback_set(sub, [](mosquitto*, void* p, const mosquitto_message* m) {
+    auto* g = static_cast<Got*>(p);
+    std::lock_guard lock(g->mu);
+    g->by_topic[m->topic] = {std::string(static_cast<const char*>(m->payload), static_cast<size_t>(m->payloadlen)),
+                             m->retain};
+  });
+  ASSERT_EQ(mosquitto_connect(sub, "127.0.0.1", port, 30), MOSQ_ERR_SUCCESS);
+  ASSERT_EQ(mosquitto_subscribe(sub, nullptr, "site-1/vigil/#", 1), MOSQ_ERR_SUCCESS);
+  ASSERT_EQ(mosquitto_loop_start(sub), MOSQ_ERR_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the SUBACK
+  DeliveryOutcome up{DeliveryOutcome::kRetry, "not tried"};
+  for (int i = 0; i < 20 && up.kind != DeliveryOutcome::kDelivered; ++i) up = (*mqtt)->Deliver(e);  // reconnects
+  EXPECT_EQ(up.kind, DeliveryOutcome::kDelivered) << up.detail;
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard lock(got.mu);
+      if (got.by_topic.size() >= 3) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    std::lock_guard lock(got.mu);
+    EXPECT_EQ(got.by_topic.size(), 3u);
+    for (const char* t : {"site-1/vigil/line_3/door/person", "site-1/vigil/line_3/door/car",
+                          "site-1/vigil/line_3/door/state"}) {
+      ASSERT_EQ(got.by_topic.count(t), 1u) << t;
+      EXPECT_EQ(nlohmann::json::parse(got.by_topic[t].first)["key"], "line+3/door/7/99") << t;
+    }
+  }
+  mosquitto_disconnect(sub);
+  mosquitto_loop_stop(sub, true);
+  mosquitto_destroy(sub);
+  // A consumer that connects later gets the stream's state at once (retained).
+  mosquitto* late = mosquitto_new("test-late", true, &got);
+  {
+    std::lock_guard lock(got.mu);
+    got.by_topic.clear();
+  }
+  mosquitto_message_callback_set(late, [](mosquitto*, void* p, const mosquitto_message* m) {
+    auto* g = static_cast<Got*>(p);
+    std::lock_guard lock(g->mu);
+    g->by_topic[m->topic] = {std::string(static_cast<const char*>(m->payload), static_cast<size_t>(m->payloadlen)),
+                             m->retain};
+  });
+  ASSERT_EQ(mosquitto_connect(late, "127.0.0.1", port, 30), MOSQ_ERR_SUCCESS);
+  ASSERT_EQ(mosquitto_subscribe(late, nullptr, "site-1/vigil/+/+/state", 1), MOSQ_ERR_SUCCESS);
+  ASSERT_EQ(mosquitto_loop_start(late), MOSQ_ERR_SUCCESS);
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard lock(got.mu);
+      if (!got.by_topic.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    std::lock_guard lock(got.mu);
+    ASSERT_EQ(got.by_topic.count("site-1/vigil/line_3/door/state"), 1u);
+    EXPECT_TRUE(got.by_topic["site-1/vigil/line_3/door/state"].second) << "retained";
+  }
+  mosquitto_disconnect(late);
+  mosquitto_loop_stop(late, true);
+  mosquitto_destroy(late);
+  // The broker goes away: a retry, not a hang.
+  broker.Stop();
+  const DeliveryOutcome lost = (*mqtt)->Deliver(e);
+  EXPECT_EQ(lost.kind, DeliveryOutcome::kRetry) << lost.detail;
 }
 
 }  // namespace

@@ -8,17 +8,24 @@ this test standing in for the MES.
   in the outbox.
 - An endpoint that always answers 500, max_attempts 2: every event ends in the dead letters, listed by
   /api/dead_letters and counted by vigil_aggregator_push_total{result="dead"}.
+- MQTT: a mosquitto broker started here (persistence on) is stopped and restarted mid-run, then the aggregator is
+  SIGKILLed and restarted: a consumer with a persistent session gets every stored event's key.
 Needs: VIGIL_BIN, the int8 YOLOv8n in VIGIL_SHARED_MODELS, vtest.avi (test_edge_e2e's fixture).
 """
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import socket
+import subprocess
 import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+import pytest
 
 from edge_harness import Aggregator, free_port, metric, parse_metrics, query
 from test_edge_e2e import (FRAMES, assert_accounted_once, kill_aggregator_mid_run, start_edge, vtest200,  # noqa: F401
@@ -61,9 +68,10 @@ class Endpoint:
         self.server.shutdown()
 
 
-def push_config(url: str, max_attempts: int = 20) -> str:
+def push_config(url: str, max_attempts: int = 20, initial_ms: int = 50, max_ms: int = 400) -> str:
     return (f"push:\n  - name: mes\n    webhook: {{url: '{url}', timeout_ms: 2000}}\n"
-            f"    route: {{classes: [person]}}\n    retry: {{initial_ms: 50, max_ms: 400, max_attempts: {max_attempts}}}\n")
+            f"    route: {{classes: [person]}}\n"
+            f"    retry: {{initial_ms: {initial_ms}, max_ms: {max_ms}, max_attempts: {max_attempts}}}\n")
 
 
 def event_keys(db: Path) -> set[str]:
@@ -127,7 +135,9 @@ def test_a_webhook_that_fails_then_recovers_gets_every_event_across_an_aggregato
 def test_a_webhook_that_never_recovers_fills_the_dead_letters(vtest200, tmp_path):
     endpoint = Endpoint(fail_first=-1)
     port = free_port()
-    agg = Aggregator(tmp_path, port, push_config(f"http://127.0.0.1:{endpoint.port}/hook", max_attempts=2))
+    # A sink that fails pauses (one probe per backoff step): short steps, so 2 attempts of 200 events take seconds.
+    agg = Aggregator(tmp_path, port, push_config(f"http://127.0.0.1:{endpoint.port}/hook", max_attempts=2,
+                                                 initial_ms=5, max_ms=10))
     agg.start()
     edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
     try:
@@ -154,3 +164,98 @@ def test_a_webhook_that_never_recovers_fills_the_dead_letters(vtest200, tmp_path
                for l in letters["dead_letters"])
     with endpoint.lock:
         assert len(endpoint.requests) == 2 * len(keys), "each event tried max_attempts times, no more"
+
+
+class Mosquitto:
+    """A mosquitto broker on 127.0.0.1:`port` with persistence in `dir` (sessions and queued messages survive a
+    restart), started and stopped by this test."""
+
+    def __init__(self, d: Path, port: int):
+        self.port = port
+        d.mkdir(parents=True, exist_ok=True)
+        self.conf = d / "mosquitto.conf"
+        self.conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
+                             f"persistence_location {d}/\nautosave_interval 1\n")
+        self.log = open(d / "mosquitto.log", "ab")
+        self.proc = None
+
+    def start(self):
+        self.proc = subprocess.Popen(["mosquitto", "-c", str(self.conf)], stdout=self.log, stderr=self.log)
+        wait_for(self._listening, 20, "mosquitto to listen")
+
+    def _listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+
+def test_mqtt_consumers_get_every_event_across_a_broker_restart_and_an_aggregator_kill(vtest200, tmp_path):
+    """QoS 1 to a broker that is stopped (SIGTERM, persistence on) and restarted mid-run, and an aggregator SIGKILLed
+    and restarted later: a consumer with a persistent session (mosquitto_sub -c) gets every stored event's key at
+    least once on <prefix>/<edge>/<stream>/person, none missing."""
+    if not shutil.which("mosquitto") or not shutil.which("mosquitto_sub"):
+        pytest.skip("mosquitto / mosquitto_sub not installed (Debian mosquitto, mosquitto-clients)")
+    broker = Mosquitto(tmp_path / "broker", free_port())
+    broker.start()
+    received = tmp_path / "received.txt"
+
+    def subscribe():
+        return subprocess.Popen(["mosquitto_sub", "-h", "127.0.0.1", "-p", str(broker.port), "-q", "1", "-c", "-i",
+                                 "plant-consumer", "-t", "plant/+/+/person", "-v"],
+                                stdout=open(received, "ab"), stderr=subprocess.DEVNULL)
+    sub = subscribe()
+    time.sleep(0.5)
+    port = free_port()
+    agg = Aggregator(tmp_path, port, f"push:\n  - name: plant\n    mqtt: {{broker: 127.0.0.1:{broker.port}, "
+                                     f"topic_prefix: plant, timeout_ms: 1000}}\n"
+                                     f"    retry: {{initial_ms: 100, max_ms: 500, max_attempts: 1000}}\n")
+    agg.start()
+    edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
+    try:
+        wait_for(lambda: stored(agg.db) >= 40, 120, "40 frames stored")
+        broker.stop()  # persistence on: the consumer's session and its queued messages survive
+        time.sleep(1.5)
+        broker.start()
+        if sub.poll() is not None:  # mosquitto_sub ends when its broker goes; the consumer comes back
+            sub = subscribe()
+        wait_for(lambda: stored(agg.db) >= 100, 120, "100 frames stored")
+        agg.kill()  # SIGKILL: what the outbox holds goes out after the restart
+        time.sleep(1.0)
+        agg.start()
+        wait_edge(edge, tmp_path)
+        keys = event_keys(agg.db)
+        wait_for(lambda: keys <= keys_received(received), 120, "every event key at the consumer")
+    finally:
+        if edge.poll() is None:
+            edge.kill()
+        agg.kill(signal.SIGTERM)
+        sub.kill()
+        broker.stop()
+    assert_accounted_once(agg.db, "vtest", FRAMES)
+    got = keys_received(received)
+    assert got == keys, f"keys the aggregator never stored: {sorted(got - keys)[:5]}"
+    assert query(agg.db, "SELECT COUNT(*) FROM push_dead_letters")[0][0] == 0
+    print(f"mqtt: {len(keys)} events, every key at the consumer across a broker restart and an aggregator kill")
+
+
+def stored(db: Path) -> int:
+    from edge_harness import stored_frames
+    return stored_frames(db, "vtest")
+
+
+def keys_received(path: Path) -> set[str]:
+    out = set()
+    for line in path.read_text(errors="replace").splitlines():
+        topic, _, payload = line.partition(" ")
+        try:
+            out.add(json.loads(payload)["key"])
+        except (ValueError, KeyError):
+            pass  # a line cut by a kill
+    return out

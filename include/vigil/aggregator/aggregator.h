@@ -96,11 +96,14 @@
 
 namespace vigil::aggregator {
 
-// One push sink (push.h): `push: [{name, webhook: {url, timeout_ms, token_file | token_env, ca_file}, route: {edges,
+// One push sink (push.h): `push: [{name, webhook: {url, timeout_ms, token_file | token_env, ca_file} | mqtt: {broker
+// (host:port), topic_prefix, client_id, username, password_file | password_env, ca_file, timeout_ms}, route: {edges,
 // streams, classes, min_severity}, retry: {initial_ms, max_ms, max_attempts}}]`.
 struct PushSinkConfig {
   PushRoute route;         // route.sink = name
+  bool mqtt_sink = false;  // mqtt: (else webhook:)
   WebhookOptions webhook;  // webhook.token read from token_file or the token_env variable (a secret)
+  MqttOptions mqtt;        // mqtt.password likewise
   RetryPolicy retry;
 };
 

@@ -2,13 +2,17 @@
 // delivered at least once, retried with backoff, dead-lettered when a sink refuses or never recovers.
 //
 // Flow: the aggregator's config names sinks (`push:`), each with a route (which events: edges, streams,
-// classes, lowest severity) and a delivery (a webhook: an HTTP POST of the event as JSON). When Store::Apply
+// classes, lowest severity) and a delivery (a webhook: an HTTP POST of the event as JSON; or MQTT: QoS 1
+// publishes to a broker). When Store::Apply
 // stores an event, it writes one outbox row per sink whose route matches, in the same transaction as the
 // event (store.h "push_outbox"), so nothing stored is ever left unpushed by a crash, and nothing is queued
 // for an event that was not stored. A Pusher per sink takes the due rows in event order, delivers each, and:
 //   delivered (2xx)      → the row is deleted;
 //   retry (5xx, 408, 429, a timeout, no connection) → attempts + 1, due again after the backoff
 //                          initial_ms · 2^(attempts − 1), at most max_ms; after max_attempts → dead letter;
+//                          and the pass ends: the sink itself waits initial_ms · 2^(failures in a row − 1) (at
+//                          most max_ms) before any row is tried again, so a sink that is down is probed with one
+//                          event per step instead of costing every due event a timeout;
 //   rejected (another 4xx: the sink will never take it) → dead letter at once.
 // A dead letter (push_dead_letters) keeps the event id, attempts and the last error; /api/dead_letters lists
 // them. Delivery is at-least-once per (sink, event): a crash between the delivery and the row's deletion
@@ -78,6 +82,26 @@ struct WebhookOptions {
 // Errors: InvalidArgument (not an http(s) URL), Internal (libcurl could not be set up).
 StatusOr<std::unique_ptr<Delivery>> MakeWebhook(const WebhookOptions& options);
 
+// MQTT (libmosquitto, MQTT 3.1.1): each event is published with QoS 1 as its JSON on
+// `<topic_prefix>/<edge>/<stream>/<label>` once per class it holds (`event` when it holds none), and on
+// `<topic_prefix>/<edge>/<stream>/state` retained (the stream's latest event, for a consumer that connects later);
+// delivered once the broker acknowledged every message (PUBACK) within timeout_ms, else retry (a broker that is
+// down, a lost connection: the client reconnects by itself). `+`, `#` and `/` in ids and labels become `_`.
+// TLS when ca_file is set; username/password (a secret: never logged).
+struct MqttOptions {
+  std::string sink;
+  std::string host = "127.0.0.1";
+  int port = 1883;
+  std::string topic_prefix = "vigil";
+  std::string client_id;  // "" = vigil-<sink>
+  std::string username, password;
+  std::string ca_file;
+  int64_t timeout_ms = 5000;
+  int keepalive_s = 30;
+};
+// Errors: InvalidArgument (no host or port, a ca_file libmosquitto refuses), Internal (client set-up).
+StatusOr<std::unique_ptr<Delivery>> MakeMqtt(const MqttOptions& options);
+
 struct PusherStats {
   uint64_t delivered = 0, retried = 0, dead = 0;  // deliveries by outcome (retried: attempts that failed and will
                                                   // be tried again)
@@ -93,8 +117,9 @@ class Pusher {
          std::function<void(const DeliveryOutcome&, bool dead, int64_t age_ns)> on_outcome = {});
   ~Pusher();  // Stop()
 
-  // One pass over what is due now (at most `limit` rows): delivers each in event order and records the
-  // outcome. Returns the wall ns when the next row falls due (nullopt: the sink's outbox is empty).
+  // One pass over what is due now (at most `limit` rows): delivers each in due order and records the outcome,
+  // until a transient failure (then the sink pauses, see above). Returns the wall ns when the next row falls
+  // due or the pause ends, whichever is later (nullopt: the sink's outbox is empty).
   StatusOr<std::optional<int64_t>> RunDue(int limit = 256);
   void Start();
   void Wake();  // new rows may be due (the storage thread, after a commit that queued some)
@@ -110,6 +135,10 @@ class Pusher {
   const RetryPolicy policy_;
   Clock* clock_;
   std::function<void(const DeliveryOutcome&, bool, int64_t)> on_outcome_;
+  // The sink's own backoff (RunDue's caller only): after a transient failure no row is tried before
+  // pause_until_ns_, which grows with the failures in a row like a row's backoff.
+  int64_t pause_until_ns_ = 0;
+  int failures_in_row_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool woken_ = false, stopping_ = false;  // GUARDED_BY(mu_)
