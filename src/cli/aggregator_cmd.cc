@@ -67,7 +67,10 @@ void AddAggregatorCommand(CLI::App& app, int* exit_code) {
                   "agg.yaml; keys: listen, ucx_listen, ucx_device, http (host:port), cuda_ipc {socket, device, slots, slot_bytes, "
                   "allow_uids}, allow (CIDR list), auth {keys_file, required}, "
                   "tls {cert_file, key_file, client_ca_file}, http_tls {cert_file, key_file}, http_token_file, db, "
-                  "db_synchronous (normal|full), max_connections, batch_max, queue_max, peer_timeout_ms. "
+                  "db_synchronous (normal|full), max_connections, batch_max, queue_max, peer_timeout_ms, "
+                  "push [{name, webhook {url, timeout_ms, token_file|token_env, ca_file} | mqtt {broker, topic_prefix, "
+                  "client_id, username, password_file|password_env, ca_file, timeout_ms}, route {edges, streams, "
+                  "classes, min_severity}, retry {initial_ms, max_ms, max_attempts}}]. "
                   "auth.keys_file is required unless auth: {required: false} (docs/architecture.md, Access control)");
   cmd->footer("Exit: 0 stopped by SIGINT/SIGTERM, 1 cannot start, 2 bad configuration.");
   cmd->callback([config, exit_code] { *exit_code = RunAggregator(*config); });

@@ -39,6 +39,10 @@ EDGE_FAMILIES = {
     "vigil_edge_queue_depth": ("gauge", None),  # {queue} or {queue, stream}: checked below
     "vigil_edge_frames_dropped_total": ("counter", {"stream", "reason"}),
     "vigil_edge_frames_lost_on_restart_total": ("counter", {"stream"}),
+    "vigil_edge_mirror_frames_total": ("counter", {"stream"}),
+    "vigil_edge_mirror_bytes_total": ("counter", {"stream"}),
+    "vigil_edge_mirror_frames_skipped_total": ("counter", {"stream"}),
+    "vigil_edge_takeover_replayed_frames_total": ("counter", {"stream"}),
     "vigil_edge_epoch": ("gauge", set()),
     "vigil_edge_fenced": ("gauge", set()),
     "vigil_edge_reports_rejected_total": ("counter", set()),
@@ -66,7 +70,10 @@ EDGE_OPTIONAL_FAMILIES = {
     "vigil_numastat_pages_total": ("counter", {"node", "counter"}),
     "vigil_thread_cpu_seconds_total": ("counter", {"thread"}),
 }
-EDGE_STAGES = {"decode", "queue", "preprocess", "inference", "postprocess", "rules", "publish", "frame_to_ack"}
+# `mirror` (a primary's JPEG encode of a camera picture for its standby) exists from the start and stays at 0
+# without replication.
+EDGE_STAGES = {"decode", "queue", "preprocess", "inference", "postprocess", "rules", "publish", "frame_to_ack",
+               "mirror"}
 
 AGGREGATOR_FAMILIES = {
     "vigil_aggregator_reports_total": ("counter", {"result"}),
