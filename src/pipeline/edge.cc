@@ -77,7 +77,7 @@ struct Stream {
   metrics::Counter* lost_on_restart = nullptr;
   metrics::Counter* mirrored = nullptr;        // live pictures handed to the standby (primary)
   metrics::Counter* mirrored_bytes = nullptr;  // … their JPEG bytes
-  metrics::Counter* mirror_skipped = nullptr;  // live pictures a paired standby did not get (queue full, encode)
+  metrics::Counter* mirror_skipped = nullptr;  // live pictures not mirrored: the JPEG failed or was too large
   metrics::Counter* replayed = nullptr;        // mirrored pictures processed again after a takeover
   std::vector<replication::MirroredFrame> replay;  // a takeover's mirrored pictures, fed before the source's
   metrics::Counter* dropped[std::size(kDropReasons)] = {};
@@ -333,7 +333,7 @@ Status Edge::OpenStreams() {
                                         "JPEG bytes of the live pictures sent to the paired standby", labels);
     s.mirror_skipped = &reg_.GetCounter(
         "vigil_edge_mirror_frames_skipped_total",
-        "Live pictures a paired standby did not get (the channel's queue full, or the picture did not encode)", labels);
+        "Live pictures not mirrored: the picture did not encode, or its JPEG is larger than the channel carries", labels);
     s.replayed = &reg_.GetCounter("vigil_edge_takeover_replayed_frames_total",
                                   "Mirrored pictures processed again after a takeover (the old primary's, not stored)",
                                   labels);
