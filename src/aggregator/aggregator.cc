@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
@@ -130,7 +131,8 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
     };
     std::optional<ConfigMap> w = pm.Map("webhook");
     std::optional<ConfigMap> q = pm.Map("mqtt");
-    if (w.has_value() == q.has_value()) pm.Error("webhook", "a push sink needs one delivery: webhook or mqtt");
+    if (!w && !q) pm.Error("name", StrCat("push sink '", sink.route.sink, "' has no delivery: give a webhook: or an mqtt: section"));
+    if (w && q) pm.Error("mqtt", "a push sink has one delivery: webhook or mqtt, not both");
     if (w) {
       if (w->Get("url", &sink.webhook.url, ConfigMap::kRequired) && sink.webhook.url.rfind("http://", 0) != 0 &&
           sink.webhook.url.rfind("https://", 0) != 0) {
@@ -139,10 +141,16 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       w->Get("timeout_ms", &sink.webhook.timeout_ms, int64_t{100}, int64_t{600000});
       w->Get("ca_file", &sink.webhook.ca_file);
       secret(*w, "token", &sink.webhook.token);
-    } else if (q) {
-      sink.mqtt_sink = true;
+    }
+    if (q) {
+      sink.mqtt_sink = !w;
       uint16_t port = 1883;
-      q->GetHostPort("broker", &sink.mqtt.host, &port, ConfigMap::kRequired);
+      std::string broker;
+      if (q->Get("broker", &broker) && broker.find("://") != std::string::npos) {
+        q->Error("broker", StrCat("'", broker, "': give host:port, without a scheme (e.g. 10.0.0.5:1883; TLS: ca_file)"));
+      } else {
+        q->GetHostPort("broker", &sink.mqtt.host, &port, ConfigMap::kRequired);
+      }
       sink.mqtt.port = port;
       if (q->Get("topic_prefix", &sink.mqtt.topic_prefix) &&
           (sink.mqtt.topic_prefix.empty() || sink.mqtt.topic_prefix.find_first_of("+#") != std::string::npos)) {
@@ -164,6 +172,9 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       r->Get("initial_ms", &sink.retry.initial_ms, int64_t{1}, int64_t{3600000});
       r->Get("max_ms", &sink.retry.max_ms, int64_t{1}, int64_t{86400000});
       r->Get("max_attempts", &sink.retry.max_attempts, 1, 1000000);
+      if (sink.retry.max_ms < sink.retry.initial_ms) {
+        r->Error("max_ms", StrCat(sink.retry.max_ms, " is below initial_ms (", sink.retry.initial_ms, ")"));
+      }
     }
     c.push.push_back(std::move(sink));
   }
@@ -235,6 +246,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
 
   // Storage thread only.
   std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
+  std::set<std::string> warned_classes;  // push routes' classes an edge's model lacks, said once
 
   metrics::Counter& stored_reports =
       registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "stored"}});
@@ -340,6 +352,17 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   // Grants (durably, before the Welcome) or refuses the epoch of one Hello; evicts older sessions.
   void ProcessHello(const std::shared_ptr<Session>& s) {
     const transport::Hello& h = s->hello();
+    // A push route's class the edge's model does not have can never match: said once per (sink, class, edge).
+    for (const PushSinkConfig& p : cfg.push) {
+      for (const std::string& cls : p.route.classes) {
+        if (std::find(h.class_names.begin(), h.class_names.end(), cls) == h.class_names.end() &&
+            warned_classes.insert(StrCat(p.route.sink, "\n", cls, "\n", h.edge)).second) {
+          spdlog::warn("aggregator: push sink '{}': route class '{}' is not a class of edge {}'s model: its events never "
+                       "match it",
+                       p.route.sink, cls, h.edge);
+        }
+      }
+    }
     StatusOr<Grant> g =
         store->Admit(h.edge, h.epoch, (h.flags & transport::kHelloPromote) != 0, h.streams, NowNs());
     if (!g.ok()) {

@@ -51,7 +51,7 @@ void AddEdgeCommand(CLI::App& app, int* exit_code) {
                   "heartbeat_ms, detector {kind, misses, threshold, min_std_dev_ms, acceptable_pause_ms}, step_down "
                   "{stall_ms, errors}, warm_sources, mirror_frames, jpeg_quality, mirror_window}, streams [{id, source, "
                   "realtime, loop, target_fps, hwaccel, save_frames, placement {width, height, fps}, rules {classes, "
-                  "min_score, cooldown_s, confirm {k, m}, severity {warning, critical}}}] (README, docs/architecture.md)")
+                  "min_score, roi, cooldown_s, confirm {k, m}, severity {warning, critical}}}] (README, docs/architecture.md)")
       ->required();
   cmd->add_option("--shutdown-timeout-ms", *timeout_ms, "how long to wait for acks at the end")
       ->capture_default_str()

@@ -328,7 +328,8 @@ Status Edge::OpenStreams() {
     s.lost_on_restart = &reg_.GetCounter("vigil_edge_frames_lost_on_restart_total",
                                          "Seqs a previous instance numbered and never delivered (reported as lost)", labels);
     s.mirrored = &reg_.GetCounter("vigil_edge_mirror_frames_total",
-                                  "Live pictures sent to the paired standby as JPEG (replication.mirror_frames)", labels);
+                                  "Live pictures kept for the standby as JPEG (replication.mirror_frames; sent to a paired one, kept until "
+                                  "acknowledged for one that pairs later)", labels);
     s.mirrored_bytes = &reg_.GetCounter("vigil_edge_mirror_bytes_total",
                                         "JPEG bytes of the live pictures sent to the paired standby", labels);
     s.mirror_skipped = &reg_.GetCounter(

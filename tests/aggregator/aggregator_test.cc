@@ -174,6 +174,16 @@ TEST(AggregatorConfigTest, PushSinksAreReadAndTheirSecretsComeFromAFileOrTheEnvi
   EXPECT_NE(bad.find("VIGIL_NOT_SET_ANYWHERE is not set"), std::string::npos) << bad;
   EXPECT_NE(bad.find("webhok"), std::string::npos) << bad;
   EXPECT_EQ(bad.find("t0ken"), std::string::npos) << bad;
+  const std::string both = Message(
+      ParseAggregatorConfig("auth: {required: false}\npush:\n  - name: a\n    webhook: {url: 'http://x'}\n"
+                            "    mqtt: {broker: 'mqtt://b:1883'}\n    retry: {initial_ms: 500, max_ms: 100}\n"
+                            "  - name: c\n",
+                            "both.yaml")
+          .status());
+  EXPECT_NE(both.find("push[0].mqtt: a push sink has one delivery: webhook or mqtt, not both"), std::string::npos) << both;
+  EXPECT_NE(both.find("'mqtt://b:1883': give host:port, without a scheme"), std::string::npos) << both;
+  EXPECT_NE(both.find("push[0].retry.max_ms: 100 is below initial_ms (500)"), std::string::npos) << both;
+  EXPECT_NE(both.find("push sink 'c' has no delivery: give a webhook: or an mqtt: section"), std::string::npos) << both;
   ::unsetenv("VIGIL_TEST_PUSH_TOKEN");
 }
 
