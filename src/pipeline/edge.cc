@@ -249,6 +249,7 @@ class Edge final : public transport::CourierHandler {
   std::vector<Stream> streams_;
   std::atomic<int> active_{0};
   int64_t last_periodic_ns_ = 0, last_fps_ns_ = 0;
+  uint64_t mirror_evicted_seen_ = 0;  // Periodic's thread: the channel's frames_evicted already counted
   // WatchForStall (Periodic's thread):
   uint64_t stall_frames_ = 0;
   int64_t stall_since_ns_ = 0;
@@ -965,6 +966,20 @@ void Edge::Periodic(bool force) {
   const int64_t now = SteadyNs();
   if (!force && now - last_periodic_ns_ < 100'000'000) return;
   last_periodic_ns_ = now;
+  if (replication::PrimaryChannel* ch = primary_channel_.load(); ch != nullptr && config_.replication.mirror_frames) {
+    // The mirrored pictures the channel keeps for a standby until the aggregator acknowledges them.
+    const replication::PrimaryChannelStats cs = ch->stats();
+    reg_.GetGauge("vigil_edge_mirror_retained_frames", "Mirrored pictures kept for the standby, not yet acknowledged")
+        .Set(static_cast<double>(cs.frames_retained));
+    reg_.GetGauge("vigil_edge_mirror_retained_bytes", "Their JPEG bytes").Set(static_cast<double>(cs.retained_bytes));
+    metrics::Counter& evicted = reg_.GetCounter(
+        "vigil_edge_mirror_frames_evicted_total",
+        "Mirrored pictures dropped for room (mirror_window per stream) before the aggregator acknowledged them");
+    if (cs.frames_evicted > mirror_evicted_seen_) {
+      evicted.Inc(static_cast<double>(cs.frames_evicted - mirror_evicted_seen_));
+      mirror_evicted_seen_ = cs.frames_evicted;
+    }
+  }
   const bool fps_due = now - last_fps_ns_ >= 1'000'000'000;
   int active = 0;
   for (size_t i = 0; i < streams_.size(); ++i) {
