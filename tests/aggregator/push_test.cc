@@ -321,7 +321,6 @@ class Broker {
       _exit(127);
     }
     for (int i = 0; i < 500; ++i) {  // until it accepts
-      httplib::Client probe("127.0.0.1", port);
       int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in a{};
       a.sin_family = AF_INET;
@@ -393,12 +392,13 @@ TEST_F(PushTest, MqttPublishesEachEventPerClassAndAsTheStreamsRetainedState) {
   } got;
   mosquitto_lib_init();
   mosquitto* sub = mosquitto_new("test-sub", true, &got);
-  mosquitto_message_callback_set(sub, [](mosquitto*, void* p, const mosquitto_message* m) {
+  auto keep = [](mosquitto*, void* p, const mosquitto_message* m) {
     auto* g = static_cast<Got*>(p);
     std::lock_guard lock(g->mu);
     g->by_topic[m->topic] = {std::string(static_cast<const char*>(m->payload), static_cast<size_t>(m->payloadlen)),
                              m->retain};
-  });
+  };
+  mosquitto_message_callback_set(sub, keep);
   ASSERT_EQ(mosquitto_connect(sub, "127.0.0.1", port, 30), MOSQ_ERR_SUCCESS);
   ASSERT_EQ(mosquitto_subscribe(sub, nullptr, "site-1/vigil/#", 1), MOSQ_ERR_SUCCESS);
   ASSERT_EQ(mosquitto_loop_start(sub), MOSQ_ERR_SUCCESS);
@@ -431,12 +431,7 @@ TEST_F(PushTest, MqttPublishesEachEventPerClassAndAsTheStreamsRetainedState) {
     std::lock_guard lock(got.mu);
     got.by_topic.clear();
   }
-  mosquitto_message_callback_set(late, [](mosquitto*, void* p, const mosquitto_message* m) {
-    auto* g = static_cast<Got*>(p);
-    std::lock_guard lock(g->mu);
-    g->by_topic[m->topic] = {std::string(static_cast<const char*>(m->payload), static_cast<size_t>(m->payloadlen)),
-                             m->retain};
-  });
+  mosquitto_message_callback_set(late, keep);
   ASSERT_EQ(mosquitto_connect(late, "127.0.0.1", port, 30), MOSQ_ERR_SUCCESS);
   ASSERT_EQ(mosquitto_subscribe(late, nullptr, "site-1/vigil/+/+/state", 1), MOSQ_ERR_SUCCESS);
   ASSERT_EQ(mosquitto_loop_start(late), MOSQ_ERR_SUCCESS);

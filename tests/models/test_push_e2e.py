@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from edge_harness import Aggregator, free_port, metric, parse_metrics, query
+from test_standby_e2e import wait_for
 from test_edge_e2e import (FRAMES, assert_accounted_once, kill_aggregator_mid_run, start_edge, vtest200,  # noqa: F401
                            wait_edge, write_edge_config)
 
@@ -81,15 +82,6 @@ def event_keys(db: Path) -> set[str]:
 
 def scrape(port: int) -> dict:
     return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
-
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_webhook_that_fails_then_recovers_gets_every_event_across_an_aggregator_kill(vtest200, tmp_path):

@@ -571,6 +571,17 @@ def camera_pair(tmp: Path, agg: Aggregator, url: str, warm_sources: str | None =
     return pair
 
 
+def one_client_camera_pair(tmp: Path, mirror_frames: str | None = None) -> tuple[Aggregator, Camera, Pair]:
+    """A started aggregator, a started one-client Camera and the camera_pair on it (not started)."""
+    if not shutil.which("ffmpeg"):
+        pytest.skip("ffmpeg not available")
+    agg = Aggregator(tmp, free_port())
+    agg.start()
+    camera = Camera(tmp)
+    camera.start()
+    return agg, camera, camera_pair(tmp, agg, camera.url, mirror_frames=mirror_frames)
+
+
 def frame_rows(db: Path) -> list[tuple]:
     """(run, seq, kind, epoch) of every stored frame, in run and seq order."""
     return query(db, "SELECT f.run, f.seq, f.kind, f.epoch FROM frames f ORDER BY f.run, f.seq") if db.exists() else []
@@ -601,14 +612,7 @@ def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time
     is stored once or reported lost (frames the primary numbered and never got stored), no gap; the camera time
     between the primary's last contact and the standby's first frame is reported on its own (log and
     vigil_edge_takeover_camera_gap_seconds)."""
-    if not shutil.which("ffmpeg"):
-        pytest.skip("ffmpeg not available")
-    port = free_port()
-    agg = Aggregator(tmp_path, port)
-    agg.start()
-    camera = Camera(tmp_path)
-    camera.start()
-    pair = camera_pair(tmp_path, agg, camera.url, mirror_frames="none")
+    agg, camera, pair = one_client_camera_pair(tmp_path, mirror_frames="none")
     pair.start("node-a")
     pair.start("node-b")
     try:
@@ -650,14 +654,7 @@ def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_
     numbered pictures it never got stored (in its queues, or dropped for a full queue with the drop mark still
     pending). The standby processes those pictures again from its mirror window: nothing is reported lost, every
     seq of the run is stored exactly once, the old primary's pictures by the new epoch."""
-    if not shutil.which("ffmpeg"):
-        pytest.skip("ffmpeg not available")
-    port = free_port()
-    agg = Aggregator(tmp_path, port)
-    agg.start()
-    camera = Camera(tmp_path)
-    camera.start()
-    pair = camera_pair(tmp_path, agg, camera.url)
+    agg, camera, pair = one_client_camera_pair(tmp_path)
     pair.start("node-a", env={"VIGIL_FAULT_INFERENCE": "stall:60:2500"})  # < step_down.stall_ms (3000)
     pair.start("node-b")
     try:
