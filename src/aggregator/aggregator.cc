@@ -535,6 +535,17 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       res.set_content(registry.Render(), metrics::Registry::kContentType);
     });
     http->Get("/api/dead_letters", [this](const httplib::Request& req, httplib::Response& res) { DeadLetters(req, res); });
+    // POST /api/dead_letters/replay?sink=NAME: the sink's dead letters go back into its outbox (after it was fixed).
+    http->Post("/api/dead_letters/replay", [this](const httplib::Request& req, httplib::Response& res) {
+      const std::string sink = req.get_param_value("sink");
+      auto p = std::find_if(pushers.begin(), pushers.end(), [&](const auto& x) { return x->sink() == sink; });
+      if (p == pushers.end()) return Error(res, 400, StrCat("sink: '", sink, "' is not a push sink of this aggregator"));
+      StatusOr<uint64_t> n = store->ReplayDeadLetters(sink, NowNs());
+      if (!n.ok()) return Error(res, 500, std::string(n.status().message()));
+      spdlog::info("aggregator: push sink '{}': {} dead letter(s) queued again", sink, *n);
+      (*p)->Wake();
+      res.set_content(Dump({{"sink", sink}, {"replayed", *n}}), "application/json");
+    });
     http->Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
     http->Get("/api/stats", [this](const httplib::Request&, httplib::Response& res) { Stats(res); });
   }

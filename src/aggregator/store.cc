@@ -254,7 +254,7 @@ struct Store::Impl {
   DbPtr pdb;
   mutable std::mutex push_mu;
   mutable Stmt push_due, push_detections, push_next, push_depth, push_delete, push_retry, push_bury, push_begin,
-      push_commit, push_rollback, dead_letters;  // GUARDED_BY(push_mu)
+      push_commit, push_rollback, dead_letters, revive, forget_dead;  // GUARDED_BY(push_mu)
 
   mutable std::mutex read_mu;
   mutable Stmt events_query, detections_query, streams_query, runs_query, gap_query,
@@ -341,6 +341,10 @@ struct Store::Impl {
         {&push_commit, "COMMIT"},
         {&push_rollback, "ROLLBACK"},
         {&dead_letters, dead.c_str()},
+        {&revive,
+         "INSERT OR IGNORE INTO push_outbox(sink, event_id, attempts, next_ns) "
+         "SELECT sink, event_id, 0, ?2 FROM push_dead_letters WHERE sink = ?1"},
+        {&forget_dead, "DELETE FROM push_dead_letters WHERE sink = ?1"},
     };
     for (const auto& [stmt, sql] : pusher) {
       VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(pc, sql));
@@ -719,6 +723,22 @@ Status Store::PushDead(int64_t outbox_id, int attempts, const std::string& error
   if (st.ok()) st = d.push_commit.Run();
   if (!st.ok()) (void)d.push_rollback.Run();
   return Annotate(st, "push outbox: move a row to the dead letters");
+}
+
+StatusOr<uint64_t> Store::ReplayDeadLetters(const std::string& sink, int64_t now_ns) {
+  Impl& d = *impl_;
+  std::lock_guard lock(d.push_mu);
+  Status st = d.push_begin.Run();
+  uint64_t n = 0;
+  if (st.ok()) st = d.revive.Bind(sink, now_ns).Run();
+  if (st.ok()) n = static_cast<uint64_t>(sqlite3_changes(d.pdb.get()));
+  if (st.ok()) st = d.forget_dead.Bind(sink).Run();
+  if (st.ok()) st = d.push_commit.Run();
+  if (!st.ok()) {
+    (void)d.push_rollback.Run();
+    return Annotate(st, StrCat("push sink '", sink, "': replay the dead letters"));
+  }
+  return n;
 }
 
 StatusOr<std::vector<DeadLetter>> Store::DeadLetters(const std::string& sink, int limit) const {

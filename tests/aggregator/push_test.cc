@@ -202,6 +202,14 @@ TEST_F(PushTest, FailedDeliveriesAreRetriedWithBackoffOnTheClockAndGivenUpIntoDe
   EXPECT_EQ((*dead)[0].last_error, "HTTP 400");
   EXPECT_EQ(*s->PushDepth("mes"), 0u);
   EXPECT_TRUE(s->DeadLetters("other", 10)->empty());
+  // The sink fixed: its dead letters go back into the outbox, due now, attempts from 0.
+  EXPECT_EQ(*s->ReplayDeadLetters("other", clock.WallNs()), 0u);
+  EXPECT_EQ(*s->ReplayDeadLetters("mes", clock.WallNs()), 1u);
+  EXPECT_TRUE(s->DeadLetters("mes", 10)->empty());
+  StatusOr<std::vector<OutboxItem>> again = s->PushDue("mes", clock.WallNs(), 10);
+  ASSERT_EQ(again->size(), 1u);
+  EXPECT_EQ((*again)[0].event.seq, 1u);
+  EXPECT_EQ((*again)[0].attempts, 0);
 }
 
 TEST_F(PushTest, AnEventThatNeverGoesThroughIsDeadAfterMaxAttemptsWithGrowingBackoff) {

@@ -7,7 +7,8 @@ this test standing in for the MES.
   endpoint de-duplicating by Idempotency-Key as a receiver should), the retries are counted, and nothing is left
   in the outbox.
 - An endpoint that always answers 500, max_attempts 2: every event ends in the dead letters, listed by
-  /api/dead_letters and counted by vigil_aggregator_push_total{result="dead"}.
+  /api/dead_letters and counted by vigil_aggregator_push_total{result="dead"}; once it is fixed, POST
+  /api/dead_letters/replay sends them all again.
 - MQTT: a mosquitto broker started here (persistence on) is stopped and restarted mid-run, then the aggregator is
   SIGKILLed and restarted: a consumer with a persistent session gets every stored event's key.
 Needs: VIGIL_BIN, the int8 YOLOv8n in VIGIL_SHARED_MODELS, vtest.avi (test_edge_e2e's fixture).
@@ -124,7 +125,7 @@ def test_a_webhook_that_fails_then_recovers_gets_every_event_across_an_aggregato
           f"answered 500 first")
 
 
-def test_a_webhook_that_never_recovers_fills_the_dead_letters(vtest200, tmp_path):
+def test_a_webhook_that_never_recovers_fills_the_dead_letters_and_a_replay_sends_them(vtest200, tmp_path):
     endpoint = Endpoint(fail_first=-1)
     port = free_port()
     # A sink that fails pauses (one probe per backoff step): short steps, so 2 attempts of 200 events take seconds.
@@ -141,6 +142,14 @@ def test_a_webhook_that_never_recovers_fills_the_dead_letters(vtest200, tmp_path
         m = scrape(agg.http_port)
         letters = json.loads(urllib.request.urlopen(
             f"http://127.0.0.1:{agg.http_port}/api/dead_letters?sink=mes&limit=10000", timeout=10).read())
+        # The endpoint fixed: the dead letters are replayed and every event goes through.
+        with endpoint.lock:
+            endpoint.fail_first = 0
+        replay = json.loads(urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{agg.http_port}/api/dead_letters/replay?sink=mes", method="POST"), timeout=10).read())
+        assert replay == {"sink": "mes", "replayed": len(keys)}
+        wait_for(lambda: keys <= set(endpoint.accepted()), 60, "every replayed event accepted")
+        assert query(agg.db, "SELECT COUNT(*) FROM push_dead_letters")[0][0] == 0
     finally:
         if edge.poll() is None:
             edge.kill()
@@ -155,7 +164,7 @@ def test_a_webhook_that_never_recovers_fills_the_dead_letters(vtest200, tmp_path
     assert all(l["attempts"] == 2 and l["last_error"] == "HTTP 500" and l["sink"] == "mes"
                for l in letters["dead_letters"])
     with endpoint.lock:
-        assert len(endpoint.requests) == 2 * len(keys), "each event tried max_attempts times, no more"
+        assert len(endpoint.requests) == 3 * len(keys), "each event tried max_attempts times, then once replayed"
 
 
 class Mosquitto:

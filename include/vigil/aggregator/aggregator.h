@@ -31,7 +31,7 @@
 // The storage thread never writes to a socket: it only queues frames on sessions (Session::Admit,
 // Refuse, Enqueue), whose writer threads send them; a session that cannot keep up is closed.
 //
-// HTTP (cpp-httplib), all GET; allow-list, bearer token and TLS as transport/http_access.h says:
+// HTTP (cpp-httplib), GET but one POST; allow-list, bearer token and TLS as transport/http_access.h says:
 //   /healthz      200 {"status":"ok",...}; 503 with "status":"degraded" while storage is failing
 //   /metrics      Prometheus text format 0.0.4 (metrics/registry.h)
 //   /api/events   ?since_seq=ID (events with id > ID; default 0) &since_time=SECONDS (capture time ≥,
@@ -41,6 +41,8 @@
 //                   box:[x1,y1,x2,y2]}]}], "next_since_seq": last id (or since_seq)}
 //   /api/dead_letters ?sink=NAME &limit=N (1..10000, default 100) → {"dead_letters":[{sink, attempts, last_error,
 //                 dead_ns, event: {as /api/events}}]}, newest first: events a push sink refused or never took
+//   POST /api/dead_letters/replay ?sink=NAME → {"sink", "replayed": N}: that sink's dead letters go back into its
+//                 outbox (attempts from 0), e.g. after the endpoint was fixed; 400 for an unknown sink
 //   /api/stats    → {"edges":[{edge, epoch (current granted), connected, first_seen_ns, last_seen_ns,
 //                   granted_ns, streams, frames, events, dropped, lost, missing, duplicates,
 //                   stale_rejected}], "streams":[{edge, stream, epoch (newest stored report's), frames,

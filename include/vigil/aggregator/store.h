@@ -226,6 +226,9 @@ class Store {
   Status PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns);
   // Dead letters of `sink` ("" = every sink), newest first, at most `limit`.
   StatusOr<std::vector<DeadLetter>> DeadLetters(const std::string& sink, int limit) const;
+  // Puts the dead letters of `sink` back into its outbox (attempts 0, due at now_ns) and removes them from the dead
+  // letters, in one transaction: after the sink was fixed. Returns how many. Errors: the store's (nothing moved).
+  StatusOr<uint64_t> ReplayDeadLetters(const std::string& sink, int64_t now_ns);
 
  private:
   struct Impl;
