@@ -26,6 +26,10 @@ constexpr const char* kEventColumnsForPrepare =
     "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, "
     "e.rule, e.width, e.height";
 
+// An event's detections in order (ReadDetections reads them).
+constexpr const char* kDetectionsSql =
+    "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx";
+
 // Schema migrations: kMigrations[i] takes user_version i to i + 1. Append, never edit.
 constexpr const char* kMigrations[] = {
     R"sql(
@@ -300,14 +304,13 @@ struct Store::Impl {
       VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(w, sql));
     }
     sqlite3* r = rdb.get();
+    const std::string events_sql = StrCat(
+        "SELECT ", kEventColumnsForPrepare, " FROM events e JOIN streams s ON s.id = e.stream_id "
+        "WHERE e.id > ?1 AND e.capture_ns >= ?2 AND (?3 = '' OR s.edge = ?3) AND (?4 = '' OR s.stream = ?4) "
+        "ORDER BY e.id LIMIT ?5");
     const std::pair<Stmt*, const char*> reader[] = {
-        {&events_query,
-         "SELECT e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, "
-         "e.severity, e.rule, e.width, e.height FROM events e JOIN streams s ON s.id = e.stream_id "
-         "WHERE e.id > ?1 AND e.capture_ns >= ?2 AND (?3 = '' OR s.edge = ?3) AND (?4 = '' OR s.stream = ?4) "
-         "ORDER BY e.id LIMIT ?5"},
-        {&detections_query,
-         "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx"},
+        {&events_query, events_sql.c_str()},
+        {&detections_query, kDetectionsSql},
         {&streams_query,
          "SELECT id, edge, stream, epoch, duplicates, stale_rejected FROM streams ORDER BY edge, stream"},
         {&runs_query,
@@ -328,8 +331,7 @@ struct Store::Impl {
     sqlite3* pc = pdb.get();
     const std::pair<Stmt*, const char*> pusher[] = {
         {&push_due, due.c_str()},
-        {&push_detections,
-         "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx"},
+        {&push_detections, kDetectionsSql},
         {&push_next, "SELECT MIN(next_ns) FROM push_outbox WHERE sink = ?1 HAVING COUNT(*) > 0"},
         {&push_depth, "SELECT COUNT(*) FROM push_outbox WHERE sink = ?1"},
         {&push_delete, "DELETE FROM push_outbox WHERE id = ?1"},
@@ -623,7 +625,7 @@ StoredEvent EventAt(const Stmt& e, int at) {
   return ev;
 }
 
-// Fills `ev`'s detections with `det` (SELECT class_id, label, score, x1, y1, x2, y2 … WHERE event_id = ?1).
+// Fills `ev`'s detections with `det` (kDetectionsSql).
 Status ReadDetections(Stmt& det, StoredEvent& ev) {
   det.Bind(ev.id);
   for (;;) {

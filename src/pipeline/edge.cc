@@ -215,6 +215,7 @@ class Edge final : public transport::CourierHandler {
   Status LoadWorkers();
   void Feed(size_t index);
   bool FeedReplay(size_t index);  // false: stopped (what was left became drop marks)
+  bool PushToPool(size_t index, video::Frame frame);
   void OnBatch(BatchResult& r);
   void SaveFrame(const Stream& s, const video::Frame& f);
   void Periodic(bool force);
@@ -520,14 +521,11 @@ Status Edge::OpenLedger(const std::vector<std::string>& names) {
     specs.push_back({sc.id, sc.source, video::IsLiveUri(sc.source), std::move(*rules), std::nullopt});
   }
   if (window_) {
-    // A standby's mirrored pictures of the run its mirrored ledger names: the ledger decides at Admit which
-    // the aggregator still lacks (StreamResume::replay).
-    StatusOr<std::vector<StreamRecord>> records = lo.store->Load();
+    // A standby's mirrored pictures of the run its last mirrored ledger state names (the state its store holds):
+    // the ledger decides at Admit which the aggregator still lacks (StreamResume::replay), and takes them only
+    // for the run it resumes.
     for (LedgerStream& spec : specs) {
-      if (!spec.live || !records.ok()) continue;
-      for (const StreamRecord& r : *records) {
-        if (r.stream == spec.id && r.source == spec.source) spec.mirrored = window_->Seqs(spec.id, r.run);
-      }
+      if (spec.live) spec.mirrored = window_->Held(spec.id);
     }
   }
   VIGIL_ASSIGN_OR_RETURN(ledger_, StreamLedger::Open(std::move(lo), std::move(specs)));
@@ -786,15 +784,9 @@ bool Edge::FeedReplay(size_t index) {
   Stream& s = streams_[index];
   std::vector<replication::MirroredFrame> replay = std::move(s.replay);
   s.replay.clear();
-  for (size_t k = 0; k < replay.size(); ++k) {
-    replication::MirroredFrame& m = replay[k];
-    if (Stopping()) {
-      for (; k < replay.size(); ++k) {
-        Dropped(s, "shutdown").Inc();
-        ledger_->Dropped(index, replay[k].seq, "shutdown");
-      }
-      return false;
-    }
+  size_t k = 0;
+  for (; k < replay.size() && !Stopping(); ++k) {
+    const replication::MirroredFrame& m = replay[k];
     video::Frame frame;
     const int64_t t0 = SteadyNs();
     if (Status st = video::DecodeJpeg(m.jpeg, &frame); !st.ok()) {
@@ -811,18 +803,25 @@ bool Edge::FeedReplay(size_t index) {
     frame.capture_time_ns = m.capture_ns;  // the old primary's capture: frame→stored includes the takeover
     frame.source_steady_ns = SteadyNs();
     frame.decode_ns = frame.source_steady_ns - t0;
-    if (frames_pushed_.load() == frames_done_.load()) last_batch_ns_ = SteadyNs();
-    ++frames_pushed_;
-    if (!pool_->Push(index, {index, std::move(frame)})) {
-      --frames_pushed_;
-      for (; k < replay.size(); ++k) {
-        Dropped(s, "shutdown").Inc();
-        ledger_->Dropped(index, replay[k].seq, "shutdown");
-      }
-      return false;
-    }
+    if (!PushToPool(index, std::move(frame))) break;
   }
-  return true;
+  // Stopped, or the pool closed: what was not handed over becomes drop marks (its seqs are not reported lost).
+  for (size_t rest = k; rest < replay.size(); ++rest) {
+    Dropped(s, "shutdown").Inc();
+    ledger_->Dropped(index, replay[rest].seq, "shutdown");
+  }
+  return k == replay.size();
+}
+
+// Hands `frame` to the pool; false when the pool is closed (the frame not taken). An idle pool's stall clock
+// starts with the first frame that waits (a camera that took seconds to connect, or a file paused by pacing, is
+// not a stalled inference).
+bool Edge::PushToPool(size_t index, video::Frame frame) {
+  if (frames_pushed_.load() == frames_done_.load()) last_batch_ns_ = SteadyNs();
+  ++frames_pushed_;
+  if (pool_->Push(index, {index, std::move(frame)})) return true;
+  --frames_pushed_;
+  return false;
 }
 
 void Edge::Feed(size_t index) {
@@ -857,12 +856,7 @@ void Edge::Feed(size_t index) {
                    "this node's first frame, seq {})",
                    s.config.id, static_cast<int64_t>(gap_s * 1000), seq);
     }
-    // An idle pool's stall clock starts with the first frame that waits (a camera that took seconds to connect,
-    // or a file paused by pacing, is not a stalled inference).
-    if (frames_pushed_.load() == frames_done_.load()) last_batch_ns_ = SteadyNs();
-    ++frames_pushed_;
-    if (!pool_->Push(index, {index, std::move(frame)})) {
-      --frames_pushed_;
+    if (!PushToPool(index, std::move(frame))) {
       if (s.live) {
         Dropped(s, "shutdown").Inc();
         ledger_->Dropped(index, seq, "shutdown");

@@ -78,6 +78,16 @@ std::optional<MirroredSeqs> MirrorWindow::Seqs(const std::string& stream, uint64
   return out;
 }
 
+std::optional<MirroredSeqs> MirrorWindow::Held(const std::string& stream) const {
+  std::optional<uint64_t> run;
+  {
+    std::lock_guard lock(mu_);
+    auto st = streams_.find(stream);
+    if (st != streams_.end()) run = st->second.run;
+  }
+  return run ? Seqs(stream, *run) : std::nullopt;
+}
+
 std::vector<replication::MirroredFrame> MirrorWindow::Take(const std::string& stream, uint64_t run,
                                                            const std::vector<uint64_t>& seqs) {
   std::lock_guard lock(mu_);

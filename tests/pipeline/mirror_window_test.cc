@@ -24,6 +24,9 @@ TEST(MirrorWindow, KeepsWhatTheAggregatorHasNotAcknowledgedAndHandsItOverInSeqOr
   EXPECT_EQ(w.stats("cam").held, 3u);
   EXPECT_EQ(w.stats("cam").bytes, 30u);
   EXPECT_EQ(w.stats("cam").acked, 7u);
+  ASSERT_TRUE(w.Held("cam"));  // the run of the last state followed
+  EXPECT_EQ(w.Held("cam")->run, 5u);
+  EXPECT_EQ(w.Held("cam")->seqs, (std::vector<uint64_t>{7, 8, 9}));
   w.Add(Pic("cam", 5, 4));  // acknowledged already: not kept
   EXPECT_EQ(w.stats("cam").held, 3u);
   EXPECT_EQ(w.stats("cam").received, 11u);
@@ -43,6 +46,7 @@ TEST(MirrorWindow, KeepsWhatTheAggregatorHasNotAcknowledgedAndHandsItOverInSeqOr
 TEST(MirrorWindow, ABoundedWindowEvictsTheOldestAndCountsIt) {
   MirrorWindow w({"cam"}, 4);
   for (uint64_t q = 0; q < 10; ++q) w.Add(Pic("cam", 2, q, q + 1));
+  EXPECT_FALSE(w.Held("cam")) << "no ledger state followed yet: no run to name";
   EXPECT_EQ(w.Seqs("cam", 2)->seqs, (std::vector<uint64_t>{6, 7, 8, 9}));
   const MirrorWindowStats st = w.stats("cam");
   EXPECT_EQ(st.evicted, 6u);

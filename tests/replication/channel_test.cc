@@ -67,13 +67,19 @@ class ChannelTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::unique_ptr<PrimaryChannel> StartPrimary(Ends* ends, PairDigest digest = Digest('m'), size_t retained = 256) {
+  // The primary's options every test starts from: loopback, any port, the pair's server certificate.
+  PrimaryChannelOptions PrimaryOptions() const {
     PrimaryChannelOptions o;
-    o.max_retained_frames = retained;
     o.listen = "127.0.0.1:0";
     o.tls = {certs_.server_cert, certs_.server_key, certs_.ca_cert};
     o.edge = "line-3";
     o.node = "gpu-a";
+    o.digest = Digest('m');
+    return o;
+  }
+  std::unique_ptr<PrimaryChannel> StartPrimary(Ends* ends, PairDigest digest = Digest('m'), size_t retained = 256) {
+    PrimaryChannelOptions o = PrimaryOptions();
+    o.max_retained_frames = retained;
     o.digest = digest;
     o.on_heartbeat = [ends](int64_t) { ++ends->heartbeats; };
     o.on_end = [ends](const Status& s) {
@@ -246,12 +252,7 @@ TEST_F(ChannelTest, MirroredFramesArriveInOrderAndBeforeTheLedgerStatesPublished
 // channel carries is refused.
 TEST_F(ChannelTest, ASlowStandbyNeverBlocksThePrimaryTheOldestFramesAreEvicted) {
   Ends primary_ends, standby_ends;
-  PrimaryChannelOptions po;
-  po.listen = "127.0.0.1:0";
-  po.tls = {certs_.server_cert, certs_.server_key, certs_.ca_cert};
-  po.edge = "line-3";
-  po.node = "gpu-a";
-  po.digest = Digest('m');
+  PrimaryChannelOptions po = PrimaryOptions();
   po.max_retained_frames = 3;
   StatusOr<std::unique_ptr<PrimaryChannel>> primary = PrimaryChannel::Start(po);
   ASSERT_TRUE(primary.ok()) << primary.status();
@@ -356,12 +357,8 @@ TEST_F(ChannelTest, APeerTheCaDidNotSignGetsNothing) {
 // name is the problem, and which name the certificate must carry.
 TEST_F(ChannelTest, ACertificateThatDoesNotNameTheHostDialledIsSaidSo) {
   Ends ends;
-  PrimaryChannelOptions po;
-  po.listen = "0.0.0.0:0";
-  po.tls = {certs_.server_cert, certs_.server_key, certs_.ca_cert};
-  po.edge = "line-3";
-  po.node = "gpu-a";
-  po.digest = Digest('m');
+  PrimaryChannelOptions po = PrimaryOptions();
+  po.listen = "0.0.0.0:0";  // reachable as 127.0.0.2 too
   StatusOr<std::unique_ptr<PrimaryChannel>> primary = PrimaryChannel::Start(po);
   ASSERT_TRUE(primary.ok()) << primary.status();
   StandbyChannelOptions o = Standby((*primary)->port(), &ends);

@@ -45,6 +45,8 @@ class MirrorWindow {
   void Follow(const std::vector<StreamRecord>& records);
   // The seqs held for (stream, run), ascending (std::nullopt when none).
   std::optional<MirroredSeqs> Seqs(const std::string& stream, uint64_t run) const;
+  // The seqs held for `stream` in the run of the last ledger state followed (std::nullopt: none, or no state).
+  std::optional<MirroredSeqs> Held(const std::string& stream) const;
   // Takes the frames of (stream, run) whose seq is in `seqs` (ascending), in seq order; the window forgets
   // every frame of the stream.
   std::vector<replication::MirroredFrame> Take(const std::string& stream, uint64_t run, const std::vector<uint64_t>& seqs);
