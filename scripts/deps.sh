@@ -14,6 +14,7 @@ build_pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwloc-dev libnuma-dev libavformat-dev libavcodec-dev libavutil-dev libswscale-dev
   libsqlite3-dev libyaml-cpp-dev libcpp-httplib-dev
+  libpq-dev                     # the aggregator's PostgreSQL storage (aggregator/store.h); optional: VIGIL_WITH_POSTGRES=AUTO
   libcurl4-openssl-dev          # the aggregator's webhooks (aggregator/push.h)
   libmosquitto-dev              # the aggregator's MQTT push (aggregator/push.h)
   libssl-dev                    # OpenSSL 3: TLS links (transport/tls.h); the tests make their certificates with it
@@ -32,6 +33,7 @@ test_pkgs=(
   python3-torch python3-torchvision   # Debian's CPU PyTorch 1.13: exports test models, no CUDA wheels
   ucx-utils                          # ucx_info / ucx_perftest: what UCX sees and measures on this host
   mosquitto mosquitto-clients        # the MQTT push tests start a broker and subscribe with mosquitto_sub
+  postgresql                         # the storage suites run against PostgreSQL too (scripts/postgres.sh starts one)
 )
 fuzz_pkgs=(
   clang libclang-rt-dev              # libFuzzer, ASan/UBSan runtimes

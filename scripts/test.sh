@@ -9,6 +9,12 @@ scripts/deps.sh test
 scripts/build.sh
 scripts/test-venv.sh "$build/venv"
 "$build/venv/bin/python" tools/testmodels/make_models.py --out "$build/testmodels"
+# A PostgreSQL server of the tests' own on loopback: the storage suites and the aggregator e2e tests run against
+# it as well as SQLite (testing/test_database.h); required here, so they cannot pass by skipping.
+pg_dir=$(mktemp -d /tmp/vigil-postgres.XXXXXX)
+VIGIL_TEST_POSTGRES=$(scripts/postgres.sh start "$pg_dir")
+export VIGIL_TEST_POSTGRES VIGIL_REQUIRE_POSTGRES=1
+trap 'scripts/postgres.sh stop "$pg_dir"; rm -rf "$pg_dir"' EXIT
 (cd "$build" && ctest --output-on-failure -j "$(nproc)" --timeout 2400)
 # The protocol decoders under libFuzzer for a minute: a clang build of the protocol code alone (build-fuzz/).
 scripts/fuzz.sh run 60

@@ -52,6 +52,23 @@ std::optional<int> ParseCudaDevice(const std::string& s) {
   return n;
 }
 
+// A secret from `<key>_file` (its first line) or the environment variable `<key>_env`; never logged.
+void ReadSecret(ConfigMap& m, const std::string& key, std::string* out) {
+  std::string path, env;
+  m.Get(key + "_file", &path);
+  m.Get(key + "_env", &env);
+  if (!path.empty() && !env.empty()) m.Error(key + "_env", StrCat("give ", key, "_file or ", key, "_env, not both"));
+  if (!path.empty()) {
+    std::ifstream in(path);
+    std::getline(in, *out);
+    if (!in && out->empty()) m.Error(key + "_file", StrCat(path, ": cannot read it"));
+  } else if (!env.empty()) {
+    const char* v = std::getenv(env.c_str());
+    if (v == nullptr || *v == '\0') m.Error(key + "_env", StrCat("the environment variable ", env, " is not set"));
+    if (v != nullptr) *out = v;
+  }
+}
+
 StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
   AggregatorConfig c;
   ConfigMap root = file.root();
@@ -98,9 +115,20 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
     tls->Get("key_file", &c.http_key_file, ConfigMap::kRequired);
   }
   root.Get("http_token_file", &c.http_token_file);
-  if (root.Get("db", &c.db_path) && c.db_path.empty()) root.Error("db", "must name a file");
+  if (root.Get("db", &c.db_path) && c.db_path.empty()) root.Error("db", "must name a file or a postgresql:// URL");
+  ReadSecret(root, "db_password", &c.db_password);
+  if (!c.db_password.empty() && !c.db_path.starts_with("postgres")) {
+    root.Error("db_password_file", "a password is for a PostgreSQL database (db: postgresql://...)");
+  }
   std::string sync;
   if (root.GetOneOf("db_synchronous", &sync, {"normal", "full"})) c.db_synchronous_full = sync == "full";
+  if (std::optional<ConfigMap> ret = root.Map("retention")) {
+    double hours = 0;
+    if (ret->Get("max_age_hours", &hours, 1e-3, 87600.0)) c.retention.max_age_ns = static_cast<int64_t>(hours * 3.6e12);
+    int64_t max_events = 0;
+    if (ret->Get("max_events", &max_events, int64_t{1}, int64_t{1} << 50)) c.retention.max_events = static_cast<uint64_t>(max_events);
+    ret->Get("interval_s", &c.retention_interval_s, 1, 86400);
+  }
   root.Get("max_connections", &c.max_connections, 1, 65536);
   root.Get("batch_max", &c.batch_max, 1, 100000);
   root.Get("queue_max", &c.queue_max, 1, 10000000);
@@ -113,22 +141,6 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       pm.Error("name", StrCat("'", sink.route.sink, "' names two push sinks"));
     }
     sink.webhook.sink = sink.mqtt.sink = sink.route.sink;
-    // A secret from `<key>_file` (its first line) or the environment variable `<key>_env`; never logged.
-    auto secret = [](ConfigMap& m, const std::string& key, std::string* out) {
-      std::string path, env;
-      m.Get(key + "_file", &path);
-      m.Get(key + "_env", &env);
-      if (!path.empty() && !env.empty()) m.Error(key + "_env", StrCat("give ", key, "_file or ", key, "_env, not both"));
-      if (!path.empty()) {
-        std::ifstream in(path);
-        std::getline(in, *out);
-        if (!in && out->empty()) m.Error(key + "_file", StrCat(path, ": cannot read it"));
-      } else if (!env.empty()) {
-        const char* v = std::getenv(env.c_str());
-        if (v == nullptr || *v == '\0') m.Error(key + "_env", StrCat("the environment variable ", env, " is not set"));
-        if (v != nullptr) *out = v;
-      }
-    };
     std::optional<ConfigMap> w = pm.Map("webhook");
     std::optional<ConfigMap> q = pm.Map("mqtt");
     if (!w && !q) pm.Error("name", StrCat("push sink '", sink.route.sink, "' has no delivery: give a webhook: or an mqtt: section"));
@@ -140,7 +152,7 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       }
       w->Get("timeout_ms", &sink.webhook.timeout_ms, int64_t{100}, int64_t{600000});
       w->Get("ca_file", &sink.webhook.ca_file);
-      secret(*w, "token", &sink.webhook.token);
+      ReadSecret(*w, "token", &sink.webhook.token);
     }
     if (q) {
       sink.mqtt_sink = !w;
@@ -158,7 +170,7 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       }
       q->Get("client_id", &sink.mqtt.client_id);
       q->Get("username", &sink.mqtt.username);
-      secret(*q, "password", &sink.mqtt.password);
+      ReadSecret(*q, "password", &sink.mqtt.password);
       q->Get("ca_file", &sink.mqtt.ca_file);
       q->Get("timeout_ms", &sink.mqtt.timeout_ms, int64_t{100}, int64_t{600000});
     }
@@ -266,6 +278,15 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       "vigil_aggregator_evicted_sessions_total", "Sessions fenced off because their edge id was granted a newer epoch");
   metrics::Histogram& commit_seconds = registry.GetHistogram(
       "vigil_aggregator_commit_seconds", "Duration of one storage transaction", metrics::LatencyBuckets());
+  metrics::Counter& retention_events = registry.GetCounter(
+      "vigil_aggregator_retention_deleted_total", "Rows retention deleted", {{"what", "events"}});
+  metrics::Counter& retention_frames = registry.GetCounter(
+      "vigil_aggregator_retention_deleted_total", "Rows retention deleted", {{"what", "frames"}});
+  metrics::Counter& retention_dead_letters = registry.GetCounter(
+      "vigil_aggregator_retention_deleted_total", "Rows retention deleted", {{"what", "dead_letters"}});
+  metrics::Gauge& retention_kept_for_push = registry.GetGauge(
+      "vigil_aggregator_retention_kept_for_push",
+      "Events past the age limit kept because a push sink has not delivered them (at the last pruning)");
   metrics::Counter& storage_errors =
       registry.GetCounter("vigil_aggregator_storage_errors_total", "Storage transactions that failed");
   metrics::Gauge& queue_depth =
@@ -312,12 +333,23 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   // ---- storage thread ----
 
   void StorageLoop() {
+    using Clock = std::chrono::steady_clock;
+    const bool prunes = cfg.retention.any();
+    Clock::time_point next_prune = prunes ? Clock::now() : Clock::time_point::max();
     for (;;) {
       std::vector<Item> batch;
       {
         std::unique_lock lock(mu);
-        not_empty.wait(lock, [&] { return stop_storage || !queue.empty(); });
+        not_empty.wait_until(lock, next_prune, [&] { return stop_storage || !queue.empty(); });
         if (drop_queue || (stop_storage && queue.empty())) return;
+      }
+      if (Clock::now() >= next_prune) {  // between batches: retention holds the writer for a chunk at a time
+        Prune();
+        next_prune = Clock::now() + std::chrono::seconds(cfg.retention_interval_s);
+      }
+      {
+        std::unique_lock lock(mu);
+        if (queue.empty()) continue;
         // A Hello alone, or the reports up to the next Hello: a grant commits between the transactions
         // of the reports queued before and after it.
         if (!queue.front().report) {
@@ -336,6 +368,26 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       } else {
         ProcessHello(batch.front().session);
       }
+    }
+  }
+
+  void Prune() {
+    StatusOr<RetentionResult> r = store->Prune(cfg.retention, NowNs());
+    if (!r.ok()) {
+      StorageFailed(r.status());
+      spdlog::error("aggregator: retention failed (it tries again in {} s): {}", cfg.retention_interval_s,
+                    std::string(r.status().message()));
+      return;
+    }
+    retention_events.Inc(static_cast<double>(r->events));
+    retention_frames.Inc(static_cast<double>(r->frames));
+    retention_dead_letters.Inc(static_cast<double>(r->dead_letters));
+    retention_kept_for_push.Set(static_cast<double>(r->kept_for_push));
+    if (r->events + r->frames + r->dead_letters > 0) {
+      spdlog::info("aggregator: retention deleted {} events, {} frame rows, {} dead letters{}", r->events, r->frames,
+                   r->dead_letters,
+                   r->kept_for_push > 0 ? StrCat("; kept ", r->kept_for_push, " events a push sink still has to deliver")
+                                        : std::string());
     }
   }
 
@@ -516,6 +568,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         std::lock_guard lock(mu);
         j = {{"status", storage_error.empty() ? "ok" : "degraded"},
              {"db", store->path()},
+             {"db_engine", store->engine()},
              {"schema_version", store->schema_version()},
              {"edges_connected", sessions.size()},
              {"queue_depth", queue.size()}};
@@ -841,6 +894,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
                                          }}));
   StoreOptions so;
   so.synchronous_full = config.db_synchronous_full;
+  so.password = config.db_password;
   for (const PushSinkConfig& p : config.push) so.routes.push_back(p.route);
   VIGIL_ASSIGN_OR_RETURN(d.store, Store::Open(config.db_path, so));
   for (const PushSinkConfig& p : config.push) {
@@ -945,9 +999,9 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
     links += StrCat(links.empty() ? "" : ", ", rx->kind(), " ", rx->address(),
                     rx->kind() == "tcp" && !config.tls_cert_file.empty() ? " (TLS)" : "");
   }
-  spdlog::info("aggregator: edges on {}; HTTP{} on {}:{}{}; database {} (schema {})", links,
+  spdlog::info("aggregator: edges on {}; HTTP{} on {}:{}{}; database {} {} (schema {})", links,
                config.http_cert_file.empty() ? "" : "S", config.http_host, d.http_port,
-               token.empty() ? "" : " (bearer token)", config.db_path, d.store->schema_version());
+               token.empty() ? "" : " (bearer token)", d.store->engine(), d.store->path(), d.store->schema_version());
   return std::unique_ptr<Aggregator>(new Aggregator(std::move(impl)));
 }
 

@@ -1,643 +1,194 @@
+// aggregator::Store (store.h): picks the engine from the target and holds what both engines share.
 #include "vigil/aggregator/store.h"
 
-#include <sqlite3.h>
-
 #include <algorithm>
+#include <limits>
 #include <map>
-#include <mutex>
 #include <utility>
 
 #include <spdlog/spdlog.h>
 
+#include "aggregator/store_backend.h"
+
 namespace vigil::aggregator {
 namespace {
 
-using transport::Report;
-using transport::ReportKind;
+bool IsPostgresUrl(const std::string& target) {
+  return target.starts_with("postgresql://") || target.starts_with("postgres://");
+}
 
-// The label of class `id` given the admitting Hello's class names.
+}  // namespace
+
+std::string Store::Redacted(const std::string& target) {
+  if (!IsPostgresUrl(target)) return target;
+  // scheme://[user[:password]@]host...: hide the password; a password=… query parameter too.
+  std::string out = target;
+  const size_t scheme_end = out.find("://") + 3;
+  const size_t at = out.find('@', scheme_end);
+  const size_t slash = out.find('/', scheme_end);
+  if (at != std::string::npos && (slash == std::string::npos || at < slash)) {
+    const size_t colon = out.find(':', scheme_end);
+    if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
+  }
+  for (size_t p = out.find("password="); p != std::string::npos; p = out.find("password=", p + 1)) {
+    if (p > 0 && out[p - 1] != '?' && out[p - 1] != '&') continue;
+    const size_t end = std::min(out.find('&', p), out.size());
+    out.replace(p + 9, end - p - 9, "***");
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& target, StoreOptions options) {
+  const std::string shown = Redacted(target);
+  const bool pg = IsPostgresUrl(target);
+  VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<StoreBackend> backend,
+                         pg ? OpenPostgresBackend(target, shown, options) : OpenSqliteBackend(target, shown, options));
+  return std::unique_ptr<Store>(new Store(shown, pg ? "postgresql" : "sqlite", std::move(backend)));
+}
+
+Store::Store(std::string path, const char* engine, std::unique_ptr<StoreBackend> backend)
+    : path_(std::move(path)), engine_(engine), backend_(std::move(backend)) {}
+Store::~Store() = default;
+
+StatusOr<Grant> Store::Admit(const std::string& edge, uint64_t held_epoch, bool promote,
+                             std::span<const transport::HelloStream> streams, int64_t now_ns) {
+  StatusOr<Grant> g = backend_->Admit(edge, held_epoch, promote, streams, now_ns);
+  if (g.ok() && g->held_unknown) {
+    spdlog::warn("store {}: edge {} holds epoch {}, which this store never granted (its newest was {}): granted {}",
+                 path_, edge, held_epoch, g->previous_epoch, g->epoch);
+  }
+  return g;
+}
+StatusOr<std::vector<ApplyResult>> Store::Apply(std::span<const PendingReport> batch, int64_t now_ns) {
+  return backend_->Apply(batch, now_ns);
+}
+StatusOr<std::vector<StoredEvent>> Store::Events(const EventQuery& query) const { return backend_->Events(query); }
+StatusOr<StoreStats> Store::Stats(size_t max_gaps_per_run) const { return backend_->Stats(max_gaps_per_run); }
+StatusOr<RetentionResult> Store::Prune(const RetentionPolicy& policy, int64_t now_ns) {
+  return backend_->Prune(policy, now_ns);
+}
+StatusOr<std::vector<OutboxItem>> Store::PushDue(const std::string& sink, int64_t now_ns, int limit) const {
+  return backend_->PushDue(sink, now_ns, limit);
+}
+StatusOr<std::optional<int64_t>> Store::PushNextDue(const std::string& sink) const {
+  return backend_->PushNextDue(sink);
+}
+StatusOr<uint64_t> Store::PushDepth(const std::string& sink) const { return backend_->PushDepth(sink); }
+Status Store::PushDelivered(int64_t outbox_id) { return backend_->PushDelivered(outbox_id); }
+Status Store::PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) {
+  return backend_->PushRetry(outbox_id, attempts, next_ns, error);
+}
+Status Store::PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns) {
+  return backend_->PushDead(outbox_id, attempts, error, now_ns);
+}
+StatusOr<std::vector<DeadLetter>> Store::DeadLetters(const std::string& sink, int limit) const {
+  return backend_->DeadLetters(sink, limit);
+}
+StatusOr<uint64_t> Store::ReplayDeadLetters(const std::string& sink, int64_t now_ns) {
+  return backend_->ReplayDeadLetters(sink, now_ns);
+}
+
+// ---- Shared by both engines ----
+
 std::string LabelOf(const std::vector<std::string>* names, int64_t id) {
   if (names != nullptr && id >= 0 && static_cast<uint64_t>(id) < names->size()) return (*names)[static_cast<size_t>(id)];
   return StrCat("class ", id);
 }
 
-// The event columns every event query selects (EventAt reads them in this order).
-constexpr const char* kEventColumnsForPrepare =
-    "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, "
-    "e.rule, e.width, e.height";
-
-// An event's detections in order (ReadDetections reads them).
-constexpr const char* kDetectionsSql =
-    "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx";
-
-// Schema migrations: kMigrations[i] takes user_version i to i + 1. Append, never edit.
-constexpr const char* kMigrations[] = {
-    R"sql(
-CREATE TABLE edges(
-  edge TEXT PRIMARY KEY,
-  epoch INTEGER NOT NULL,           -- from the edge's latest Hello
-  first_seen_ns INTEGER NOT NULL,
-  last_seen_ns INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE streams(
-  id INTEGER PRIMARY KEY,
-  edge TEXT NOT NULL,
-  stream TEXT NOT NULL,
-  epoch INTEGER NOT NULL,           -- newest report epoch: the fencing token
-  duplicates INTEGER NOT NULL DEFAULT 0,
-  stale_rejected INTEGER NOT NULL DEFAULT 0,
-  UNIQUE(edge, stream)
-);
-CREATE TABLE runs(
-  stream_id INTEGER NOT NULL REFERENCES streams(id),
-  run INTEGER NOT NULL,
-  frames INTEGER NOT NULL,
-  events INTEGER NOT NULL,
-  contiguous_through INTEGER NOT NULL,
-  first_stored_ns INTEGER NOT NULL,
-  last_stored_ns INTEGER NOT NULL,
-  PRIMARY KEY(stream_id, run)
-) WITHOUT ROWID;
-CREATE TABLE frames(
-  stream_id INTEGER NOT NULL REFERENCES streams(id),
-  run INTEGER NOT NULL,
-  seq INTEGER NOT NULL,
-  kind INTEGER NOT NULL,            -- 1 event, 2 progress (transport::ReportKind)
-  epoch INTEGER NOT NULL,
-  stored_ns INTEGER NOT NULL,
-  PRIMARY KEY(stream_id, run, seq)
-) WITHOUT ROWID;
-CREATE TABLE events(
-  id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: the since_seq cursor of /api/events
-  stream_id INTEGER NOT NULL REFERENCES streams(id),
-  run INTEGER NOT NULL,
-  seq INTEGER NOT NULL,
-  epoch INTEGER NOT NULL,
-  capture_ns INTEGER NOT NULL,
-  pts_ns INTEGER NOT NULL,
-  publish_ns INTEGER NOT NULL,
-  stored_ns INTEGER NOT NULL,
-  severity TEXT NOT NULL,
-  rule TEXT NOT NULL,
-  width INTEGER NOT NULL,
-  height INTEGER NOT NULL,
-  UNIQUE(stream_id, run, seq)
-);
-CREATE INDEX events_capture ON events(capture_ns);
-CREATE TABLE detections(
-  event_id INTEGER NOT NULL REFERENCES events(id),
-  idx INTEGER NOT NULL,
-  class_id INTEGER NOT NULL,
-  label TEXT NOT NULL,
-  score REAL NOT NULL,
-  x1 REAL NOT NULL, y1 REAL NOT NULL, x2 REAL NOT NULL, y2 REAL NOT NULL,  -- source pixels
-  PRIMARY KEY(event_id, idx)
-) WITHOUT ROWID;
-)sql",
-    // 2: epochs are granted by the aggregator (edges.epoch is the current granted epoch, set by
-    // Store::Admit); frames.kind also takes 3 (dropped) and 4 (lost), counted per run apart from
-    // runs.frames (which counts events and progress).
-    R"sql(
-ALTER TABLE runs ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE runs ADD COLUMN lost INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE edges ADD COLUMN granted_ns INTEGER NOT NULL DEFAULT 0;  -- when edges.epoch was granted
-)sql",
-    // 3: the push outbox (aggregator/push.h): one row per (sink, stored event) its route takes, written in the
-    // event's transaction, deleted once delivered; given-up rows move to push_dead_letters.
-    R"sql(
-CREATE TABLE push_outbox(
-  id INTEGER PRIMARY KEY,
-  sink TEXT NOT NULL,
-  event_id INTEGER NOT NULL REFERENCES events(id),
-  attempts INTEGER NOT NULL DEFAULT 0,
-  next_ns INTEGER NOT NULL,         -- due (wall ns)
-  last_error TEXT NOT NULL DEFAULT '',
-  UNIQUE(sink, event_id)
-);
-CREATE INDEX push_outbox_due ON push_outbox(sink, next_ns, event_id);
-CREATE TABLE push_dead_letters(
-  id INTEGER PRIMARY KEY,
-  sink TEXT NOT NULL,
-  event_id INTEGER NOT NULL REFERENCES events(id),
-  attempts INTEGER NOT NULL,
-  last_error TEXT NOT NULL,
-  dead_ns INTEGER NOT NULL,
-  UNIQUE(sink, event_id)
-);
-)sql",
-};
-static_assert(std::size(kMigrations) == Store::kSchemaVersion);
-
-struct DbCloser {
-  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
-};
-using DbPtr = std::unique_ptr<sqlite3, DbCloser>;
-struct StmtFinalizer {
-  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
-};
-
-Status SqlError(sqlite3* db, std::string_view what) {
-  return absl::InternalError(StrCat("sqlite ", sqlite3_db_filename(db, "main"), ": ", what, ": ", sqlite3_errmsg(db)));
-}
-
-Status Exec(sqlite3* db, const char* sql, std::string_view what) {
-  return sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK ? absl::OkStatus() : SqlError(db, what);
-}
-
-// A prepared statement, reset after every use. Integers bind as int64 (uint64 by bit pattern).
-class Stmt {
- public:
-  Stmt() = default;
-  static StatusOr<Stmt> Prepare(sqlite3* db, const char* sql) {
-    sqlite3_stmt* s = nullptr;
-    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr) != SQLITE_OK) {
-      return SqlError(db, StrCat("prepare '", sql, "'"));
-    }
-    Stmt st;
-    st.s_.reset(s);
-    return st;
-  }
-  // Binds parameters ?1, ?2, ... in order.
-  template <typename... Args>
-  Stmt& Bind(const Args&... args) {
-    sqlite3_reset(s_.get());
-    sqlite3_clear_bindings(s_.get());
-    [[maybe_unused]] int i = 0;
-    (BindOne(++i, args), ...);
-    return *this;
-  }
-  // true: a row is available; false: done (the statement is reset).
-  StatusOr<bool> Step() {
-    const int rc = sqlite3_step(s_.get());
-    if (rc == SQLITE_ROW) return true;
-    sqlite3_reset(s_.get());
-    if (rc == SQLITE_DONE) return false;
-    return SqlError(sqlite3_db_handle(s_.get()), StrCat("'", sqlite3_sql(s_.get()), "'"));
-  }
-  Status Run() {
-    StatusOr<bool> r = Step();
-    if (!r.ok()) return r.status();
-    sqlite3_reset(s_.get());
-    return absl::OkStatus();
-  }
-  int64_t Int(int col) const { return sqlite3_column_int64(s_.get(), col); }
-  uint64_t U64(int col) const { return static_cast<uint64_t>(Int(col)); }
-  double Real(int col) const { return sqlite3_column_double(s_.get(), col); }
-  std::string Text(int col) const {
-    const unsigned char* t = sqlite3_column_text(s_.get(), col);
-    return t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(sqlite3_column_bytes(s_.get(), col)))
-             : std::string();
-  }
-  void Reset() { sqlite3_reset(s_.get()); }
-
- private:
-  void BindOne(int i, int64_t v) { sqlite3_bind_int64(s_.get(), i, v); }
-  void BindOne(int i, uint64_t v) { sqlite3_bind_int64(s_.get(), i, static_cast<int64_t>(v)); }
-  void BindOne(int i, int v) { sqlite3_bind_int64(s_.get(), i, v); }
-  void BindOne(int i, uint32_t v) { sqlite3_bind_int64(s_.get(), i, v); }
-  void BindOne(int i, double v) { sqlite3_bind_double(s_.get(), i, v); }
-  void BindOne(int i, float v) { sqlite3_bind_double(s_.get(), i, v); }
-  void BindOne(int i, const std::string& v) {
-    sqlite3_bind_text(s_.get(), i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  }
-  void BindOne(int i, std::string_view v) {
-    sqlite3_bind_text(s_.get(), i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  }
-  std::unique_ptr<sqlite3_stmt, StmtFinalizer> s_;
-};
-
-StatusOr<DbPtr> OpenDb(const std::string& path) {
-  sqlite3* raw = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-  DbPtr db(raw);
-  if (rc != SQLITE_OK) {
-    return absl::UnavailableError(
-        StrCat("sqlite ", path, ": cannot open: ", raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc)));
-  }
-  sqlite3_extended_result_codes(raw, 1);
-  sqlite3_busy_timeout(raw, 5000);
-  return db;
-}
-
-StatusOr<int64_t> QueryInt(sqlite3* db, const char* sql) {
-  VIGIL_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db, sql));
-  VIGIL_ASSIGN_OR_RETURN(bool row, s.Step());
-  if (!row) return SqlError(db, StrCat("'", sql, "' returned no row"));
-  const int64_t v = s.Int(0);
-  s.Reset();
-  return v;
-}
-
-}  // namespace
-
-struct Store::Impl {
-  DbPtr wdb, rdb;  // writer (one thread), reader (read_mu)
-
-  // Writer statements and caches (writer thread only).
-  Stmt begin, commit, rollback, find_stream, insert_stream, set_epoch, add_stale, add_duplicates, insert_frame,
-      insert_event, insert_detection, upsert_run, get_contiguous, highest_seq, seqs_after, get_edge_epoch,
-      grant_edge, touch_edge, insert_outbox;
-  std::vector<PushRoute> routes;
-  struct StreamState {
-    int64_t id;
-    uint64_t epoch;
-  };
-  // Caches of committed rows, writer thread only; dropped whenever a transaction fails.
-  std::map<std::pair<std::string, std::string>, StreamState> streams;  // (edge, stream)
-  std::map<std::pair<int64_t, uint64_t>, int64_t> contiguous;          // (stream id, run) → through
-  std::map<std::string, uint64_t> edge_epochs;  // edge → current granted epoch (0: none); set after Admit commits
-
-  void DropCaches() {
-    streams.clear();
-    contiguous.clear();
-    edge_epochs.clear();
-  }
-
-  // The push connection (Pushers' threads, the API's dead letters), serialized by push_mu.
-  DbPtr pdb;
-  mutable std::mutex push_mu;
-  mutable Stmt push_due, push_detections, push_next, push_depth, push_delete, push_retry, push_bury, push_begin,
-      push_commit, push_rollback, dead_letters, revive, forget_dead;  // GUARDED_BY(push_mu)
-
-  mutable std::mutex read_mu;
-  mutable Stmt events_query, detections_query, streams_query, runs_query, gap_query,
-      edges_query;  // GUARDED_BY(read_mu)
-
-  Status Prepare() {
-    sqlite3* w = wdb.get();
-    const std::pair<Stmt*, const char*> writer[] = {
-        {&begin, "BEGIN IMMEDIATE"},
-        {&commit, "COMMIT"},
-        {&rollback, "ROLLBACK"},
-        {&find_stream, "SELECT id, epoch FROM streams WHERE edge = ?1 AND stream = ?2"},
-        {&insert_stream, "INSERT INTO streams(edge, stream, epoch) VALUES(?1, ?2, 0)"},
-        {&set_epoch, "UPDATE streams SET epoch = ?2 WHERE id = ?1"},
-        {&add_stale, "UPDATE streams SET stale_rejected = stale_rejected + 1 WHERE id = ?1"},
-        {&add_duplicates, "UPDATE streams SET duplicates = duplicates + ?2 WHERE id = ?1"},
-        {&insert_frame,
-         "INSERT OR IGNORE INTO frames(stream_id, run, seq, kind, epoch, stored_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6)"},
-        {&insert_event,
-         "INSERT INTO events(stream_id, run, seq, epoch, capture_ns, pts_ns, publish_ns, stored_ns, severity, rule, "
-         "width, height) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"},
-        {&insert_detection,
-         "INSERT INTO detections(event_id, idx, class_id, label, score, x1, y1, x2, y2) "
-         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
-        {&upsert_run,
-         "INSERT INTO runs(stream_id, run, frames, events, contiguous_through, first_stored_ns, last_stored_ns, "
-         "dropped, lost) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8) ON CONFLICT(stream_id, run) DO UPDATE SET "
-         "frames = frames + excluded.frames, events = events + excluded.events, "
-         "dropped = dropped + excluded.dropped, lost = lost + excluded.lost, "
-         "contiguous_through = excluded.contiguous_through, last_stored_ns = excluded.last_stored_ns"},
-        {&get_contiguous, "SELECT contiguous_through FROM runs WHERE stream_id = ?1 AND run = ?2"},
-        {&highest_seq, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 ORDER BY seq DESC LIMIT 1"},
-        {&seqs_after, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 AND seq > ?3 ORDER BY seq"},
-        {&get_edge_epoch, "SELECT epoch FROM edges WHERE edge = ?1"},
-        {&grant_edge,
-         "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns, granted_ns) VALUES(?1, ?2, ?3, ?3, ?3) "
-         "ON CONFLICT(edge) DO UPDATE SET epoch = excluded.epoch, last_seen_ns = excluded.last_seen_ns, "
-         "granted_ns = excluded.granted_ns"},
-        {&touch_edge, "UPDATE edges SET last_seen_ns = ?2 WHERE edge = ?1"},
-        {&insert_outbox, "INSERT OR IGNORE INTO push_outbox(sink, event_id, attempts, next_ns) VALUES(?1, ?2, 0, ?3)"},
-    };
-    for (const auto& [stmt, sql] : writer) {
-      VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(w, sql));
-    }
-    sqlite3* r = rdb.get();
-    const std::string events_sql = StrCat(
-        "SELECT ", kEventColumnsForPrepare, " FROM events e JOIN streams s ON s.id = e.stream_id "
-        "WHERE e.id > ?1 AND e.capture_ns >= ?2 AND (?3 = '' OR s.edge = ?3) AND (?4 = '' OR s.stream = ?4) "
-        "ORDER BY e.id LIMIT ?5");
-    const std::pair<Stmt*, const char*> reader[] = {
-        {&events_query, events_sql.c_str()},
-        {&detections_query, kDetectionsSql},
-        {&streams_query,
-         "SELECT id, edge, stream, epoch, duplicates, stale_rejected FROM streams ORDER BY edge, stream"},
-        {&runs_query,
-         "SELECT run, frames, events, contiguous_through, dropped, lost FROM runs WHERE stream_id = ?1"},
-        {&gap_query, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 AND seq > ?3 ORDER BY seq"},
-        {&edges_query, "SELECT edge, epoch, first_seen_ns, last_seen_ns, granted_ns FROM edges ORDER BY edge"},
-    };
-    for (const auto& [stmt, sql] : reader) {
-      VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(r, sql));
-    }
-    const std::string due = StrCat("SELECT o.id, o.attempts, ", kEventColumnsForPrepare,
-                                   " FROM push_outbox o JOIN events e ON e.id = o.event_id JOIN streams s ON s.id = "
-                                   "e.stream_id WHERE o.sink = ?1 AND o.next_ns <= ?2 ORDER BY o.next_ns, o.event_id "
-                                   "LIMIT ?3");
-    const std::string dead = StrCat("SELECT d.sink, d.attempts, d.last_error, d.dead_ns, ", kEventColumnsForPrepare,
-                                    " FROM push_dead_letters d JOIN events e ON e.id = d.event_id JOIN streams s ON "
-                                    "s.id = e.stream_id WHERE (?1 = '' OR d.sink = ?1) ORDER BY d.id DESC LIMIT ?2");
-    sqlite3* pc = pdb.get();
-    const std::pair<Stmt*, const char*> pusher[] = {
-        {&push_due, due.c_str()},
-        {&push_detections, kDetectionsSql},
-        {&push_next, "SELECT MIN(next_ns) FROM push_outbox WHERE sink = ?1 HAVING COUNT(*) > 0"},
-        {&push_depth, "SELECT COUNT(*) FROM push_outbox WHERE sink = ?1"},
-        {&push_delete, "DELETE FROM push_outbox WHERE id = ?1"},
-        {&push_retry, "UPDATE push_outbox SET attempts = ?2, next_ns = ?3, last_error = ?4 WHERE id = ?1"},
-        {&push_bury,
-         "INSERT OR REPLACE INTO push_dead_letters(sink, event_id, attempts, last_error, dead_ns) "
-         "SELECT sink, event_id, ?2, ?3, ?4 FROM push_outbox WHERE id = ?1"},
-        {&push_begin, "BEGIN IMMEDIATE"},
-        {&push_commit, "COMMIT"},
-        {&push_rollback, "ROLLBACK"},
-        {&dead_letters, dead.c_str()},
-        {&revive,
-         "INSERT OR IGNORE INTO push_outbox(sink, event_id, attempts, next_ns) "
-         "SELECT sink, event_id, 0, ?2 FROM push_dead_letters WHERE sink = ?1"},
-        {&forget_dead, "DELETE FROM push_dead_letters WHERE sink = ?1"},
-    };
-    for (const auto& [stmt, sql] : pusher) {
-      VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(pc, sql));
-    }
-    return absl::OkStatus();
-  }
-
-  StatusOr<StreamState*> StreamFor(const Report& r) {
-    auto key = std::make_pair(r.edge, r.stream);
-    auto it = streams.find(key);
-    if (it != streams.end()) return &it->second;
-    VIGIL_ASSIGN_OR_RETURN(bool found, find_stream.Bind(r.edge, r.stream).Step());
-    StreamState st{};
-    if (found) {
-      st = {find_stream.Int(0), find_stream.U64(1)};
-      find_stream.Reset();
-    } else {
-      VIGIL_RETURN_IF_ERROR(insert_stream.Bind(r.edge, r.stream).Run());
-      st = {sqlite3_last_insert_rowid(wdb.get()), 0};
-    }
-    return &streams.emplace(key, st).first->second;
-  }
-
-  StatusOr<int64_t*> ContiguousFor(int64_t stream_id, uint64_t run) {
-    auto key = std::make_pair(stream_id, run);
-    auto it = contiguous.find(key);
-    if (it != contiguous.end()) return &it->second;
-    VIGIL_ASSIGN_OR_RETURN(bool found, get_contiguous.Bind(stream_id, run).Step());
-    const int64_t v = found ? get_contiguous.Int(0) : -1;
-    get_contiguous.Reset();
-    return &contiguous.emplace(key, v).first->second;
-  }
-
-  // The current granted epoch of `edge` (0: never granted), from the cache or the committed row.
-  StatusOr<uint64_t> EdgeEpoch(const std::string& edge) {
-    if (auto it = edge_epochs.find(edge); it != edge_epochs.end()) return it->second;
-    VIGIL_ASSIGN_OR_RETURN(bool found, get_edge_epoch.Bind(edge).Step());
-    const uint64_t epoch = found ? get_edge_epoch.U64(0) : 0;
-    get_edge_epoch.Reset();
-    edge_epochs.emplace(edge, epoch);
-    return epoch;
-  }
-
-  StatusOr<ApplyResult> ApplyOne(const PendingReport& p, int64_t now_ns) {
-    const Report& r = *p.report;
-    ApplyResult res;
-    VIGIL_ASSIGN_OR_RETURN(StreamState * st, StreamFor(r));
-    // Fencing inside the transaction: only the edge's current granted epoch may store.
-    VIGIL_ASSIGN_OR_RETURN(res.edge_epoch, EdgeEpoch(r.edge));
-    if (res.edge_epoch == 0 || r.epoch != res.edge_epoch) {
-      VIGIL_RETURN_IF_ERROR(add_stale.Bind(st->id).Run());
-      res.kind = ApplyResult::kStale;
-      return res;
-    }
-    if (r.epoch > st->epoch) {
-      VIGIL_RETURN_IF_ERROR(set_epoch.Bind(st->id, r.epoch).Run());
-      st->epoch = r.epoch;
-    }
-    uint64_t* counter = r.kind == ReportKind::kDropped ? &res.dropped_frames
-                        : r.kind == ReportKind::kLost  ? &res.lost_frames
-                                                       : &res.new_frames;
-    for (uint64_t seq = r.seq_first; seq <= r.seq_last; ++seq) {
-      VIGIL_RETURN_IF_ERROR(insert_frame.Bind(st->id, r.run, seq, static_cast<int>(r.kind), r.epoch, now_ns).Run());
-      if (sqlite3_changes(wdb.get()) > 0)
-        ++*counter;
-      else
-        ++res.duplicate_frames;
-    }
-    if (r.kind == ReportKind::kEvent && res.new_frames == 1) {
-      VIGIL_RETURN_IF_ERROR(insert_event
-                                .Bind(st->id, r.run, r.seq_first, r.epoch, r.capture_ns, r.pts_ns, r.publish_ns, now_ns,
-                                      std::string(transport::ToString(r.severity)), r.rule, r.width, r.height)
-                                .Run());
-      const int64_t event_id = sqlite3_last_insert_rowid(wdb.get());
-      std::vector<std::string> labels;
-      labels.reserve(r.detections.size());
-      for (size_t i = 0; i < r.detections.size(); ++i) {
-        const transport::ReportDetection& d = r.detections[i];
-        const auto class_id = static_cast<int64_t>(d.class_id);  // ValidateReport: an integer in [0, 2^24)
-        labels.push_back(LabelOf(p.class_names, class_id));
-        VIGIL_RETURN_IF_ERROR(insert_detection
-                                  .Bind(event_id, static_cast<int64_t>(i), class_id, labels.back(), d.score, d.x1, d.y1,
-                                        d.x2, d.y2)
-                                  .Run());
-      }
-      // The push outbox, in the event's transaction: stored ⇔ queued for every sink that takes it.
-      const std::string severity(transport::ToString(r.severity));
-      for (const PushRoute& route : routes) {
-        if (!RouteMatches(route, r.edge, r.stream, severity, labels)) continue;
-        VIGIL_RETURN_IF_ERROR(insert_outbox.Bind(route.sink, event_id, now_ns).Run());
-        ++res.pushes_queued;
-      }
-      res.event_stored = true;
-    }
-    if (res.duplicate_frames > 0) VIGIL_RETURN_IF_ERROR(add_duplicates.Bind(st->id, res.duplicate_frames).Run());
-    VIGIL_ASSIGN_OR_RETURN(int64_t * through, ContiguousFor(st->id, r.run));
-    if (res.new_frames + res.dropped_frames + res.lost_frames > 0) {
-      // New frames can extend the contiguous prefix only if they cover its next seq; then the
-      // prefix runs on through frames stored earlier above them.
-      const uint64_t next = static_cast<uint64_t>(*through + 1);
-      if (r.seq_first <= next && next <= r.seq_last) {
-        int64_t c = static_cast<int64_t>(r.seq_last);
-        seqs_after.Bind(st->id, r.run, c);
-        for (;;) {
-          VIGIL_ASSIGN_OR_RETURN(bool row, seqs_after.Step());
-          if (!row || seqs_after.Int(0) != c + 1) break;
-          ++c;
-        }
-        seqs_after.Reset();
-        *through = c;
-      }
-      VIGIL_RETURN_IF_ERROR(upsert_run
-                                .Bind(st->id, r.run, res.new_frames, res.event_stored ? 1 : 0, *through, now_ns,
-                                      res.dropped_frames, res.lost_frames)
-                                .Run());
-    } else {
-      res.kind = ApplyResult::kDuplicate;
-    }
-    res.contiguous_through = *through;
-    return res;
-  }
-};
-
-Store::Store(std::string path, std::unique_ptr<Impl> impl) : path_(std::move(path)), impl_(std::move(impl)) {}
-Store::~Store() = default;
-
-StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path, StoreOptions options) {
-  auto impl = std::make_unique<Impl>();
-  VIGIL_ASSIGN_OR_RETURN(impl->wdb, OpenDb(path));
-  sqlite3* w = impl->wdb.get();
-  StatusOr<int64_t> version = QueryInt(w, "PRAGMA user_version");
-  if (!version.ok()) return absl::UnavailableError(StrCat("sqlite ", path, ": ", version.status().message()));
-  if (*version > kSchemaVersion) {
-    return absl::FailedPreconditionError(StrCat("sqlite ", path, ": schema version ", *version,
-                                                " is newer than this vigil supports (", kSchemaVersion, ")"));
-  }
-  {
-    VIGIL_ASSIGN_OR_RETURN(Stmt wal, Stmt::Prepare(w, "PRAGMA journal_mode=WAL"));
-    VIGIL_ASSIGN_OR_RETURN(bool row, wal.Step());
-    if (!row || wal.Text(0) != "wal") {
-      return absl::UnavailableError(
-          StrCat("sqlite ", path, ": cannot switch to WAL journal mode (got '", row ? wal.Text(0) : "", "')"));
-    }
-  }
-  VIGIL_RETURN_IF_ERROR(
-      Exec(w, options.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", "set synchronous"));
-  VIGIL_RETURN_IF_ERROR(Exec(w, "PRAGMA foreign_keys=ON", "enable foreign keys"));
-  for (int64_t v = *version; v < kSchemaVersion; ++v) {
-    const std::string sql = StrCat("BEGIN IMMEDIATE;", kMigrations[v], "PRAGMA user_version=", v + 1, ";COMMIT;");
-    if (sqlite3_exec(w, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
-      Status st = SqlError(w, StrCat("migrate schema ", v, " → ", v + 1));
-      (void)Exec(w, "ROLLBACK", "rollback");
-      return st;
-    }
-  }
-  VIGIL_ASSIGN_OR_RETURN(impl->rdb, OpenDb(path));
-  VIGIL_RETURN_IF_ERROR(Exec(impl->rdb.get(), "PRAGMA query_only=1", "make the read connection read-only"));
-  VIGIL_ASSIGN_OR_RETURN(impl->pdb, OpenDb(path));
-  VIGIL_RETURN_IF_ERROR(Exec(impl->pdb.get(), options.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
-                             "set synchronous (push connection)"));
-  impl->routes = options.routes;
-  VIGIL_RETURN_IF_ERROR(impl->Prepare());
-  return std::unique_ptr<Store>(new Store(path, std::move(impl)));
-}
-
-StatusOr<Grant> Store::Admit(const std::string& edge, uint64_t held_epoch, bool promote,
-                             std::span<const transport::HelloStream> streams, int64_t now_ns) {
-  Impl& d = *impl_;
-  VIGIL_RETURN_IF_ERROR(d.begin.Run());
+StatusOr<Grant> DecideGrant(uint64_t held, bool promote, uint64_t current) {
   Grant g;
-  auto body = [&]() -> Status {
-    // Read the committed value, not the cache: this is the authority's decision.
-    VIGIL_ASSIGN_OR_RETURN(bool found, d.get_edge_epoch.Bind(edge).Step());
-    g.previous_epoch = found ? d.get_edge_epoch.U64(0) : 0;
-    d.get_edge_epoch.Reset();
-    const uint64_t current = g.previous_epoch;
-    if (held_epoch == 0 || promote || held_epoch > current) {
-      const uint64_t base = std::max(held_epoch, current);
-      if (base == std::numeric_limits<uint64_t>::max()) {
-        return absl::OutOfRangeError(StrCat("epoch ", base, " leaves no larger 64-bit epoch to grant"));
-      }
-      g.kind = Grant::kNew;
-      g.epoch = base + 1;
-      g.held_unknown = held_epoch > current;
-      VIGIL_RETURN_IF_ERROR(d.grant_edge.Bind(edge, g.epoch, now_ns).Run());
-    } else if (held_epoch == current) {
-      g.kind = Grant::kReadmitted;
-      g.epoch = current;
-      VIGIL_RETURN_IF_ERROR(d.touch_edge.Bind(edge, now_ns).Run());
-    } else {
-      g.kind = Grant::kFenced;
-      g.epoch = current;
-      return absl::OkStatus();
+  g.previous_epoch = current;
+  if (held == 0 || promote || held > current) {
+    const uint64_t base = std::max(held, current);
+    if (base == std::numeric_limits<uint64_t>::max()) {
+      return absl::OutOfRangeError(StrCat("epoch ", base, " leaves no larger 64-bit epoch to grant"));
     }
-    g.streams.reserve(streams.size());
-    for (const transport::HelloStream& hs : streams) {
-      transport::WelcomeStream& ws = g.streams.emplace_back();
-      ws.stream = hs.stream;
-      ws.run = hs.run;
-      VIGIL_ASSIGN_OR_RETURN(bool known, d.find_stream.Bind(edge, hs.stream).Step());
-      if (!known) continue;
-      const int64_t stream_id = d.find_stream.Int(0);
-      d.find_stream.Reset();
-      VIGIL_ASSIGN_OR_RETURN(bool has_run, d.get_contiguous.Bind(stream_id, hs.run).Step());
-      if (has_run) ws.contiguous_through = d.get_contiguous.Int(0);
-      d.get_contiguous.Reset();
-      VIGIL_ASSIGN_OR_RETURN(bool has_seq, d.highest_seq.Bind(stream_id, hs.run).Step());
-      if (has_seq) ws.highest_seq = d.highest_seq.Int(0);
-      d.highest_seq.Reset();
-    }
-    return absl::OkStatus();
-  };
-  Status st = body();
-  if (st.ok()) st = d.commit.Run();
-  if (!st.ok()) {
-    (void)d.rollback.Run();
-    d.DropCaches();
-    return Annotate(st, StrCat("admit edge ", edge, " (held epoch ", held_epoch, ")"));
-  }
-  d.edge_epochs[edge] = g.kind == Grant::kFenced ? g.previous_epoch : g.epoch;
-  if (g.held_unknown) {
-    spdlog::warn("store {}: edge {} holds epoch {}, which this store never granted (its newest was {}): granted {}",
-                 path_, edge, held_epoch, g.previous_epoch, g.epoch);
+    g.kind = Grant::kNew;
+    g.epoch = base + 1;
+    g.held_unknown = held > current;
+  } else if (held == current) {
+    g.kind = Grant::kReadmitted;
+    g.epoch = current;
+  } else {
+    g.kind = Grant::kFenced;
+    g.epoch = current;
   }
   return g;
 }
 
-StatusOr<std::vector<ApplyResult>> Store::Apply(std::span<const PendingReport> batch, int64_t now_ns) {
-  Impl& d = *impl_;
-  VIGIL_RETURN_IF_ERROR(d.begin.Run());
-  std::vector<ApplyResult> results;
-  results.reserve(batch.size());
-  Status st;
-  std::vector<const std::string*> edges;  // distinct senders of the batch: their last_seen_ns moves
-  for (const PendingReport& p : batch) {
-    StatusOr<ApplyResult> res = d.ApplyOne(p, now_ns);
-    if (!res.ok()) {
-      st = res.status();
-      break;
+void SumStats(StoreStats& out, std::map<std::string, EdgeStats> edges) {
+  for (StreamStats& s : out.streams) {
+    for (const RunStats& r : s.runs) {
+      s.frames += r.frames;
+      s.events += r.events;
+      s.dropped += r.dropped;
+      s.lost += r.lost;
+      s.missing += r.missing;
     }
-    results.push_back(*res);
-    const std::string& edge = p.report->edge;
-    if (std::none_of(edges.begin(), edges.end(), [&](const std::string* e) { return *e == edge; })) {
-      edges.push_back(&edge);
-    }
+    EdgeStats& e = edges[s.edge];
+    ++e.streams;
+    e.frames += s.frames;
+    e.events += s.events;
+    e.dropped += s.dropped;
+    e.lost += s.lost;
+    e.duplicates += s.duplicates;
+    e.stale_rejected += s.stale_rejected;
+    e.missing += s.missing;
   }
-  for (size_t i = 0; st.ok() && i < edges.size(); ++i) st = d.touch_edge.Bind(*edges[i], now_ns).Run();
-  if (st.ok()) st = d.commit.Run();
-  if (!st.ok()) {
-    (void)d.rollback.Run();
-    d.DropCaches();  // the caches may hold rolled-back rows
-    return Annotate(st, StrCat("store a batch of ", batch.size(), " reports"));
+  for (auto& [name, e] : edges) {
+    e.edge = name;
+    out.edges.push_back(e);
   }
-  return results;
 }
 
-namespace {
-
-// The event columns (kEventColumnsForPrepare, in that order) of a row of `e` from column `at` on.
-StoredEvent EventAt(const Stmt& e, int at) {
-  StoredEvent ev;
-  ev.id = e.Int(at + 0);
-  ev.edge = e.Text(at + 1);
-  ev.stream = e.Text(at + 2);
-  ev.run = e.U64(at + 3);
-  ev.seq = e.U64(at + 4);
-  ev.epoch = e.U64(at + 5);
-  ev.capture_ns = e.Int(at + 6);
-  ev.pts_ns = e.Int(at + 7);
-  ev.publish_ns = e.Int(at + 8);
-  ev.stored_ns = e.Int(at + 9);
-  ev.severity = e.Text(at + 10);
-  ev.rule = e.Text(at + 11);
-  ev.width = static_cast<uint32_t>(e.Int(at + 12));
-  ev.height = static_cast<uint32_t>(e.Int(at + 13));
-  return ev;
-}
-
-// Fills `ev`'s detections with `det` (kDetectionsSql).
-Status ReadDetections(Stmt& det, StoredEvent& ev) {
-  det.Bind(ev.id);
+StatusOr<RetentionResult> RunRetention(RetentionOps& ops, const RetentionPolicy& policy, int64_t now_ns) {
+  RetentionResult out;
+  if (!policy.any()) return out;
+  const int64_t cutoff = policy.max_age_ns > 0 ? now_ns - policy.max_age_ns : std::numeric_limits<int64_t>::min();
+  uint64_t over_count = 0;
+  if (policy.max_events > 0) {
+    VIGIL_ASSIGN_OR_RETURN(const uint64_t n, ops.CountEvents());
+    over_count = n > policy.max_events ? n - policy.max_events : 0;
+  }
+  // A chunk of rows whose leading part is due; `due` says whether one is. Returns the leading due rows' count.
+  auto leading = [](const std::vector<RetentionOps::Row>& rows, auto&& due) {
+    size_t n = 0;
+    while (n < rows.size() && due(rows[n])) ++n;
+    return n;
+  };
   for (;;) {
-    VIGIL_ASSIGN_OR_RETURN(bool row, det.Step());
-    if (!row) return absl::OkStatus();
-    ev.detections.push_back({static_cast<int32_t>(det.Int(0)), det.Text(1), static_cast<float>(det.Real(2)),
-                             static_cast<float>(det.Real(3)), static_cast<float>(det.Real(4)),
-                             static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6))});
+    VIGIL_ASSIGN_OR_RETURN(std::vector<RetentionOps::Row> rows, ops.OldestEvents(policy.chunk));
+    uint64_t over = over_count;
+    const size_t n = leading(rows, [&](const RetentionOps::Row& row) {
+      if (row.stored_ns >= cutoff && over == 0) return false;
+      if (over > 0) --over;
+      return true;
+    });
+    if (n == 0) break;
+    std::vector<int64_t> ids;
+    ids.reserve(n);
+    for (size_t i = 0; i < n; ++i) ids.push_back(rows[i].key);
+    VIGIL_ASSIGN_OR_RETURN(const uint64_t dead, ops.DeleteEvents(ids));
+    out.events += n;
+    out.dead_letters += dead;
+    over_count = over;
+    if (n < rows.size() || rows.size() < static_cast<size_t>(policy.chunk)) break;
   }
+  if (policy.max_age_ns <= 0) return out;
+  VIGIL_ASSIGN_OR_RETURN(out.kept_for_push, ops.KeptForPush(cutoff));
+  VIGIL_ASSIGN_OR_RETURN(const std::vector<RetentionOps::RunRef> runs, ops.PrefixRuns());
+  for (const RetentionOps::RunRef& run : runs) {
+    for (;;) {
+      VIGIL_ASSIGN_OR_RETURN(std::vector<RetentionOps::Row> rows, ops.OldestFrames(run, policy.chunk));
+      const size_t n = leading(rows, [&](const RetentionOps::Row& row) { return row.stored_ns < cutoff; });
+      if (n == 0) break;
+      VIGIL_RETURN_IF_ERROR(ops.DeleteFrames(run, rows[n - 1].key));
+      out.frames += n;
+      if (n < rows.size() || rows.size() < static_cast<size_t>(policy.chunk)) break;
+    }
+  }
+  return out;
 }
-
-}  // namespace
 
 bool RouteMatches(const PushRoute& route, const std::string& edge, const std::string& stream,
                   const std::string& severity, const std::vector<std::string>& labels) {
@@ -654,200 +205,6 @@ bool RouteMatches(const PushRoute& route, const std::string& edge, const std::st
     return sev == "critical" ? 3 : sev == "warning" ? 2 : sev == "info" ? 1 : 0;
   };
   return rank(severity) >= rank(route.min_severity);
-}
-
-StatusOr<std::vector<StoredEvent>> Store::Events(const EventQuery& q) const {
-  std::lock_guard lock(impl_->read_mu);
-  Stmt& e = impl_->events_query;
-  std::vector<StoredEvent> out;
-  e.Bind(q.since_id, q.since_ns, q.edge, q.stream, q.limit);
-  for (;;) {
-    VIGIL_ASSIGN_OR_RETURN(bool row, e.Step());
-    if (!row) break;
-    out.push_back(EventAt(e, 0));
-  }
-  for (StoredEvent& ev : out) VIGIL_RETURN_IF_ERROR(ReadDetections(impl_->detections_query, ev));
-  return out;
-}
-
-StatusOr<std::vector<OutboxItem>> Store::PushDue(const std::string& sink, int64_t now_ns, int limit) const {
-  Impl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
-  std::vector<OutboxItem> out;
-  d.push_due.Bind(sink, now_ns, limit);
-  for (;;) {
-    VIGIL_ASSIGN_OR_RETURN(bool row, d.push_due.Step());
-    if (!row) break;
-    out.push_back({d.push_due.Int(0), static_cast<int>(d.push_due.Int(1)), EventAt(d.push_due, 2)});
-  }
-  for (OutboxItem& item : out) VIGIL_RETURN_IF_ERROR(ReadDetections(d.push_detections, item.event));
-  return out;
-}
-
-StatusOr<std::optional<int64_t>> Store::PushNextDue(const std::string& sink) const {
-  Impl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
-  VIGIL_ASSIGN_OR_RETURN(bool row, d.push_next.Bind(sink).Step());
-  std::optional<int64_t> next;
-  if (row) next = d.push_next.Int(0);
-  d.push_next.Reset();
-  return next;
-}
-
-StatusOr<uint64_t> Store::PushDepth(const std::string& sink) const {
-  Impl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
-  VIGIL_ASSIGN_OR_RETURN(bool row, d.push_depth.Bind(sink).Step());
-  const uint64_t n = row ? d.push_depth.U64(0) : 0;
-  d.push_depth.Reset();
-  return n;
-}
-
-Status Store::PushDelivered(int64_t outbox_id) {
-  Impl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
-  return Annotate(d.push_delete.Bind(outbox_id).Run(), "push outbox: delete a delivered row");
-}
-
-Status Store::PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) {
-  Impl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
-  return Annotate(d.push_retry.Bind(outbox_id, attempts, next_ns, error.substr(0, 1000)).Run(),
-                  "push outbox: record a failed delivery");
-}
-
-Status Store::PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns) {
-  Impl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
-  Status st = d.push_begin.Run();
-  if (st.ok()) st = d.push_bury.Bind(outbox_id, attempts, error.substr(0, 1000), now_ns).Run();
-  if (st.ok()) st = d.push_delete.Bind(outbox_id).Run();
-  if (st.ok()) st = d.push_commit.Run();
-  if (!st.ok()) (void)d.push_rollback.Run();
-  return Annotate(st, "push outbox: move a row to the dead letters");
-}
-
-StatusOr<uint64_t> Store::ReplayDeadLetters(const std::string& sink, int64_t now_ns) {
-  Impl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
-  Status st = d.push_begin.Run();
-  uint64_t n = 0;
-  if (st.ok()) st = d.revive.Bind(sink, now_ns).Run();
-  if (st.ok()) n = static_cast<uint64_t>(sqlite3_changes(d.pdb.get()));
-  if (st.ok()) st = d.forget_dead.Bind(sink).Run();
-  if (st.ok()) st = d.push_commit.Run();
-  if (!st.ok()) {
-    (void)d.push_rollback.Run();
-    return Annotate(st, StrCat("push sink '", sink, "': replay the dead letters"));
-  }
-  return n;
-}
-
-StatusOr<std::vector<DeadLetter>> Store::DeadLetters(const std::string& sink, int limit) const {
-  Impl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
-  std::vector<DeadLetter> out;
-  d.dead_letters.Bind(sink, limit);
-  for (;;) {
-    VIGIL_ASSIGN_OR_RETURN(bool row, d.dead_letters.Step());
-    if (!row) break;
-    out.push_back({d.dead_letters.Text(0), static_cast<int>(d.dead_letters.Int(1)), d.dead_letters.Text(2),
-                   d.dead_letters.Int(3), EventAt(d.dead_letters, 4)});
-  }
-  for (DeadLetter& l : out) VIGIL_RETURN_IF_ERROR(ReadDetections(d.push_detections, l.event));
-  return out;
-}
-
-StatusOr<StoreStats> Store::Stats(size_t max_gaps_per_run) const {
-  std::lock_guard lock(impl_->read_mu);
-  Impl& d = *impl_;
-  StoreStats out;
-  // One read transaction, so the numbers agree with each other.
-  VIGIL_RETURN_IF_ERROR(Exec(d.rdb.get(), "BEGIN", "begin read"));
-  auto body = [&]() -> Status {
-    std::vector<int64_t> ids;
-    d.streams_query.Bind();
-    for (;;) {
-      VIGIL_ASSIGN_OR_RETURN(bool row, d.streams_query.Step());
-      if (!row) break;
-      ids.push_back(d.streams_query.Int(0));
-      StreamStats& s = out.streams.emplace_back();
-      s.edge = d.streams_query.Text(1);
-      s.stream = d.streams_query.Text(2);
-      s.epoch = d.streams_query.U64(3);
-      s.duplicates = d.streams_query.U64(4);
-      s.stale_rejected = d.streams_query.U64(5);
-    }
-    for (size_t i = 0; i < ids.size(); ++i) {
-      StreamStats& s = out.streams[i];
-      d.runs_query.Bind(ids[i]);
-      for (;;) {
-        VIGIL_ASSIGN_OR_RETURN(bool row, d.runs_query.Step());
-        if (!row) break;
-        RunStats& r = s.runs.emplace_back();
-        r.run = d.runs_query.U64(0);
-        r.frames = d.runs_query.U64(1);
-        r.events = d.runs_query.U64(2);
-        r.contiguous_through = d.runs_query.Int(3);
-        r.dropped = d.runs_query.U64(4);
-        r.lost = d.runs_query.U64(5);
-      }
-      std::sort(s.runs.begin(), s.runs.end(), [](const RunStats& a, const RunStats& b) { return a.run < b.run; });
-      for (RunStats& r : s.runs) {
-        // Gaps lie above the contiguous prefix: walk only the frames stored there.
-        uint64_t expected = static_cast<uint64_t>(r.contiguous_through + 1);
-        r.last_seq = static_cast<uint64_t>(r.contiguous_through);
-        d.gap_query.Bind(ids[i], r.run, r.contiguous_through);
-        for (;;) {
-          VIGIL_ASSIGN_OR_RETURN(bool row, d.gap_query.Step());
-          if (!row) break;
-          const uint64_t seq = d.gap_query.U64(0);
-          if (seq > expected) {
-            if (r.gaps.size() < max_gaps_per_run) r.gaps.push_back({expected, seq - 1});
-            r.missing += seq - expected;
-          }
-          expected = seq + 1;
-          r.last_seq = seq;
-        }
-        s.frames += r.frames;
-        s.events += r.events;
-        s.dropped += r.dropped;
-        s.lost += r.lost;
-        s.missing += r.missing;
-      }
-    }
-    std::map<std::string, EdgeStats> edges;
-    d.edges_query.Bind();
-    for (;;) {
-      VIGIL_ASSIGN_OR_RETURN(bool row, d.edges_query.Step());
-      if (!row) break;
-      EdgeStats& e = edges[d.edges_query.Text(0)];
-      e.epoch = d.edges_query.U64(1);
-      e.first_seen_ns = d.edges_query.Int(2);
-      e.last_seen_ns = d.edges_query.Int(3);
-      e.granted_ns = d.edges_query.Int(4);
-    }
-    for (const StreamStats& s : out.streams) {
-      EdgeStats& e = edges[s.edge];
-      ++e.streams;
-      e.frames += s.frames;
-      e.events += s.events;
-      e.dropped += s.dropped;
-      e.lost += s.lost;
-      e.duplicates += s.duplicates;
-      e.stale_rejected += s.stale_rejected;
-      e.missing += s.missing;
-    }
-    for (auto& [name, e] : edges) {
-      e.edge = name;
-      out.edges.push_back(e);
-    }
-    return absl::OkStatus();
-  };
-  Status st = body();
-  (void)Exec(d.rdb.get(), "COMMIT", "end read");
-  if (!st.ok()) return st;
-  return out;
 }
 
 }  // namespace vigil::aggregator

@@ -48,7 +48,7 @@ int RunAggregator(const std::string& config_path) {
   std::printf("vigil aggregator: edges %s://%s:%u%s http %s://%s:%u db %s\n",
               config.tls_cert_file.empty() ? "tcp" : "tls+tcp", config.listen_host.c_str(), (*agg)->listen_port(),
               ucx.c_str(), config.http_cert_file.empty() ? "http" : "https", config.http_host.c_str(),
-              (*agg)->http_port(), config.db_path.c_str());
+              (*agg)->http_port(), aggregator::Store::Redacted(config.db_path).c_str());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop_signals, &sig);
@@ -66,8 +66,9 @@ void AddAggregatorCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--config", *config,
                   "agg.yaml; keys: listen, ucx_listen, ucx_device, http (host:port), cuda_ipc {socket, device, slots, slot_bytes, "
                   "allow_uids}, allow (CIDR list), auth {keys_file, required}, "
-                  "tls {cert_file, key_file, client_ca_file}, http_tls {cert_file, key_file}, http_token_file, db, "
-                  "db_synchronous (normal|full), max_connections, batch_max, queue_max, peer_timeout_ms, "
+                  "tls {cert_file, key_file, client_ca_file}, http_tls {cert_file, key_file}, http_token_file, db (SQLite file or "
+                  "postgresql:// URL), db_password_file|db_password_env, db_synchronous (normal|full), "
+                  "retention {max_age_hours, max_events, interval_s}, max_connections, batch_max, queue_max, peer_timeout_ms, "
                   "push [{name, webhook {url, timeout_ms, token_file|token_env, ca_file} | mqtt {broker, topic_prefix, "
                   "client_id, username, password_file|password_env, ca_file, timeout_ms}, route {edges, streams, "
                   "classes, min_severity}, retry {initial_ms, max_ms, max_attempts}}]. "

@@ -187,6 +187,34 @@ TEST(AggregatorConfigTest, PushSinksAreReadAndTheirSecretsComeFromAFileOrTheEnvi
   ::unsetenv("VIGIL_TEST_PUSH_TOKEN");
 }
 
+TEST(AggregatorConfigTest, ADatabaseUrlItsPasswordAndRetentionAreRead) {
+  ::setenv("VIGIL_TEST_DB_PASSWORD", "pa55-from-env", 1);
+  StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
+      "auth: {required: false}\ndb: postgresql://vigil@db.plant:5432/vigil\ndb_password_env: VIGIL_TEST_DB_PASSWORD\n"
+      "retention: {max_age_hours: 72, max_events: 1000000, interval_s: 30}\n",
+      "pg.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->db_path, "postgresql://vigil@db.plant:5432/vigil");
+  EXPECT_EQ(c->db_password, "pa55-from-env");
+  EXPECT_EQ(c->retention.max_age_ns, int64_t{72} * 3600 * 1'000'000'000);
+  EXPECT_EQ(c->retention.max_events, 1000000u);
+  EXPECT_EQ(c->retention_interval_s, 30);
+  StatusOr<AggregatorConfig> defaults = ParseAggregatorConfig("auth: {required: false}", "open.yaml");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_FALSE(defaults->retention.any());  // kept forever unless asked
+
+  const std::string bad = Message(
+      ParseAggregatorConfig("auth: {required: false}\ndb: agg.db\ndb_password_env: VIGIL_TEST_DB_PASSWORD\n"
+                            "retention: {max_age_hours: -1, max_evnts: 5}\n",
+                            "bad.yaml")
+          .status());
+  EXPECT_NE(bad.find("db_password_file: a password is for a PostgreSQL database"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("retention.max_age_hours"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("max_evnts"), std::string::npos) << bad;
+  EXPECT_EQ(bad.find("pa55"), std::string::npos) << bad;
+  ::unsetenv("VIGIL_TEST_DB_PASSWORD");
+}
+
 TEST(AggregatorConfigTest, CudaIpcErrorsNameTheKey) {
   StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
       "auth: {required: false}\n"

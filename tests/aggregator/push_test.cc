@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testing/test_database.h"
+
 namespace vigil::aggregator {
 namespace {
 
@@ -29,14 +31,20 @@ using transport::ReportKind;
 
 const std::vector<std::string> kNames = {"person", "bicycle", "car"};
 
-class PushTest : public ::testing::Test {
+class PushTest : public ::testing::TestWithParam<testing::Engine> {
  protected:
   void SetUp() override {
+    if (!db_.Create(GetParam())) {
+      if (!IsSkipped()) FAIL() << "no database for this test";
+      return;
+    }
+    path_ = db_.target();
     dir_ = std::filesystem::path(::testing::TempDir()) / ("vigil_push_" + std::to_string(std::random_device{}()));
     std::filesystem::create_directories(dir_);
-    path_ = (dir_ / "agg.db").string();
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
 
   std::unique_ptr<Store> Open(std::vector<PushRoute> routes) {
     StoreOptions o;
@@ -72,8 +80,9 @@ class PushTest : public ::testing::Test {
   }
   void Admit(Store& s) { ASSERT_TRUE(s.Admit("edge-1", 0, false, {}, 1).ok()); }
 
-  std::filesystem::path dir_;
-  std::string path_;
+  testing::TestDatabase db_;
+  std::filesystem::path dir_;  // the test's files (the broker's)
+  std::string path_;           // the store
 };
 
 TEST(PushRoute, EveryListedConditionMustHold) {
@@ -98,7 +107,7 @@ TEST(RetryPolicy, BackoffDoublesUpToTheMaximum) {
 
 // The outbox row is written in the event's transaction, one per sink whose route takes it, and survives a
 // reopen; progress, duplicates and events no route takes queue nothing.
-TEST_F(PushTest, StoringAnEventQueuesItForEverySinkThatTakesIt) {
+TEST_P(PushTest, StoringAnEventQueuesItForEverySinkThatTakesIt) {
   const std::vector<PushRoute> routes = {{"mes", {}, {}, {"person"}, ""}, {"alarms", {}, {}, {}, "critical"}};
   auto s = Open(routes);
   ASSERT_TRUE(s);
@@ -153,7 +162,7 @@ class ScriptedDelivery final : public Delivery {
   std::deque<DeliveryOutcome::Kind> script_;
 };
 
-TEST_F(PushTest, FailedDeliveriesAreRetriedWithBackoffOnTheClockAndGivenUpIntoDeadLetters) {
+TEST_P(PushTest, FailedDeliveriesAreRetriedWithBackoffOnTheClockAndGivenUpIntoDeadLetters) {
   auto s = Open({{"mes", {}, {}, {}, ""}});
   ASSERT_TRUE(s);
   Admit(*s);
@@ -212,7 +221,7 @@ TEST_F(PushTest, FailedDeliveriesAreRetriedWithBackoffOnTheClockAndGivenUpIntoDe
   EXPECT_EQ((*again)[0].attempts, 0);
 }
 
-TEST_F(PushTest, AnEventThatNeverGoesThroughIsDeadAfterMaxAttemptsWithGrowingBackoff) {
+TEST_P(PushTest, AnEventThatNeverGoesThroughIsDeadAfterMaxAttemptsWithGrowingBackoff) {
   auto s = Open({{"mes", {}, {}, {}, ""}});
   ASSERT_TRUE(s);
   Admit(*s);
@@ -369,7 +378,7 @@ int FreePort() {
 
 // Publishes with QoS 1 on one topic per class and the retained state topic; a broker that is down is a retry,
 // and the delivery reconnects by itself once it is back.
-TEST_F(PushTest, MqttPublishesEachEventPerClassAndAsTheStreamsRetainedState) {
+TEST_P(PushTest, MqttPublishesEachEventPerClassAndAsTheStreamsRetainedState) {
   if (!Broker::Available()) GTEST_SKIP() << "mosquitto is not installed (Debian mosquitto; scripts/deps.sh test)";
   Broker broker(dir_);
   const int port = FreePort();
@@ -463,6 +472,9 @@ TEST_F(PushTest, MqttPublishesEachEventPerClassAndAsTheStreamsRetainedState) {
   const DeliveryOutcome lost = (*mqtt)->Deliver(e);
   EXPECT_EQ(lost.kind, DeliveryOutcome::kRetry) << lost.detail;
 }
+
+INSTANTIATE_TEST_SUITE_P(Engines, PushTest, ::testing::Values(testing::Engine::kSqlite, testing::Engine::kPostgres),
+                         testing::EngineName);
 
 }  // namespace
 }  // namespace vigil::aggregator

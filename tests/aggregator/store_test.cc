@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include "testing/test_database.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,27 +19,17 @@ using transport::Report;
 using transport::ReportKind;
 using transport::WelcomeStream;
 
-class StoreTest : public ::testing::Test {
+class StoreTest : public ::testing::TestWithParam<testing::Engine> {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) / ("vigil_store_" + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(dir_);
-    path_ = (dir_ / "agg.db").string();
+    if (!db_.Create(GetParam())) {
+      if (!IsSkipped()) FAIL() << "no database for this test";
+      return;
+    }
+    path_ = db_.target();
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  // Independent look at the file through the SQLite C API.
-  int64_t Query(const std::string& sql) {
-    sqlite3* db = nullptr;
-    EXPECT_EQ(sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
-    sqlite3_stmt* s = nullptr;
-    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
-    int64_t v = -1;
-    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
-    return v;
-  }
+  bool sqlite() const { return GetParam() == testing::Engine::kSqlite; }
+  int64_t Query(const std::string& sql) { return db_.Query(sql); }
 
   std::unique_ptr<Store> Open() {
     StatusOr<std::unique_ptr<Store>> s = Store::Open(path_);
@@ -94,49 +86,74 @@ class StoreTest : public ::testing::Test {
     return g.ok() ? *g : Grant{};
   }
 
-  std::filesystem::path dir_;
+  testing::TestDatabase db_;
   std::string path_;
 };
 
-TEST_F(StoreTest, CreatesAVersionedSchemaInWalMode) {
+TEST_P(StoreTest, CreatesAVersionedSchema) {
   auto s = Open();
   ASSERT_TRUE(s);
-  EXPECT_EQ(Query("PRAGMA user_version"), Store::kSchemaVersion);
-  sqlite3* db = nullptr;
-  sqlite3_open(path_.c_str(), &db);
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
-  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  for (const char* table : {"edges", "streams", "runs", "frames", "events", "detections"}) {
-    EXPECT_EQ(Query(StrCat("SELECT COUNT(*) FROM sqlite_schema WHERE type='table' AND name='", table, "'")), 1)
-        << table;
+  EXPECT_EQ(s->engine(), std::string(sqlite() ? "sqlite" : "postgresql"));
+  const char* tables[] = {"edges", "streams", "runs", "frames", "events", "detections", "push_outbox",
+                          "push_dead_letters"};
+  if (sqlite()) {
+    EXPECT_EQ(Query("PRAGMA user_version"), Store::kSchemaVersion);
+    sqlite3* db = nullptr;
+    sqlite3_open(path_.c_str(), &db);
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    for (const char* table : tables) {
+      EXPECT_EQ(Query(StrCat("SELECT COUNT(*) FROM sqlite_schema WHERE type='table' AND name='", table, "'")), 1)
+          << table;
+    }
+  } else {
+    EXPECT_EQ(Query("SELECT version FROM vigil_schema"), Store::kSchemaVersion);
+    for (const char* table : tables) {
+      EXPECT_EQ(Query(StrCat("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() "
+                             "AND table_name = '", table, "'")), 1)
+          << table;
+    }
   }
+  // Opening again migrates nothing and keeps what is stored.
+  ASSERT_EQ(Admit(*s, 0).epoch, 1u);
+  s.reset();
+  s = Open();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(Admit(*s, 1).kind, Grant::kReadmitted);
 }
 
-TEST_F(StoreTest, RefusesANewerSchemaAndNonDatabases) {
+TEST_P(StoreTest, RefusesANewerSchemaAndNonDatabases) {
   Open().reset();
-  sqlite3* db = nullptr;
-  sqlite3_open(path_.c_str(), &db);
-  sqlite3_exec(db, "PRAGMA user_version=99", nullptr, nullptr, nullptr);
-  sqlite3_close(db);
+  ASSERT_TRUE(db_.Exec(sqlite() ? "PRAGMA user_version=99" : "UPDATE vigil_schema SET version = 99"));
   StatusOr<std::unique_ptr<Store>> s = Store::Open(path_);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(std::string(s.status().message()),
-            StrCat("sqlite ", path_, ": schema version 99 is newer than this vigil supports (3)"));
-
-  const std::string junk = (dir_ / "junk.db").string();
-  std::ofstream(junk) << std::string(4096, 'x');
-  s = Store::Open(junk);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(std::string(s.status().message()).find("file is not a database"), std::string::npos) << s.status();
+            StrCat(sqlite() ? "sqlite " : "postgresql ", path_, ": schema version 99 is newer than this vigil supports (",
+                   Store::kSchemaVersion, ")"));
+  if (sqlite()) {
+    const std::string junk = (db_.dir() / "junk.db").string();
+    std::ofstream(junk) << std::string(4096, 'x');
+    s = Store::Open(junk);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(std::string(s.status().message()).find("file is not a database"), std::string::npos) << s.status();
+  } else {
+    // Nobody listening: a clear error naming the database without its password.
+    s = Store::Open("postgresql://vigil:secret@127.0.0.1:1/nowhere");
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable);
+    const std::string m(s.status().message());
+    EXPECT_EQ(m.find("secret"), std::string::npos) << m;
+    EXPECT_NE(m.find("postgresql postgresql://vigil:***@127.0.0.1:1/nowhere: cannot connect"), std::string::npos) << m;
+  }
 }
 
-TEST_F(StoreTest, AReSentReportIsStoredOnce) {
+TEST_P(StoreTest, AReSentReportIsStoredOnce) {
   auto s = Open();
   ASSERT_TRUE(s);
   ASSERT_EQ(Admit(*s, 0).epoch, 1u);
@@ -171,7 +188,7 @@ TEST_F(StoreTest, AReSentReportIsStoredOnce) {
   EXPECT_EQ(Query("SELECT kind FROM frames WHERE seq = 3"), 2);
 }
 
-TEST_F(StoreTest, ContiguousPrefixAndGapsFollowOutOfOrderArrival) {
+TEST_P(StoreTest, ContiguousPrefixAndGapsFollowOutOfOrderArrival) {
   auto s = Open();
   ASSERT_TRUE(s);
   ASSERT_EQ(Admit(*s, 0).epoch, 1u);
@@ -204,7 +221,7 @@ TEST_F(StoreTest, ContiguousPrefixAndGapsFollowOutOfOrderArrival) {
   EXPECT_EQ(Query("SELECT contiguous_through FROM runs"), 21);
 }
 
-TEST_F(StoreTest, GrantsNewEpochsReadmitsAndFences) {
+TEST_P(StoreTest, GrantsNewEpochsReadmitsAndFences) {
   auto s = Open();
   ASSERT_TRUE(s);
   // A new instance (held 0) gets 1, 2, 3 …: strictly larger than any granted to the edge id.
@@ -241,7 +258,7 @@ TEST_F(StoreTest, GrantsNewEpochsReadmitsAndFences) {
   EXPECT_EQ(Admit(*s, 4).kind, Grant::kFenced);
 }
 
-TEST_F(StoreTest, AHeldEpochTheStoreNeverGrantedIsSucceeded) {
+TEST_P(StoreTest, AHeldEpochTheStoreNeverGrantedIsSucceeded) {
   auto s = Open();
   ASSERT_TRUE(s);
   // E.g. the database was replaced: the edge holds 7, this store granted nothing.
@@ -262,7 +279,7 @@ TEST_F(StoreTest, AHeldEpochTheStoreNeverGrantedIsSucceeded) {
   EXPECT_EQ(Admit(*s, 11).kind, Grant::kReadmitted);
 }
 
-TEST_F(StoreTest, GrantedEpochsAreDurableAcrossReopen) {
+TEST_P(StoreTest, GrantedEpochsAreDurableAcrossReopen) {
   auto s = Open();
   ASSERT_TRUE(s);
   EXPECT_EQ(Admit(*s, 0).epoch, 1u);
@@ -287,7 +304,7 @@ TEST_F(StoreTest, GrantedEpochsAreDurableAcrossReopen) {
   EXPECT_EQ(st->edges[0].granted_ns, 500);
 }
 
-TEST_F(StoreTest, WelcomeSaysWhatIsStoredOfEachResumedRun) {
+TEST_P(StoreTest, WelcomeSaysWhatIsStoredOfEachResumedRun) {
   auto s = Open();
   ASSERT_TRUE(s);
   Admit(*s, 0);
@@ -307,7 +324,7 @@ TEST_F(StoreTest, WelcomeSaysWhatIsStoredOfEachResumedRun) {
   EXPECT_EQ(Admit(*s, 0, false, "edge-2", resumed).streams[0], (WelcomeStream{"cam0", 1, -1, -1}));
 }
 
-TEST_F(StoreTest, AnOldSessionsReportCommittedAfterANewerGrantIsStale) {
+TEST_P(StoreTest, AnOldSessionsReportCommittedAfterANewerGrantIsStale) {
   auto s = Open();
   ASSERT_TRUE(s);
   ASSERT_EQ(Admit(*s, 0).epoch, 1u);
@@ -349,7 +366,7 @@ TEST_F(StoreTest, AnOldSessionsReportCommittedAfterANewerGrantIsStale) {
   EXPECT_EQ(st->edges[1].frames, 0u);
 }
 
-TEST_F(StoreTest, DroppedAndLostFramesAreAccountedNotMissing) {
+TEST_P(StoreTest, DroppedAndLostFramesAreAccountedNotMissing) {
   auto s = Open();
   ASSERT_TRUE(s);
   Admit(*s, 0);
@@ -401,7 +418,7 @@ TEST_F(StoreTest, DroppedAndLostFramesAreAccountedNotMissing) {
   EXPECT_EQ(Admit(*s, 1, false, "edge-1", {{"cam0", 1}}).streams[0], (WelcomeStream{"cam0", 1, 14, 14}));
 }
 
-TEST_F(StoreTest, LabelsComeFromTheAdmittingHellosClassNames) {
+TEST_P(StoreTest, LabelsComeFromTheAdmittingHellosClassNames) {
   auto s = Open();
   ASSERT_TRUE(s);
   Admit(*s, 0);
@@ -428,8 +445,9 @@ TEST_F(StoreTest, LabelsComeFromTheAdmittingHellosClassNames) {
   EXPECT_EQ((*ev)[2].detections[1].label, "class 16");
 }
 
-TEST_F(StoreTest, MigratesASchema1Database) {
+TEST_P(StoreTest, MigratesASchema1Database) {
   // A version-1 database written before epochs were granted: edges.epoch was the edge's own claim.
+  if (!sqlite()) GTEST_SKIP() << "schema-1 databases exist only in SQLite (PostgreSQL came with schema 4)";
   {
     auto s = Open();
     ASSERT_TRUE(s);
@@ -440,7 +458,7 @@ TEST_F(StoreTest, MigratesASchema1Database) {
   ASSERT_EQ(sqlite3_exec(db,
                          "ALTER TABLE runs DROP COLUMN dropped; ALTER TABLE runs DROP COLUMN lost; "
                          "ALTER TABLE edges DROP COLUMN granted_ns; DROP TABLE push_outbox; "
-                         "DROP TABLE push_dead_letters; PRAGMA user_version=1; "
+                         "DROP TABLE push_dead_letters; DROP INDEX events_stored; PRAGMA user_version=1; "
                          "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns) VALUES('edge-1', 6, 1, 2);",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -457,7 +475,7 @@ TEST_F(StoreTest, MigratesASchema1Database) {
   EXPECT_EQ(Query("SELECT dropped FROM runs"), 2);
 }
 
-TEST_F(StoreTest, EventsQueryFiltersAndReturnsDetections) {
+TEST_P(StoreTest, EventsQueryFiltersAndReturnsDetections) {
   auto s = Open();
   ASSERT_TRUE(s);
   ASSERT_EQ(Admit(*s, 0).epoch, 1u);  // at 500
@@ -503,7 +521,7 @@ TEST_F(StoreTest, EventsQueryFiltersAndReturnsDetections) {
   EXPECT_EQ(st->edges[0].events, 4u);
 }
 
-TEST_F(StoreTest, LastSeenFollowsHellosAndCommittedBatches) {
+TEST_P(StoreTest, LastSeenFollowsHellosAndCommittedBatches) {
   auto s = Open();
   ASSERT_TRUE(s);
   Admit(*s, 0, false, "edge-1", {}, 500);
@@ -532,6 +550,138 @@ TEST_F(StoreTest, LastSeenFollowsHellosAndCommittedBatches) {
   EXPECT_EQ(s->Stats()->edges[2].last_seen_ns, 0);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM edges"), 2);
 }
+
+TEST_P(StoreTest, RetentionDeletesOldEventsAndPrefixFramesButKeepsTheAccountingExact) {
+  StoreOptions o;
+  o.routes = {{.sink = "mes", .streams = {"cam1"}}};  // events of cam1 wait in an outbox
+  StatusOr<std::unique_ptr<Store>> opened = Store::Open(path_, o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Store& s = **opened;
+  Admit(s, 0);
+  // t=1000: seqs 0..4 and 6..7 (5 missing); t=5000: event 8; an event of cam1 waiting for its sink.
+  Apply(s, {Event(0, 5), Progress(1, 4), Progress(6, 7)}, 1000);
+  Apply(s, {Event(8, 9)}, 5000);
+  Apply(s, {Event(0, 1, 1, "cam1")}, 1000);
+  ASSERT_EQ(Query("SELECT COUNT(*) FROM frames"), 9);
+
+  RetentionPolicy age;
+  age.max_age_ns = 2000;
+  age.chunk = 2;  // several chunks
+  StatusOr<RetentionResult> pruned = s.Prune(age, 6000);  // cutoff 4000
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(pruned->events, 1u);  // cam0's event 0; cam1's waits for its sink
+  EXPECT_EQ(pruned->kept_for_push, 1u);
+  EXPECT_EQ(pruned->frames, 6u);  // cam0 0..4, cam1 0; not 6..7 above cam0's gap, not 8 (stored at 5000)
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM events"), 2);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM detections"), 4);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 3);
+
+  // The counts and the gap are what they were.
+  StatusOr<StoreStats> st = s.Stats();
+  ASSERT_TRUE(st.ok());
+  const RunStats& run = st->streams[0].runs[0];
+  EXPECT_EQ(run.frames, 8u);
+  EXPECT_EQ(run.events, 2u);
+  EXPECT_EQ(run.contiguous_through, 4);
+  EXPECT_EQ(run.gaps, (std::vector<SeqRange>{{5, 5}}));
+  EXPECT_EQ(run.missing, 1u);
+  // A re-send of pruned frames is a duplicate, not stored again; the missing one closes the gap.
+  std::vector<ApplyResult> r = Apply(s, {Event(0, 5), Progress(1, 4), Progress(5, 5)}, 7000);
+  EXPECT_EQ(r[0].kind, ApplyResult::kDuplicate);
+  EXPECT_EQ(r[1].duplicate_frames, 4u);
+  EXPECT_EQ(r[2].new_frames, 1u);
+  EXPECT_EQ(r[2].contiguous_through, 8);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 4);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM events"), 2);
+
+  // By count: the oldest beyond max_events go (never one still in an outbox).
+  Apply(s, {Event(9, 1), Event(10, 1), Event(11, 1)}, 8000);
+  RetentionPolicy count;
+  count.max_events = 3;
+  pruned = s.Prune(count, 8000);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(pruned->events, 2u);  // 5 events: 8 and 9 go, cam1's 0 stays
+  StatusOr<std::vector<StoredEvent>> left = s.Events({});
+  ASSERT_TRUE(left.ok());
+  std::vector<std::pair<std::string, uint64_t>> kept;
+  for (const StoredEvent& e : *left) kept.emplace_back(e.stream, e.seq);
+  EXPECT_EQ(kept, (std::vector<std::pair<std::string, uint64_t>>{{"cam1", 0}, {"cam0", 10}, {"cam0", 11}}));
+  EXPECT_EQ(s.Stats()->streams[0].runs[0].events, 5u);  // counted, though no longer kept
+}
+
+TEST_P(StoreTest, AFrameTwiceInOneBatchIsStoredOnceAsItsFirstReportSaysIt) {
+  auto s = Open();
+  ASSERT_TRUE(s);
+  Admit(*s, 0);
+  std::vector<ApplyResult> r = Apply(*s, {Progress(0, 2), Event(1, 7), Progress(2, 3)});
+  EXPECT_EQ(r[0].new_frames, 3u);
+  EXPECT_EQ(r[0].contiguous_through, 2);
+  EXPECT_EQ(r[1].kind, ApplyResult::kDuplicate);
+  EXPECT_FALSE(r[1].event_stored);
+  EXPECT_EQ(r[2].new_frames, 1u);
+  EXPECT_EQ(r[2].duplicate_frames, 1u);
+  EXPECT_EQ(r[2].contiguous_through, 3);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 4);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM events"), 0);
+  EXPECT_EQ(Query("SELECT duplicates FROM streams"), 2);
+}
+
+TEST_P(StoreTest, AReportIsFencedByAGrantAnotherAggregatorCommittedOnTheSameDatabase) {
+  // Two aggregators on one database (a replaced aggregator not yet gone): the fencing check reads the
+  // committed epoch in each batch's transaction, not what this process granted last.
+  auto a = Open();
+  auto b = Open();
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(Admit(*a, 0).epoch, 1u);
+  EXPECT_EQ(Apply(*a, {Progress(0, 1, 1)})[0].kind, ApplyResult::kStored);
+  ASSERT_EQ(Admit(*b, 0).epoch, 2u);  // the edge restarted against b
+  std::vector<ApplyResult> r = Apply(*a, {Progress(2, 3, 1)});
+  EXPECT_EQ(r[0].kind, ApplyResult::kStale);
+  EXPECT_EQ(r[0].edge_epoch, 2u);
+  EXPECT_EQ(Apply(*b, {Progress(2, 3, 2)})[0].kind, ApplyResult::kStored);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 4);
+  EXPECT_EQ(Query("SELECT stale_rejected FROM streams"), 1);
+}
+
+TEST_P(StoreTest, AfterTheServerDroppedItsConnectionsTheStoreReconnectsAndAFailedBatchStoresNothing) {
+  if (sqlite()) GTEST_SKIP() << "a database server's connection: PostgreSQL only";
+  auto s = Open();
+  ASSERT_TRUE(s);
+  Admit(*s, 0);
+  Apply(*s, {Progress(0, 4)});
+  // The server drops every connection of the store (as a server restart or a failover does).
+  EXPECT_EQ(Query(StrCat("SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE ",
+                         "pid <> pg_backend_pid() AND application_name = '", db_.schema(), "'")),
+            3)
+      << "the writer, reader and push connections";
+  // Between transactions: the next batch and the next read reconnect and go through.
+  std::vector<ApplyResult> r = Apply(*s, {Progress(5, 9)}, 3000);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].new_frames, 5u);
+  EXPECT_EQ(r[0].contiguous_through, 9);
+  StatusOr<std::vector<StoredEvent>> ev = s->Events({});
+  EXPECT_TRUE(ev.ok()) << ev.status();
+  StatusOr<StoreStats> st = s->Stats();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->streams[0].frames, 10u);
+  // Inside a transaction the batch fails as a whole (the aggregator closes its sessions; the edges re-send).
+  ASSERT_TRUE(db_.Exec("ALTER TABLE runs ADD CONSTRAINT small CHECK (contiguous_through < 12)"));
+  Report big = Progress(10, 14);
+  PendingReport p{&big, &kNames};
+  StatusOr<std::vector<ApplyResult>> failed = s->Apply({&p, 1}, 4000);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(std::string(failed.status().message()).find("violates check constraint"), std::string::npos)
+      << failed.status();
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 10) << "nothing of the failed batch";
+  ASSERT_TRUE(db_.Exec("ALTER TABLE runs DROP CONSTRAINT small"));
+  r = Apply(*s, {Progress(10, 14)}, 5000);
+  EXPECT_EQ(r[0].new_frames, 5u);
+  EXPECT_EQ(r[0].contiguous_through, 14);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM frames"), 15);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, StoreTest, ::testing::Values(testing::Engine::kSqlite, testing::Engine::kPostgres),
+                         testing::EngineName);
 
 }  // namespace
 }  // namespace vigil::aggregator

@@ -146,8 +146,19 @@ struct AggregatorConfig {
   std::string http_token_file;
   std::string http_host = "127.0.0.1";  // http: the API. Default: 127.0.0.1:7401
   uint16_t http_port = 7401;
-  std::string db_path = "vigil-aggregator.db";  // db: SQLite file. Default: vigil-aggregator.db
-  bool db_synchronous_full = false;             // db_synchronous: normal | full. Default: normal
+  // db: a SQLite file, or a PostgreSQL URL (postgresql://user@host:port/database; the database must exist).
+  // Default: vigil-aggregator.db
+  std::string db_path = "vigil-aggregator.db";
+  // db_password_file | db_password_env: PostgreSQL's password from a file (first line) or an environment
+  // variable, never logged. Default: none (the URL's, or libpq's PGPASSWORD / ~/.pgpass)
+  std::string db_password;
+  bool db_synchronous_full = false;             // db_synchronous: normal | full (SQLite). Default: normal
+  // retention: {max_age_hours, max_events, interval_s}: what the database keeps (store.h, Retention).
+  // max_age_hours: events and frame rows older than this (0 < h ≤ 87600; default: kept forever);
+  // max_events: at most this many events (default: no limit); interval_s: how often it prunes, 1..86400
+  // (default 60). Events a push sink has not delivered are kept.
+  RetentionPolicy retention;
+  int retention_interval_s = 60;
   int max_connections = 256;                    // max_connections: 1..65536. Default: 256
   int batch_max = 512;                          // batch_max: reports per transaction, 1..100000. Default: 512
   int queue_max = 16384;                        // queue_max: reports waiting for storage, 1..10^7. Default: 16384

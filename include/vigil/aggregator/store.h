@@ -1,5 +1,6 @@
-// vigil/aggregator/store.h — the aggregator's SQLite storage: edges, streams, runs, frames, events,
-// detections.
+// vigil/aggregator/store.h — the aggregator's storage: edges, streams, runs, frames, events, detections,
+// the push outbox. Two engines with one schema and one behaviour: SQLite (the default: a file) and
+// PostgreSQL (libpq; a postgresql:// URL), chosen by Store::Open's target.
 //
 // Accounting: every frame a stream reports is one row in `frames`, keyed (stream, run, seq) — the
 // PRIMARY KEY is what makes a re-sent frame count once (INSERT OR IGNORE), so "every seq 0..N-1 of a
@@ -15,20 +16,33 @@
 // before the aggregator sends the Welcome. Apply() accepts a report only when its epoch is the current
 // granted epoch of its edge, checked inside the report's transaction, so a report of an older session
 // that commits after a newer grant is refused (kStale) and counted, never stored.
-// Durability: WAL journal; synchronous=NORMAL by default (a committed transaction survives a process
+// Durability (SQLite): WAL journal; synchronous=NORMAL by default (a committed transaction survives a process
 // crash — SIGKILL — but the last ones may roll back on power loss or an OS crash; choose FULL for
-// that). Apply() and Admit() commit before they return, so acknowledging after them is "durable before
-// ack" and a granted epoch is never granted twice.
-// Schema: versioned with PRAGMA user_version; Open() applies the missing migrations in order and
+// that). PostgreSQL: the server's synchronous_commit decides (on by default: durable at commit). Apply()
+// and Admit() commit before they return, so acknowledging after them is "durable before ack" and a granted
+// epoch is never granted twice.
+// PostgreSQL: Apply stores a batch in a few set-based statements (unnest arrays) instead of one per row, and
+// reads the edges' epochs FOR SHARE inside the batch's transaction while Admit updates them FOR UPDATE, so
+// a report is fenced correctly even if two aggregators share the database. Still, one aggregator writes to
+// a database at a time (its caches of streams and prefixes are its own); any number may read it. The tables
+// live in the connection's search_path schema (libpq's `options=-csearch_path=…` picks one); the schema
+// version is the vigil_schema table's. The password never appears in logs or errors: give it in the URL, a
+// libpq passfile (PGPASSFILE / `passfile=`) or PGPASSWORD.
+// Schema: versioned (SQLite: PRAGMA user_version; PostgreSQL: the vigil_schema table); Open() applies the missing migrations in order and
 // refuses a database newer than this code (kSchemaVersion). Version 2 adds per-run dropped/lost counts
-// and the time of an edge's current grant; version 3 the push outbox and dead letters (push.h).
-// Integers: SQLite stores signed 64-bit; run and epoch (uint64) are stored as their bit pattern and
+// and the time of an edge's current grant; version 3 the push outbox and dead letters (push.h); version 4 the
+// indexes retention (Prune) needs.
+// Retention (Prune): events older than a maximum age or beyond a maximum count are deleted with their
+// detections, oldest first, except those a push sink has not delivered yet; frame rows older than the age
+// limit are deleted only at or below their run's contiguous prefix (Apply treats a seq at or below the
+// prefix as a duplicate without looking for its row), so accounting and gaps stay exact; runs are kept.
+// Integers: both engines store signed 64-bit; run and epoch (uint64) are stored as their bit pattern and
 // read back unchanged; seq must stay below 2^63.
 //
-// Thread-safety: Admit and Apply from one writer thread (they share the writer connection and its
+// Thread-safety: Admit, Apply and Prune from one writer thread (they share the writer connection and its
 // caches); Events and Stats from any thread (a separate read connection, serialized by a mutex; WAL
 // lets it read while the writer writes).
-// Errors: Internal / Unavailable with SQLite's message and the statement's purpose; on any error the
+// Errors: Internal / Unavailable with the engine's message and the statement's purpose; on any error the
 // failed transaction is rolled back (nothing of it is stored) and the writer's caches are dropped.
 #pragma once
 
@@ -59,7 +73,10 @@ bool RouteMatches(const PushRoute& route, const std::string& edge, const std::st
                   const std::string& severity, const std::vector<std::string>& labels);
 
 struct StoreOptions {
-  bool synchronous_full = false;  // PRAGMA synchronous=FULL instead of NORMAL. Default: false
+  bool synchronous_full = false;  // SQLite: PRAGMA synchronous=FULL instead of NORMAL. Default: false
+  // PostgreSQL: the password, when not in the URL (it overrides one there). Never logged. Default: none (libpq's
+  // own: PGPASSWORD, ~/.pgpass)
+  std::string password;
   // Push sinks: Apply writes an outbox row for every (sink, stored event) its route takes, in the event's
   // transaction. Default: none.
   std::vector<PushRoute> routes;
@@ -165,6 +182,22 @@ struct StoreStats {
   std::vector<StreamStats> streams;  // ascending (edge, stream)
 };
 
+// What Store::Prune deletes (aggregator config `retention:`). Zero: no limit of that kind.
+struct RetentionPolicy {
+  int64_t max_age_ns = 0;   // events and frame rows stored longer ago than this
+  uint64_t max_events = 0;  // events beyond this many, the oldest first
+  int chunk = 10000;        // rows deleted per transaction (how long the writer is held). REQUIRES: > 0
+  bool any() const { return max_age_ns > 0 || max_events > 0; }
+};
+
+// What one Store::Prune deleted.
+struct RetentionResult {
+  uint64_t events = 0;        // events, with their detections
+  uint64_t frames = 0;        // frame rows (at or below their run's contiguous prefix)
+  uint64_t dead_letters = 0;  // dead letters of deleted events
+  uint64_t kept_for_push = 0; // events past the limits kept because a sink still has them in its outbox
+};
+
 // A push_outbox row that is due, with its event.
 struct OutboxItem {
   int64_t id = 0;    // the row
@@ -181,19 +214,26 @@ struct DeadLetter {
   StoredEvent event;
 };
 
+class StoreBackend;  // store_backend.h: an engine
+
 class Store {
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
-  // Opens (creating if needed) and migrates the database at `path`.
-  // Errors: Unavailable (cannot open / not a database), FailedPrecondition (schema newer than ours).
-  static StatusOr<std::unique_ptr<Store>> Open(const std::string& path, StoreOptions options = {});
+  // Opens (creating if needed) and migrates the database `target`: a PostgreSQL URL (postgresql://… or
+  // postgres://…, libpq's syntax; the database must exist) or else a SQLite file path.
+  // Errors: Unavailable (cannot open or connect / not a database), FailedPrecondition (schema newer than
+  // ours), Unimplemented (a PostgreSQL URL and this vigil built without libpq).
+  static StatusOr<std::unique_ptr<Store>> Open(const std::string& target, StoreOptions options = {});
+  // The target without its password ("postgresql://vigil:***@host/db"), as logs and the API show it.
+  static std::string Redacted(const std::string& target);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
   int schema_version() const { return kSchemaVersion; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // the target, Redacted
+  const char* engine() const { return engine_; }      // "sqlite" / "postgresql"
 
   // Decides on the Hello of `edge` holding `held_epoch` (0 = a new instance), in one committed transaction:
   //   held 0 or `promote` → kNew: current + 1 (1 for an edge never seen), stored as the edge's epoch;
@@ -213,6 +253,10 @@ class Store {
 
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const;
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run = 100) const;
+  // Deletes what `policy` no longer keeps (see Retention above), in transactions of at most policy.chunk
+  // rows of each table, from the writer thread (between Apply batches). Errors: the store's (what earlier
+  // chunks deleted stays deleted).
+  StatusOr<RetentionResult> Prune(const RetentionPolicy& policy, int64_t now_ns);
 
   // The push outbox (aggregator/push.h), on a connection of its own (any thread; serialized by a mutex).
   // Rows of `sink` due at `now_ns` (next_ns ≤ now_ns), by due time then event id, at most `limit`.
@@ -231,10 +275,10 @@ class Store {
   StatusOr<uint64_t> ReplayDeadLetters(const std::string& sink, int64_t now_ns);
 
  private:
-  struct Impl;
-  Store(std::string path, std::unique_ptr<Impl> impl);
+  Store(std::string path, const char* engine, std::unique_ptr<StoreBackend> backend);
   std::string path_;
-  std::unique_ptr<Impl> impl_;
+  const char* engine_;
+  std::unique_ptr<StoreBackend> backend_;
 };
 
 }  // namespace vigil::aggregator

@@ -1,0 +1,112 @@
+// src/aggregator/store_backend.h — internal to the aggregator: what a storage engine implements for
+// aggregator::Store (store.h), and the decisions both engines share.
+//
+// Store::Open picks the engine from its target: a postgresql:// or postgres:// URL opens PostgreSQL
+// (store_pg.cc, libpq), anything else is a SQLite file (store_sqlite.cc). Every method has the contract
+// of the Store method of the same name (store.h), thread-safety included.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vigil/aggregator/store.h"
+
+namespace vigil::aggregator {
+
+class StoreBackend {
+ public:
+  virtual ~StoreBackend() = default;
+  virtual StatusOr<Grant> Admit(const std::string& edge, uint64_t held_epoch, bool promote,
+                                std::span<const transport::HelloStream> streams, int64_t now_ns) = 0;
+  virtual StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns) = 0;
+  virtual StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const = 0;
+  virtual StatusOr<StoreStats> Stats(size_t max_gaps_per_run) const = 0;
+  virtual StatusOr<RetentionResult> Prune(const RetentionPolicy& policy, int64_t now_ns) = 0;
+  virtual StatusOr<std::vector<OutboxItem>> PushDue(const std::string& sink, int64_t now_ns, int limit) const = 0;
+  virtual StatusOr<std::optional<int64_t>> PushNextDue(const std::string& sink) const = 0;
+  virtual StatusOr<uint64_t> PushDepth(const std::string& sink) const = 0;
+  virtual Status PushDelivered(int64_t outbox_id) = 0;
+  virtual Status PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) = 0;
+  virtual Status PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns) = 0;
+  virtual StatusOr<std::vector<DeadLetter>> DeadLetters(const std::string& sink, int limit) const = 0;
+  virtual StatusOr<uint64_t> ReplayDeadLetters(const std::string& sink, int64_t now_ns) = 0;
+};
+
+// `target` is a SQLite file path / a PostgreSQL URL; `shown` is how errors and logs name it (no password).
+StatusOr<std::unique_ptr<StoreBackend>> OpenSqliteBackend(const std::string& target, const std::string& shown,
+                                                          const StoreOptions& options);
+// Errors: also Unimplemented when this vigil was built without libpq (VIGIL_WITH_POSTGRES=OFF).
+StatusOr<std::unique_ptr<StoreBackend>> OpenPostgresBackend(const std::string& target, const std::string& shown,
+                                                            const StoreOptions& options);
+
+// ---- Shared by both engines ----
+
+// The label of class `id` given the admitting Hello's class names ("class N" when out of range).
+std::string LabelOf(const std::vector<std::string>* names, int64_t id);
+
+// The Admit decision for an edge whose current granted epoch is `current` (0: never granted), holding
+// `held` (store.h, Store::Admit). Fills kind, epoch, previous_epoch and held_unknown of the Grant.
+// Errors: OutOfRange when no larger 64-bit epoch is left to grant.
+StatusOr<Grant> DecideGrant(uint64_t held, bool promote, uint64_t current);
+
+// Walks the stored seqs of a run above its contiguous prefix, in ascending order, and records the gaps
+// (RunStats::gaps, missing, last_seq). Start with r.contiguous_through set; call Seq for each stored seq.
+class GapWalk {
+ public:
+  GapWalk(RunStats& r, size_t max_gaps)
+      : r_(r), max_gaps_(max_gaps), expected_(static_cast<uint64_t>(r.contiguous_through + 1)) {
+    r_.last_seq = static_cast<uint64_t>(r_.contiguous_through);
+  }
+  void Seq(uint64_t seq) {
+    if (seq > expected_) {
+      if (r_.gaps.size() < max_gaps_) r_.gaps.push_back({expected_, seq - 1});
+      r_.missing += seq - expected_;
+    }
+    expected_ = seq + 1;
+    r_.last_seq = seq;
+  }
+
+ private:
+  RunStats& r_;
+  size_t max_gaps_;
+  uint64_t expected_;
+};
+
+// What retention (RunRetention) needs of an engine; each Delete* is one transaction of its own.
+class RetentionOps {
+ public:
+  struct Row {
+    int64_t key = 0;        // event id / frame seq
+    int64_t stored_ns = 0;  // when it was stored
+  };
+  struct RunRef {
+    int64_t stream_id = 0, run = 0, through = 0;  // run by bit pattern; through = its contiguous prefix (≥ 0)
+  };
+  virtual ~RetentionOps() = default;
+  virtual StatusOr<uint64_t> CountEvents() = 0;
+  // The oldest events (ascending id) no outbox row refers to, at most `limit`.
+  virtual StatusOr<std::vector<Row>> OldestEvents(int limit) = 0;
+  // Deletes the events with their detections and dead letters; returns how many dead letters went.
+  virtual StatusOr<uint64_t> DeleteEvents(const std::vector<int64_t>& ids) = 0;
+  virtual StatusOr<uint64_t> KeptForPush(int64_t cutoff_ns) = 0;  // events stored before cutoff still in an outbox
+  virtual StatusOr<std::vector<RunRef>> PrefixRuns() = 0;          // runs whose prefix is not empty
+  // The run's lowest frame rows at or below its prefix, ascending seq, at most `limit`.
+  virtual StatusOr<std::vector<Row>> OldestFrames(const RunRef& run, int limit) = 0;
+  virtual Status DeleteFrames(const RunRef& run, int64_t through_seq) = 0;  // its rows with seq ≤ through_seq
+};
+
+// Store::Prune over an engine's RetentionOps: events oldest first while past the age or count limit (skipping
+// those still in an outbox), then each run's frame rows at or below its prefix while older than the age limit,
+// in chunks of policy.chunk rows.
+StatusOr<RetentionResult> RunRetention(RetentionOps& ops, const RetentionPolicy& policy, int64_t now_ns);
+
+// Adds a stream's runs into its totals and the per-edge totals, and lists the edges (StoreStats):
+// `edges` holds the edges table's rows (epoch and times), keyed by edge id.
+void SumStats(StoreStats& out, std::map<std::string, EdgeStats> edges);
+
+}  // namespace vigil::aggregator
