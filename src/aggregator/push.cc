@@ -142,6 +142,25 @@ StatusOr<std::optional<int64_t>> Pusher::RunDue(int limit) {
   const int64_t now = clock_->WallNs();
   if (now < pause_until_ns_) return std::optional<int64_t>(pause_until_ns_);
   VIGIL_ASSIGN_OR_RETURN(std::vector<OutboxItem> due, store_->PushDue(sink_, now, limit));
+  // Delivered rows are deleted together, in one transaction after the batch (a crash before it re-delivers
+  // them: at least once, keyed by the event).
+  std::vector<int64_t> delivered;
+  Status st = DeliverDue(due, delivered);
+  if (!delivered.empty()) {
+    Status del = store_->PushDelivered(delivered);
+    if (!del.ok()) {
+      std::lock_guard lock(mu_);
+      ++stats_.store_errors;
+    }
+    if (st.ok()) st = del;
+  }
+  VIGIL_RETURN_IF_ERROR(st);
+  VIGIL_ASSIGN_OR_RETURN(std::optional<int64_t> next, store_->PushNextDue(sink_));
+  if (next && *next < pause_until_ns_) next = pause_until_ns_;
+  return next;
+}
+
+Status Pusher::DeliverDue(std::vector<OutboxItem>& due, std::vector<int64_t>& delivered) {
   for (OutboxItem& item : due) {
     {
       std::lock_guard lock(mu_);
@@ -153,7 +172,7 @@ StatusOr<std::optional<int64_t>> Pusher::RunDue(int limit) {
     bool dead = false;
     Status st;
     if (out.kind == DeliveryOutcome::kDelivered) {
-      st = store_->PushDelivered(item.id);
+      delivered.push_back(item.id);
     } else if (out.kind == DeliveryOutcome::kRejected || attempts >= policy_.max_attempts) {
       dead = true;
       st = store_->PushDead(item.id, attempts, out.detail, at);
@@ -187,9 +206,7 @@ StatusOr<std::optional<int64_t>> Pusher::RunDue(int limit) {
     }
     if (out.kind == DeliveryOutcome::kDelivered) failures_in_row_ = 0;
   }
-  VIGIL_ASSIGN_OR_RETURN(std::optional<int64_t> next, store_->PushNextDue(sink_));
-  if (next && *next < pause_until_ns_) next = pause_until_ns_;
-  return next;
+  return absl::OkStatus();
 }
 
 void Pusher::Start() { thread_ = std::thread([this] { Loop(); }); }

@@ -74,7 +74,7 @@ StatusOr<std::optional<int64_t>> Store::PushNextDue(const std::string& sink) con
   return backend_->PushNextDue(sink);
 }
 StatusOr<uint64_t> Store::PushDepth(const std::string& sink) const { return backend_->PushDepth(sink); }
-Status Store::PushDelivered(int64_t outbox_id) { return backend_->PushDelivered(outbox_id); }
+Status Store::PushDelivered(std::span<const int64_t> outbox_ids) { return backend_->PushDelivered(outbox_ids); }
 Status Store::PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) {
   return backend_->PushRetry(outbox_id, attempts, next_ns, error);
 }

@@ -30,7 +30,7 @@ class StoreBackend {
   virtual StatusOr<std::vector<OutboxItem>> PushDue(const std::string& sink, int64_t now_ns, int limit) const = 0;
   virtual StatusOr<std::optional<int64_t>> PushNextDue(const std::string& sink) const = 0;
   virtual StatusOr<uint64_t> PushDepth(const std::string& sink) const = 0;
-  virtual Status PushDelivered(int64_t outbox_id) = 0;
+  virtual Status PushDelivered(std::span<const int64_t> outbox_ids) = 0;
   virtual Status PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) = 0;
   virtual Status PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns) = 0;
   virtual StatusOr<std::vector<DeadLetter>> DeadLetters(const std::string& sink, int limit) const = 0;

@@ -523,9 +523,12 @@ class PgBackend final : public StoreBackend {
     VIGIL_ASSIGN_OR_RETURN(Result r, p_->Run(kSql, {sink}, "push outbox: depth"));
     return U64(r.get(), 0, 0);
   }
-  Status PushDelivered(int64_t outbox_id) override {
+  Status PushDelivered(std::span<const int64_t> outbox_ids) override {
     std::lock_guard lock(push_mu_);
-    return p_->Run(kDeleteOutbox, {P(outbox_id)}, "push outbox: delete a delivered row").status();
+    Array ids;
+    for (int64_t id : outbox_ids) ids.Add(id);
+    static constexpr const char* kSql = "DELETE FROM push_outbox WHERE id = ANY($1::bigint[])";
+    return p_->Run(kSql, {ids.Done()}, "push outbox: delete delivered rows").status();
   }
   Status PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) override {
     std::lock_guard lock(push_mu_);

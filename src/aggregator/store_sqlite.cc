@@ -506,7 +506,7 @@ class SqliteBackend final : public StoreBackend {
   StatusOr<std::vector<OutboxItem>> PushDue(const std::string& sink, int64_t now_ns, int limit) const override;
   StatusOr<std::optional<int64_t>> PushNextDue(const std::string& sink) const override;
   StatusOr<uint64_t> PushDepth(const std::string& sink) const override;
-  Status PushDelivered(int64_t outbox_id) override;
+  Status PushDelivered(std::span<const int64_t> outbox_ids) override;
   Status PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) override;
   Status PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns) override;
   StatusOr<std::vector<DeadLetter>> DeadLetters(const std::string& sink, int limit) const override;
@@ -718,10 +718,14 @@ StatusOr<uint64_t> SqliteBackend::PushDepth(const std::string& sink) const {
   return n;
 }
 
-Status SqliteBackend::PushDelivered(int64_t outbox_id) {
+Status SqliteBackend::PushDelivered(std::span<const int64_t> outbox_ids) {
   SqliteImpl& d = *impl_;
   std::lock_guard lock(d.push_mu);
-  return Annotate(d.push_delete.Bind(outbox_id).Run(), "push outbox: delete a delivered row");
+  Status st = d.push_begin.Run();
+  for (size_t i = 0; st.ok() && i < outbox_ids.size(); ++i) st = d.push_delete.Bind(outbox_ids[i]).Run();
+  if (st.ok()) st = d.push_commit.Run();
+  if (!st.ok()) (void)d.push_rollback.Run();
+  return Annotate(st, "push outbox: delete delivered rows");
 }
 
 Status SqliteBackend::PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) {

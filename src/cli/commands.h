@@ -14,6 +14,7 @@ CLI::App* AddBenchCommands(CLI::App& app, int* exit_code);  // bench_cmd.cc: `vi
 void AddBenchPlacementCommand(CLI::App& bench, int* exit_code);  // bench_placement_cmd.cc: `vigil bench placement`
 void AddBenchStreamsCommand(CLI::App& bench, int* exit_code);  // bench_streams_cmd.cc: `vigil bench streams`
 void AddBenchTransportCommand(CLI::App& bench, int* exit_code);  // bench_transport_cmd.cc: `vigil bench transport`
+void AddBenchAggregatorCommand(CLI::App& bench, int* exit_code);  // bench_aggregator_cmd.cc: `vigil bench aggregator`
 void AddAggregatorCommand(CLI::App& app, int* exit_code);  // aggregator_cmd.cc: `vigil aggregator`
 void AddEdgeCommand(CLI::App& app, int* exit_code);        // edge_cmd.cc: `vigil edge --config edge.yaml`
 void AddTopoCommand(CLI::App& app, int* exit_code);    // topo_cmd.cc: `vigil topo` (a stub saying why when built without hwloc)

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   vigil::cli::AddBenchPlacementCommand(*bench, &exit_code);
   vigil::cli::AddBenchStreamsCommand(*bench, &exit_code);
   vigil::cli::AddBenchTransportCommand(*bench, &exit_code);
+  vigil::cli::AddBenchAggregatorCommand(*bench, &exit_code);
   vigil::cli::AddTopoCommand(app, &exit_code);
   vigil::cli::AddAggregatorCommand(app, &exit_code);
   vigil::cli::AddEdgeCommand(app, &exit_code);

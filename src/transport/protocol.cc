@@ -457,6 +457,44 @@ uint32_t Crc32(std::string_view data, uint32_t crc) {
 }
 
 namespace {
+// Ids, rules and class names are stored as text by both storage engines (PostgreSQL refuses a byte sequence
+// that is not UTF-8, and any NUL) and rendered into JSON: valid UTF-8 (no overlong forms, no surrogates, at
+// most U+10FFFF) without NUL.
+bool IsText(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == 0) return false;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    uint32_t cp = 0;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
 Status CheckReport(const Report& r, bool need_edge) {
   auto bad = [&](std::string reason) {
     return absl::InvalidArgumentError(
@@ -464,6 +502,9 @@ Status CheckReport(const Report& r, bool need_edge) {
   };
   if ((need_edge && r.edge.empty()) || r.stream.empty()) return bad("empty edge or stream id");
   if (r.edge.size() > 65535 || r.stream.size() > 65535 || r.rule.size() > 65535) return bad("string over 65535 bytes");
+  if (!IsText(r.edge) || !IsText(r.stream) || !IsText(r.rule)) {
+    return bad("edge id, stream id and rule must be UTF-8 text without NUL bytes");
+  }
   if (r.seq_first > r.seq_last) return bad("seq_first > seq_last");
   if (r.seq_last >= kMaxSeq) return bad(StrCat("seq_last ", r.seq_last, " is not below 2^63"));
   if (r.seq_last - r.seq_first >= kMaxReportFrames) {
@@ -504,6 +545,7 @@ Status ValidateHello(const Hello& h) {
     return absl::InvalidArgumentError(StrCat("Hello of edge '", h.edge.substr(0, 200), "': ", reason));
   };
   if (h.edge.empty() || h.edge.size() > 65535) return bad("edge id must be 1..65535 bytes");
+  if (!IsText(h.edge)) return bad("the edge id is not UTF-8 text without NUL bytes");
   if ((h.flags & ~kHelloPromote) != 0) return bad(StrCat("unknown flags ", static_cast<int>(h.flags)));
   if (h.class_names.size() > kMaxClasses) return bad(StrCat(h.class_names.size(), " class names, more than ", kMaxClasses));
   if (h.streams.size() > kMaxHelloStreams) return bad(StrCat(h.streams.size(), " streams, more than ", kMaxHelloStreams));
@@ -511,10 +553,12 @@ Status ValidateHello(const Hello& h) {
   size_t welcome_bytes = 8 + 4;  // the Welcome lists every stream again, with two i64 cursors each
   for (const std::string& n : h.class_names) {
     if (n.size() > 65535) return bad("a class name over 65535 bytes");
+    if (!IsText(n)) return bad("a class name is not UTF-8 text without NUL bytes");
     bytes += 2 + n.size();
   }
   for (const HelloStream& s : h.streams) {
     if (s.stream.empty() || s.stream.size() > 65535) return bad("a stream id must be 1..65535 bytes");
+    if (!IsText(s.stream)) return bad("a stream id is not UTF-8 text without NUL bytes");
     bytes += 2 + s.stream.size() + 8;
     welcome_bytes += 2 + s.stream.size() + 8 + 8 + 8;
   }

@@ -46,16 +46,80 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class PgDb:
+    """A PostgreSQL schema of one test (t_<random>) in the database VIGIL_TEST_POSTGRES names, read with psql;
+    the aggregator stores into it through its URL's search_path option. Dropped by drop()."""
+
+    class Error(Exception):
+        pass
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+        self.schema = f"t_{os.getpid()}_{int(time.monotonic_ns() % 10**9)}"
+        self._psql(base_url, f"CREATE SCHEMA {self.schema}")
+        self.url = f"{base_url}{'&' if '?' in base_url else '?'}options=-csearch_path%3D{self.schema}"
+
+    @staticmethod
+    def _psql(url: str, sql: str, variables: dict[str, str] | None = None) -> str:
+        args = ["psql", url, "-X", "-q", "-At", "-F", "\t", "-v", "ON_ERROR_STOP=1"]
+        for k, v in (variables or {}).items():
+            args += ["-v", f"{k}={v}"]
+        r = subprocess.run(args, input=sql, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise PgDb.Error(f"psql: {sql}: {r.stderr.strip()}")
+        return r.stdout
+
+    def exists(self) -> bool:
+        return True
+
+    def query(self, sql: str, *args) -> list[tuple]:
+        """`sql` with SQLite's ? placeholders; integers come back as int."""
+        parts = sql.split("?")
+        text = parts[0] + "".join(f":'a{i}'{part}" for i, part in enumerate(parts[1:]))
+        out = self._psql(self.url, text + ";", {f"a{i}": str(a) for i, a in enumerate(args)})
+        rows = []
+        for line in out.splitlines():
+            rows.append(tuple(int(v) if re.fullmatch(r"-?\d+", v) else v for v in line.split("\t")))
+        return rows
+
+    def drop(self):
+        self._psql(self.base_url, f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+
+
+def postgres_or_skip() -> str:
+    """VIGIL_TEST_POSTGRES; skips without it, fails instead when VIGIL_REQUIRE_POSTGRES=1 (scripts/test.sh)."""
+    url = os.environ.get("VIGIL_TEST_POSTGRES", "")
+    if not url:
+        if os.environ.get("VIGIL_REQUIRE_POSTGRES") == "1":
+            pytest.fail("VIGIL_REQUIRE_POSTGRES=1 but VIGIL_TEST_POSTGRES is not set")
+        pytest.skip("PostgreSQL: set VIGIL_TEST_POSTGRES (scripts/postgres.sh start DIR prints one)")
+    if not shutil.which("psql"):
+        pytest.fail("psql not installed (Debian postgresql-client)")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request):
+    """The aggregator's database for a test: None (a SQLite file) or a PgDb, dropped afterwards."""
+    if request.param == "sqlite":
+        yield None
+        return
+    db = PgDb(postgres_or_skip())
+    yield db
+    db.drop()
+
+
 class Aggregator:
-    def __init__(self, tmp: Path, port: int, extra: str = ""):
+    def __init__(self, tmp: Path, port: int, extra: str = "", pg: PgDb | None = None):
         self.port = port
-        self.db = tmp / "agg.db"
+        self.db = pg if pg is not None else tmp / "agg.db"
         self.config = tmp / "agg.yaml"
         self.http_port = free_port()
         keys = write_keys(tmp / "edge-keys.yaml")
         auth = "" if "auth:" in extra else f"auth: {{keys_file: {keys}}}\n"
+        db = f"'{pg.url}'" if pg is not None else str(self.db)
         self.config.write_text(
-            f"listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{self.http_port}\ndb: {self.db}\n{auth}{extra}")
+            f"listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{self.http_port}\ndb: {db}\n{auth}{extra}")
         self.log = open(tmp / "agg.log", "ab")
         self.proc = None
 
@@ -78,7 +142,10 @@ class Aggregator:
         self.proc.wait(timeout=30)
 
 
-def query(db: Path, sql: str, *args):
+def query(db, sql: str, *args):
+    """Rows of `sql` (? placeholders) from the aggregator's database: a SQLite file or a PgDb."""
+    if isinstance(db, PgDb):
+        return db.query(sql, *args)
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
         return con.execute(sql, args).fetchall()
@@ -92,7 +159,7 @@ def stored_frames(db: Path, stream: str) -> int:
     try:
         return query(db, "SELECT COUNT(*) FROM frames f JOIN streams s ON s.id = f.stream_id WHERE s.stream = ?",
                      stream)[0][0]
-    except sqlite3.OperationalError:  # schema not created yet
+    except (sqlite3.OperationalError, PgDb.Error):  # schema not created yet
         return 0
 
 

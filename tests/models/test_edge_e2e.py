@@ -43,7 +43,8 @@ import numpy as np
 import pytest
 
 from common import SHARED_DIR, THREADS, vigil_bin
-from edge_harness import Aggregator, free_port, metric, parse_metrics, query, read_metrics, stored_frames
+from edge_harness import (Aggregator, engine, free_port, metric, parse_metrics, query, read_metrics,  # noqa: F401
+                          stored_frames)
 
 VTEST = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
 DARKNET = Path("/usr/share/darknet/data")
@@ -111,7 +112,8 @@ def start_edge(cfg: Path, tmp: Path) -> subprocess.Popen:
 
 
 def assert_accounted_once(db: Path, stream: str, n: int):
-    runs = query(db, "SELECT f.run, COUNT(*), MIN(f.seq), MAX(f.seq), SUM(f.kind = 1), SUM(f.kind = 2) "
+    runs = query(db, "SELECT f.run, COUNT(*), MIN(f.seq), MAX(f.seq), SUM(CASE WHEN f.kind = 1 THEN 1 ELSE 0 END), "
+                     "SUM(CASE WHEN f.kind = 2 THEN 1 ELSE 0 END) "
                      "FROM frames f JOIN streams s ON s.id = f.stream_id WHERE s.stream = ? GROUP BY f.run", stream)
     assert len(runs) == 1, f"{stream}: expected one run, got {runs}"
     run, count, lo, hi, events, marks = runs[0]
@@ -275,9 +277,9 @@ def kill_aggregator_mid_run(agg: Aggregator, edge: subprocess.Popen):
     agg.start()
 
 
-def test_aggregator_killed_and_restarted(vtest200, tmp_path):
+def test_aggregator_killed_and_restarted(vtest200, tmp_path, engine):
     port = free_port()
-    agg = Aggregator(tmp_path, port)
+    agg = Aggregator(tmp_path, port, pg=engine)
     agg.start()
     edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
     try:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_harness import Aggregator, free_port, metric, parse_metrics, query
+from edge_harness import Aggregator, engine, free_port, metric, parse_metrics, query  # noqa: F401 (fixture)
 from test_standby_e2e import wait_for
 from test_edge_e2e import (FRAMES, assert_accounted_once, kill_aggregator_mid_run, start_edge, vtest200,  # noqa: F401
                            wait_edge, write_edge_config)
@@ -85,10 +85,10 @@ def scrape(port: int) -> dict:
     return parse_metrics(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
 
 
-def test_a_webhook_that_fails_then_recovers_gets_every_event_across_an_aggregator_kill(vtest200, tmp_path):
+def test_a_webhook_that_fails_then_recovers_gets_every_event_across_an_aggregator_kill(vtest200, tmp_path, engine):
     endpoint = Endpoint(fail_first=8)
     port = free_port()
-    agg = Aggregator(tmp_path, port, push_config(f"http://127.0.0.1:{endpoint.port}/vigil/events"))
+    agg = Aggregator(tmp_path, port, push_config(f"http://127.0.0.1:{endpoint.port}/vigil/events"), pg=engine)
     agg.start()
     edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
     try:
@@ -197,7 +197,7 @@ class Mosquitto:
             self.proc.wait(timeout=30)
 
 
-def test_mqtt_consumers_get_every_event_across_a_broker_restart_and_an_aggregator_kill(vtest200, tmp_path):
+def test_mqtt_consumers_get_every_event_across_a_broker_restart_and_an_aggregator_kill(vtest200, tmp_path, engine):
     """QoS 1 to a broker that is stopped (SIGTERM, persistence on) and restarted mid-run, and an aggregator SIGKILLed
     and restarted later: a consumer with a persistent session (mosquitto_sub -c) gets every stored event's key at
     least once on <prefix>/<edge>/<stream>/person, none missing."""
@@ -216,7 +216,7 @@ def test_mqtt_consumers_get_every_event_across_a_broker_restart_and_an_aggregato
     port = free_port()
     agg = Aggregator(tmp_path, port, f"push:\n  - name: plant\n    mqtt: {{broker: 127.0.0.1:{broker.port}, "
                                      f"topic_prefix: plant, timeout_ms: 1000}}\n"
-                                     f"    retry: {{initial_ms: 100, max_ms: 500, max_attempts: 1000}}\n")
+                                     f"    retry: {{initial_ms: 100, max_ms: 500, max_attempts: 1000}}\n", pg=engine)
     agg.start()
     edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
     try:
@@ -260,3 +260,23 @@ def keys_received(path: Path) -> set[str]:
         except (ValueError, KeyError):
             pass  # a line cut by a kill
     return out
+
+
+def test_an_unreachable_database_and_an_unknown_key_are_named_at_start(tmp_path):
+    """`vigil aggregator` refuses to start: exit 1 naming the database it cannot reach (its password hidden), exit 2
+    naming a misspelt key with its line."""
+    from common import vigil_bin
+    from edge_harness import write_keys
+    keys = write_keys(tmp_path / "keys.yaml")
+    dead = free_port()
+    cfg = tmp_path / "agg.yaml"
+    cfg.write_text(f"listen: 127.0.0.1:{free_port()}\nhttp: 127.0.0.1:{free_port()}\nauth: {{keys_file: {keys}}}\n"
+                   f"db: 'postgresql://vigil:s3cret@127.0.0.1:{dead}/plant'\n")
+    r = subprocess.run([vigil_bin(), "aggregator", "--config", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert f"postgresql postgresql://vigil:***@127.0.0.1:{dead}/plant: cannot connect (writer connection)" in r.stderr
+    assert "s3cret" not in r.stderr + r.stdout
+    cfg.write_text(f"auth: {{keys_file: {keys}}}\ndb: agg.db\nretention: {{max_age_hour: 5}}\n")
+    r = subprocess.run([vigil_bin(), "aggregator", "--config", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "retention.max_age_hour" in r.stderr and ":3:" in r.stderr, r.stderr

@@ -343,6 +343,16 @@ TEST(ProtocolTest, ValidateReportRules) {
   dropped.seq_last = 9;
   dropped.rule = "backpressure";
   EXPECT_TRUE(ValidateReport(dropped).ok());
+  // Ids and rules are text: UTF-8 (the stores keep them as text), no NUL.
+  Report text = r;
+  text.stream = "Tor \xc3\xb6stlich \xe2\x86\x92 \xf0\x9f\x9a\xaa";  // "Tor östlich → 🚪"
+  EXPECT_TRUE(ValidateReport(text).ok());
+  for (const std::string bad : {std::string("cam\xff"), std::string("cam\0x", 5), std::string("\xc0\xaf"),
+                                std::string("\xed\xa0\x80"), std::string("\xe2\x86")}) {
+    text.stream = bad;
+    EXPECT_TRUE(Message_(ValidateReport(text)).ends_with("edge id, stream id and rule must be UTF-8 text without NUL bytes"))
+        << ValidateReport(text);
+  }
   Report lost = dropped;
   lost.kind = ReportKind::kLost;
   EXPECT_TRUE(ValidateReport(lost).ok());
@@ -404,6 +414,12 @@ TEST(ProtocolTest, ValidateHelloRules) {
   Hello name = h;
   name.class_names.push_back(std::string(65536, 'c'));
   EXPECT_EQ(Message_(ValidateHello(name)), "Hello of edge 'edge-1': a class name over 65535 bytes");
+  Hello latin1 = h;
+  latin1.class_names.push_back("Stra\xdf" "e");  // ISO 8859-1, not UTF-8
+  EXPECT_EQ(Message_(ValidateHello(latin1)), "Hello of edge 'edge-1': a class name is not UTF-8 text without NUL bytes");
+  Hello nul_stream = h;
+  nul_stream.streams.push_back({std::string("c\0", 2), 1});
+  EXPECT_EQ(Message_(ValidateHello(nul_stream)), "Hello of edge 'edge-1': a stream id is not UTF-8 text without NUL bytes");
   Hello big = h;  // 20 names of 60000 bytes: each fits, the body does not
   big.class_names.assign(20, std::string(60000, 'c'));
   EXPECT_TRUE(Message_(ValidateHello(big)).ends_with("over the 1048576 limit")) << ValidateHello(big);

@@ -129,6 +129,8 @@ class Pusher {
   const std::string& sink() const { return sink_; }
 
  private:
+  // Delivers `due` in order (RunDue's loop); the ids of delivered rows go to `delivered`.
+  Status DeliverDue(std::vector<OutboxItem>& due, std::vector<int64_t>& delivered);
   void Loop();
   Store* store_;
   const std::string sink_;

@@ -264,7 +264,7 @@ class Store {
   // When `sink`'s next row falls due (wall ns); nullopt when its outbox is empty.
   StatusOr<std::optional<int64_t>> PushNextDue(const std::string& sink) const;
   StatusOr<uint64_t> PushDepth(const std::string& sink) const;  // rows waiting
-  Status PushDelivered(int64_t outbox_id);                      // deletes the row
+  Status PushDelivered(std::span<const int64_t> outbox_ids);    // deletes the rows (one transaction)
   Status PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error);
   // Moves the row to push_dead_letters (one transaction).
   Status PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns);

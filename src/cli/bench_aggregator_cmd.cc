@@ -1,0 +1,289 @@
+// `vigil bench aggregator` — load for a running `vigil aggregator`: simulated edges that speak the product's
+// own protocol (transport::MakeFramedLink over MakeTcpDialer, authenticated with the edge key like `vigil edge`)
+// and send one Report per frame, as an edge with no coalescing would; it measures what the aggregator stores.
+//
+//   vigil bench aggregator --target 127.0.0.1:7400 [--edges 4] [--streams 32] [--seconds 10] [--rate 0]
+//                          [--window 256] [--event-every 4] [--detections 3] [--key-hex HEX] [--json FILE]
+//
+// Every edge (ids bench-0, bench-1, …; one key for all: --key-hex or VIGIL_EDGE_KEY) opens one session, holds
+// --streams streams (run = the start time, so every run is new) and sends their frames round robin: every
+// --event-every-th frame an event of --detections rows of class 0 ("person"), the others progress. At most
+// --window Reports per edge await their Ack; --rate caps the reports per second of all edges together (0: as
+// fast as the acks allow). The Ack of a Report comes after the aggregator committed it (durable before ack), so
+//   - stored/s: Reports acknowledged per second over the timed part (after one warm-up second);
+//   - ack latency p50/p99/max (ms): Link::Send to its Ack, the storage queue and the commit included.
+// A Reject or an Ack missing for 10 s fails the run (exit 1). The aggregator's own numbers (commit time, CPU,
+// pushes) are on its /metrics: tools/bench/aggregator_bench.py starts it and reads both.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <semaphore>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "vigil/common/status.h"
+#include "vigil/transport/auth.h"
+#include "vigil/transport/link.h"
+#include "vigil/transport/protocol.h"
+#include "vigil/transport/connection.h"
+
+namespace vigil::cli {
+namespace {
+
+namespace tp = vigil::transport;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kTimeout{10000};
+
+struct BenchAggregatorArgs {
+  std::string target;
+  int edges = 4;
+  int streams = 32;
+  double seconds = 10;
+  double rate = 0;
+  int window = 256;
+  int event_every = 4;
+  int detections = 3;
+  std::string key_hex;
+  std::string json_file;
+};
+
+struct EdgeResult {
+  uint64_t sent = 0, acked = 0, acked_timed = 0;
+  std::vector<double> latency_ms;  // timed part
+  std::string error;
+};
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void RunEdge(const BenchAggregatorArgs& a, int index, const std::string& key, const std::string& host, uint16_t port,
+             Clock::time_point t0, Clock::time_point timed_from, Clock::time_point end, EdgeResult* out) {
+  std::unique_ptr<tp::Link> link = tp::MakeFramedLink(tp::MakeTcpDialer(host, port), {"tcp", key});
+  tp::Hello hello;
+  hello.edge = StrCat("bench-", index);
+  hello.class_names = {"person", "car", "truck"};
+  const uint64_t run = static_cast<uint64_t>(NowNs());
+  for (int s = 0; s < a.streams; ++s) hello.streams.push_back({StrCat("cam", s), run});
+  StatusOr<tp::Welcome> w = link->Open(hello, kTimeout);
+  if (!w.ok()) {
+    out->error = StrCat(hello.edge, ": open: ", w.status().message());
+    return;
+  }
+  // In flight: (stream, seq) → send time; the Ack names the stream and seq range.
+  std::mutex mu;
+  std::map<std::pair<int, uint64_t>, Clock::time_point> in_flight;
+  std::counting_semaphore<> credits(a.window);
+  std::atomic<bool> done{false}, failed{false};
+  std::string reader_error;
+  std::thread reader([&] {
+    auto progress = Clock::now();
+    for (;;) {
+      {
+        std::lock_guard lock(mu);
+        if (done.load() && in_flight.empty()) return;
+      }
+      StatusOr<std::optional<tp::Message>> m = link->Receive(milliseconds(100));
+      if (!m.ok()) {
+        reader_error = std::string(m.status().message());
+        failed = true;
+        return;
+      }
+      const auto now = Clock::now();
+      if (!m->has_value()) {
+        if (now - progress > kTimeout) {
+          reader_error = StrCat("no Ack within ", kTimeout.count(), " ms");
+          failed = true;
+          return;
+        }
+        continue;
+      }
+      if (const tp::Reject* r = std::get_if<tp::Reject>(&**m)) {
+        reader_error = StrCat("Reject ", tp::ToString(r->reason), ": ", r->detail);
+        failed = true;
+        return;
+      }
+      const tp::Ack* ack = std::get_if<tp::Ack>(&**m);
+      if (ack == nullptr) continue;
+      progress = now;
+      const int stream = std::stoi(ack->stream.substr(3));
+      std::lock_guard lock(mu);
+      auto it = in_flight.find({stream, ack->seq_first});
+      if (it == in_flight.end()) continue;
+      ++out->acked;
+      if (it->second >= timed_from && now <= end) {
+        ++out->acked_timed;
+        out->latency_ms.push_back(std::chrono::duration<double, std::milli>(now - it->second).count());
+      }
+      in_flight.erase(it);
+      credits.release();
+    }
+  });
+  std::vector<uint64_t> seqs(static_cast<size_t>(a.streams), 0);
+  const double per_edge_rate = a.rate > 0 ? a.rate / a.edges : 0;
+  Status send_status;
+  for (uint64_t n = 0; !failed.load(); ++n) {
+    if (per_edge_rate > 0) {
+      const auto due = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(n / per_edge_rate));
+      if (due >= end) break;
+      std::this_thread::sleep_until(due);
+    } else if (Clock::now() >= end) {
+      break;
+    }
+    if (!credits.try_acquire_for(kTimeout)) continue;  // the reader reports a stall
+    const int s = static_cast<int>(n % static_cast<uint64_t>(a.streams));
+    tp::OutboxMessage m;
+    tp::Report& r = m.report;
+    r.stream = StrCat("cam", s);
+    r.run = run;
+    r.seq_first = r.seq_last = seqs[static_cast<size_t>(s)]++;
+    r.capture_ns = r.publish_ns = NowNs();
+    if (a.event_every > 0 && r.seq_first % static_cast<uint64_t>(a.event_every) == 0) {
+      r.kind = tp::ReportKind::kEvent;
+      r.severity = tp::Severity::kWarning;
+      r.rule = "person";
+      r.width = 1920;
+      r.height = 1080;
+      for (int d = 0; d < a.detections; ++d) {
+        const float x = 100.0f * static_cast<float>(d);
+        r.detections.push_back({x, 200, x + 80, 400, 0.8f, 0});
+      }
+    } else {
+      r.kind = tp::ReportKind::kProgress;
+    }
+    {
+      std::lock_guard lock(mu);
+      in_flight[{s, r.seq_first}] = Clock::now();
+    }
+    const tp::OutboxMessage* p = &m;
+    send_status = link->Send(std::span<const tp::OutboxMessage* const>(&p, 1), kTimeout);
+    if (!send_status.ok()) break;
+    ++out->sent;
+  }
+  done = true;
+  if (!send_status.ok()) link->Close();
+  reader.join();
+  link->Close();
+  if (!send_status.ok()) out->error = StrCat(hello.edge, ": send: ", send_status.message());
+  else if (failed.load()) out->error = StrCat(hello.edge, ": ", reader_error);
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+int BenchAggregator(const BenchAggregatorArgs& a) {
+  const size_t colon = a.target.rfind(':');
+  if (colon == std::string::npos) {
+    std::fprintf(stderr, "vigil bench aggregator: --target %s: expected host:port\n", a.target.c_str());
+    return 2;
+  }
+  const std::string host = a.target.substr(0, colon);
+  const int port = std::atoi(a.target.c_str() + colon + 1);
+  if (port <= 0 || port > 65535) {
+    std::fprintf(stderr, "vigil bench aggregator: --target %s: bad port\n", a.target.c_str());
+    return 2;
+  }
+  std::string key;
+  std::string hex = a.key_hex;
+  if (hex.empty()) {
+    if (const char* env = std::getenv("VIGIL_EDGE_KEY")) hex = env;
+  }
+  if (!hex.empty()) {
+    StatusOr<std::string> k = tp::ParseHexKey(hex, a.key_hex.empty() ? "VIGIL_EDGE_KEY" : "--key-hex");
+    if (!k.ok()) {
+      std::fprintf(stderr, "vigil bench aggregator: %s\n", std::string(k.status().message()).c_str());
+      return 2;
+    }
+    key = *k;
+  }
+  const auto t0 = Clock::now();
+  const auto timed_from = t0 + std::chrono::seconds(1);
+  const auto end = timed_from + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
+  std::vector<EdgeResult> results(static_cast<size_t>(a.edges));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < a.edges; ++i) {
+    threads.emplace_back(RunEdge, std::cref(a), i, std::cref(key), std::cref(host), static_cast<uint16_t>(port), t0,
+                         timed_from, end, &results[static_cast<size_t>(i)]);
+  }
+  for (std::thread& t : threads) t.join();
+  uint64_t sent = 0, acked = 0, timed = 0;
+  std::vector<double> lat;
+  std::string errors;
+  for (EdgeResult& r : results) {
+    sent += r.sent;
+    acked += r.acked;
+    timed += r.acked_timed;
+    lat.insert(lat.end(), r.latency_ms.begin(), r.latency_ms.end());
+    if (!r.error.empty()) errors += r.error + "\n";
+  }
+  const double stored_per_s = static_cast<double>(timed) / a.seconds;
+  const double p50 = Percentile(lat, 0.5), p99 = Percentile(lat, 0.99);
+  const double max = lat.empty() ? 0 : *std::max_element(lat.begin(), lat.end());
+  std::printf("bench aggregator %s: %d edges x %d streams, window %d, %s, event every %d frames (%d rows)\n",
+              a.target.c_str(), a.edges, a.streams, a.window,
+              a.rate > 0 ? StrCat("offered ", a.rate, " reports/s").c_str() : "as fast as acked", a.event_every,
+              a.detections);
+  std::printf("sent %llu, acked %llu; timed %.1f s: %.0f reports/s stored; ack latency p50 %.2f ms, p99 %.2f ms, "
+              "max %.2f ms\n",
+              static_cast<unsigned long long>(sent), static_cast<unsigned long long>(acked), a.seconds, stored_per_s,
+              p50, p99, max);
+  if (!errors.empty()) std::fprintf(stderr, "vigil bench aggregator: %s", errors.c_str());
+  if (!a.json_file.empty()) {
+    nlohmann::json j = {{"target", a.target},       {"edges", a.edges},         {"streams", a.streams},
+                        {"window", a.window},       {"rate", a.rate},           {"event_every", a.event_every},
+                        {"detections", a.detections}, {"seconds", a.seconds},   {"sent", sent},
+                        {"acked", acked},           {"acked_timed", timed},     {"stored_per_s", stored_per_s},
+                        {"ack_ms_p50", p50},        {"ack_ms_p99", p99},        {"ack_ms_max", max},
+                        {"errors", errors}};
+    std::ofstream f(a.json_file);
+    f << j.dump(1) << "\n";
+  }
+  return errors.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+void AddBenchAggregatorCommand(CLI::App& bench, int* exit_code) {
+  auto a = std::make_shared<BenchAggregatorArgs>();
+  CLI::App* cmd = bench.add_subcommand(
+      "aggregator", "Reports per second a running `vigil aggregator` stores and acknowledges, and the ack latency "
+                    "(ms), from simulated edges speaking the product's protocol (one Report per frame)");
+  cmd->add_option("--target", a->target, "the aggregator's edge listener, host:port")->required();
+  cmd->add_option("--edges", a->edges, "simulated edges (one session each)")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--streams", a->streams, "streams per edge")->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--seconds", a->seconds, "timed seconds (after one warm-up second)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--rate", a->rate, "reports per second of all edges together; 0: as fast as the acks allow")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--window", a->window, "Reports awaiting their Ack per edge, at most")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--event-every", a->event_every, "every Nth frame of a stream is an event (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--detections", a->detections, "rows per event")->check(CLI::Range(0, 1000))->capture_default_str();
+  cmd->add_option("--key-hex", a->key_hex, "the edges' key (hex); default: VIGIL_EDGE_KEY");
+  cmd->add_option("--json", a->json_file, "also write one JSON object to this file");
+  cmd->callback([a, exit_code] { *exit_code = BenchAggregator(*a); });
+}
+
+}  // namespace vigil::cli
