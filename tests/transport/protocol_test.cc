@@ -347,7 +347,7 @@ TEST(ProtocolTest, ValidateReportRules) {
   Report text = r;
   text.stream = "Tor \xc3\xb6stlich \xe2\x86\x92 \xf0\x9f\x9a\xaa";  // "Tor östlich → 🚪"
   EXPECT_TRUE(ValidateReport(text).ok());
-  for (const std::string bad : {std::string("cam\xff"), std::string("cam\0x", 5), std::string("\xc0\xaf"),
+  for (const std::string& bad : {std::string("cam\xff"), std::string("cam\0x", 5), std::string("\xc0\xaf"),
                                 std::string("\xed\xa0\x80"), std::string("\xe2\x86")}) {
     text.stream = bad;
     EXPECT_TRUE(Message_(ValidateReport(text)).ends_with("edge id, stream id and rule must be UTF-8 text without NUL bytes"))
