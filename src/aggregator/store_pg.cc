@@ -252,6 +252,24 @@ class Conn {
   }
 
  public:
+  // One statement of a Pipeline: `sql` a static string (prepared like Run's), or BEGIN / COMMIT (sent unprepared).
+  struct Step {
+    const char* sql;
+    std::vector<std::string> params;
+    std::string_view what;
+  };
+  // Sends `steps` at once (libpq pipeline mode: one round trip) and returns their results in order. `begin`
+  // puts a BEGIN first and starts a transaction; `commit` puts a COMMIT last and ends it. The first error is
+  // returned (the server skips what follows it); inside a transaction the caller then calls Rollback. A
+  // pipeline that begins is tried once more on a new connection when the old one was found dropped.
+  StatusOr<std::vector<Result>> Pipeline(const std::vector<Step>& steps, bool begin, bool commit) {
+    StatusOr<std::vector<Result>> r = PipelineOnce(steps, begin, commit);
+    if (!r.ok() && begin && PQstatus(c_) != CONNECTION_OK) {
+      in_transaction_ = false;
+      r = PipelineOnce(steps, begin, commit);
+    }
+    return r;
+  }
   Status Begin(const char* sql = "BEGIN") {
     in_transaction_ = false;
     VIGIL_RETURN_IF_ERROR(Simple(sql, "begin"));
@@ -291,6 +309,78 @@ class Conn {
     const std::string text = StrCat("postgresql ", shown_, ": ", what, ": ", m);
     return PQstatus(c_) == CONNECTION_OK ? absl::InternalError(text) : absl::UnavailableError(text);
   }
+  StatusOr<std::vector<Result>> PipelineOnce(const std::vector<Step>& steps, bool begin, bool commit) {
+    VIGIL_RETURN_IF_ERROR(Usable(steps.empty() ? "pipeline" : steps.front().what));
+    if (PQenterPipelineMode(c_) != 1) return Error("enter pipeline mode");
+    struct Sent {
+      int step;              // index in steps; -1 BEGIN, -2 COMMIT
+      const char* prepares;  // non-null: a Prepare of this statement
+    };
+    std::vector<Sent> sent;
+    std::vector<std::pair<const char*, std::string>> preparing;
+    bool send_ok = true;
+    if (begin) {
+      send_ok = PQsendQueryParams(c_, "BEGIN", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+      sent.push_back({-1, nullptr});
+      in_transaction_ = true;
+    }
+    for (size_t i = 0; send_ok && i < steps.size(); ++i) {
+      const Step& st = steps[i];
+      auto it = prepared_.find(st.sql);
+      std::string name;
+      if (it != prepared_.end()) {
+        name = it->second;
+      } else {
+        name = StrCat("v", prepared_.size() + preparing.size());
+        send_ok = PQsendPrepare(c_, name.c_str(), st.sql, 0, nullptr) == 1;
+        sent.push_back({static_cast<int>(i), st.sql});
+        preparing.emplace_back(st.sql, name);
+      }
+      std::vector<const char*> values;
+      values.reserve(st.params.size());
+      for (const std::string& v : st.params) values.push_back(v.c_str());
+      send_ok = send_ok && PQsendQueryPrepared(c_, name.c_str(), static_cast<int>(values.size()), values.data(),
+                                               nullptr, nullptr, 0) == 1;
+      sent.push_back({static_cast<int>(i), nullptr});
+    }
+    if (send_ok && commit) {
+      send_ok = PQsendQueryParams(c_, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+      sent.push_back({-2, nullptr});
+    }
+    if (!send_ok || PQpipelineSync(c_) != 1) {
+      Status st = Error(StrCat("send ", steps.empty() ? "a pipeline" : steps.front().what));
+      PQexitPipelineMode(c_);
+      return st;
+    }
+    std::vector<Result> results(steps.size());
+    Status first;
+    for (const Sent& x : sent) {
+      Result r(PQgetResult(c_));
+      while (PGresult* extra = PQgetResult(c_)) PQclear(extra);  // the NULL that ends this command's results
+      const ExecStatusType st = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
+      const std::string_view what = x.step >= 0 ? steps[static_cast<size_t>(x.step)].what
+                                    : x.step == -1 ? std::string_view("begin")
+                                                   : std::string_view("commit");
+      if (st == PGRES_PIPELINE_ABORTED) continue;  // after the first error
+      if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        if (first.ok()) first = Error(x.prepares ? StrCat("prepare for ", what) : std::string(what), r.get());
+        continue;
+      }
+      if (x.prepares) {
+        for (auto& [sql, name] : preparing) {
+          if (sql == x.prepares) prepared_.emplace(sql, name);
+        }
+      } else if (x.step >= 0) {
+        results[static_cast<size_t>(x.step)] = std::move(r);
+      }
+    }
+    Result sync(PQgetResult(c_));  // PGRES_PIPELINE_SYNC
+    PQexitPipelineMode(c_);
+    if (!first.ok()) return first;
+    if (commit) in_transaction_ = false;
+    return results;
+  }
+
   // A broken connection is reset outside a transaction only (inside one, the transaction is lost anyway).
   Status Usable(std::string_view what) {
     if (PQstatus(c_) == CONNECTION_OK) return absl::OkStatus();
@@ -407,8 +497,9 @@ class PgBackend final : public StoreBackend {
 
   StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns) override {
     std::vector<ApplyResult> results(batch.size());
-    Status st = w_->InTransaction([&] { return ApplyBatch(batch, now_ns, results); });
+    Status st = ApplyBatch(batch, now_ns, results);  // BEGIN … COMMIT
     if (!st.ok()) {
+      w_->Rollback();
       DropCaches();  // the caches may hold rolled-back rows
       return Annotate(st, StrCat("store a batch of ", batch.size(), " reports"));
     }
@@ -661,7 +752,11 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
   Array edge_list;
   for (const std::string& e : edges) edge_list.AddText(e);
   static constexpr const char* kEpochs = "SELECT edge, epoch FROM edges WHERE edge = ANY($1::text[]) FOR SHARE";
-  VIGIL_ASSIGN_OR_RETURN(Result er, w_->Run(kEpochs, {edge_list.Done()}, "read the edges' epochs"));
+  // Round trips: this (with the BEGIN), the frames, the events, then the rest with the COMMIT (Conn::Pipeline).
+  VIGIL_ASSIGN_OR_RETURN(std::vector<Result> head,
+                         w_->Pipeline({{kEpochs, {edge_list.Done()}, "read the edges' epochs"}}, true, false));
+  const Result& er = head[0];
+  std::vector<Conn::Step> tail;
   std::map<std::string, uint64_t> epochs;
   for (int i = 0; i < PQntuples(er.get()); ++i) epochs[Text(er.get(), i, 0)] = U64(er.get(), i, 1);
 
@@ -806,17 +901,16 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
           "INSERT INTO detections(event_id, idx, class_id, label, score, x1, y1, x2, y2) SELECT * FROM "
           "unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::float8[], $6::float8[], $7::float8[], "
           "$8::float8[], $9::float8[])";
-      VIGIL_RETURN_IF_ERROR(w_->Run(kDetections,
-                                    {d_event.Done(), d_idx.Done(), d_class.Done(), d_label.Done(), d_score.Done(),
-                                     d_x1.Done(), d_y1.Done(), d_x2.Done(), d_y2.Done()},
-                                    "insert detections")
-                                .status());
+      tail.push_back({kDetections,
+                      {d_event.Done(), d_idx.Done(), d_class.Done(), d_label.Done(), d_score.Done(), d_x1.Done(),
+                       d_y1.Done(), d_x2.Done(), d_y2.Done()},
+                      "insert detections"});
     }
     if (!o_sink.empty()) {
       static constexpr const char* kOutbox =
           "INSERT INTO push_outbox(sink, event_id, attempts, next_ns) SELECT s, e, 0, $3 FROM "
           "unnest($1::text[], $2::bigint[]) AS t(s, e) ON CONFLICT (sink, event_id) DO NOTHING";
-      VIGIL_RETURN_IF_ERROR(w_->Run(kOutbox, {o_sink.Done(), o_event.Done(), now}, "queue pushes").status());
+      tail.push_back({kOutbox, {o_sink.Done(), o_event.Done(), now}, "queue pushes"});
     }
   }
 
@@ -895,11 +989,10 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
         "events = runs.events + excluded.events, dropped = runs.dropped + excluded.dropped, "
         "lost = runs.lost + excluded.lost, contiguous_through = excluded.contiguous_through, "
         "last_stored_ns = excluded.last_stored_ns";
-    VIGIL_RETURN_IF_ERROR(w_->Run(kRuns,
-                                  {r_stream.Done(), r_run.Done(), r_frames.Done(), r_events.Done(), r_through.Done(),
-                                   r_dropped.Done(), r_lost.Done(), now},
-                                  "update runs")
-                              .status());
+    tail.push_back({kRuns,
+                    {r_stream.Done(), r_run.Done(), r_frames.Done(), r_events.Done(), r_through.Done(),
+                     r_dropped.Done(), r_lost.Done(), now},
+                    "update runs"});
   }
 
   // 6. Per-stream counters and epochs; the senders' last_seen_ns.
@@ -916,11 +1009,11 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
         "UPDATE streams SET epoch = u.e, duplicates = streams.duplicates + u.d, "
         "stale_rejected = streams.stale_rejected + u.s FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], "
         "$4::bigint[]) AS u(i, e, d, s) WHERE streams.id = u.i";
-    VIGIL_RETURN_IF_ERROR(
-        w_->Run(kStreams, {s_id.Done(), s_epoch.Done(), s_dups.Done(), s_stale.Done()}, "update streams").status());
+    tail.push_back({kStreams, {s_id.Done(), s_epoch.Done(), s_dups.Done(), s_stale.Done()}, "update streams"});
   }
   static constexpr const char* kTouch = "UPDATE edges SET last_seen_ns = $2 WHERE edge = ANY($1::text[])";
-  return w_->Run(kTouch, {edge_list.Done(), now}, "touch the senders").status();
+  tail.push_back({kTouch, {edge_list.Done(), now}, "touch the senders"});
+  return w_->Pipeline(tail, false, true).status();
 }
 
 // Retention's statements on the writer connection.
