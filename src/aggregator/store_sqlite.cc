@@ -120,8 +120,8 @@ CREATE TABLE push_dead_letters(
   UNIQUE(sink, event_id)
 );
 )sql",
-    // 4: retention (Store::Prune) finds the oldest events by stored time and an event's outbox rows and dead
-    // letters by its id.
+    // 4: retention (Store::Prune) counts the events past its age still in an outbox (by stored time) and finds an
+    // event's outbox rows and dead letters by its id.
     R"sql(
 CREATE INDEX events_stored ON events(stored_ns);
 CREATE INDEX push_outbox_event ON push_outbox(event_id);
