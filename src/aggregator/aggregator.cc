@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <cmath>
 #include <condition_variable>
@@ -60,8 +62,12 @@ void ReadSecret(ConfigMap& m, const std::string& key, std::string* out) {
   if (!path.empty() && !env.empty()) m.Error(key + "_env", StrCat("give ", key, "_file or ", key, "_env, not both"));
   if (!path.empty()) {
     std::ifstream in(path);
+    const int open_errno = in ? 0 : errno;
     std::getline(in, *out);
-    if (!in && out->empty()) m.Error(key + "_file", StrCat(path, ": cannot read it"));
+    if (!in && out->empty()) {
+      m.Error(key + "_file", StrCat(path, ": cannot read it (", open_errno != 0 ? std::strerror(open_errno) : "empty",
+                                    ")"));
+    }
   } else if (!env.empty()) {
     const char* v = std::getenv(env.c_str());
     if (v == nullptr || *v == '\0') m.Error(key + "_env", StrCat("the environment variable ", env, " is not set"));
