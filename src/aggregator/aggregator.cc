@@ -22,6 +22,7 @@
 #include "vigil/common/config.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/http_access.h"
+#include "aggregator/dashboard_assets.h"
 #include "vigil/transport/receiver.h"
 #include "vigil/transport/tls.h"
 #include "vigil/transport/cuda_ipc.h"
@@ -563,6 +564,83 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     if (std::any_of(results->begin(), results->end(), [](const ApplyResult& r) { return r.pushes_queued > 0; })) {
       for (auto& p : pushers) p->Wake();
     }
+    if (std::any_of(results->begin(), results->end(), [](const ApplyResult& r) { return r.event_stored; })) {
+      std::lock_guard lock(live_mu);
+      ++live_version;
+      live_cv.notify_all();
+    }
+  }
+
+  // ---- The live channel (/api/events/live): Server-Sent Events of each stored event ----
+
+  std::mutex live_mu;
+  std::condition_variable live_cv;
+  uint64_t live_version = 0;   // GUARDED_BY(live_mu): bumped by every commit that stored an event
+  bool live_closing = false;   // GUARDED_BY(live_mu)
+  std::atomic<int> live_streams{0};
+  static constexpr int kMaxLiveStreams = 8;  // each holds an HTTP worker thread
+
+  void LiveEvents(const httplib::Request& req, httplib::Response& res) {
+    int64_t since = -1;
+    std::string error;
+    if (!ParamInt(req, "since_seq", 0, INT64_MAX, &since, &error)) return Error(res, 400, error);
+    if (since < 0) {  // from now on: after the newest stored event
+      EventQuery newest;
+      newest.newest_first = true;
+      newest.limit = 1;
+      StatusOr<std::vector<StoredEvent>> last = store->Events(newest);
+      if (!last.ok()) return Error(res, 500, std::string(last.status().message()));
+      since = last->empty() ? 0 : last->front().id;
+    }
+    if (live_streams.fetch_add(1) >= kMaxLiveStreams) {
+      live_streams.fetch_sub(1);
+      return Error(res, 503, StrCat("already ", kMaxLiveStreams, " live channels open: close one"));
+    }
+    res.set_header("Cache-Control", "no-cache");
+    auto cursor = std::make_shared<int64_t>(since);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, cursor](size_t, httplib::DataSink& sink) {
+          uint64_t version;
+          {
+            std::lock_guard lock(live_mu);
+            if (live_closing) return false;
+            version = live_version;
+          }
+          EventQuery q;
+          q.since_id = *cursor;
+          q.limit = 200;
+          StatusOr<std::vector<StoredEvent>> events = store->Events(q);
+          if (!events.ok()) return false;
+          std::string out;
+          for (const StoredEvent& e : *events) {
+            out += StrCat("id: ", e.id, "\nevent: event\ndata: ", EventJson(e), "\n\n");
+            *cursor = e.id;
+          }
+          if (out.empty()) {
+            std::unique_lock lock(live_mu);
+            live_cv.wait_for(lock, std::chrono::seconds(15),
+                             [&] { return live_closing || live_version != version; });
+            if (live_closing) return false;
+            if (live_version == version) out = ": keepalive\n\n";  // idle: proves the channel is alive
+          }
+          return out.empty() || sink.write(out.data(), out.size());
+        },
+        [this](bool) { live_streams.fetch_sub(1); });
+  }
+
+  // The dashboard's files (src/aggregator/dashboard/, compiled in: no build step, nothing fetched).
+  void Dashboard() {
+    for (size_t i = 0; i < kDashboardAssetCount; ++i) {
+      const DashboardAsset& a = kDashboardAssets[i];
+      const std::string path = std::string(a.path) == "/index.html" ? "/" : StrCat("/ui", a.path);
+      http->Get(path, [a](const httplib::Request&, httplib::Response& res) {
+        res.set_header("Cache-Control", "no-cache");
+        res.set_header("Content-Security-Policy",
+                       "default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'");
+        res.set_content(reinterpret_cast<const char*>(a.data), a.size, a.mime);
+      });
+    }
   }
 
   // ---- HTTP ----
@@ -606,6 +684,9 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       res.set_content(Dump({{"sink", sink}, {"replayed", *n}}), "application/json");
     });
     http->Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
+    http->Get("/api/events/live",
+              [this](const httplib::Request& req, httplib::Response& res) { LiveEvents(req, res); });
+    Dashboard();
     http->Get("/api/stats", [this](const httplib::Request&, httplib::Response& res) { Stats(res); });
   }
 
@@ -636,8 +717,20 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     int64_t limit = 100;
     std::string error;
     if (!ParamInt(req, "since_seq", 0, INT64_MAX, &q.since_id, &error) ||
+        !ParamInt(req, "before_seq", 1, INT64_MAX, &q.before_id, &error) ||
         !ParamInt(req, "limit", 1, 10000, &limit, &error)) {
       return Error(res, 400, error);
+    }
+    const std::string order = req.get_param_value("order");
+    if (order != "" && order != "asc" && order != "desc") {
+      return Error(res, 400, StrCat("order: '", order, "' is not asc or desc"));
+    }
+    q.newest_first = order == "desc";
+    q.label = req.get_param_value("class");
+    q.severity = req.get_param_value("severity");
+    if (!q.severity.empty() && q.severity != "none" && q.severity != "info" && q.severity != "warning" &&
+        q.severity != "critical") {
+      return Error(res, 400, StrCat("severity: '", q.severity, "' is not none, info, warning or critical"));
     }
     q.limit = static_cast<int>(limit);
     if (req.has_param("since_time")) {
@@ -655,8 +748,13 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
     json list = json::array();
     for (const StoredEvent& e : *events) list.push_back(json::parse(EventJson(e)));  // as a push sink gets it
-    const int64_t next = events->empty() ? q.since_id : events->back().id;
-    res.set_content(Dump({{"events", std::move(list)}, {"next_since_seq", next}}), "application/json");
+    json body = {{"events", std::move(list)}};
+    if (q.newest_first) {  // the next (older) page: before_seq = the oldest id of this one
+      body["next_before_seq"] = events->empty() ? q.before_id : events->back().id;
+    } else {
+      body["next_since_seq"] = events->empty() ? q.since_id : events->back().id;
+    }
+    res.set_content(Dump(body), "application/json");
   }
 
   void Stats(httplib::Response& res) {
@@ -853,6 +951,11 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       not_empty.notify_all();
       not_full.notify_all();
     }
+    {
+      std::lock_guard lock(live_mu);  // the live channels end (their HTTP threads are free for stop())
+      live_closing = true;
+      live_cv.notify_all();
+    }
     if (crash) {  // cut the edges first: no ack for anything queued
       for (auto& rx : receivers) rx->Stop();
     }
@@ -893,11 +996,12 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
                                                          {{"reason", "address"}});
   metrics::Counter& http_token = d.registry.GetCounter("vigil_http_rejected_total", "HTTP requests refused",
                                                        {{"reason", "token"}});
-  VIGIL_ASSIGN_OR_RETURN(
-      d.http, transport::MakeHttpServer({allow, token, config.http_cert_file, config.http_key_file,
-                                         [&http_address, &http_token](std::string_view reason, const std::string&) {
-                                           (reason == "address" ? http_address : http_token).Inc();
-                                         }}));
+  transport::HttpAccess access{allow, token, config.http_cert_file, config.http_key_file,
+                               [&http_address, &http_token](std::string_view reason, const std::string&) {
+                                 (reason == "address" ? http_address : http_token).Inc();
+                               }};
+  access.public_paths = {"/", "/ui/"};  // the dashboard's page and files: no data; it asks for the token
+  VIGIL_ASSIGN_OR_RETURN(d.http, transport::MakeHttpServer(std::move(access)));
   StoreOptions so;
   so.synchronous_full = config.db_synchronous_full;
   so.password = config.db_password;

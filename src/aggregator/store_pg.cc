@@ -508,11 +508,17 @@ class PgBackend final : public StoreBackend {
 
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& q) const override {
     std::lock_guard lock(read_mu_);
-    static constexpr const char* kSql =
-        "SELECT " VIGIL_PG_EVENT_COLUMNS
-        " FROM events e JOIN streams s ON s.id = e.stream_id WHERE e.id > $1 AND e.capture_ns >= $2 AND "
-        "($3 = '' OR s.edge = $3) AND ($4 = '' OR s.stream = $4) ORDER BY e.id LIMIT $5";
-    VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(kSql, {P(q.since_id), P(q.since_ns), q.edge, q.stream, P(q.limit)},
+#define VIGIL_PG_EVENTS_WHERE                                                                                   \
+  "SELECT " VIGIL_PG_EVENT_COLUMNS                                                                              \
+  " FROM events e JOIN streams s ON s.id = e.stream_id WHERE e.id > $1 AND e.id < $6 AND e.capture_ns >= $2 AND " \
+  "($3 = '' OR s.edge = $3) AND ($4 = '' OR s.stream = $4) AND ($8 = '' OR e.severity = $8) AND ($7 = '' OR "    \
+  "EXISTS (SELECT 1 FROM detections d WHERE d.event_id = e.id AND d.label = $7)) "
+    static constexpr const char* kAsc = VIGIL_PG_EVENTS_WHERE "ORDER BY e.id LIMIT $5";
+    static constexpr const char* kDesc = VIGIL_PG_EVENTS_WHERE "ORDER BY e.id DESC LIMIT $5";
+#undef VIGIL_PG_EVENTS_WHERE
+    VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(q.newest_first ? kDesc : kAsc,
+                                             {P(q.since_id), P(q.since_ns), q.edge, q.stream, P(q.limit),
+                                              P(q.before_id), q.label, q.severity},
                                              "query events"));
     std::vector<StoredEvent> out;
     for (int i = 0; i < PQntuples(r.get()); ++i) out.push_back(EventAt(r.get(), i, 0));

@@ -266,7 +266,7 @@ struct SqliteImpl {
       push_commit, push_rollback, dead_letters, revive, forget_dead;  // GUARDED_BY(push_mu)
 
   mutable std::mutex read_mu;
-  mutable Stmt events_query, detections_query, streams_query, runs_query, gap_query,
+  mutable Stmt events_query, events_query_desc, detections_query, streams_query, runs_query, gap_query,
       edges_query;  // GUARDED_BY(read_mu)
 
   Status Prepare() {
@@ -323,12 +323,16 @@ struct SqliteImpl {
       VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(w, sql));
     }
     sqlite3* r = rdb.get();
-    const std::string events_sql = StrCat(
+    const std::string events_where = StrCat(
         "SELECT ", kEventColumnsForPrepare, " FROM events e JOIN streams s ON s.id = e.stream_id "
-        "WHERE e.id > ?1 AND e.capture_ns >= ?2 AND (?3 = '' OR s.edge = ?3) AND (?4 = '' OR s.stream = ?4) "
-        "ORDER BY e.id LIMIT ?5");
+        "WHERE e.id > ?1 AND e.id < ?6 AND e.capture_ns >= ?2 AND (?3 = '' OR s.edge = ?3) AND "
+        "(?4 = '' OR s.stream = ?4) AND (?8 = '' OR e.severity = ?8) AND (?7 = '' OR EXISTS (SELECT 1 FROM "
+        "detections d WHERE d.event_id = e.id AND d.label = ?7)) ");
+    const std::string events_sql = events_where + "ORDER BY e.id LIMIT ?5";
+    const std::string events_desc_sql = events_where + "ORDER BY e.id DESC LIMIT ?5";
     const std::pair<Stmt*, const char*> reader[] = {
         {&events_query, events_sql.c_str()},
+        {&events_query_desc, events_desc_sql.c_str()},
         {&detections_query, kDetectionsSql},
         {&streams_query,
          "SELECT id, edge, stream, epoch, duplicates, stale_rejected FROM streams ORDER BY edge, stream"},
@@ -673,9 +677,9 @@ Status ReadDetections(Stmt& det, StoredEvent& ev) {
 
 StatusOr<std::vector<StoredEvent>> SqliteBackend::Events(const EventQuery& q) const {
   std::lock_guard lock(impl_->read_mu);
-  Stmt& e = impl_->events_query;
+  Stmt& e = q.newest_first ? impl_->events_query_desc : impl_->events_query;
   std::vector<StoredEvent> out;
-  e.Bind(q.since_id, q.since_ns, q.edge, q.stream, q.limit);
+  e.Bind(q.since_id, q.since_ns, q.edge, q.stream, q.limit, q.before_id, q.label, q.severity);
   for (;;) {
     VIGIL_ASSIGN_OR_RETURN(bool row, e.Step());
     if (!row) break;

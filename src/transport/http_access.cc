@@ -1,5 +1,7 @@
 #include "vigil/transport/http_access.h"
 
+#include <algorithm>
+
 #include <openssl/crypto.h>
 #include <spdlog/spdlog.h>
 
@@ -57,7 +59,14 @@ StatusOr<std::unique_ptr<httplib::Server>> MakeHttpServer(HttpAccess access) {
     if (a.allow && !a.allow->Allows(req.remote_addr)) {
       return reject(403, "address", "this address may not use the API");
     }
-    if (!a.token.empty() && req.path != "/healthz" && !TokenMatches(a.token, req.get_header_value("Authorization"))) {
+    auto is_public = [&](const std::string& path) {
+      if (path == "/healthz") return true;
+      return std::any_of(a.public_paths.begin(), a.public_paths.end(), [&](const std::string& p) {
+        const bool prefix = p.size() > 1 && p.ends_with('/');  // "/" alone is the root page, not everything
+        return prefix ? path.starts_with(p) && path.find("..") == std::string::npos : path == p;
+      });
+    };
+    if (!a.token.empty() && !is_public(req.path) && !TokenMatches(a.token, req.get_header_value("Authorization"))) {
       return reject(401, "token",
                     req.has_header("Authorization") ? "the bearer token does not match (Authorization: Bearer ...)"
                                                     : "a bearer token is required (Authorization: Bearer ...)");

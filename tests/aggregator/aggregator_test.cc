@@ -998,6 +998,19 @@ TEST_F(AggregatorTest, UnauthenticatedPeersAreRefusedCountedAndStoreNothingWhile
   auto healthz = http.Get("/healthz");
   ASSERT_TRUE(healthz);
   EXPECT_EQ(healthz->status, 200);
+  // The dashboard's page and files need no token (they hold no data and ask for it); nothing else does.
+  for (const char* open : {"/", "/ui/app.js", "/ui/style.css"}) {
+    auto r = http.Get(open);
+    ASSERT_TRUE(r) << open;
+    EXPECT_EQ(r->status, 200) << open;
+  }
+  EXPECT_NE(http.Get("/")->body.find("<script src=\"/ui/app.js\">"), std::string::npos);
+  // (5 more refusals: the token metric counts 7.)
+  for (const char* closed : {"/api/stats", "/api/events/live", "/ui/../api/stats", "/metrics", "/ui"}) {
+    auto r = http.Get(closed);
+    ASSERT_TRUE(r) << closed;
+    EXPECT_EQ(r->status, 401) << closed;
+  }
 
   SendAndAwaitAcks(good, Frames("edge-1", 1, "cam0", 10, 19));
   EXPECT_TRUE(good.rejects().empty());
@@ -1013,7 +1026,7 @@ TEST_F(AggregatorTest, UnauthenticatedPeersAreRefusedCountedAndStoreNothingWhile
                            "vigil_transport_rejected_total{link=\"tcp\",reason=\"unknown_edge\"} 2\n",
                            "vigil_transport_rejected_total{link=\"tcp\",reason=\"challenge_refused\"} 1\n",
                            "vigil_transport_rejected_total{link=\"tcp\",reason=\"malformed\"} 2\n",
-                           "vigil_http_rejected_total{reason=\"token\"} 2\n",
+                           "vigil_http_rejected_total{reason=\"token\"} 7\n",
                            "vigil_transport_connections_total{link=\"tcp\",result=\"authenticated\"} 2\n"}) {
     EXPECT_NE(metrics->body.find(line), std::string::npos) << line << metrics->body;
   }

@@ -515,10 +515,42 @@ TEST_P(StoreTest, EventsQueryFiltersAndReturnsDetections) {
   q.edge = "other";
   EXPECT_TRUE(s->Events(q)->empty());
 
+  // Newest first, paged with before_id; by label and severity (the dashboard's list).
+  Report car = Event(4, 500);
+  car.severity = transport::Severity::kWarning;
+  car.detections = {{5, 5, 50, 50, 0.7f, 2}};  // "car"
+  Apply(*s, {car});
+  auto seqs = [](const StatusOr<std::vector<StoredEvent>>& r) {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const StoredEvent& ev : *r) out.emplace_back(ev.stream, ev.seq);
+    return out;
+  };
+  using Seqs = std::vector<std::pair<std::string, uint64_t>>;
+  q = {};
+  q.newest_first = true;
+  q.limit = 2;
+  StatusOr<std::vector<StoredEvent>> page = s->Events(q);
+  EXPECT_EQ(seqs(page), (Seqs{{"cam0", 4}, {"cam0", 3}}));
+  q.before_id = page->back().id;
+  EXPECT_EQ(seqs(s->Events(q)), (Seqs{{"cam1", 0}, {"cam0", 2}}));
+  q = {};
+  q.label = "car";
+  EXPECT_EQ(seqs(s->Events(q)), (Seqs{{"cam0", 4}}));
+  q.label = "dog";
+  EXPECT_EQ(s->Events(q)->size(), 4u);
+  q = {};
+  q.severity = "critical";
+  EXPECT_EQ(s->Events(q)->size(), 4u);
+  q.severity = "warning";
+  q.stream = "cam0";
+  EXPECT_EQ(seqs(s->Events(q)), (Seqs{{"cam0", 4}}));
+  q.label = "dog";
+  EXPECT_TRUE(s->Events(q)->empty());
+
   StatusOr<StoreStats> st = s->Stats();
   ASSERT_EQ(st->edges.size(), 1u);
   EXPECT_EQ(st->edges[0].first_seen_ns, 500);
-  EXPECT_EQ(st->edges[0].events, 4u);
+  EXPECT_EQ(st->edges[0].events, 5u);
 }
 
 TEST_P(StoreTest, LastSeenFollowsHellosAndCommittedBatches) {

@@ -121,9 +121,13 @@ struct ApplyResult {
 
 struct EventQuery {
   int64_t since_id = 0;  // events with id > since_id (the aggregator's event sequence)
-  int64_t since_ns = std::numeric_limits<int64_t>::min();  // and capture_ns >= since_ns
-  std::string edge, stream;                                // "" = any
-  int limit = 100;                                         // REQUIRES: > 0
+  int64_t before_id = std::numeric_limits<int64_t>::max();  // and id < before_id
+  int64_t since_ns = std::numeric_limits<int64_t>::min();   // and capture_ns >= since_ns
+  std::string edge, stream;                                 // "" = any
+  std::string label;                                        // "" = any; else: a detection with this label
+  std::string severity;                                     // "" = any; else: exactly this severity
+  bool newest_first = false;  // order by id descending (the newest `limit`); default ascending
+  int limit = 100;            // REQUIRES: > 0
 };
 
 // A stored detection: the report's row plus the label resolved from the admitting Hello's class names.
