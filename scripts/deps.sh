@@ -34,6 +34,7 @@ test_pkgs=(
   ucx-utils                          # ucx_info / ucx_perftest: what UCX sees and measures on this host
   mosquitto mosquitto-clients        # the MQTT push tests start a broker and subscribe with mosquitto_sub
   postgresql                         # the storage suites run against PostgreSQL too (scripts/postgres.sh starts one)
+  chromium chromium-driver python3-selenium  # the dashboard's test drives a headless Chromium
 )
 fuzz_pkgs=(
   clang libclang-rt-dev              # libFuzzer, ASan/UBSan runtimes
