@@ -69,7 +69,7 @@ YAML
 agg_pid=$!
 trap 'kill $agg_pid 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q "vigil aggregator" "$out/aggregator.out" 2>/dev/null && break; sleep 0.1; done
-echo "aggregator: 127.0.0.1:$agg_port (HTTP http://127.0.0.1:$http_port/api/stats)"
+echo "aggregator: 127.0.0.1:$agg_port (dashboard http://127.0.0.1:$http_port/ while the demo runs; API /api/stats)"
 echo "edge: vtest.avi (795 frames) + darknet images, model $(basename "$model") — under a minute on 2 cores (int8 YOLOv8n)"
 "$vigil" --log-level warn edge --config "$out/edge.yaml" 2> "$out/edge.log"
 python3 - "$http_port" > "$out/stats.json" <<'PY' || true
@@ -89,6 +89,7 @@ echo "statistics      : $out/stats.json"
 echo "annotated video : $out/annotated/$(basename "${video%.*}").mp4"
 echo "annotated images: $out/annotated/ (and detections.jsonl: one line per image detection or video frame)"
 echo "logs            : $out/edge.log, $out/aggregator.log (warnings and errors only)"
+echo "dashboard       : $vigil aggregator --config $out/agg.yaml, then open http://127.0.0.1:$http_port/"
 echo
 python3 - "$out/vigil.db" <<'PY'
 import sqlite3, sys
