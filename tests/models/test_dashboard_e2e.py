@@ -117,6 +117,15 @@ def test_the_dashboard_needs_the_token_and_shows_every_event_live(vtest200, tmp_
         assert f"{len(stored)} events" in text, text
         assert "person" in text, text
 
+        # Its charts from /metrics: frames per second and the frame→stored p99 of the run (two scrapes at least).
+        series = wait_until("the tile's charts", lambda: js(
+            "const s = window.vigil.series['e2e-edge/vtest']; return s && s.fps.length >= 2 ? s : null"), 20)
+        assert max(series["fps"]) > 0, series
+        assert any(v is not None and v > 0 for v in series["p99_ms"]), series
+        assert all(v == 0 for v in series["drops"]), series  # a file stream drops nothing
+        wait_until("three sparklines", lambda: len(driver.find_elements(
+            By.CSS_SELECTOR, '.tile[data-stream="e2e-edge/vtest"] canvas')) == 3, 10)
+
         shot = artifacts_dir() / "dashboard.png"
         driver.save_screenshot(str(shot))
         assert shot.stat().st_size > 10_000

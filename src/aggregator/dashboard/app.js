@@ -52,10 +52,93 @@ function text(tag, value, cls) {
   return el;
 }
 
+// ---- Per-stream charts from /metrics (Prometheus text): FPS, frame→stored p99, drops ----
+
+vigil.series = {};   // "edge/stream" → {fps: [], p99_ms: [], drops: []}, one sample per refresh, the last 60
+vigil.lastScrape = null;
+
+function parseMetrics(textBody) {
+  const out = {};
+  for (const line of textBody.split("\n")) {
+    if (!line || line[0] === "#") continue;
+    const m = line.match(/^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/);
+    if (!m) continue;
+    const labels = {};
+    for (const [, k, v] of (m[2] || "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[k] = v;
+    (out[m[1]] ||= []).push({ labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+function perStream(metrics, name) {
+  const out = {};
+  for (const { labels, value } of metrics[name] || []) {
+    if (labels.edge === undefined) continue;
+    const k = labels.edge + "/" + labels.stream;
+    if (name.endsWith("_bucket")) (out[k] ||= {})[labels.le] = value;
+    else out[k] = value;
+  }
+  return out;
+}
+
+async function scrapeCharts() {
+  const res = await fetch("/metrics", { headers: { Authorization: "Bearer " + vigil.token } });
+  if (!res.ok) return;
+  const m = parseMetrics(await res.text());
+  const now = { t: performance.now() / 1000, frames: perStream(m, "vigil_aggregator_frames_total"),
+                dropped: perStream(m, "vigil_aggregator_dropped_frames_total"),
+                buckets: perStream(m, "vigil_aggregator_frame_to_stored_seconds_bucket") };
+  const last = vigil.lastScrape;
+  vigil.lastScrape = now;
+  if (!last) return;
+  const dt = now.t - last.t;
+  for (const k of Object.keys(now.frames)) {
+    const s = (vigil.series[k] ||= { fps: [], p99_ms: [], drops: [] });
+    const push = (arr, v) => { arr.push(v); if (arr.length > 60) arr.shift(); };
+    push(s.fps, ((now.frames[k] || 0) - (last.frames[k] || 0)) / dt);
+    push(s.drops, ((now.dropped[k] || 0) - (last.dropped[k] || 0)) / dt);
+    push(s.p99_ms, p99(now.buckets[k] || {}, last.buckets[k] || {}));
+  }
+}
+
+// The 0.99 quantile's bucket bound (ms) of the frames stored between two scrapes; null without any.
+function p99(now, before) {
+  const bounds = Object.keys(now).map((le) => (le === "+Inf" ? Infinity : Number(le))).sort((a, b) => a - b);
+  const at = (b) => { const k = b === Infinity ? "+Inf" : Object.keys(now).find((le) => Number(le) === b); return (now[k] || 0) - (before[k] || 0); };
+  const total = at(Infinity);
+  if (!(total > 0)) return null;
+  for (const b of bounds) if (at(b) >= 0.99 * total) return b === Infinity ? null : b * 1000;
+  return null;
+}
+
+function sparkline(label, values, unit) {
+  const wrap = document.createElement("div");
+  wrap.className = "chart";
+  const shown = values.filter((v) => v !== null);
+  const last = shown.length ? shown[shown.length - 1] : null;
+  wrap.append(text("span", label + " " + (last === null ? "–" : (last < 10 ? last.toFixed(1) : Math.round(last)) + unit)));
+  const c = document.createElement("canvas");
+  c.width = 120;
+  c.height = 24;
+  const g = c.getContext("2d");
+  const max = Math.max(1e-9, ...shown);
+  g.strokeStyle = "#3b82f6";
+  g.beginPath();
+  values.forEach((v, i) => {
+    const x = (i / Math.max(1, values.length - 1)) * (c.width - 2) + 1;
+    const y = c.height - 2 - ((v === null ? 0 : v) / max) * (c.height - 4);
+    i ? g.lineTo(x, y) : g.moveTo(x, y);
+  });
+  g.stroke();
+  wrap.append(c);
+  return wrap;
+}
+
 // ---- Stream tiles ----
 
 async function refreshTiles() {
   const stats = await api("/api/stats");
+  await scrapeCharts().catch(() => {});
   const connected = new Set(stats.edges.filter((e) => e.connected).map((e) => e.edge));
   const latest = await api("/api/events?order=desc&limit=200");
   const lastOf = {};
@@ -77,6 +160,14 @@ async function refreshTiles() {
     const last = lastOf[key];
     tile.append(text("div", last ? "latest: " + labels(last) + " at " + fmtTime(last.capture_ns) : "no event yet",
                      "latest"));
+    const series = vigil.series[key];
+    if (series) {
+      const charts = document.createElement("div");
+      charts.className = "charts";
+      charts.append(sparkline("fps", series.fps, ""), sparkline("p99", series.p99_ms, " ms"),
+                    sparkline("drops/s", series.drops, ""));
+      tile.append(charts);
+    }
     tiles.append(tile);
   }
 }
