@@ -631,6 +631,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
 
   // The dashboard's files (src/aggregator/dashboard/, compiled in: no build step, nothing fetched).
   void Dashboard() {
+    // Browsers ask for it on every page: an empty answer, not a refusal in the log.
+    http->Get("/favicon.ico", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
     for (size_t i = 0; i < kDashboardAssetCount; ++i) {
       const DashboardAsset& a = kDashboardAssets[i];
       const std::string path = std::string(a.path) == "/index.html" ? "/" : StrCat("/ui", a.path);
@@ -1000,7 +1002,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
                                [&http_address, &http_token](std::string_view reason, const std::string&) {
                                  (reason == "address" ? http_address : http_token).Inc();
                                }};
-  access.public_paths = {"/", "/ui/"};  // the dashboard's page and files: no data; it asks for the token
+  access.public_paths = {"/", "/ui/", "/favicon.ico"};  // the dashboard's page and files: no data; it asks for the token
   VIGIL_ASSIGN_OR_RETURN(d.http, transport::MakeHttpServer(std::move(access)));
   StoreOptions so;
   so.synchronous_full = config.db_synchronous_full;

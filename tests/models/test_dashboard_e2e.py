@@ -135,6 +135,7 @@ def test_the_dashboard_needs_the_token_and_shows_every_event_live(vtest200, tmp_
         cls.send_keys("giraffe")
         driver.find_element(By.CSS_SELECTOR, "#filters button").click()
         wait_until("an empty list", lambda: driver.find_elements(By.CSS_SELECTOR, "#events tbody tr") == [])
+        assert driver.find_element(By.ID, "no-events").is_displayed()
         cls.clear()
         cls.send_keys("person")
         driver.find_element(By.CSS_SELECTOR, "#filters button").click()
@@ -148,7 +149,7 @@ def test_the_dashboard_needs_the_token_and_shows_every_event_live(vtest200, tmp_
             assert ids == sorted((e["id"] for e in stored), reverse=True)[:len(ids)], "pages overlap or skip"
 
         severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-        # The two 401s of the sign-in steps are expected network errors; nothing else may fail.
+        # The 401s of the sign-in steps are expected network errors; nothing else may fail (the favicon is a 204).
         unexpected = [e for e in severe if "401" not in e["message"]]
         assert unexpected == [], f"console errors: {unexpected}"
     finally:

@@ -15,6 +15,8 @@ const vigil = {
 window.vigil = vigil;
 
 const $ = (sel) => document.querySelector(sel);
+const SIGN_IN = "sign in with the API token";
+const MAX_ROWS = 500;  // the live list keeps the newest rows; older ones are a page away
 
 async function api(path) {
   const res = await fetch(path, { headers: { Authorization: "Bearer " + vigil.token } });
@@ -31,6 +33,7 @@ function showLogin(message) {
   $("#logout").hidden = true;
   $("#login").hidden = false;
   $("#login-error").textContent = message || "";
+  $("#login-error").className = message && message !== SIGN_IN ? "error" : "";
   setLive(false);
 }
 
@@ -210,6 +213,7 @@ async function loadEvents() {
   const page = await api(query({}));
   const body = $("#events tbody");
   body.replaceChildren(...page.events.map((e) => eventRow(e, false)));
+  $("#no-events").hidden = page.events.length > 0;
   vigil.newest = Math.max(vigil.newest, ...page.events.map((e) => e.id), 0);
   vigil.oldest = page.events.length ? page.next_before_seq : null;
   $("#older").hidden = page.events.length < 50;
@@ -267,7 +271,15 @@ function onMessage(block) {
   const e = JSON.parse(data);
   vigil.liveReceived++;
   vigil.newest = Math.max(vigil.newest, e.id);
-  if (matches(e)) $("#events tbody").prepend(eventRow(e, true));
+  if (!matches(e)) return;
+  const body = $("#events tbody");
+  body.prepend(eventRow(e, true));
+  $("#no-events").hidden = true;
+  if (body.rows.length > MAX_ROWS) {  // trimmed: the rest is a page away
+    while (body.rows.length > MAX_ROWS) body.deleteRow(-1);
+    vigil.oldest = Number(body.rows[body.rows.length - 1].dataset.id);
+    $("#older").hidden = false;
+  }
 }
 
 // ---- Start ----
@@ -276,7 +288,7 @@ async function start() {
   try {
     await refreshTiles();
   } catch (err) {
-    if (err.status === 401) return showLogin(vigil.token ? "the token was refused" : "sign in with the API token");
+    if (err.status === 401) return showLogin(vigil.token ? "the token was refused" : SIGN_IN);
     return showLogin(String(err.message));
   }
   $("#login").hidden = true;
