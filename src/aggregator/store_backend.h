@@ -49,6 +49,29 @@ StatusOr<std::unique_ptr<StoreBackend>> OpenPostgresBackend(const std::string& t
 // The label of class `id` given the admitting Hello's class names ("class N" when out of range).
 std::string LabelOf(const std::vector<std::string>* names, int64_t id);
 
+// A stored event's columns from a result row of either engine, in the order every event query selects them
+// (id, edge, stream, run, seq, epoch, capture_ns, pts_ns, publish_ns, stored_ns, severity, rule, width, height)
+// from column `at` on; detections are read apart. `row` has Int(col), U64(col) and Text(col).
+template <typename Row>
+StoredEvent EventFromRow(const Row& row, int at) {
+  StoredEvent ev;
+  ev.id = row.Int(at + 0);
+  ev.edge = row.Text(at + 1);
+  ev.stream = row.Text(at + 2);
+  ev.run = row.U64(at + 3);
+  ev.seq = row.U64(at + 4);
+  ev.epoch = row.U64(at + 5);
+  ev.capture_ns = row.Int(at + 6);
+  ev.pts_ns = row.Int(at + 7);
+  ev.publish_ns = row.Int(at + 8);
+  ev.stored_ns = row.Int(at + 9);
+  ev.severity = row.Text(at + 10);
+  ev.rule = row.Text(at + 11);
+  ev.width = static_cast<uint32_t>(row.Int(at + 12));
+  ev.height = static_cast<uint32_t>(row.Int(at + 13));
+  return ev;
+}
+
 // The Admit decision for an edge whose current granted epoch is `current` (0: never granted), holding
 // `held` (store.h, Store::Admit). Fills kind, epoch, previous_epoch and held_unknown of the Grant.
 // Errors: OutOfRange when no larger 64-bit epoch is left to grant.

@@ -126,7 +126,7 @@ CREATE INDEX push_dead_letters_event ON push_dead_letters(event_id);
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
-// The event columns every event query selects (EventAt reads them in this order).
+// The event columns every event query selects (EventFromRow reads them in this order).
 #define VIGIL_PG_EVENT_COLUMNS                                                                                    \
   "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, " \
   "e.rule, e.width, e.height"
@@ -401,25 +401,14 @@ class Conn {
   bool in_transaction_ = false;
 };
 
-// The event columns (VIGIL_PG_EVENT_COLUMNS) of row `row` of `r` from column `at` on.
-StoredEvent EventAt(const PGresult* r, int row, int at) {
-  StoredEvent ev;
-  ev.id = Int(r, row, at + 0);
-  ev.edge = Text(r, row, at + 1);
-  ev.stream = Text(r, row, at + 2);
-  ev.run = U64(r, row, at + 3);
-  ev.seq = U64(r, row, at + 4);
-  ev.epoch = U64(r, row, at + 5);
-  ev.capture_ns = Int(r, row, at + 6);
-  ev.pts_ns = Int(r, row, at + 7);
-  ev.publish_ns = Int(r, row, at + 8);
-  ev.stored_ns = Int(r, row, at + 9);
-  ev.severity = Text(r, row, at + 10);
-  ev.rule = Text(r, row, at + 11);
-  ev.width = static_cast<uint32_t>(Int(r, row, at + 12));
-  ev.height = static_cast<uint32_t>(Int(r, row, at + 13));
-  return ev;
-}
+// One row of a result, as EventFromRow (store_backend.h) reads it.
+struct PgRow {
+  const PGresult* r;
+  int row;
+  int64_t Int(int col) const { return vigil::aggregator::Int(r, row, col); }
+  uint64_t U64(int col) const { return vigil::aggregator::U64(r, row, col); }
+  std::string Text(int col) const { return vigil::aggregator::Text(r, row, col); }
+};
 
 // Fills the detections of `events` (one query for all).
 template <typename T, typename Get>
@@ -521,7 +510,7 @@ class PgBackend final : public StoreBackend {
                                               P(q.before_id), q.label, q.severity},
                                              "query events"));
     std::vector<StoredEvent> out;
-    for (int i = 0; i < PQntuples(r.get()); ++i) out.push_back(EventAt(r.get(), i, 0));
+    for (int i = 0; i < PQntuples(r.get()); ++i) out.push_back(EventFromRow(PgRow{r.get(), i}, 0));
     VIGIL_RETURN_IF_ERROR(ReadDetections(*r_, out, [](StoredEvent& e) -> StoredEvent& { return e; }));
     return out;
   }
@@ -548,7 +537,6 @@ class PgBackend final : public StoreBackend {
           static constexpr const char* kRuns =
               "SELECT stream_id, run, frames, events, contiguous_through, dropped, lost FROM runs";
           VIGIL_ASSIGN_OR_RETURN(Result runs, r_->Run(kRuns, {}, "stats: runs"));
-          std::vector<std::pair<int64_t, size_t>> order;  // (stream id, index in its runs)
           for (int i = 0; i < PQntuples(runs.get()); ++i) {
             auto it = index.find(Int(runs.get(), i, 0));
             if (it == index.end()) continue;
@@ -602,7 +590,7 @@ class PgBackend final : public StoreBackend {
     VIGIL_ASSIGN_OR_RETURN(Result r, p_->Run(kSql, {sink, P(now_ns), P(limit)}, "push outbox: due rows"));
     std::vector<OutboxItem> out;
     for (int i = 0; i < PQntuples(r.get()); ++i) {
-      out.push_back({Int(r.get(), i, 0), static_cast<int>(Int(r.get(), i, 1)), EventAt(r.get(), i, 2)});
+      out.push_back({Int(r.get(), i, 0), static_cast<int>(Int(r.get(), i, 1)), EventFromRow(PgRow{r.get(), i}, 2)});
     }
     VIGIL_RETURN_IF_ERROR(ReadDetections(*p_, out, [](OutboxItem& o) -> StoredEvent& { return o.event; }));
     return out;
@@ -656,7 +644,7 @@ class PgBackend final : public StoreBackend {
     std::vector<DeadLetter> out;
     for (int i = 0; i < PQntuples(r.get()); ++i) {
       out.push_back({Text(r.get(), i, 0), static_cast<int>(Int(r.get(), i, 1)), Text(r.get(), i, 2),
-                     Int(r.get(), i, 3), EventAt(r.get(), i, 4)});
+                     Int(r.get(), i, 3), EventFromRow(PgRow{r.get(), i}, 4)});
     }
     VIGIL_RETURN_IF_ERROR(ReadDetections(*p_, out, [](DeadLetter& l) -> StoredEvent& { return l.event; }));
     return out;
@@ -826,7 +814,8 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
       inserted.emplace(Int(fr.get(), i, 0), U64(fr.get(), i, 1), U64(fr.get(), i, 2));
     }
   }
-  std::map<std::pair<int64_t, uint64_t>, std::vector<uint64_t>> new_seqs;  // (stream id, run) → seqs
+  std::map<std::pair<int64_t, uint64_t>, uint64_t> highest_new;  // (stream id, run) → the batch's highest new seq
+  std::vector<std::vector<uint64_t>> report_new(batch.size());    // each report's new seqs
   for (const auto& [i, key] : candidates) {
     ApplyResult& res = results[i];
     if (!inserted.contains(key)) {
@@ -835,7 +824,9 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
     }
     const ReportKind kind = batch[i].report->kind;
     ++(kind == ReportKind::kDropped ? res.dropped_frames : kind == ReportKind::kLost ? res.lost_frames : res.new_frames);
-    new_seqs[{std::get<0>(key), std::get<1>(key)}].push_back(std::get<2>(key));
+    const auto [it, first] = highest_new.try_emplace({std::get<0>(key), std::get<1>(key)}, std::get<2>(key));
+    if (!first) it->second = std::max(it->second, std::get<2>(key));
+    report_new[i].push_back(std::get<2>(key));
   }
 
   // 4. Events (an event report's one frame is new), their detections and outbox rows.
@@ -943,7 +934,7 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
   // The prefix moves report by report (each report's answer says what is stored once it is), over the
   // report's new seqs and the frames earlier batches stored above it.
   std::map<std::pair<int64_t, uint64_t>, std::set<uint64_t>> avail;  // (stream id, run) → seqs stored above
-  for (auto& [key, seqs] : new_seqs) {
+  for (const auto& [key, highest] : highest_new) {
     RunState& run = runs_.at(key);
     if (run.highest > run.through) {
       static constexpr const char* kAbove =
@@ -956,11 +947,7 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
         if (!inserted.contains({key.first, key.second, seq})) a.insert(seq);  // not this batch's
       }
     }
-    run.highest = std::max(run.highest, static_cast<int64_t>(*std::max_element(seqs.begin(), seqs.end())));
-  }
-  std::vector<std::vector<uint64_t>> report_new(batch.size());
-  for (const auto& [i, key] : candidates) {
-    if (inserted.contains(key)) report_new[i].push_back(std::get<2>(key));
+    run.highest = std::max(run.highest, static_cast<int64_t>(highest));
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (results[i].kind == ApplyResult::kStale) continue;

@@ -16,7 +16,7 @@ namespace {
 using transport::Report;
 using transport::ReportKind;
 
-// The event columns every event query selects (EventAt reads them in this order).
+// The event columns every event query selects (EventFromRow reads them in this order).
 constexpr const char* kEventColumnsForPrepare =
     "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, "
     "e.rule, e.width, e.height";
@@ -641,26 +641,6 @@ StatusOr<std::vector<ApplyResult>> SqliteBackend::Apply(std::span<const PendingR
 
 namespace {
 
-// The event columns (kEventColumnsForPrepare, in that order) of a row of `e` from column `at` on.
-StoredEvent EventAt(const Stmt& e, int at) {
-  StoredEvent ev;
-  ev.id = e.Int(at + 0);
-  ev.edge = e.Text(at + 1);
-  ev.stream = e.Text(at + 2);
-  ev.run = e.U64(at + 3);
-  ev.seq = e.U64(at + 4);
-  ev.epoch = e.U64(at + 5);
-  ev.capture_ns = e.Int(at + 6);
-  ev.pts_ns = e.Int(at + 7);
-  ev.publish_ns = e.Int(at + 8);
-  ev.stored_ns = e.Int(at + 9);
-  ev.severity = e.Text(at + 10);
-  ev.rule = e.Text(at + 11);
-  ev.width = static_cast<uint32_t>(e.Int(at + 12));
-  ev.height = static_cast<uint32_t>(e.Int(at + 13));
-  return ev;
-}
-
 // Fills `ev`'s detections with `det` (kDetectionsSql).
 Status ReadDetections(Stmt& det, StoredEvent& ev) {
   det.Bind(ev.id);
@@ -683,7 +663,7 @@ StatusOr<std::vector<StoredEvent>> SqliteBackend::Events(const EventQuery& q) co
   for (;;) {
     VIGIL_ASSIGN_OR_RETURN(bool row, e.Step());
     if (!row) break;
-    out.push_back(EventAt(e, 0));
+    out.push_back(EventFromRow(e, 0));
   }
   for (StoredEvent& ev : out) VIGIL_RETURN_IF_ERROR(ReadDetections(impl_->detections_query, ev));
   return out;
@@ -697,7 +677,7 @@ StatusOr<std::vector<OutboxItem>> SqliteBackend::PushDue(const std::string& sink
   for (;;) {
     VIGIL_ASSIGN_OR_RETURN(bool row, d.push_due.Step());
     if (!row) break;
-    out.push_back({d.push_due.Int(0), static_cast<int>(d.push_due.Int(1)), EventAt(d.push_due, 2)});
+    out.push_back({d.push_due.Int(0), static_cast<int>(d.push_due.Int(1)), EventFromRow(d.push_due, 2)});
   }
   for (OutboxItem& item : out) VIGIL_RETURN_IF_ERROR(ReadDetections(d.push_detections, item.event));
   return out;
@@ -775,7 +755,7 @@ StatusOr<std::vector<DeadLetter>> SqliteBackend::DeadLetters(const std::string& 
     VIGIL_ASSIGN_OR_RETURN(bool row, d.dead_letters.Step());
     if (!row) break;
     out.push_back({d.dead_letters.Text(0), static_cast<int>(d.dead_letters.Int(1)), d.dead_letters.Text(2),
-                   d.dead_letters.Int(3), EventAt(d.dead_letters, 4)});
+                   d.dead_letters.Int(3), EventFromRow(d.dead_letters, 4)});
   }
   for (DeadLetter& l : out) VIGIL_RETURN_IF_ERROR(ReadDetections(d.push_detections, l.event));
   return out;

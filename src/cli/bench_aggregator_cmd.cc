@@ -30,6 +30,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_stats.h"
 #include "cli/commands.h"
 #include "vigil/common/status.h"
 #include "vigil/transport/auth.h"
@@ -181,13 +182,6 @@ void RunEdge(const BenchAggregatorArgs& a, int index, const std::string& key, co
   else if (failed.load()) out->error = StrCat(hello.edge, ": ", reader_error);
 }
 
-double Percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  const size_t k = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
-
 int BenchAggregator(const BenchAggregatorArgs& a) {
   const size_t colon = a.target.rfind(':');
   if (colon == std::string::npos) {
@@ -234,8 +228,8 @@ int BenchAggregator(const BenchAggregatorArgs& a) {
     if (!r.error.empty()) errors += r.error + "\n";
   }
   const double stored_per_s = static_cast<double>(timed) / a.seconds;
-  const double p50 = Percentile(lat, 0.5), p99 = Percentile(lat, 0.99);
-  const double max = lat.empty() ? 0 : *std::max_element(lat.begin(), lat.end());
+  const Latency l = Summarize(std::move(lat));
+  const double p50 = l.p50, p99 = l.p99, max = l.max;
   std::printf("bench aggregator %s: %d edges x %d streams, window %d, %s, event every %d frames (%d rows)\n",
               a.target.c_str(), a.edges, a.streams, a.window,
               a.rate > 0 ? StrCat("offered ", a.rate, " reports/s").c_str() : "as fast as acked", a.event_every,

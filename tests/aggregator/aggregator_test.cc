@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "testing/test_certs.h"
+#include "testing/test_database.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/connection.h"
 #include "vigil/transport/link.h"
@@ -508,17 +509,7 @@ class AggregatorTest : public ::testing::Test {
   }
   std::string Metrics(uint16_t http_port) { return Get(http_port, "/metrics").get<std::string>(); }
 
-  int64_t Query(const std::string& sql) {
-    sqlite3* db = nullptr;
-    sqlite3_open_v2(config_.db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-    sqlite3_stmt* s = nullptr;
-    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
-    int64_t v = -1;
-    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
-    return v;
-  }
+  int64_t Query(const std::string& sql) { return testing::QuerySqliteInt(config_.db_path, sql); }
 
   std::filesystem::path dir_;
   AggregatorConfig config_;

@@ -24,6 +24,19 @@ namespace vigil::testing {
 
 enum class Engine { kSqlite, kPostgres };
 
+// The first column of the first row of `sql` in the SQLite file `path`, opened read-only (-1: no row).
+inline int64_t QuerySqliteInt(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  int64_t v = -1;
+  if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
 inline std::string EngineName(const ::testing::TestParamInfo<Engine>& info) {
   return info.param == Engine::kSqlite ? "SQLite" : "PostgreSQL";
 }
@@ -74,17 +87,7 @@ class TestDatabase {
 
   // The first column of the first row of `sql`, as an integer (-1: no row).
   int64_t Query(const std::string& sql) {
-    if (engine_ == Engine::kSqlite) {
-      sqlite3* db = nullptr;
-      EXPECT_EQ(sqlite3_open_v2(target_.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
-      sqlite3_stmt* s = nullptr;
-      EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
-      int64_t v = -1;
-      if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
-      sqlite3_finalize(s);
-      sqlite3_close(db);
-      return v;
-    }
+    if (engine_ == Engine::kSqlite) return QuerySqliteInt(target_, sql);
 #ifdef VIGIL_HAVE_POSTGRES
     PGconn* c = PQconnectdb(target_.c_str());
     PGresult* r = PQexec(c, sql.c_str());
