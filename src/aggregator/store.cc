@@ -63,6 +63,17 @@ StatusOr<std::vector<ApplyResult>> Store::Apply(std::span<const PendingReport> b
   return backend_->Apply(batch, now_ns);
 }
 StatusOr<std::vector<StoredEvent>> Store::Events(const EventQuery& query) const { return backend_->Events(query); }
+StatusOr<uint64_t> Store::PutSnapshots(std::span<const PendingSnapshot> batch, int64_t now_ns) {
+  if (batch.empty()) return uint64_t{0};
+  return backend_->PutSnapshots(batch, now_ns);
+}
+StatusOr<std::vector<StoredSnapshot>> Store::Snapshots(const std::string& edge, const std::string& stream, uint64_t run,
+                                                       uint64_t seq, bool with_jpeg) const {
+  return backend_->Snapshots(edge, stream, run, seq, with_jpeg);
+}
+StatusOr<std::optional<StoredSnapshot>> Store::LatestSnapshot(const std::string& edge, const std::string& stream) const {
+  return backend_->LatestSnapshot(edge, stream);
+}
 StatusOr<StoreStats> Store::Stats(size_t max_gaps_per_run) const { return backend_->Stats(max_gaps_per_run); }
 StatusOr<RetentionResult> Store::Prune(const RetentionPolicy& policy, int64_t now_ns) {
   return backend_->Prune(policy, now_ns);
@@ -168,12 +179,15 @@ StatusOr<RetentionResult> RunRetention(RetentionOps& ops, const RetentionPolicy&
     std::vector<int64_t> ids;
     ids.reserve(n);
     for (size_t i = 0; i < n; ++i) ids.push_back(rows[i].key);
-    VIGIL_ASSIGN_OR_RETURN(const uint64_t dead, ops.DeleteEvents(ids));
+    VIGIL_ASSIGN_OR_RETURN(const RetentionOps::Deleted deleted, ops.DeleteEvents(ids));
     out.events += n;
-    out.dead_letters += dead;
+    out.dead_letters += deleted.dead_letters;
+    out.snapshots += deleted.snapshots;
     over_count = over;
     if (n < rows.size() || rows.size() < static_cast<size_t>(policy.chunk)) break;
   }
+  VIGIL_ASSIGN_OR_RETURN(const uint64_t orphans, ops.DeleteOrphanSnapshots(now_ns - Store::kOrphanSnapshotNs));
+  out.snapshots += orphans;
   if (policy.max_age_ns <= 0) return out;
   VIGIL_ASSIGN_OR_RETURN(out.kept_for_push, ops.KeptForPush(cutoff));
   VIGIL_ASSIGN_OR_RETURN(const std::vector<RetentionOps::RunRef> runs, ops.PrefixRuns());

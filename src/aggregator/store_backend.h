@@ -25,6 +25,11 @@ class StoreBackend {
                                 std::span<const transport::HelloStream> streams, int64_t now_ns) = 0;
   virtual StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns) = 0;
   virtual StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const = 0;
+  virtual StatusOr<uint64_t> PutSnapshots(std::span<const PendingSnapshot> batch, int64_t now_ns) = 0;
+  virtual StatusOr<std::vector<StoredSnapshot>> Snapshots(const std::string& edge, const std::string& stream,
+                                                          uint64_t run, uint64_t seq, bool with_jpeg) const = 0;
+  virtual StatusOr<std::optional<StoredSnapshot>> LatestSnapshot(const std::string& edge,
+                                                                 const std::string& stream) const = 0;
   virtual StatusOr<StoreStats> Stats(size_t max_gaps_per_run) const = 0;
   virtual StatusOr<RetentionResult> Prune(const RetentionPolicy& policy, int64_t now_ns) = 0;
   virtual StatusOr<std::vector<OutboxItem>> PushDue(const std::string& sink, int64_t now_ns, int limit) const = 0;
@@ -71,6 +76,25 @@ StoredEvent EventFromRow(const Row& row, int at) {
   ev.height = static_cast<uint32_t>(row.Int(at + 13));
   return ev;
 }
+// A stored snapshot's columns in the order every snapshot query selects them (edge, stream, run, seq, box, x, y,
+// width, height, out_width, out_height, stored_ns), then the JPEG (read apart: the engines return bytes differently).
+template <typename Row>
+StoredSnapshot SnapshotFromRow(const Row& row) {
+  StoredSnapshot s;
+  s.edge = row.Text(0);
+  s.stream = row.Text(1);
+  s.run = row.U64(2);
+  s.seq = row.U64(3);
+  s.box = static_cast<int32_t>(row.Int(4));
+  s.x = static_cast<uint32_t>(row.Int(5));
+  s.y = static_cast<uint32_t>(row.Int(6));
+  s.width = static_cast<uint32_t>(row.Int(7));
+  s.height = static_cast<uint32_t>(row.Int(8));
+  s.out_width = static_cast<uint32_t>(row.Int(9));
+  s.out_height = static_cast<uint32_t>(row.Int(10));
+  s.stored_ns = row.Int(11);
+  return s;
+}
 
 // The Admit decision for an edge whose current granted epoch is `current` (0: never granted), holding
 // `held` (store.h, Store::Admit). Fills kind, epoch, previous_epoch and held_unknown of the Grant.
@@ -114,8 +138,13 @@ class RetentionOps {
   virtual StatusOr<uint64_t> CountEvents() = 0;
   // The oldest events (ascending id) no outbox row refers to, at most `limit`.
   virtual StatusOr<std::vector<Row>> OldestEvents(int limit) = 0;
-  // Deletes the events with their detections and dead letters; returns how many dead letters went.
-  virtual StatusOr<uint64_t> DeleteEvents(const std::vector<int64_t>& ids) = 0;
+  struct Deleted {
+    uint64_t dead_letters = 0, snapshots = 0;
+  };
+  // Deletes the events with their detections, dead letters and snapshots; returns how many of those went.
+  virtual StatusOr<Deleted> DeleteEvents(const std::vector<int64_t>& ids) = 0;
+  // Deletes the snapshots stored before `before_ns` whose event is not stored; returns how many.
+  virtual StatusOr<uint64_t> DeleteOrphanSnapshots(int64_t before_ns) = 0;
   virtual StatusOr<uint64_t> KeptForPush(int64_t cutoff_ns) = 0;  // events stored before cutoff still in an outbox
   virtual StatusOr<std::vector<RunRef>> PrefixRuns() = 0;          // runs whose prefix is not empty
   // The run's lowest frame rows at or below its prefix, ascending seq, at most `limit`.

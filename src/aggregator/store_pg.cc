@@ -123,6 +123,22 @@ CREATE INDEX events_stored ON events(stored_ns);
 CREATE INDEX push_outbox_event ON push_outbox(event_id);
 CREATE INDEX push_dead_letters_event ON push_dead_letters(event_id);
 )sql",
+    R"sql(
+CREATE TABLE snapshots(
+  edge TEXT NOT NULL,
+  stream TEXT NOT NULL,
+  run BIGINT NOT NULL,
+  seq BIGINT NOT NULL,
+  box INTEGER NOT NULL,
+  x BIGINT NOT NULL, y BIGINT NOT NULL, width BIGINT NOT NULL, height BIGINT NOT NULL,
+  out_width BIGINT NOT NULL, out_height BIGINT NOT NULL,
+  stored_ns BIGINT NOT NULL,
+  jpeg BYTEA NOT NULL,
+  PRIMARY KEY(edge, stream, run, seq, box)
+);
+CREATE INDEX snapshots_latest ON snapshots(edge, stream, box, stored_ns);
+CREATE INDEX snapshots_stored ON snapshots(stored_ns);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -157,6 +173,27 @@ std::string Text(const PGresult* r, int row, int col) {
 std::string P(int64_t v) { return std::to_string(v); }
 std::string P(uint64_t v) { return std::to_string(static_cast<int64_t>(v)); }  // bit pattern
 std::string P(int v) { return std::to_string(v); }
+// A bytea parameter in its text form (hex: "\\x0a1b…").
+std::string HexBytes(std::string_view b) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\\x";
+  out.reserve(2 + 2 * b.size());
+  for (char c : b) {
+    const auto u = static_cast<unsigned char>(c);
+    out += kHex[u >> 4];
+    out += kHex[u & 15];
+  }
+  return out;
+}
+// A bytea column read in text form.
+std::string BytesOf(const PGresult* r, int row, int col) {
+  size_t n = 0;
+  unsigned char* raw = PQunescapeBytea(reinterpret_cast<const unsigned char*>(PQgetvalue(r, row, col)), &n);
+  if (raw == nullptr) return {};
+  std::string out(reinterpret_cast<const char*>(raw), n);
+  PQfreemem(raw);
+  return out;
+}
 
 // A PostgreSQL array literal ('{…}') built element by element.
 class Array {
@@ -327,9 +364,12 @@ class Conn {
     for (size_t i = 0; send_ok && i < steps.size(); ++i) {
       const Step& st = steps[i];
       auto it = prepared_.find(st.sql);
+      auto pending = std::find_if(preparing.begin(), preparing.end(), [&](const auto& p) { return p.first == st.sql; });
       std::string name;
       if (it != prepared_.end()) {
         name = it->second;
+      } else if (pending != preparing.end()) {  // the same statement twice in one pipeline: prepared once
+        name = pending->second;
       } else {
         name = StrCat("v", prepared_.size() + preparing.size());
         send_ok = PQsendPrepare(c_, name.c_str(), st.sql, 0, nullptr) == 1;
@@ -499,7 +539,8 @@ class PgBackend final : public StoreBackend {
     std::lock_guard lock(read_mu_);
 #define VIGIL_PG_EVENTS_WHERE                                                                                   \
   "SELECT " VIGIL_PG_EVENT_COLUMNS                                                                              \
-  " FROM events e JOIN streams s ON s.id = e.stream_id WHERE e.id > $1 AND e.id < $6 AND e.capture_ns >= $2 AND " \
+  ", (SELECT COUNT(*) FROM snapshots p WHERE p.edge = s.edge AND p.stream = s.stream AND p.run = e.run AND "    \
+  "p.seq = e.seq) FROM events e JOIN streams s ON s.id = e.stream_id WHERE e.id > $1 AND e.id < $6 AND e.capture_ns >= $2 AND " \
   "($3 = '' OR s.edge = $3) AND ($4 = '' OR s.stream = $4) AND ($8 = '' OR e.severity = $8) AND ($7 = '' OR "    \
   "EXISTS (SELECT 1 FROM detections d WHERE d.event_id = e.id AND d.label = $7)) "
     static constexpr const char* kAsc = VIGIL_PG_EVENTS_WHERE "ORDER BY e.id LIMIT $5";
@@ -510,8 +551,71 @@ class PgBackend final : public StoreBackend {
                                               P(q.before_id), q.label, q.severity},
                                              "query events"));
     std::vector<StoredEvent> out;
-    for (int i = 0; i < PQntuples(r.get()); ++i) out.push_back(EventFromRow(PgRow{r.get(), i}, 0));
+    for (int i = 0; i < PQntuples(r.get()); ++i) {
+      out.push_back(EventFromRow(PgRow{r.get(), i}, 0));
+      out.back().snapshots = static_cast<uint32_t>(Int(r.get(), i, 14));
+    }
     VIGIL_RETURN_IF_ERROR(ReadDetections(*r_, out, [](StoredEvent& e) -> StoredEvent& { return e; }));
+    return out;
+  }
+
+  StatusOr<uint64_t> PutSnapshots(std::span<const PendingSnapshot> batch, int64_t now_ns) override {
+    static constexpr const char* kSql =
+        "INSERT INTO snapshots(edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns, "
+        "jpeg) VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::bytea) ON CONFLICT DO NOTHING";
+    std::vector<Conn::Step> steps;
+    steps.reserve(batch.size());
+    const std::string now = P(now_ns);
+    for (const PendingSnapshot& p : batch) {
+      const transport::Snapshot& x = *p.snapshot;
+      steps.push_back({kSql,
+                       {*p.edge, x.stream, P(x.run), P(x.seq), P(static_cast<int64_t>(x.box)), P(int64_t{x.x}),
+                        P(int64_t{x.y}), P(int64_t{x.width}), P(int64_t{x.height}), P(int64_t{x.out_width}),
+                        P(int64_t{x.out_height}), now, HexBytes(x.jpeg)},
+                       "store a snapshot"});
+    }
+    StatusOr<std::vector<Result>> r = w_->Pipeline(steps, /*begin=*/true, /*commit=*/true);
+    if (!r.ok()) {
+      w_->Rollback();
+      return Annotate(r.status(), StrCat("store a batch of ", batch.size(), " snapshots"));
+    }
+    uint64_t stored = 0;
+    for (const Result& res : *r) stored += std::strtoull(PQcmdTuples(res.get()), nullptr, 10);
+    return stored;
+  }
+
+  StatusOr<std::vector<StoredSnapshot>> Snapshots(const std::string& edge, const std::string& stream, uint64_t run,
+                                                  uint64_t seq, bool with_jpeg) const override {
+    std::lock_guard lock(read_mu_);
+    static constexpr const char* kWith =
+        "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns, jpeg FROM snapshots "
+        "WHERE edge = $1 AND stream = $2 AND run = $3 AND seq = $4 ORDER BY box";
+    static constexpr const char* kMeta =
+        "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns FROM snapshots "
+        "WHERE edge = $1 AND stream = $2 AND run = $3 AND seq = $4 ORDER BY box";
+    VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(with_jpeg ? kWith : kMeta, {edge, stream, P(run), P(seq)},
+                                             "query snapshots"));
+    return ReadSnapshots(r.get(), with_jpeg);
+  }
+
+  StatusOr<std::optional<StoredSnapshot>> LatestSnapshot(const std::string& edge,
+                                                         const std::string& stream) const override {
+    std::lock_guard lock(read_mu_);
+    static constexpr const char* kSql =
+        "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns, jpeg FROM snapshots "
+        "WHERE edge = $1 AND stream = $2 AND box = -1 ORDER BY stored_ns DESC LIMIT 1";
+    VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(kSql, {edge, stream}, "query the latest snapshot"));
+    std::vector<StoredSnapshot> v = ReadSnapshots(r.get(), true);
+    if (v.empty()) return std::optional<StoredSnapshot>();
+    return std::optional<StoredSnapshot>(std::move(v.front()));
+  }
+
+  static std::vector<StoredSnapshot> ReadSnapshots(const PGresult* r, bool with_jpeg) {
+    std::vector<StoredSnapshot> out;
+    for (int i = 0; i < PQntuples(r); ++i) {
+      out.push_back(SnapshotFromRow(PgRow{r, i}));
+      if (with_jpeg) out.back().jpeg = BytesOf(r, i, 12);
+    }
     return out;
   }
 
@@ -1024,22 +1128,34 @@ class PgRetention final : public RetentionOps {
         "e.id) ORDER BY e.id LIMIT $1";
     return Rows(kSql, {P(limit)}, "retention: oldest events");
   }
-  StatusOr<uint64_t> DeleteEvents(const std::vector<int64_t>& ids) override {
+  StatusOr<Deleted> DeleteEvents(const std::vector<int64_t>& ids) override {
     Array list;
     for (int64_t id : ids) list.Add(id);
     const std::string l = list.Done();
-    uint64_t dead = 0;
+    Deleted out;
     Status st = c_.InTransaction([&]() -> Status {
       static constexpr const char* kDetections = "DELETE FROM detections WHERE event_id = ANY($1::bigint[])";
       static constexpr const char* kDead = "DELETE FROM push_dead_letters WHERE event_id = ANY($1::bigint[])";
+      static constexpr const char* kSnapshots =
+          "DELETE FROM snapshots WHERE (edge, stream, run, seq) IN (SELECT s.edge, s.stream, e.run, e.seq FROM events "
+          "e JOIN streams s ON s.id = e.stream_id WHERE e.id = ANY($1::bigint[]))";
       static constexpr const char* kEvents = "DELETE FROM events WHERE id = ANY($1::bigint[])";
       VIGIL_RETURN_IF_ERROR(c_.Run(kDetections, {l}, "retention: delete detections").status());
       VIGIL_ASSIGN_OR_RETURN(Result r, c_.Run(kDead, {l}, "retention: delete dead letters"));
-      dead = std::strtoull(PQcmdTuples(r.get()), nullptr, 10);
+      out.dead_letters = std::strtoull(PQcmdTuples(r.get()), nullptr, 10);
+      VIGIL_ASSIGN_OR_RETURN(Result sn, c_.Run(kSnapshots, {l}, "retention: delete snapshots"));
+      out.snapshots = std::strtoull(PQcmdTuples(sn.get()), nullptr, 10);
       return c_.Run(kEvents, {l}, "retention: delete events").status();
     });
     if (!st.ok()) return st;
-    return dead;
+    return out;
+  }
+  StatusOr<uint64_t> DeleteOrphanSnapshots(int64_t before_ns) override {
+    static constexpr const char* kSql =
+        "DELETE FROM snapshots p WHERE p.stored_ns < $1 AND NOT EXISTS (SELECT 1 FROM events e JOIN streams s ON "
+        "s.id = e.stream_id WHERE s.edge = p.edge AND s.stream = p.stream AND e.run = p.run AND e.seq = p.seq)";
+    VIGIL_ASSIGN_OR_RETURN(Result r, c_.Run(kSql, {P(before_ns)}, "retention: delete orphan snapshots"));
+    return std::strtoull(PQcmdTuples(r.get()), nullptr, 10);
   }
   StatusOr<uint64_t> KeptForPush(int64_t cutoff_ns) override {
     static constexpr const char* kSql =

@@ -21,6 +21,11 @@ constexpr const char* kEventColumnsForPrepare =
     "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, "
     "e.rule, e.width, e.height";
 
+// The count of an event's snapshots, selected after the event columns by Events.
+constexpr const char* kSnapshotCountSql =
+    "(SELECT COUNT(*) FROM snapshots p WHERE p.edge = s.edge AND p.stream = s.stream AND p.run = e.run AND "
+    "p.seq = e.seq)";
+
 // An event's detections in order (ReadDetections reads them).
 constexpr const char* kDetectionsSql =
     "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx";
@@ -127,6 +132,23 @@ CREATE INDEX events_stored ON events(stored_ns);
 CREATE INDEX push_outbox_event ON push_outbox(event_id);
 CREATE INDEX push_dead_letters_event ON push_dead_letters(event_id);
 )sql",
+    // 5: snapshots (an event's pictures), keyed like the frame they show, stored before or after their event.
+    R"sql(
+CREATE TABLE snapshots(
+  edge TEXT NOT NULL,
+  stream TEXT NOT NULL,
+  run INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  box INTEGER NOT NULL,             -- -1: the whole frame; else the event's detection index
+  x INTEGER NOT NULL, y INTEGER NOT NULL, width INTEGER NOT NULL, height INTEGER NOT NULL,  -- source region
+  out_width INTEGER NOT NULL, out_height INTEGER NOT NULL,
+  stored_ns INTEGER NOT NULL,
+  jpeg BLOB NOT NULL,
+  PRIMARY KEY(edge, stream, run, seq, box)
+) WITHOUT ROWID;
+CREATE INDEX snapshots_latest ON snapshots(edge, stream, box, stored_ns);
+CREATE INDEX snapshots_stored ON snapshots(stored_ns);
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
@@ -145,6 +167,11 @@ Status SqlError(sqlite3* db, std::string_view what) {
 Status Exec(sqlite3* db, const char* sql, std::string_view what) {
   return sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK ? absl::OkStatus() : SqlError(db, what);
 }
+
+// Bytes bound as a BLOB (not copied: they must outlive the statement's step).
+struct BlobParam {
+  std::string_view bytes;
+};
 
 // A prepared statement, reset after every use. Integers bind as int64 (uint64 by bit pattern).
 class Stmt {
@@ -190,6 +217,11 @@ class Stmt {
     return t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(sqlite3_column_bytes(s_.get(), col)))
              : std::string();
   }
+  std::string Blob(int col) const {
+    const void* b = sqlite3_column_blob(s_.get(), col);
+    return b ? std::string(static_cast<const char*>(b), static_cast<size_t>(sqlite3_column_bytes(s_.get(), col)))
+             : std::string();
+  }
   void Reset() { sqlite3_reset(s_.get()); }
 
  private:
@@ -204,6 +236,9 @@ class Stmt {
   }
   void BindOne(int i, std::string_view v) {
     sqlite3_bind_text(s_.get(), i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void BindOne(int i, const BlobParam& v) {
+    sqlite3_bind_blob(s_.get(), i, v.bytes.data(), static_cast<int>(v.bytes.size()), SQLITE_STATIC);
   }
   std::unique_ptr<sqlite3_stmt, StmtFinalizer> s_;
 };
@@ -237,10 +272,10 @@ struct SqliteImpl {
   // Writer statements and caches (writer thread only).
   Stmt begin, commit, rollback, find_stream, insert_stream, set_epoch, add_stale, add_duplicates, insert_frame,
       insert_event, insert_detection, upsert_run, get_contiguous, highest_seq, seqs_after, get_edge_epoch,
-      grant_edge, touch_edge, insert_outbox;
+      grant_edge, touch_edge, insert_outbox, insert_snapshot;
   // Retention (writer thread).
   Stmt prune_peek_events, prune_count_events, prune_detections, prune_dead, prune_event, prune_runs, prune_peek_frames,
-      prune_frames, prune_kept;
+      prune_frames, prune_kept, prune_event_snapshots, prune_orphan_snapshots;
   std::vector<PushRoute> routes;
   struct StreamState {
     int64_t id;
@@ -267,7 +302,7 @@ struct SqliteImpl {
 
   mutable std::mutex read_mu;
   mutable Stmt events_query, events_query_desc, detections_query, streams_query, runs_query, gap_query,
-      edges_query;  // GUARDED_BY(read_mu)
+      edges_query, snapshots_query, snapshots_meta_query, latest_snapshot_query;  // GUARDED_BY(read_mu)
 
   Status Prepare() {
     sqlite3* w = wdb.get();
@@ -304,6 +339,16 @@ struct SqliteImpl {
          "granted_ns = excluded.granted_ns"},
         {&touch_edge, "UPDATE edges SET last_seen_ns = ?2 WHERE edge = ?1"},
         {&insert_outbox, "INSERT OR IGNORE INTO push_outbox(sink, event_id, attempts, next_ns) VALUES(?1, ?2, 0, ?3)"},
+        {&insert_snapshot,
+         "INSERT OR IGNORE INTO snapshots(edge, stream, run, seq, box, x, y, width, height, out_width, out_height, "
+         "stored_ns, jpeg) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"},
+        {&prune_event_snapshots,
+         "DELETE FROM snapshots WHERE (edge, stream, run, seq) IN (SELECT s.edge, s.stream, e.run, e.seq FROM events e "
+         "JOIN streams s ON s.id = e.stream_id WHERE e.id = ?1)"},
+        {&prune_orphan_snapshots,
+         "DELETE FROM snapshots WHERE stored_ns < ?1 AND NOT EXISTS (SELECT 1 FROM events e JOIN streams s ON s.id = "
+         "e.stream_id WHERE s.edge = snapshots.edge AND s.stream = snapshots.stream AND e.run = snapshots.run AND "
+         "e.seq = snapshots.seq)"},
         {&prune_peek_events,
          "SELECT e.id, e.stored_ns FROM events e WHERE NOT EXISTS (SELECT 1 FROM push_outbox o WHERE o.event_id = "
          "e.id) ORDER BY e.id LIMIT ?1"},
@@ -324,7 +369,7 @@ struct SqliteImpl {
     }
     sqlite3* r = rdb.get();
     const std::string events_where = StrCat(
-        "SELECT ", kEventColumnsForPrepare, " FROM events e JOIN streams s ON s.id = e.stream_id "
+        "SELECT ", kEventColumnsForPrepare, ", ", kSnapshotCountSql, " FROM events e JOIN streams s ON s.id = e.stream_id "
         "WHERE e.id > ?1 AND e.id < ?6 AND e.capture_ns >= ?2 AND (?3 = '' OR s.edge = ?3) AND "
         "(?4 = '' OR s.stream = ?4) AND (?8 = '' OR e.severity = ?8) AND (?7 = '' OR EXISTS (SELECT 1 FROM "
         "detections d WHERE d.event_id = e.id AND d.label = ?7)) ");
@@ -340,6 +385,15 @@ struct SqliteImpl {
          "SELECT run, frames, events, contiguous_through, dropped, lost FROM runs WHERE stream_id = ?1"},
         {&gap_query, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 AND seq > ?3 ORDER BY seq"},
         {&edges_query, "SELECT edge, epoch, first_seen_ns, last_seen_ns, granted_ns FROM edges ORDER BY edge"},
+        {&snapshots_query,
+         "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns, jpeg FROM snapshots "
+         "WHERE edge = ?1 AND stream = ?2 AND run = ?3 AND seq = ?4 ORDER BY box"},
+        {&snapshots_meta_query,
+         "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns FROM snapshots "
+         "WHERE edge = ?1 AND stream = ?2 AND run = ?3 AND seq = ?4 ORDER BY box"},
+        {&latest_snapshot_query,
+         "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns, jpeg FROM snapshots "
+         "WHERE edge = ?1 AND stream = ?2 AND box = -1 ORDER BY stored_ns DESC LIMIT 1"},
     };
     for (const auto& [stmt, sql] : reader) {
       VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(r, sql));
@@ -505,6 +559,11 @@ class SqliteBackend final : public StoreBackend {
                         std::span<const transport::HelloStream> streams, int64_t now_ns) override;
   StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns) override;
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const override;
+  StatusOr<uint64_t> PutSnapshots(std::span<const PendingSnapshot> batch, int64_t now_ns) override;
+  StatusOr<std::vector<StoredSnapshot>> Snapshots(const std::string& edge, const std::string& stream, uint64_t run,
+                                                  uint64_t seq, bool with_jpeg) const override;
+  StatusOr<std::optional<StoredSnapshot>> LatestSnapshot(const std::string& edge,
+                                                         const std::string& stream) const override;
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run) const override;
   StatusOr<RetentionResult> Prune(const RetentionPolicy& policy, int64_t now_ns) override;
   StatusOr<std::vector<OutboxItem>> PushDue(const std::string& sink, int64_t now_ns, int limit) const override;
@@ -664,9 +723,61 @@ StatusOr<std::vector<StoredEvent>> SqliteBackend::Events(const EventQuery& q) co
     VIGIL_ASSIGN_OR_RETURN(bool row, e.Step());
     if (!row) break;
     out.push_back(EventFromRow(e, 0));
+    out.back().snapshots = static_cast<uint32_t>(e.Int(14));
   }
   for (StoredEvent& ev : out) VIGIL_RETURN_IF_ERROR(ReadDetections(impl_->detections_query, ev));
   return out;
+}
+
+StatusOr<uint64_t> SqliteBackend::PutSnapshots(std::span<const PendingSnapshot> batch, int64_t now_ns) {
+  SqliteImpl& d = *impl_;
+  uint64_t stored = 0;
+  VIGIL_RETURN_IF_ERROR(d.begin.Run());
+  Status st;
+  for (const PendingSnapshot& p : batch) {
+    const transport::Snapshot& s = *p.snapshot;
+    st = d.insert_snapshot
+             .Bind(*p.edge, s.stream, s.run, s.seq, static_cast<int64_t>(s.box), s.x, s.y, s.width, s.height,
+                   s.out_width, s.out_height, now_ns, BlobParam{s.jpeg})
+             .Run();
+    if (!st.ok()) break;
+    stored += static_cast<uint64_t>(sqlite3_changes(d.wdb.get()));
+  }
+  if (st.ok()) st = d.commit.Run();
+  if (!st.ok()) {
+    (void)d.rollback.Run();
+    return Annotate(st, StrCat("store a batch of ", batch.size(), " snapshots"));
+  }
+  return stored;
+}
+
+namespace {
+StatusOr<std::vector<StoredSnapshot>> ReadSnapshots(Stmt& q, bool with_jpeg) {
+  std::vector<StoredSnapshot> out;
+  for (;;) {
+    VIGIL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return out;
+    out.push_back(SnapshotFromRow(q));
+    if (with_jpeg) out.back().jpeg = q.Blob(12);
+  }
+}
+}  // namespace
+
+StatusOr<std::vector<StoredSnapshot>> SqliteBackend::Snapshots(const std::string& edge, const std::string& stream,
+                                                               uint64_t run, uint64_t seq, bool with_jpeg) const {
+  std::lock_guard lock(impl_->read_mu);
+  Stmt& q = with_jpeg ? impl_->snapshots_query : impl_->snapshots_meta_query;
+  q.Bind(edge, stream, run, seq);
+  return ReadSnapshots(q, with_jpeg);
+}
+
+StatusOr<std::optional<StoredSnapshot>> SqliteBackend::LatestSnapshot(const std::string& edge,
+                                                                      const std::string& stream) const {
+  std::lock_guard lock(impl_->read_mu);
+  impl_->latest_snapshot_query.Bind(edge, stream);
+  VIGIL_ASSIGN_OR_RETURN(std::vector<StoredSnapshot> v, ReadSnapshots(impl_->latest_snapshot_query, true));
+  if (v.empty()) return std::optional<StoredSnapshot>();
+  return std::optional<StoredSnapshot>(std::move(v.front()));
 }
 
 StatusOr<std::vector<OutboxItem>> SqliteBackend::PushDue(const std::string& sink, int64_t now_ns, int limit) const {
@@ -842,19 +953,30 @@ class SqliteRetention final : public RetentionOps {
   StatusOr<std::vector<Row>> OldestEvents(int limit) override {
     return Rows(d_.prune_peek_events.Bind(limit));
   }
-  StatusOr<uint64_t> DeleteEvents(const std::vector<int64_t>& ids) override {
-    uint64_t dead = 0;
+  StatusOr<Deleted> DeleteEvents(const std::vector<int64_t>& ids) override {
+    Deleted out;
     Status st = InTransaction([&]() -> Status {
       for (int64_t id : ids) {
         VIGIL_RETURN_IF_ERROR(d_.prune_detections.Bind(id).Run());
         VIGIL_RETURN_IF_ERROR(d_.prune_dead.Bind(id).Run());
-        dead += static_cast<uint64_t>(sqlite3_changes(d_.wdb.get()));
+        out.dead_letters += static_cast<uint64_t>(sqlite3_changes(d_.wdb.get()));
+        VIGIL_RETURN_IF_ERROR(d_.prune_event_snapshots.Bind(id).Run());
+        out.snapshots += static_cast<uint64_t>(sqlite3_changes(d_.wdb.get()));
         VIGIL_RETURN_IF_ERROR(d_.prune_event.Bind(id).Run());
       }
       return absl::OkStatus();
     });
     if (!st.ok()) return st;
-    return dead;
+    return out;
+  }
+  StatusOr<uint64_t> DeleteOrphanSnapshots(int64_t before_ns) override {
+    uint64_t n = 0;
+    VIGIL_RETURN_IF_ERROR(InTransaction([&]() -> Status {
+      VIGIL_RETURN_IF_ERROR(d_.prune_orphan_snapshots.Bind(before_ns).Run());
+      n = static_cast<uint64_t>(sqlite3_changes(d_.wdb.get()));
+      return absl::OkStatus();
+    }));
+    return n;
   }
   StatusOr<uint64_t> KeptForPush(int64_t cutoff_ns) override {
     VIGIL_ASSIGN_OR_RETURN(bool row, d_.prune_kept.Bind(cutoff_ns).Step());

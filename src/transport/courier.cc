@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -39,7 +40,20 @@ class CourierImpl final : public Courier {
 
   CourierStats Stats() const override {
     std::lock_guard lock(mu_);
-    return stats_;
+    CourierStats s = stats_;
+    s.snapshots_queued = snapshots_.size();
+    return s;
+  }
+
+  bool OfferSnapshot(Snapshot snapshot) override {
+    std::lock_guard lock(mu_);
+    if (stop_ || stats_.fenced || snapshot_bytes_ + snapshot.jpeg.size() > opt_.max_snapshot_bytes) {
+      ++stats_.snapshots_dropped;
+      return false;
+    }
+    snapshot_bytes_ += snapshot.jpeg.size();
+    snapshots_.push_back(std::move(snapshot));
+    return true;
   }
 
   void Close() override {
@@ -52,6 +66,10 @@ class CourierImpl final : public Courier {
       cv_.notify_all();
     }
     if (sender_.joinable()) sender_.join();
+    std::lock_guard lock(mu_);
+    stats_.snapshots_dropped += snapshots_.size();
+    snapshots_.clear();
+    snapshot_bytes_ = 0;
   }
 
  private:
@@ -315,6 +333,12 @@ class CourierImpl final : public Courier {
       std::vector<std::shared_ptr<const OutboxMessage>> msgs = outbox_->PendingFrom(send_id, opt_.max_batch);
       if (msgs.empty()) {
         send_id = std::max(send_id, next);  // everything below `next` is completed
+        bool sent = false;
+        VIGIL_RETURN_IF_ERROR(SendSnapshot(link, &sent));
+        if (sent) {
+          health.Wrote(Now());
+          continue;
+        }
         const auto until = std::chrono::duration_cast<milliseconds>(std::chrono::nanoseconds(health.NextCheck(now) - now));
         outbox_->WaitBeyond(send_id, std::clamp(until, milliseconds(1), kSenderPoll));
         continue;
@@ -327,6 +351,8 @@ class CourierImpl final : public Courier {
         st = SendOneByOne(link, &batch);  // find the payload that does not download; send the others
       }
       VIGIL_RETURN_IF_ERROR(st);
+      bool snapshot_sent = false;
+      VIGIL_RETURN_IF_ERROR(SendSnapshot(link, &snapshot_sent));  // one between batches: never starved
       health.Wrote(Now());
       send_id = after;
       std::lock_guard lock(mu_);
@@ -337,6 +363,29 @@ class CourierImpl final : public Courier {
       }
       sent_high_ = std::max(sent_high_, send_id);
     }
+  }
+
+  // Sends the oldest queued snapshot, if any (*sent says whether one went). A failed write loses it (counted)
+  // and ends the session.
+  Status SendSnapshot(Link& link, bool* sent) {
+    *sent = false;
+    Snapshot snap;
+    {
+      std::lock_guard lock(mu_);
+      if (snapshots_.empty()) return absl::OkStatus();
+      snap = std::move(snapshots_.front());
+      snapshots_.pop_front();
+      snapshot_bytes_ -= snap.jpeg.size();
+    }
+    Status st = link.SendSnapshot(snap, opt_.peer_timeout);
+    std::lock_guard lock(mu_);
+    if (!st.ok()) {
+      ++stats_.snapshots_lost;
+      return st;
+    }
+    ++stats_.snapshots_sent;
+    *sent = true;
+    return absl::OkStatus();
   }
 
   // Sends `batch` one message at a time; a message whose device rows cannot be downloaded is completed
@@ -431,6 +480,8 @@ class CourierImpl final : public Courier {
   size_t last_link_ = SIZE_MAX;   // GUARDED_BY(mu_) index of the previous session's link
   uint64_t sent_high_ = 0;        // GUARDED_BY(mu_) one past the highest message id ever sent
   CourierStats stats_;            // GUARDED_BY(mu_)
+  std::deque<Snapshot> snapshots_;  // GUARDED_BY(mu_) waiting for the sender
+  size_t snapshot_bytes_ = 0;       // GUARDED_BY(mu_) their JPEG bytes
   std::thread sender_;
 };
 

@@ -129,6 +129,12 @@ class FramedLink final : public Link {
     return conn->Write(EncodeFrame(Heartbeat{sent_ns}), timeout);
   }
 
+  Status SendSnapshot(const Snapshot& snapshot, milliseconds timeout) override {
+    std::shared_ptr<Connection> conn = current();
+    if (!conn) return absl::UnavailableError(StrCat(target(), ": no open session"));
+    return conn->Write(EncodeFrame(snapshot), timeout);
+  }
+
   StatusOr<std::optional<Message>> Receive(milliseconds timeout) override {
     std::shared_ptr<Connection> conn = current();
     if (!conn) return absl::UnavailableError(StrCat(target(), ": no open session"));

@@ -161,6 +161,21 @@ struct BodyEncoder {
     return MessageType::kRingOffer;
   }
   MessageType operator()(const RingAccept&) { return MessageType::kRingAccept; }
+  MessageType operator()(const Snapshot& m) {
+    w.Str(m.stream);
+    w.U64(m.run);
+    w.U64(m.seq);
+    w.I32(m.box);
+    w.U32(m.x);
+    w.U32(m.y);
+    w.U32(m.width);
+    w.U32(m.height);
+    w.U32(m.out_width);
+    w.U32(m.out_height);
+    w.U32(static_cast<uint32_t>(m.jpeg.size()));
+    w.Raw(m.jpeg.data(), m.jpeg.size());
+    return MessageType::kSnapshot;
+  }
 };
 
 // ---- decoding -----------------------------------------------------------------------------------
@@ -377,6 +392,22 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
       VIGIL_RETURN_IF_ERROR(r.Finish());
       return Message(RingAccept{});
     }
+    case MessageType::kSnapshot: {
+      Reader r(body, "Snapshot");
+      Snapshot m;
+      uint32_t n = 0;
+      bool ok = r.Str("stream", &m.stream) && r.Int("run", &m.run) && r.Int("seq", &m.seq) && r.Int("box", &m.box) &&
+                r.Int("x", &m.x) && r.Int("y", &m.y) && r.Int("width", &m.width) && r.Int("height", &m.height) &&
+                r.Int("out_width", &m.out_width) && r.Int("out_height", &m.out_height) && r.Int("jpeg_length", &n);
+      if (ok && n > r.left()) ok = r.Fail(StrCat("jpeg_length ", n, " does not fit the ", r.left(), " bytes left"));
+      if (ok) {
+        m.jpeg.resize(n);
+        r.Raw("jpeg", m.jpeg.data(), n);
+      }
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      VIGIL_RETURN_IF_ERROR(Annotate(ValidateSnapshot(m), "Snapshot body"));
+      return Message(std::move(m));
+    }
   }
   return absl::InvalidArgumentError(StrCat("frame: unknown message type ", static_cast<int>(type)));
 }
@@ -438,7 +469,7 @@ std::string_view ToString(ReportKind k) {
 std::string_view MessageName(const Message& m) {
   static constexpr std::string_view kNames[] = {"Hello",     "Welcome",   "Report", "Ack",
                                                 "Reject",    "Heartbeat", "Challenge", "Auth",
-                                                "RingOffer", "RingAccept"};
+                                                "RingOffer", "RingAccept", "Snapshot"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[m.index()];
 }
@@ -539,6 +570,33 @@ Status CheckReport(const Report& r, bool need_edge) {
 
 Status ValidateReport(const Report& r) { return CheckReport(r, /*need_edge=*/true); }
 Status ValidateReportFields(const Report& r) { return CheckReport(r, /*need_edge=*/false); }
+
+Status ValidateSnapshot(const Snapshot& s) {
+  auto bad = [&](std::string reason) {
+    return absl::InvalidArgumentError(
+        StrCat("snapshot of ", s.stream.substr(0, 200), " run ", s.run, " seq ", s.seq, " box ", s.box, ": ", reason));
+  };
+  if (s.stream.empty() || s.stream.size() > 65535 || !IsText(s.stream)) {
+    return bad("the stream id must be 1..65535 bytes of UTF-8 text without NUL bytes");
+  }
+  if (s.seq >= kMaxSeq) return bad(StrCat("seq ", s.seq, " is not below 2^63"));
+  if (s.box < -1 || s.box >= static_cast<int64_t>(kMaxDetections)) {
+    return bad(StrCat("box ", s.box, " is neither -1 (the frame) nor a detection index below ", kMaxDetections));
+  }
+  const auto dim = [](uint32_t v) { return v >= 1 && v <= 65535; };
+  if (!dim(s.width) || !dim(s.height) || !dim(s.out_width) || !dim(s.out_height)) {
+    return bad(StrCat("region ", s.width, "x", s.height, " or picture ", s.out_width, "x", s.out_height,
+                      " is not 1..65535 pixels a side"));
+  }
+  if (s.jpeg.empty() || s.jpeg.size() > kMaxSnapshotBytes) {
+    return bad(StrCat(s.jpeg.size(), " JPEG bytes, not 1..", kMaxSnapshotBytes));
+  }
+  if (s.jpeg.size() < 3 || static_cast<uint8_t>(s.jpeg[0]) != 0xFF || static_cast<uint8_t>(s.jpeg[1]) != 0xD8 ||
+      static_cast<uint8_t>(s.jpeg[2]) != 0xFF) {
+    return bad("the picture is not a JPEG (no FF D8 FF start of image)");
+  }
+  return absl::OkStatus();
+}
 
 Status ValidateHello(const Hello& h) {
   auto bad = [&](std::string reason) {

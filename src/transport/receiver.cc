@@ -479,10 +479,16 @@ struct Receiver::Impl {
           handler->OnReport(*session, std::move(*r));
         } else if (std::holds_alternative<Heartbeat>(msg)) {
           (void)(*session)->Enqueue(EncodeFrame(msg));  // echo, also before admission
+        } else if (Snapshot* snap = std::get_if<Snapshot>(&msg)) {
+          if ((*session)->epoch() == 0) {
+            return violation(RejectReason::kProtocolError,
+                             absl::FailedPreconditionError("a snapshot before the session was admitted (no Welcome yet)"));
+          }
+          handler->OnSnapshot(*session, std::move(*snap));
         } else {
           return violation(RejectReason::kProtocolError,
                            absl::InvalidArgumentError(StrCat("an edge may not send ", MessageName(msg),
-                                                             " in a session (only Report and Heartbeat)")));
+                                                             " in a session (only Report, Snapshot and Heartbeat)")));
         }
       }
     }

@@ -95,7 +95,7 @@ TEST_P(StoreTest, CreatesAVersionedSchema) {
   ASSERT_TRUE(s);
   EXPECT_EQ(s->engine(), std::string(sqlite() ? "sqlite" : "postgresql"));
   const char* tables[] = {"edges", "streams", "runs", "frames", "events", "detections", "push_outbox",
-                          "push_dead_letters"};
+                          "push_dead_letters", "snapshots"};
   if (sqlite()) {
     EXPECT_EQ(Query("PRAGMA user_version"), Store::kSchemaVersion);
     sqlite3* db = nullptr;
@@ -458,7 +458,7 @@ TEST_P(StoreTest, MigratesASchema1Database) {
   ASSERT_EQ(sqlite3_exec(db,
                          "ALTER TABLE runs DROP COLUMN dropped; ALTER TABLE runs DROP COLUMN lost; "
                          "ALTER TABLE edges DROP COLUMN granted_ns; DROP TABLE push_outbox; "
-                         "DROP TABLE push_dead_letters; DROP INDEX events_stored; PRAGMA user_version=1; "
+                         "DROP TABLE push_dead_letters; DROP INDEX events_stored; DROP TABLE snapshots; PRAGMA user_version=1; "
                          "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns) VALUES('edge-1', 6, 1, 2);",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -581,6 +581,87 @@ TEST_P(StoreTest, LastSeenFollowsHellosAndCommittedBatches) {
   EXPECT_EQ(s->Stats()->edges.size(), 3u);  // edge-3 appears through its stream, with no Hello times
   EXPECT_EQ(s->Stats()->edges[2].last_seen_ns, 0);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM edges"), 2);
+}
+
+transport::Snapshot Picture(uint64_t seq, int32_t box, char fill, const std::string& stream = "cam0") {
+  // Bytes 0..255 and a NUL inside: a blob, not text.
+  std::string jpeg("\xFF\xD8\xFF", 3);
+  for (int i = 0; i < 256; ++i) jpeg.push_back(static_cast<char>(i));
+  jpeg.push_back(fill);
+  return transport::Snapshot{stream, 1, seq, box, box < 0 ? 0u : 10u, box < 0 ? 0u : 20u, box < 0 ? 768u : 100u,
+                             box < 0 ? 576u : 200u, box < 0 ? 640u : 100u, box < 0 ? 480u : 200u, jpeg};
+}
+
+TEST_P(StoreTest, SnapshotsAreStoredOnceFoundByTheirEventAndTheNewestFrameOfAStream) {
+  auto sp = Open();
+  ASSERT_TRUE(sp);
+  Store& s = *sp;
+  Admit(s, 0);
+  const std::string edge = "edge-1";
+  // A picture may come before its event; a repeat keeps the first copy.
+  const transport::Snapshot f3 = Picture(3, -1, 'a'), c3 = Picture(3, 0, 'b'), again = Picture(3, -1, 'z');
+  std::vector<PendingSnapshot> batch = {{&edge, &c3}, {&edge, &f3}, {&edge, &again}};
+  StatusOr<uint64_t> n = s.PutSnapshots(batch, 2000);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 2u);
+  Apply(s, {Event(3, 100), Event(4, 110)});
+  const transport::Snapshot f4 = Picture(4, -1, 'c');
+  batch = {{&edge, &f4}};
+  ASSERT_TRUE(s.PutSnapshots(batch, 3000).ok());
+
+  StatusOr<std::vector<StoredSnapshot>> got = s.Snapshots(edge, "cam0", 1, 3, /*with_jpeg=*/true);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)[0].box, -1);  // the frame first
+  EXPECT_EQ((*got)[0].jpeg, f3.jpeg);
+  EXPECT_EQ((*got)[0].out_width, 640u);
+  EXPECT_EQ((*got)[0].stored_ns, 2000);
+  EXPECT_EQ((*got)[1].box, 0);
+  EXPECT_EQ((*got)[1].jpeg, c3.jpeg);
+  EXPECT_EQ((*got)[1].x, 10u);
+  EXPECT_EQ((*got)[1].y, 20u);
+  EXPECT_EQ((*got)[1].width, 100u);
+  EXPECT_EQ((*got)[1].height, 200u);
+  got = s.Snapshots(edge, "cam0", 1, 3, /*with_jpeg=*/false);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_TRUE((*got)[0].jpeg.empty());
+  got = s.Snapshots("other", "cam0", 1, 3, true);
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(got->empty());
+
+  StatusOr<std::optional<StoredSnapshot>> latest = s.LatestSnapshot(edge, "cam0");
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  ASSERT_TRUE(latest->has_value());
+  EXPECT_EQ((*latest)->seq, 4u);
+  EXPECT_EQ((*latest)->jpeg, f4.jpeg);
+  latest = s.LatestSnapshot(edge, "nothing");
+  ASSERT_TRUE(latest.ok());
+  EXPECT_FALSE(latest->has_value());
+
+  // The event list says how many pictures each event has.
+  StatusOr<std::vector<StoredEvent>> events = s.Events({});
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].snapshots, 2u);
+  EXPECT_EQ((*events)[1].snapshots, 1u);
+
+  // Retention deletes an event's pictures with it, and pictures whose event never came once they are old.
+  const transport::Snapshot orphan = Picture(9, -1, 'o'), fresh_orphan = Picture(10, -1, 'p');
+  batch = {{&edge, &orphan}};
+  ASSERT_TRUE(s.PutSnapshots(batch, 4000).ok());
+  batch = {{&edge, &fresh_orphan}};
+  ASSERT_TRUE(s.PutSnapshots(batch, 4000 + Store::kOrphanSnapshotNs).ok());
+  RetentionPolicy keep_one;
+  keep_one.max_events = 1;
+  StatusOr<RetentionResult> pruned = s.Prune(keep_one, 4001 + Store::kOrphanSnapshotNs);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(pruned->events, 1u);
+  EXPECT_EQ(pruned->snapshots, 3u);  // event 3's two, the old orphan
+  got = s.Snapshots(edge, "cam0", 1, 3, false);
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(got->empty());
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM snapshots"), 2);  // event 4's, the recent orphan
 }
 
 TEST_P(StoreTest, RetentionDeletesOldEventsAndPrefixFramesButKeepsTheAccountingExact) {

@@ -136,6 +136,17 @@ class FakeAggregator {
     return transport::Ack{r.stream, r.run, r.epoch, r.seq_first, r.seq_last, Through(have)};
   }
 
+  // Keeps a snapshot sent on `session` (the aggregator stores a snapshot's first copy).
+  void DeliverSnapshot(const transport::Snapshot& snap, const MemorySession& session) {
+    std::lock_guard lock(mu_);
+    snapshots_.emplace_back(session.edge, snap);
+    cv_.notify_all();
+  }
+  std::vector<std::pair<std::string, transport::Snapshot>> Snapshots() const {
+    std::lock_guard lock(mu_);
+    return snapshots_;
+  }
+
   // Reports that stored something new, in arrival order, keyed (stream, run, seq_first).
   std::vector<Key> StoredOrder() const {
     std::lock_guard lock(mu_);
@@ -186,6 +197,7 @@ class FakeAggregator {
   std::vector<Key> order_;                   // GUARDED_BY(mu_)
   std::vector<transport::Report> reports_;   // GUARDED_BY(mu_)
   size_t duplicates_ = 0, stale_ = 0, hellos_ = 0;  // GUARDED_BY(mu_)
+  std::vector<std::pair<std::string, transport::Snapshot>> snapshots_;  // GUARDED_BY(mu_) (edge, snapshot)
 };
 
 class MemoryLink final : public transport::Link {
@@ -254,6 +266,15 @@ class MemoryLink final : public transport::Link {
     if (!s) return absl::UnavailableError(target() + ": no open session");
     VIGIL_RETURN_IF_ERROR(Spend(*s));
     s->Push(transport::Heartbeat{sent_ns});
+    return absl::OkStatus();
+  }
+
+  Status SendSnapshot(const transport::Snapshot& snapshot, std::chrono::milliseconds) override {
+    std::shared_ptr<MemorySession> s = current();
+    if (!s) return absl::UnavailableError(target() + ": no open session");
+    VIGIL_RETURN_IF_ERROR(transport::ValidateSnapshot(snapshot));
+    VIGIL_RETURN_IF_ERROR(Spend(*s));
+    aggregator_->DeliverSnapshot(snapshot, *s);
     return absl::OkStatus();
   }
 

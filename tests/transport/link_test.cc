@@ -676,17 +676,17 @@ TEST(ReceiverTest, MisbehavingClientsLoseOnlyTheirOwnConnection) {
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), HelloAuth("pending-1") + EncodeFrame(RawReport("pending-1", 1)))),
             "a report before the session was admitted (no Welcome yet)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + hello)),
-            "an edge may not send Hello in a session (only Report and Heartbeat)");
+            "an edge may not send Hello in a session (only Report, Snapshot and Heartbeat)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(Ack{}))),
-            "an edge may not send Ack in a session (only Report and Heartbeat)");
+            "an edge may not send Ack in a session (only Report, Snapshot and Heartbeat)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(v9))),
-            "Hello: protocol version 9 not supported (this aggregator speaks 3)");
+            "Hello: protocol version 9 not supported (this aggregator speaks 4)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(Hello{"edge-x", 0, kProtocolVersion}) + hello)),
             "expected Auth");
   std::vector<Message> old = RawExchange(rx->port(), v1);
   ASSERT_FALSE(old.empty());
   EXPECT_EQ(std::get<Reject>(old.back()).reason, RejectReason::kUnsupportedVersion);
-  EXPECT_EQ(std::get<Reject>(old.back()).detail, "frame: protocol version 1 not supported (this side speaks 3)");
+  EXPECT_EQ(std::get<Reject>(old.back()).detail, "frame: protocol version 1 not supported (this side speaks 4)");
   // Half a frame, then silence: closed after peer_timeout.
   EXPECT_TRUE(RawExchange(rx->port(), hello + EncodeFrame(RawReport("edge-x", 1)).substr(0, 20)).size() <= 2);
   // A Heartbeat is echoed after authentication, also before admission.

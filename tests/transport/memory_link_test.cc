@@ -131,6 +131,65 @@ TEST(MemoryLinkTest, DroppedAcksAreResentAndStoredOnce) {
   EXPECT_EQ((*courier)->Stats().resent, 20u);
 }
 
+transport::Snapshot Picture(uint64_t seq, size_t bytes) {
+  transport::Snapshot s{"cam", 1, seq, -1, 0, 0, 64, 48, 64, 48, std::string(bytes, '\xFF')};
+  s.jpeg[1] = '\xD8';
+  return s;
+}
+
+TEST(MemoryLinkTest, SnapshotsGoOutBesideTheReportsAndWhatCannotGoIsCounted) {
+  auto agg = std::make_shared<FakeAggregator>();
+  auto a = std::make_shared<MemoryLink>(agg, "a");
+  Outbox outbox(1000);
+  EdgeHandler edge;
+  CourierOptions o = Options({a});
+  o.max_snapshot_bytes = 3000;  // two 1,000-byte pictures fit with room; a third of 1,500 does not
+  auto courier = Courier::Start(o, &outbox, &edge);
+  ASSERT_TRUE(courier.ok()) << courier.status();
+  ASSERT_TRUE(Eventually([&] { return (*courier)->Stats().connected; }));
+  Push(outbox, 0, 20);
+  EXPECT_TRUE((*courier)->OfferSnapshot(Picture(3, 1000)));
+  EXPECT_TRUE((*courier)->OfferSnapshot(Picture(7, 1000)));
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  ASSERT_TRUE(Eventually([&] { return (*courier)->Stats().snapshots_sent == 2; }));
+  // Every report once, and both pictures, stamped with the session's edge id.
+  EXPECT_EQ(agg->StoredOrder().size(), 20u);
+  const auto snaps = agg->Snapshots();
+  ASSERT_EQ(snaps.size(), 2u);
+  EXPECT_EQ(snaps[0].first, "edge-m");
+  EXPECT_EQ(snaps[0].second, Picture(3, 1000));
+  EXPECT_EQ(snaps[1].second, Picture(7, 1000));
+
+  // While no session is open, pictures wait in the queue (up to its bytes) and go out once one opens.
+  a->BreakAfter(0, /*then_down=*/true);
+  Push(outbox, 20, 1);  // the session breaks on it
+  ASSERT_TRUE(Eventually([&] { return !(*courier)->Stats().connected; }));
+  EXPECT_TRUE((*courier)->OfferSnapshot(Picture(21, 1000)));
+  EXPECT_TRUE((*courier)->OfferSnapshot(Picture(22, 1500)));
+  EXPECT_FALSE((*courier)->OfferSnapshot(Picture(23, 1500)));  // 4,000 bytes would be queued: refused
+  transport::CourierStats st = (*courier)->Stats();
+  EXPECT_EQ(st.snapshots_dropped, 1u);
+  EXPECT_EQ(st.snapshots_queued, 2u);
+  a->FailOpen(false);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  ASSERT_TRUE(Eventually([&] { return (*courier)->Stats().snapshots_sent == 4; }));
+  EXPECT_EQ(agg->Snapshots().back().second, Picture(22, 1500));
+  EXPECT_EQ(agg->StoredOrder().size(), 21u);
+
+  // Pictures still queued when the courier closes are counted as dropped.
+  a->BreakAfter(0, /*then_down=*/true);
+  Push(outbox, 21, 1);
+  ASSERT_TRUE(Eventually([&] { return !(*courier)->Stats().connected; }));
+  EXPECT_TRUE((*courier)->OfferSnapshot(Picture(24, 100)));
+  (*courier)->Close();
+  st = (*courier)->Stats();
+  EXPECT_EQ(st.snapshots_dropped, 2u);
+  EXPECT_EQ(st.snapshots_queued, 0u);
+  EXPECT_EQ(st.snapshots_sent, 4u);
+  EXPECT_FALSE((*courier)->OfferSnapshot(Picture(25, 100)));  // closed
+  EXPECT_EQ((*courier)->Stats().snapshots_dropped, 3u);
+}
+
 TEST(FakeAggregatorTest, GrantsEpochsAndFencesLikeTheProtocol) {
   auto agg = std::make_shared<FakeAggregator>();
   MemoryLink first(agg, "1"), second(agg, "2");

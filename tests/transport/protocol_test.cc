@@ -1,5 +1,6 @@
 #include "vigil/transport/protocol.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -67,7 +68,7 @@ TEST(ProtocolTest, HeartbeatFrameHasTheDocumentedBytes) {
   const std::string body("\x08\x07\x06\x05\x04\x03\x02\x01", 8);
   EXPECT_EQ(f, MakeFrame(5, body));
   ASSERT_EQ(f.size(), 24u);
-  EXPECT_EQ(f.substr(0, 12), std::string("VGIL\x03\x05\x00\x00\x08\x00\x00\x00", 12));
+  EXPECT_EQ(f.substr(0, 12), std::string("VGIL\x04\x05\x00\x00\x08\x00\x00\x00", 12));
 }
 
 TEST(ProtocolTest, ReportFieldOrderMatchesTheDocumentedLayout) {
@@ -134,6 +135,8 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
       Ack{"cam1", 1, 1, 0, 0, -1},
       Reject{RejectReason::kStaleEpoch, "cam0", 1, 5, 5, 9, "epoch 3 < 9"},
       Heartbeat{static_cast<int64_t>(rng())},
+      Snapshot{"cam0", rng(), 17, -1, 0, 0, 1920, 1080, 640, 360, std::string("\xFF\xD8\xFF\xE0jfif", 8)},
+      Snapshot{"cam/1", 3, rng() >> 1, 4, 100, 50, 30, 60, 30, 60, std::string(70000, '\xFF').replace(1, 1, "\xD8")},
   };
   for (int i = 0; i < 200; ++i) messages.push_back(RandomReport(rng));
   std::string stream;
@@ -201,7 +204,7 @@ TEST(ProtocolTest, HeaderErrorsAreClear) {
 
   m = DecodeFrame(MakeFrame(5, hb.substr(16), 1));  // a version 1 frame
   EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(Message_(m.status()), "frame: protocol version 1 not supported (this side speaks 3)");
+  EXPECT_EQ(Message_(m.status()), "frame: protocol version 1 not supported (this side speaks 4)");
   // The incremental decoder says the same at the first header.
   FrameDecoder d;
   d.Feed(MakeFrame(2, "anything", 1));
@@ -218,8 +221,8 @@ TEST(ProtocolTest, HeaderErrorsAreClear) {
   m = DecodeFrame(huge);
   EXPECT_EQ(Message_(m.status()), "frame: body length 2139062143 exceeds the limit 1048576");
 
-  m = DecodeFrame(MakeFrame(11, ""));
-  EXPECT_EQ(Message_(m.status()), "frame: unknown message type 11");
+  m = DecodeFrame(MakeFrame(12, ""));
+  EXPECT_EQ(Message_(m.status()), "frame: unknown message type 12");
   m = DecodeFrame(MakeFrame(9, ""));  // RingOffer with no body
   EXPECT_EQ(Message_(m.status()), "RingOffer body: field 'memory' truncated (needs 2 bytes, 0 left)");
 }
@@ -394,6 +397,62 @@ TEST(ProtocolTest, ValidateReportRules) {
   Report long_rule = r;
   long_rule.rule.assign(65536, 'x');
   EXPECT_EQ(Message_(ValidateReport(long_rule)), "report e/s run 0 seq 0..0: string over 65535 bytes");
+}
+
+TEST(ProtocolTest, SnapshotFieldOrderMatchesTheDocumentedLayout) {
+  const std::string jpeg("\xFF\xD8\xFF\xD9", 4);
+  std::string body;
+  body += std::string("\x02\x00" "c0", 4);                         // stream
+  body += std::string("\x07\x00\x00\x00\x00\x00\x00\x00", 8);  // run 7
+  body += std::string("\x09\x00\x00\x00\x00\x00\x00\x00", 8);  // seq 9
+  body += std::string("\x02\x00\x00\x00", 4);                    // box 2
+  body += std::string("\x0a\x00\x00\x00\x14\x00\x00\x00", 8);  // x 10, y 20
+  body += std::string("\x1e\x00\x00\x00\x28\x00\x00\x00", 8);  // width 30, height 40
+  body += std::string("\x0f\x00\x00\x00\x14\x00\x00\x00", 8);  // out 15 x 20
+  body += std::string("\x04\x00\x00\x00", 4) + jpeg;             // jpeg_length, jpeg
+  const Snapshot s{"c0", 7, 9, 2, 10, 20, 30, 40, 15, 20, jpeg};
+  EXPECT_EQ(EncodeFrame(s), MakeFrame(11, body));
+  StatusOr<Message> back = DecodeFrame(MakeFrame(11, body));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(std::get<Snapshot>(*back), s);
+  EXPECT_EQ(MessageName(*back), "Snapshot");
+  // A jpeg_length beyond the body is named, not allocated.
+  std::string hostile = body.substr(0, body.size() - 8) + std::string("\xff\xff\xff\x7f", 4);
+  StatusOr<Message> m = DecodeFrame(MakeFrame(11, hostile));
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(std::string(m.status().message()), testing::HasSubstr("jpeg_length 2147483647 does not fit"));
+}
+
+TEST(ProtocolTest, ValidateSnapshotRules) {
+  const Snapshot good{"cam", 1, 2, -1, 0, 0, 640, 480, 320, 240, std::string("\xFF\xD8\xFF\xDB", 4)};
+  EXPECT_TRUE(ValidateSnapshot(good).ok());
+  auto reason = [&](auto mutate) {
+    Snapshot s = good;
+    mutate(s);
+    Status st = ValidateSnapshot(s);
+    return st.ok() ? std::string("OK") : std::string(st.message());
+  };
+  using testing::HasSubstr;
+  EXPECT_THAT(reason([](Snapshot& s) { s.stream.clear(); }), HasSubstr("stream id must be 1..65535 bytes"));
+  EXPECT_THAT(reason([](Snapshot& s) { s.stream = std::string("a\0b", 3); }), HasSubstr("without NUL"));
+  EXPECT_THAT(reason([](Snapshot& s) { s.seq = kMaxSeq; }), HasSubstr("is not below 2^63"));
+  EXPECT_THAT(reason([](Snapshot& s) { s.box = -2; }), HasSubstr("box -2 is neither -1"));
+  EXPECT_THAT(reason([](Snapshot& s) { s.box = 10000; }), HasSubstr("box 10000 is neither -1"));
+  EXPECT_THAT(reason([](Snapshot& s) { s.width = 0; }), HasSubstr("region 0x480"));
+  EXPECT_THAT(reason([](Snapshot& s) { s.out_height = 70000; }), HasSubstr("picture 320x70000"));
+  EXPECT_THAT(reason([](Snapshot& s) { s.jpeg.clear(); }), HasSubstr("0 JPEG bytes"));
+  EXPECT_THAT(reason([](Snapshot& s) { s.jpeg = std::string(kMaxSnapshotBytes + 1, '\xFF'); }), HasSubstr("JPEG bytes, not 1.."));
+  EXPECT_THAT(reason([](Snapshot& s) { s.jpeg = "\x89PNG"; }), HasSubstr("not a JPEG"));
+  EXPECT_EQ(reason([](Snapshot& s) { s.box = 9999; }), "OK");
+  // The largest snapshot fits a frame with the longest stream id.
+  Snapshot big = good;
+  big.stream = std::string(65535, 's');
+  big.jpeg = std::string(kMaxSnapshotBytes, '\xFF');
+  big.jpeg[1] = '\xD8';
+  ASSERT_TRUE(ValidateSnapshot(big).ok());
+  StatusOr<Message> back = DecodeFrame(EncodeFrame(big));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(std::get<Snapshot>(*back), big);
 }
 
 TEST(ProtocolTest, ValidateHelloRules) {

@@ -31,7 +31,10 @@
 // Schema: versioned (SQLite: PRAGMA user_version; PostgreSQL: the vigil_schema table); Open() applies the missing migrations in order and
 // refuses a database newer than this code (kSchemaVersion). Version 2 adds per-run dropped/lost counts
 // and the time of an edge's current grant; version 3 the push outbox and dead letters (push.h); version 4 the
-// indexes retention (Prune) needs.
+// indexes retention (Prune) needs; version 5 the snapshots table.
+// Snapshots (an event's pictures, transport::Snapshot): stored once per (edge, stream, run, seq, box), the first
+// copy winning, whether or not the event is stored yet (a picture may arrive before its event); deleted with
+// their event by retention, and a picture whose event never came is deleted by Prune after kOrphanSnapshotNs.
 // Retention (Prune): events older than a maximum age or beyond a maximum count are deleted with their
 // detections, oldest first, except those a push sink has not delivered yet; frame rows older than the age
 // limit are deleted only at or below their run's contiguous prefix (Apply treats a seq at or below the
@@ -147,6 +150,24 @@ struct StoredEvent {
   std::string severity, rule;
   uint32_t width = 0, height = 0;
   std::vector<StoredDetection> detections;
+  uint32_t snapshots = 0;  // pictures stored for it (Events only; 0 from the push queries)
+};
+
+// One snapshot of a PutSnapshots batch, with the edge id of the session that sent it.
+struct PendingSnapshot {
+  const std::string* edge = nullptr;                 // REQUIRES: non-null, non-empty
+  const transport::Snapshot* snapshot = nullptr;     // REQUIRES: non-null, passes ValidateSnapshot
+};
+
+// A stored picture of an event's frame (transport::Snapshot's fields and when it was stored).
+struct StoredSnapshot {
+  std::string edge, stream;
+  uint64_t run = 0, seq = 0;
+  int32_t box = -1;  // -1: the whole frame; else the event's detection index it crops
+  uint32_t x = 0, y = 0, width = 0, height = 0;  // the source region it shows, source pixels
+  uint32_t out_width = 0, out_height = 0;        // the JPEG's size
+  int64_t stored_ns = 0;
+  std::string jpeg;  // empty when the query did not ask for the bytes
 };
 
 struct SeqRange {
@@ -200,6 +221,7 @@ struct RetentionResult {
   uint64_t frames = 0;        // frame rows (at or below their run's contiguous prefix)
   uint64_t dead_letters = 0;  // dead letters of deleted events
   uint64_t kept_for_push = 0; // events past the limits kept because a sink still has them in its outbox
+  uint64_t snapshots = 0;     // pictures of deleted events, and pictures whose event never came (kOrphanSnapshotNs)
 };
 
 // A push_outbox row that is due, with its event.
@@ -222,7 +244,9 @@ class StoreBackend;  // store_backend.h: an engine
 
 class Store {
  public:
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
+  // A snapshot stored this long (ns) without its event is deleted by Prune: 10 minutes.
+  static constexpr int64_t kOrphanSnapshotNs = int64_t{600} * 1'000'000'000;
 
   // Opens (creating if needed) and migrates the database `target`: a PostgreSQL URL (postgresql://… or
   // postgres://…, libpq's syntax; the database must exist) or else a SQLite file path.
@@ -256,6 +280,16 @@ class Store {
   StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns);
 
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const;
+
+  // Stores a batch of snapshots in one transaction (a picture already stored is kept: the first copy wins);
+  // returns how many were new. Writer thread. Errors: as Apply (nothing of the batch stored).
+  StatusOr<uint64_t> PutSnapshots(std::span<const PendingSnapshot> batch, int64_t now_ns);
+  // The pictures stored for the frame (edge, stream, run, seq), ascending box (-1, the frame, first); with the
+  // JPEG bytes when `with_jpeg`. Any thread (the read connection).
+  StatusOr<std::vector<StoredSnapshot>> Snapshots(const std::string& edge, const std::string& stream, uint64_t run,
+                                                  uint64_t seq, bool with_jpeg) const;
+  // The newest whole-frame picture (box -1) stored for (edge, stream), with its bytes; nullopt when none.
+  StatusOr<std::optional<StoredSnapshot>> LatestSnapshot(const std::string& edge, const std::string& stream) const;
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run = 100) const;
   // Deletes what `policy` no longer keeps (see Retention above), in transactions of at most policy.chunk
   // rows of each table, from the writer thread (between Apply batches). Errors: the store's (what earlier

@@ -30,6 +30,12 @@
 // courier completes it as refused in the Outbox and calls OnReject with Reject(kInvalid, detail "not sent:
 // …"), and the session goes on with the next message.
 //
+// Snapshots (an event's pictures, protocol.h): OfferSnapshot queues one for the sender thread, which sends it on
+// the open session after the reports waiting then (reports first; at most one snapshot after each batch while
+// reports keep coming). They are best effort: not in the Outbox, not re-sent. A snapshot that finds the queue
+// full (max_snapshot_bytes) is refused and counted (snapshots_dropped); one whose write fails with the session
+// is counted lost (snapshots_lost); ones still queued at Close are counted dropped.
+//
 // Fencing: a Hello answered with Reject(kFenced), or a Reject(kFenced) during a session (a newer instance
 // of this edge id was admitted), ends the courier: OnFenced is called once, nothing more is sent, and
 // Stats().fenced is true. The edge then stops publishing and exits non-zero (a standby demotes instead).
@@ -84,6 +90,7 @@ struct CourierOptions {
   std::chrono::milliseconds probe_interval{1000};      // on a fallback link: try the preferred ones this
                                                        // often. Default: 1 s
   size_t max_batch = 256;                              // messages per Send call. Default: 256
+  size_t max_snapshot_bytes = size_t{32} << 20;        // JPEG bytes queued for sending at most. Default: 32 MiB
   Clock* clock = nullptr;                              // failure detection and probes; null = SystemClock()
 };
 
@@ -107,6 +114,10 @@ struct CourierStats {
   uint64_t probes = 0;            // probes of preferred links (each tries them in order)
   uint64_t auth_failures = 0;     // Opens refused for authentication (either side)
   uint64_t ack_timeouts = 0;      // sessions ended because an ack did not come within ack_timeout
+  uint64_t snapshots_sent = 0;     // snapshots written on a session
+  uint64_t snapshots_dropped = 0;  // refused by OfferSnapshot (queue full, closed, fenced) or unsent at Close
+  uint64_t snapshots_lost = 0;     // their write failed (the session broke)
+  uint64_t snapshots_queued = 0;   // waiting now
   std::vector<CourierLinkStats> links;
   uint64_t epoch = 0;             // the epoch held; 0 before the first Welcome
   std::string link;               // kind of the link of the current session; "" when none
@@ -122,6 +133,9 @@ class Courier {
   static StatusOr<std::unique_ptr<Courier>> Start(CourierOptions options, Outbox* outbox, CourierHandler* handler);
   virtual ~Courier() = default;
   virtual CourierStats Stats() const = 0;
+  // Queues `snapshot` (ValidateSnapshot must pass) for the sender; false when it was refused and counted
+  // (queue full, closed or fenced). Never blocks.
+  virtual bool OfferSnapshot(Snapshot snapshot) = 0;
   // Stops the threads and closes the session; pending messages stay in the Outbox. Idempotent.
   virtual void Close() = 0;
 };

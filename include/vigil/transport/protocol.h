@@ -1,4 +1,4 @@
-// vigil/transport/protocol.h — the edge ↔ aggregator report protocol, version 3.
+// vigil/transport/protocol.h — the edge ↔ aggregator report protocol, version 4.
 //
 // A connection (a session) is a byte stream of frames. The edge opens it and sends Hello first; the
 // aggregator answers Challenge (its nonce, and its proof that it knows the edge's key); the edge checks
@@ -6,7 +6,7 @@
 // Welcome (it admits the edge and says which epoch the session holds) or Reject (kUnauthenticated,
 // kFenced, kUnsupportedVersion, kProtocolError) and close (auth.h: the proofs). After the Welcome the edge sends Reports and
 // Heartbeats; the aggregator answers each stored Report with an Ack, a refused one with a Reject, and
-// echoes Heartbeats. Delivery is at-least-once: the edge re-sends every Report not yet acknowledged after
+// echoes Heartbeats. An edge may also send Snapshots (an event's pictures), which are not acknowledged. Delivery is at-least-once: the edge re-sends every Report not yet acknowledged after
 // a reconnect (on any link), and the aggregator stores a frame once, keyed by (edge, stream, run, seq)
 // (docs/architecture.md: "exactly-once by idempotence").
 //
@@ -14,7 +14,7 @@
 //
 //   offset size  field
 //   0      4     magic        'V' 'G' 'I' 'L' (bytes 56 47 49 4C)
-//   4      1     version      kProtocolVersion (3); a frame of another version is refused
+//   4      1     version      kProtocolVersion (4); a frame of another version is refused
 //   5      1     type         MessageType
 //   6      2     flags        0 (reserved; non-zero is refused)
 //   8      4     body_length  N bytes, ≤ kMaxBodyBytes
@@ -46,6 +46,8 @@
 //             (the shared-memory name of the control block), u32 slots, u32 slot_bytes, str error
 //             ("" = offered; otherwise why no ring could be set up: the other fields are then empty/0)
 //   RingAccept (empty body)
+//   Snapshot  str stream, u64 run, u64 seq, i32 box, u32 x, u32 y, u32 width, u32 height, u32 out_width,
+//             u32 out_height, u32 jpeg_length, jpeg_length bytes of JPEG
 //
 // Semantics:
 //  - Authentication (auth.h): Challenge.proof = HMAC-SHA256 of the edge's key over the Hello and both
@@ -85,6 +87,12 @@
 //  - Reject answers a Report that will never be stored: kStaleEpoch (epoch = the edge's current epoch, or
 //    the session's own when the report carried another epoch than its session), kInvalid. Reject with an empty stream refers to the connection (kFenced, kUnsupportedVersion,
 //    kProtocolError, kUnauthenticated); the sender closes the connection after it.
+//  - Snapshot (version 4): one picture of an event's frame (stream, run, seq), JPEG: the whole frame downscaled
+//    (box -1) or the crop of the event's detection `box` (its index in the event report's rows); x, y, width,
+//    height: the source region it shows, in source pixels; out_width × out_height: the JPEG's own size. The
+//    edge sends them after the Welcome, beside the Reports (not counted in link_seq, not acknowledged: a
+//    snapshot is best effort, and the edge counts what it could not send); the aggregator stores each once,
+//    keyed (edge, stream, run, seq, box), the first copy winning, whether the event arrived before or after.
 //  - Times are nanoseconds: capture_ns and publish_ns on the edge's CLOCK_REALTIME (Unix epoch),
 //    pts_ns the source's presentation time. Boxes are in source-image pixels (width × height).
 //
@@ -107,7 +115,7 @@
 
 namespace vigil::transport {
 
-inline constexpr uint8_t kProtocolVersion = 3;
+inline constexpr uint8_t kProtocolVersion = 4;
 inline constexpr uint32_t kMagic = 0x4C494756;  // "VGIL" read as a little-endian u32
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kMaxBodyBytes = 1 << 20;  // 1 MiB: a report with 300 detections is ~10 KB
@@ -119,6 +127,8 @@ inline constexpr size_t kMaxHelloStreams = 65535;
 inline constexpr uint8_t kHelloPromote = 1;     // Hello flag: a standby taking over asks for a new epoch
 inline constexpr size_t kNonceBytes = 32;       // Hello and Challenge nonces
 inline constexpr size_t kProofBytes = 32;       // HMAC-SHA256
+// A Snapshot's JPEG at most (its frame within kMaxBodyBytes with the longest stream id).
+inline constexpr size_t kMaxSnapshotBytes = kMaxBodyBytes - 65536 - 64;
 using Nonce = std::array<uint8_t, kNonceBytes>;
 
 enum class MessageType : uint8_t {
@@ -132,6 +142,7 @@ enum class MessageType : uint8_t {
   kAuth = 8,
   kRingOffer = 9,
   kRingAccept = 10,
+  kSnapshot = 11,
 };
 enum class ReportKind : uint8_t { kEvent = 1, kProgress = 2, kDropped = 3, kLost = 4 };
 enum class Severity : uint8_t { kNone = 0, kInfo = 1, kWarning = 2, kCritical = 3 };
@@ -262,7 +273,20 @@ struct RingAccept {
   bool operator==(const RingAccept&) const = default;
 };
 
-using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat, Challenge, Auth, RingOffer, RingAccept>;
+// One picture of an event's frame (edge → aggregator, after the Welcome; see "Snapshot" above).
+struct Snapshot {
+  std::string stream;             // non-empty
+  uint64_t run = 0, seq = 0;      // the event's frame; seq < kMaxSeq
+  int32_t box = -1;               // -1: the whole frame; else the event's detection row it crops, < kMaxDetections
+  uint32_t x = 0, y = 0;          // the source region shown, source pixels: its top-left corner
+  uint32_t width = 0, height = 0;  // and its size (1..65535 each)
+  uint32_t out_width = 0, out_height = 0;  // the JPEG's size, pixels (1..65535 each)
+  std::string jpeg;               // a JPEG file (starts FF D8 FF), 1..kMaxSnapshotBytes bytes
+  bool operator==(const Snapshot&) const = default;
+};
+
+using Message =
+    std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat, Challenge, Auth, RingOffer, RingAccept, Snapshot>;
 // "Hello", "Welcome", "Report", ... for messages.
 std::string_view MessageName(const Message& m);
 
@@ -272,6 +296,8 @@ std::string_view MessageName(const Message& m);
 Status ValidateReport(const Report& r);
 // ValidateReport without the edge id, which a link stamps from its session (the Outbox's check).
 Status ValidateReportFields(const Report& r);
+// OK when `s` satisfies the Snapshot field rules above; InvalidArgument naming the field otherwise.
+Status ValidateSnapshot(const Snapshot& s);
 
 // OK when `h` has a non-empty edge id, ≤ kMaxClasses names and ≤ kMaxHelloStreams streams, strings
 // ≤ 65535 bytes, known flags, and encodes within kMaxBodyBytes — and so does the Welcome answering it,
