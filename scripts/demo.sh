@@ -57,6 +57,7 @@ batching: {max_batch: 4, max_wait_ms: 10}
 http_port: 0
 state_dir: $out/edge-state
 transport: {key_file: $out/edge.key}
+snapshots: {max_width: 640, crops: true, quality: 80}   # each event's frame and a crop per box, on the dashboard
 streams:
   - id: vtest
     source: $video

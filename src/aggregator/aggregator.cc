@@ -27,6 +27,9 @@
 #include "vigil/transport/tls.h"
 #include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/ucx.h"
+#if VIGIL_HAVE_TURBOJPEG
+#include "vigil/video/snapshot.h"
+#endif
 
 namespace vigil::aggregator {
 namespace {
@@ -139,6 +142,7 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
   root.Get("max_connections", &c.max_connections, 1, 65536);
   root.Get("batch_max", &c.batch_max, 1, 100000);
   root.Get("queue_max", &c.queue_max, 1, 10000000);
+  root.Get("snapshot_queue_mb", &c.snapshot_queue_mb, 1, 4096);
   root.Get("peer_timeout_ms", &c.peer_timeout_ms, 100, 3600000);
   std::set<std::string> sink_names;
   for (ConfigMap& pm : root.Maps("push")) {
@@ -255,6 +259,12 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   std::mutex mu;
   std::condition_variable not_empty, not_full;
   std::deque<Item> queue;                // GUARDED_BY(mu)
+  struct PendingPicture {
+    std::shared_ptr<Session> session;
+    transport::Snapshot snapshot;
+  };
+  std::deque<PendingPicture> snapshot_queue;  // GUARDED_BY(mu) waiting for storage, apart from the reports
+  size_t snapshot_queue_bytes = 0;            // GUARDED_BY(mu) their JPEG bytes
   bool closing = false;                  // GUARDED_BY(mu) reports arriving now are dropped unacked
   bool stop_storage = false;             // GUARDED_BY(mu) storage exits once the queue is empty
   bool drop_queue = false;               // GUARDED_BY(mu) storage exits at once (Kill)
@@ -291,6 +301,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       "vigil_aggregator_retention_deleted_total", "Rows retention deleted", {{"what", "frames"}});
   metrics::Counter& retention_dead_letters = registry.GetCounter(
       "vigil_aggregator_retention_deleted_total", "Rows retention deleted", {{"what", "dead_letters"}});
+  metrics::Counter& retention_snapshots = registry.GetCounter(
+      "vigil_aggregator_retention_deleted_total", "Rows retention deleted", {{"what", "snapshots"}});
   metrics::Gauge& retention_kept_for_push = registry.GetGauge(
       "vigil_aggregator_retention_kept_for_push",
       "Events past the age limit kept because a push sink has not delivered them (at the last pruning)");
@@ -298,6 +310,17 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       registry.GetCounter("vigil_aggregator_storage_errors_total", "Storage transactions that failed");
   metrics::Gauge& queue_depth =
       registry.GetGauge("vigil_aggregator_queue_depth", "Reports received and waiting for storage");
+  metrics::Counter& Snapshots(const char* result) {
+    return registry.GetCounter("vigil_aggregator_snapshots_total", "Snapshots (event pictures) received, by outcome",
+                               {{"result", result}});
+  }
+  metrics::Counter& snapshots_stored = Snapshots("stored");
+  metrics::Counter& snapshots_duplicate = Snapshots("duplicate");
+  metrics::Counter& snapshots_queue_full = Snapshots("dropped_queue_full");
+  metrics::Counter& snapshots_superseded = Snapshots("dropped_superseded");
+  metrics::Counter& snapshots_failed = Snapshots("storage_failed");
+  metrics::Counter& snapshot_bytes =
+      registry.GetCounter("vigil_aggregator_snapshot_bytes_total", "JPEG bytes of the snapshots stored");
   metrics::Gauge& edges_connected =
       registry.GetGauge("vigil_aggregator_edges_connected", "Edge connections past their Hello");
 
@@ -324,6 +347,56 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     not_empty.notify_one();
   }
 
+  // Never blocks the connection: a picture that finds the queue full is dropped and counted.
+  void OnSnapshot(const std::shared_ptr<Session>& s, transport::Snapshot snap) override {
+    std::lock_guard lock(mu);
+    if (closing || s->superseded()) {
+      snapshots_superseded.Inc();
+      return;
+    }
+    if (snapshot_queue_bytes + snap.jpeg.size() > static_cast<size_t>(cfg.snapshot_queue_mb) << 20) {
+      snapshots_queue_full.Inc();
+      return;
+    }
+    snapshot_queue_bytes += snap.jpeg.size();
+    snapshot_queue.push_back({s, std::move(snap)});
+    not_empty.notify_one();
+  }
+
+  // Storage thread: the queued snapshots in one transaction (at most 256 at a time).
+  void ProcessSnapshots() {
+    std::vector<PendingPicture> batch;
+    {
+      std::lock_guard lock(mu);
+      while (!snapshot_queue.empty() && batch.size() < 256) {
+        snapshot_queue_bytes -= snapshot_queue.front().snapshot.jpeg.size();
+        batch.push_back(std::move(snapshot_queue.front()));
+        snapshot_queue.pop_front();
+      }
+    }
+    if (batch.empty()) return;
+    std::vector<PendingSnapshot> pending;
+    size_t bytes = 0;
+    for (const PendingPicture& p : batch) {
+      if (p.session->superseded()) {  // its edge re-sends nothing of it: the picture goes, counted
+        snapshots_superseded.Inc();
+        continue;
+      }
+      pending.push_back({&p.session->edge(), &p.snapshot});
+      bytes += p.snapshot.jpeg.size();
+    }
+    StatusOr<uint64_t> stored = store->PutSnapshots(pending, NowNs());
+    if (!stored.ok()) {
+      StorageFailed(stored.status());
+      snapshots_failed.Inc(static_cast<double>(pending.size()));
+      spdlog::error("aggregator: {} snapshots not stored: {}", pending.size(), std::string(stored.status().message()));
+      return;
+    }
+    snapshots_stored.Inc(static_cast<double>(*stored));
+    snapshots_duplicate.Inc(static_cast<double>(pending.size() - *stored));
+    snapshot_bytes.Inc(static_cast<double>(bytes));
+  }
+
   void OnClose(const std::shared_ptr<Session>& s, const Status& why) override {
     spdlog::info("aggregator: edge {} ({}) disconnected: {}", s->edge(), s->peer(), std::string(why.message()));
     std::lock_guard lock(mu);
@@ -347,13 +420,20 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       std::vector<Item> batch;
       {
         std::unique_lock lock(mu);
-        not_empty.wait_until(lock, next_prune, [&] { return stop_storage || !queue.empty(); });
-        if (drop_queue || (stop_storage && queue.empty())) return;
+        not_empty.wait_until(lock, next_prune,
+                             [&] { return stop_storage || !queue.empty() || !snapshot_queue.empty(); });
+        if (drop_queue || (stop_storage && queue.empty())) {
+          snapshots_superseded.Inc(static_cast<double>(snapshot_queue.size()));  // never stored: counted
+          snapshot_queue.clear();
+          snapshot_queue_bytes = 0;
+          return;
+        }
       }
       if (Clock::now() >= next_prune) {  // between batches: retention holds the writer for a chunk at a time
         Prune();
         next_prune = Clock::now() + std::chrono::seconds(cfg.retention_interval_s);
       }
+      ProcessSnapshots();  // between report batches: pictures never hold up the reports for long
       {
         std::unique_lock lock(mu);
         if (queue.empty()) continue;
@@ -389,6 +469,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     retention_events.Inc(static_cast<double>(r->events));
     retention_frames.Inc(static_cast<double>(r->frames));
     retention_dead_letters.Inc(static_cast<double>(r->dead_letters));
+    retention_snapshots.Inc(static_cast<double>(r->snapshots));
     retention_kept_for_push.Set(static_cast<double>(r->kept_for_push));
     if (r->events + r->frames + r->dead_letters > 0) {
       spdlog::info("aggregator: retention deleted {} events, {} frame rows, {} dead letters{}", r->events, r->frames,
@@ -688,6 +769,10 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     http->Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
     http->Get("/api/events/live",
               [this](const httplib::Request& req, httplib::Response& res) { LiveEvents(req, res); });
+    http->Get(R"(/api/events/(\d+)/snapshot\.jpg)",
+              [this](const httplib::Request& req, httplib::Response& res) { EventSnapshot(req, res); });
+    http->Get("/api/streams/snapshot.jpg",
+              [this](const httplib::Request& req, httplib::Response& res) { LatestStreamSnapshot(req, res); });
     Dashboard();
     http->Get("/api/stats", [this](const httplib::Request&, httplib::Response& res) { Stats(res); });
   }
@@ -749,7 +834,11 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     StatusOr<std::vector<StoredEvent>> events = store->Events(q);
     if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
     json list = json::array();
-    for (const StoredEvent& e : *events) list.push_back(json::parse(EventJson(e)));  // as a push sink gets it
+    for (const StoredEvent& e : *events) {
+      json j = json::parse(EventJson(e));  // as a push sink gets it, and how many pictures it has
+      j["snapshots"] = e.snapshots;
+      list.push_back(std::move(j));
+    }
     json body = {{"events", std::move(list)}};
     if (q.newest_first) {  // the next (older) page: before_seq = the oldest id of this one
       body["next_before_seq"] = events->empty() ? q.before_id : events->back().id;
@@ -757,6 +846,85 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       body["next_since_seq"] = events->empty() ? q.since_id : events->back().id;
     }
     res.set_content(Dump(body), "application/json");
+  }
+
+  // GET /api/events/{id}/snapshot.jpg?box=-1&boxes=0: one stored picture of the event (box -1: the frame; N: the
+  // crop of detection N), with the event's boxes and labels drawn when boxes=1.
+  void EventSnapshot(const httplib::Request& req, httplib::Response& res) {
+    int64_t id = 0, box = -1, boxes = 0;
+    std::string error;
+    const std::string id_text = req.matches[1].str();
+    auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
+    if (ec != std::errc() || end != id_text.data() + id_text.size() || id < 1) {
+      return Error(res, 400, StrCat("event id '", id_text.substr(0, 40), "' is not an event id (1, 2, ...)"));
+    }
+    if (!ParamInt(req, "box", -1, static_cast<int64_t>(transport::kMaxDetections) - 1, &box, &error) ||
+        !ParamInt(req, "boxes", 0, 1, &boxes, &error)) {
+      return Error(res, 400, error);
+    }
+    EventQuery q;
+    q.since_id = id - 1;
+    q.before_id = id + 1;
+    q.limit = 1;
+    StatusOr<std::vector<StoredEvent>> events = store->Events(q);
+    if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
+    if (events->empty()) return Error(res, 404, StrCat("event ", id, ": no such event"));
+    const StoredEvent& ev = events->front();
+    StatusOr<std::vector<StoredSnapshot>> pics = store->Snapshots(ev.edge, ev.stream, ev.run, ev.seq, true);
+    if (!pics.ok()) return Error(res, 500, std::string(pics.status().message()));
+    auto it = std::find_if(pics->begin(), pics->end(), [&](const StoredSnapshot& p) { return p.box == box; });
+    if (it == pics->end()) {
+      return Error(res, 404, StrCat("event ", id, ": no ", box < 0 ? std::string("frame picture") : StrCat("crop of box ", box),
+                                    " stored (", pics->size(), " pictures)"));
+    }
+    SendPicture(res, *it, boxes != 0 ? &ev : nullptr);
+  }
+
+  // GET /api/streams/snapshot.jpg?edge=E&stream=S&boxes=0: the newest frame picture of a stream.
+  void LatestStreamSnapshot(const httplib::Request& req, httplib::Response& res) {
+    const std::string edge = req.get_param_value("edge"), stream = req.get_param_value("stream");
+    int64_t boxes = 0;
+    std::string error;
+    if (edge.empty() || stream.empty()) return Error(res, 400, "edge and stream are required");
+    if (!ParamInt(req, "boxes", 0, 1, &boxes, &error)) return Error(res, 400, error);
+    StatusOr<std::optional<StoredSnapshot>> pic = store->LatestSnapshot(edge, stream);
+    if (!pic.ok()) return Error(res, 500, std::string(pic.status().message()));
+    if (!pic->has_value()) return Error(res, 404, StrCat(edge, "/", stream, ": no snapshot stored"));
+    const StoredSnapshot& p = **pic;
+    std::optional<StoredEvent> ev;
+    if (boxes != 0) {  // its event is among the stream's newest (a picture follows its event closely)
+      EventQuery q;
+      q.edge = edge;
+      q.stream = stream;
+      q.newest_first = true;
+      q.limit = 64;
+      StatusOr<std::vector<StoredEvent>> events = store->Events(q);
+      if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
+      for (StoredEvent& e : *events) {
+        if (e.run == p.run && e.seq == p.seq) ev = std::move(e);
+      }
+    }
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("X-Vigil-Frame", StrCat(p.run, "/", p.seq));
+    SendPicture(res, p, ev ? &*ev : nullptr);
+  }
+
+  // The picture's JPEG, with `ev`'s detections drawn on it (in the picture's source region) when given.
+  static void SendPicture(httplib::Response& res, const StoredSnapshot& p, const StoredEvent* ev) {
+    if (ev == nullptr) return res.set_content(p.jpeg, "image/jpeg");
+#if VIGIL_HAVE_TURBOJPEG
+    std::vector<video::LabeledBox> boxes;
+    for (const StoredDetection& d : ev->detections) {
+      boxes.push_back({d.x1 - static_cast<float>(p.x), d.y1 - static_cast<float>(p.y), d.x2 - static_cast<float>(p.x),
+                       d.y2 - static_cast<float>(p.y), d.class_id, d.label, d.score});
+    }
+    StatusOr<std::string> drawn =
+        video::DrawBoxes(p.jpeg, static_cast<int>(p.width), static_cast<int>(p.height), boxes, 85);
+    if (!drawn.ok()) return Error(res, 500, StrCat("drawing the boxes: ", drawn.status().message()));
+    res.set_content(*drawn, "image/jpeg");
+#else
+    Error(res, 501, "boxes=1: this vigil was built without libturbojpeg (it cannot draw on a JPEG)");
+#endif
   }
 
   void Stats(httplib::Response& res) {

@@ -971,11 +971,12 @@ class SqliteRetention final : public RetentionOps {
   }
   StatusOr<uint64_t> DeleteOrphanSnapshots(int64_t before_ns) override {
     uint64_t n = 0;
-    VIGIL_RETURN_IF_ERROR(InTransaction([&]() -> Status {
+    Status st = InTransaction([&]() -> Status {
       VIGIL_RETURN_IF_ERROR(d_.prune_orphan_snapshots.Bind(before_ns).Run());
       n = static_cast<uint64_t>(sqlite3_changes(d_.wdb.get()));
       return absl::OkStatus();
-    }));
+    });
+    if (!st.ok()) return st;
     return n;
   }
   StatusOr<uint64_t> KeptForPush(int64_t cutoff_ns) override {

@@ -34,6 +34,7 @@
 #include "vigil/pipeline/workers.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/courier.h"
+#include "vigil/pipeline/snapshotter.h"
 #include "vigil/transport/http_access.h"
 #include "vigil/transport/tls.h"
 #include "vigil/transport/cuda_ipc.h"
@@ -203,6 +204,7 @@ class Edge final : public transport::CourierHandler {
   Status OpenStreams();
   Status OpenLedger(const std::vector<std::string>& names);
   Status StartCourier();
+  void FlushSnapshots(std::chrono::steady_clock::time_point until);
   bool WaitAdmitted();
   void Place();
   void StartReaders();
@@ -243,6 +245,7 @@ class Edge final : public transport::CourierHandler {
   std::mutex stats_mu_;          // Stream::unacked and Stream::frames (sink thread and main thread)
   std::unique_ptr<StreamLedger> ledger_;
   std::unique_ptr<transport::Courier> courier_;
+  std::unique_ptr<Snapshotter> snapshotter_;  // set with courier_ when a stream has snapshots enabled
   std::atomic<bool> fenced_{false};
   std::mutex fence_mu_;
   std::string fence_reason_;  // GUARDED_BY(fence_mu_)
@@ -458,6 +461,8 @@ WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, const std::functio
   // copy the rules read anyway.
   wo.keep_device_rows = std::any_of(config.links.begin(), config.links.end(),
                                     [](const std::string& l) { return l == "cuda_ipc" || l == "ucx"; });
+  // Streams with snapshots keep their pictures until the sink hands an event's frame to the Snapshotter.
+  for (const StreamConfig& sc : config.streams) wo.keep_pictures.push_back(sc.snapshots.enabled);
   return wo;
 }
 
@@ -542,7 +547,34 @@ Status Edge::StartCourier() {
   VIGIL_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<transport::Link>> links, MakeEdgeLinks(config_));
   co.links = std::move(links);
   VIGIL_ASSIGN_OR_RETURN(courier_, transport::Courier::Start(std::move(co), &ledger_->outbox(), this));
+  if (std::any_of(config_.streams.begin(), config_.streams.end(), [](const StreamConfig& sc) {
+        return sc.snapshots.enabled;
+      })) {
+    snapshotter_ = std::make_unique<Snapshotter>(
+        static_cast<size_t>(config_.snapshot_queue),
+        [this](transport::Snapshot snap) { return courier_->OfferSnapshot(std::move(snap)); },
+        [this](size_t stream, const char* outcome, uint64_t n) {
+          reg_.GetCounter("vigil_edge_snapshots_total",
+                          "Event pictures (snapshots): sent to the link, or why not (per event for queue_full)",
+                          {{"stream", config_.streams[stream].id}, {"result", outcome}})
+              .Inc(static_cast<double>(n));
+        });
+  }
   return absl::OkStatus();
+}
+
+// Lets the queued pictures go out before the courier closes (within `until`); what is left is counted dropped.
+void Edge::FlushSnapshots(std::chrono::steady_clock::time_point until) {
+  if (!snapshotter_) return;
+  const auto left = [&] {
+    return static_cast<int>(std::max<int64_t>(
+        0, std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now()).count()));
+  };
+  snapshotter_->WaitIdle(left());
+  snapshotter_->Close();
+  while (courier_->Stats().snapshots_queued > 0 && courier_->Stats().connected && left() > 0) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
 }
 
 // Waits for the aggregator to admit this instance (its epoch decides new runs). False: stopped or fenced.
@@ -953,6 +985,16 @@ void Edge::OnBatch(BatchResult& r) {
       ++s.frames;
     }
     s.frames_total->Inc();
+    if (rec.verdict.event && snapshotter_ && s.config.snapshots.enabled) {
+      // The frame moves to the snapshot thread (nothing reads it after this): no copy on this thread.
+      Snapshotter::Job job;
+      job.stream = index;
+      job.options = s.config.snapshots.options;
+      job.boxes.reserve(rec.verdict.detections.size());
+      for (const detect::Detection& d : rec.verdict.detections) job.boxes.push_back({d.x1, d.y1, d.x2, d.y2});
+      job.frame = std::move(r.items[i].frame);
+      snapshotter_->Offer(std::move(job));
+    }
   }
 }
 
@@ -1145,6 +1187,14 @@ void Edge::SampleLinks(const transport::CourierStats& cs) {
       .Inc(delta(cs.auth_failures, last_courier_.auth_failures));
   reg_.GetCounter("vigil_edge_ack_timeouts_total", "Sessions replaced because an ack did not come in time")
       .Inc(delta(cs.ack_timeouts, last_courier_.ack_timeouts));
+  const char* snap_help = "Snapshots the courier wrote (sent), refused for a full queue or at its close (dropped), "
+                          "or lost with a broken session (lost)";
+  reg_.GetCounter("vigil_edge_snapshot_link_total", snap_help, {{"result", "sent"}})
+      .Inc(delta(cs.snapshots_sent, last_courier_.snapshots_sent));
+  reg_.GetCounter("vigil_edge_snapshot_link_total", snap_help, {{"result", "dropped"}})
+      .Inc(delta(cs.snapshots_dropped, last_courier_.snapshots_dropped));
+  reg_.GetCounter("vigil_edge_snapshot_link_total", snap_help, {{"result", "lost"}})
+      .Inc(delta(cs.snapshots_lost, last_courier_.snapshots_lost));
   last_courier_ = cs;
   // The cuda_ipc link's ring, edge side (process-wide counters; only with that link configured).
   if (std::find(config_.links.begin(), config_.links.end(), "cuda_ipc") != config_.links.end()) {
@@ -1400,6 +1450,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
     if (flushed || left <= milliseconds(100)) break;
     ledger_->Tick(/*force=*/true);
   }
+  FlushSnapshots(std::chrono::steady_clock::now() + milliseconds(2000));
   Periodic(true);
   const transport::OutboxStats os = ledger_->outbox().Stats();
   courier_->Close();

@@ -57,6 +57,25 @@ void ReadRules(const ConfigMap& m, RulesConfig* r) {
   }
 }
 
+// Reads a `snapshots` map over *out (the keys it names); `top` also takes `queue`.
+void ReadSnapshots(const ConfigMap& m, SnapshotConfig* out, int* queue) {
+  out->enabled = true;  // a snapshots section turns them on unless it says enabled: false
+  m.Get("enabled", &out->enabled);
+  video::SnapshotOptions& o = out->options;
+  m.Get("frame", &o.frame);
+  m.Get("max_width", &o.frame_max_width, 0, 16384);
+  m.Get("crops", &o.crops);
+  double margin = o.crop_margin;
+  if (m.Get("crop_margin", &margin, 0.0, 2.0)) o.crop_margin = static_cast<float>(margin);
+  m.Get("crop_max_side", &o.crop_max_side, 0, 16384);
+  m.Get("quality", &o.quality, 1, 100);
+  if (queue != nullptr) m.Get("queue", queue, 1, 1024);
+  if (Status st = video::ValidateSnapshotOptions(o); !st.ok()) {
+    m.Error(o.frame_max_width != 0 && o.frame_max_width < 16 ? "max_width" : "crop_max_side", std::string(st.message()));
+  }
+  if (out->enabled && !o.frame && !o.crops) m.Error("frame", "with frame: false, crops: true is needed (else no picture)");
+}
+
 // Reads `key` of `m` into *out when present; a value video::ParseHwaccel rejects is an error at the key.
 void ReadHwaccel(const ConfigMap& m, std::string_view key, const std::string& context, std::string* out) {
   if (!m.Get(key, out)) return;
@@ -248,6 +267,8 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
   }
   std::string default_hwaccel;
   ReadHwaccel(root, "hwaccel", "", &default_hwaccel);
+  SnapshotConfig default_snapshots;
+  if (std::optional<ConfigMap> sn = root.Map("snapshots")) ReadSnapshots(*sn, &default_snapshots, &cfg.snapshot_queue);
   std::vector<ConfigMap> streams = root.Maps("streams", ConfigMap::kRequired);
   if (root.Has("streams") && streams.empty()) root.Error("streams", "at least one stream is required");
   std::set<std::string> ids;
@@ -265,6 +286,8 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     ReadHwaccel(s, "hwaccel", StrCat("stream '", sc.id, "': "), &sc.hwaccel);
     s.Get("save_frames", &sc.save_frames);
     if (std::optional<ConfigMap> r = s.Map("rules")) ReadRules(*r, &sc.rules);
+    sc.snapshots = default_snapshots;
+    if (std::optional<ConfigMap> sn = s.Map("snapshots")) ReadSnapshots(*sn, &sc.snapshots, nullptr);
     if (std::optional<ConfigMap> p = s.Map("placement")) {
       p->Get("width", &sc.width, 1, 16384);
       p->Get("height", &sc.height, 1, 16384);

@@ -157,6 +157,7 @@ BatchResult WorkerPool::RunBatch(size_t w, std::vector<WorkItem>& batch) {
   r.worker = w;
   r.started_ns = SteadyNs();
   StatusOr<std::vector<std::vector<detect::Detection>>> dets = absl::UnknownError("not run");
+  std::vector<detect::Image> images;  // the host path's pictures (their pixels moved in from the frames)
   if (Status refused = before_detect_ ? before_detect_(batch, r.device) : absl::OkStatus(); !refused.ok()) {
     dets = refused;
   } else if (detector.uses_gpu_stages()) {
@@ -166,7 +167,7 @@ BatchResult WorkerPool::RunBatch(size_t w, std::vector<WorkItem>& batch) {
     for (size_t i = 0; i < batch.size(); ++i) frames[i] = FrameRefOf(batch[i].frame);
     dets = detector.DetectFrames(frames, &r.timing, options_.keep_device_rows ? &r.device_rows : nullptr);
   } else {
-    std::vector<detect::Image> images(batch.size());
+    images.resize(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       video::Frame& f = batch[i].frame;
       if (f.device) {  // a device frame for a Detector without GPU stages: read back
@@ -186,7 +187,12 @@ BatchResult WorkerPool::RunBatch(size_t w, std::vector<WorkItem>& batch) {
     r.timing.clear();
     r.device_rows.clear();
   }
-  for (WorkItem& item : batch) {  // the pictures are read: surfaces back to their pools, host pixels freed
+  for (size_t i = 0; i < batch.size(); ++i) {  // the pictures are read: surfaces back to their pools, pixels freed
+    WorkItem& item = batch[i];
+    if (item.stream < options_.keep_pictures.size() && options_.keep_pictures[item.stream]) {
+      if (i < images.size() && item.frame.bgr.empty()) item.frame.bgr = std::move(images[i].bgr);  // given back
+      continue;
+    }
     item.frame.bgr = {};
     item.frame.device.reset();
   }

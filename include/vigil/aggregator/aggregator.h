@@ -162,6 +162,9 @@ struct AggregatorConfig {
   int max_connections = 256;                    // max_connections: 1..65536. Default: 256
   int batch_max = 512;                          // batch_max: reports per transaction, 1..100000. Default: 512
   int queue_max = 16384;                        // queue_max: reports waiting for storage, 1..10^7. Default: 16384
+  // snapshot_queue_mb: snapshots (an event's pictures) received and waiting for storage, at most this many MiB
+  // (1..4096); a picture that finds it full is dropped and counted. Default: 64
+  int snapshot_queue_mb = 64;
   int peer_timeout_ms = 10000;                  // peer_timeout_ms: silent edge is dropped, 100..3600000. Default: 10000
   std::vector<PushSinkConfig> push;             // push: sinks the stored events go to (push.h). Default: none
 };

@@ -96,6 +96,7 @@
 #include <vector>
 
 #include "vigil/common/status.h"
+#include "vigil/video/snapshot.h"
 
 namespace vigil::pipeline {
 
@@ -114,6 +115,15 @@ struct RulesConfig {
   double critical = 2.0, warning = 2.0;  // > 1 = never (Default)
 };
 
+// snapshots: an event's pictures as JPEG, sent to the aggregator beside the event (protocol.h Snapshot) and
+// shown by its dashboard. Given at the top level (every stream's default) and per stream (overrides the keys
+// it names): {enabled: true, frame: true, max_width: 640, crops: false, crop_margin: 0.15, crop_max_side: 320,
+// quality: 80}. Encoded on a thread of their own, off the inference path (video/snapshot.h).
+struct SnapshotConfig {
+  bool enabled = false;             // Default: off
+  video::SnapshotOptions options;   // frame, max_width (frame_max_width), crops, crop_margin, crop_max_side, quality
+};
+
 struct StreamConfig {
   std::string id;
   std::string source;
@@ -125,6 +135,7 @@ struct StreamConfig {
   RulesConfig rules;
   int width = 0, height = 0;  // placement: frame size in pixels, 1..16384; 0 = probed / default
   double fps = 0;             // placement: frames per second, (0, 1000]; 0 = probed / default
+  SnapshotConfig snapshots;   // the top level's `snapshots`, with this stream's overrides
 };
 
 struct PlacementConfig {
@@ -210,6 +221,9 @@ struct EdgeConfig {
   PlacementConfig placement;
   ReplicationConfig replication;
   std::vector<StreamConfig> streams;  // at least one, ids unique
+  // snapshots.queue (top level only): events waiting for their pictures to be encoded, 1..1024; an event that
+  // finds it full gets none (counted). Default: 16
+  int snapshot_queue = 16;
 };
 
 // What a primary and its standby must agree on (replication/pair.h PairInputs): the model file, the

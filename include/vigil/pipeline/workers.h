@@ -64,7 +64,8 @@ struct WorkItem {
 
 // What a worker made of one batch.
 struct BatchResult {
-  std::vector<WorkItem> items;  // the batch, in batch order; pixels released (bgr empty, device unset)
+  std::vector<WorkItem> items;  // the batch, in batch order; pixels released (bgr empty, device unset) except
+                                // for streams of WorkerPoolOptions::keep_pictures
   Status status;                // not ok: detection failed; detections and timing are empty
   std::vector<std::vector<detect::Detection>> detections;  // per item, source pixels
   std::vector<detect::DetectTiming> timing;                 // per item
@@ -94,6 +95,9 @@ struct WorkerPoolOptions {
   // GPU detectors also keep each batch's detections in device memory (BatchResult::device_rows), for links
   // that send rows from there (cuda_ipc, ucx with CUDA transports). Default: off.
   bool keep_device_rows = false;
+  // Per stream (size streams, or empty: none): its items keep their pictures (host pixels or the device frame) in
+  // the BatchResult, for the sink to take (an event's snapshot). Holds them until the sink returns. Default: none.
+  std::vector<bool> keep_pictures;
   // Seam: makes worker w's Detector for a device (tests: a stand-in engine). Empty: Detector::Load of
   // model_path with `detector` on that device.
   std::function<StatusOr<std::unique_ptr<detect::Detector>>(const std::string& device, size_t worker)> load_detector;
