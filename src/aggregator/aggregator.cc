@@ -769,6 +769,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     http->Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
     http->Get("/api/events/live",
               [this](const httplib::Request& req, httplib::Response& res) { LiveEvents(req, res); });
+    http->Get(R"(/api/events/(\d+)/snapshots)",
+              [this](const httplib::Request& req, httplib::Response& res) { EventSnapshotList(req, res); });
     http->Get(R"(/api/events/(\d+)/snapshot\.jpg)",
               [this](const httplib::Request& req, httplib::Response& res) { EventSnapshot(req, res); });
     http->Get("/api/streams/snapshot.jpg",
@@ -848,28 +850,62 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     res.set_content(Dump(body), "application/json");
   }
 
-  // GET /api/events/{id}/snapshot.jpg?box=-1&boxes=0: one stored picture of the event (box -1: the frame; N: the
-  // crop of detection N), with the event's boxes and labels drawn when boxes=1.
-  void EventSnapshot(const httplib::Request& req, httplib::Response& res) {
-    int64_t id = 0, box = -1, boxes = 0;
-    std::string error;
+  // The event named by the route's id (req.matches[1]); nullopt after answering 400/404/500.
+  std::optional<StoredEvent> EventOf(const httplib::Request& req, httplib::Response& res) {
+    int64_t id = 0;
     const std::string id_text = req.matches[1].str();
     auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
     if (ec != std::errc() || end != id_text.data() + id_text.size() || id < 1) {
-      return Error(res, 400, StrCat("event id '", id_text.substr(0, 40), "' is not an event id (1, 2, ...)"));
-    }
-    if (!ParamInt(req, "box", -1, static_cast<int64_t>(transport::kMaxDetections) - 1, &box, &error) ||
-        !ParamInt(req, "boxes", 0, 1, &boxes, &error)) {
-      return Error(res, 400, error);
+      Error(res, 400, StrCat("event id '", id_text.substr(0, 40), "' is not an event id (1, 2, ...)"));
+      return std::nullopt;
     }
     EventQuery q;
     q.since_id = id - 1;
     q.before_id = id + 1;
     q.limit = 1;
     StatusOr<std::vector<StoredEvent>> events = store->Events(q);
-    if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
-    if (events->empty()) return Error(res, 404, StrCat("event ", id, ": no such event"));
-    const StoredEvent& ev = events->front();
+    if (!events.ok()) {
+      Error(res, 500, std::string(events.status().message()));
+      return std::nullopt;
+    }
+    if (events->empty()) {
+      Error(res, 404, StrCat("event ", id, ": no such event"));
+      return std::nullopt;
+    }
+    return std::move(events->front());
+  }
+
+  // GET /api/events/{id}/snapshots: the pictures stored for the event (without their bytes).
+  void EventSnapshotList(const httplib::Request& req, httplib::Response& res) {
+    std::optional<StoredEvent> ev = EventOf(req, res);
+    if (!ev) return;
+    StatusOr<std::vector<StoredSnapshot>> pics = store->Snapshots(ev->edge, ev->stream, ev->run, ev->seq, false);
+    if (!pics.ok()) return Error(res, 500, std::string(pics.status().message()));
+    json list = json::array();
+    for (const StoredSnapshot& p : *pics) {
+      list.push_back({{"box", p.box},
+                      {"region", {p.x, p.y, p.width, p.height}},
+                      {"width", p.out_width},
+                      {"height", p.out_height},
+                      {"stored_ns", p.stored_ns},
+                      {"url", StrCat("/api/events/", ev->id, "/snapshot.jpg?box=", p.box)}});
+    }
+    res.set_content(Dump({{"event", ev->id}, {"snapshots", std::move(list)}}), "application/json");
+  }
+
+  // GET /api/events/{id}/snapshot.jpg?box=-1&boxes=0: one stored picture of the event (box -1: the frame; N: the
+  // crop of detection N), with the event's boxes and labels drawn when boxes=1.
+  void EventSnapshot(const httplib::Request& req, httplib::Response& res) {
+    int64_t box = -1, boxes = 0;
+    std::string error;
+    if (!ParamInt(req, "box", -1, static_cast<int64_t>(transport::kMaxDetections) - 1, &box, &error) ||
+        !ParamInt(req, "boxes", 0, 1, &boxes, &error)) {
+      return Error(res, 400, error);
+    }
+    std::optional<StoredEvent> found = EventOf(req, res);
+    if (!found) return;
+    const StoredEvent& ev = *found;
+    const int64_t id = ev.id;
     StatusOr<std::vector<StoredSnapshot>> pics = store->Snapshots(ev.edge, ev.stream, ev.run, ev.seq, true);
     if (!pics.ok()) return Error(res, 500, std::string(pics.status().message()));
     auto it = std::find_if(pics->begin(), pics->end(), [&](const StoredSnapshot& p) { return p.box == box; });

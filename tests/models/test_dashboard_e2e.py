@@ -95,7 +95,8 @@ def test_the_dashboard_needs_the_token_and_shows_every_event_live(vtest200, tmp_
         wait_until("the live channel", lambda: js("return window.vigil.liveConnected"))
         loaded_at = js("return window.vigil.loadedAt")
 
-        edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
+        edge = start_edge(write_edge_config(tmp_path, port, vtest200, False,
+                                            snapshots="{crops: true, max_width: 480}"), tmp_path)
         wait_edge(edge, tmp_path)
         stored = api(agg.http_port, "/api/events?limit=10000", token)["events"]
         assert len(stored) > 20, f"only {len(stored)} events: the clip should have a person in most frames"
@@ -125,6 +126,33 @@ def test_the_dashboard_needs_the_token_and_shows_every_event_live(vtest200, tmp_
         assert all(v == 0 for v in series["drops"]), series  # a file stream drops nothing
         wait_until("three sparklines", lambda: len(driver.find_elements(
             By.CSS_SELECTOR, '.tile[data-stream="e2e-edge/vtest"] canvas')) == 3, 10)
+
+        # The tile's picture: the stream's newest event with pictures, boxes drawn, loaded (decoded) in the page.
+        def tile_picture():
+            return js("const i = document.querySelector('.tile[data-stream=\"e2e-edge/vtest\"] img.snap');"
+                      "return i && i.complete && i.naturalWidth > 0 ? [i.naturalWidth, i.naturalHeight] : null")
+        assert wait_until("the tile's picture", tile_picture, 20) == [480, 360]
+        # The edge finished its file and left: the tile says so.
+        assert wait_until("the tile's state", lambda: js(
+            "const t = document.querySelector('.tile[data-stream=\"e2e-edge/vtest\"]');"
+            "return t && t.dataset.state === 'offline' && t.textContent.includes('edge offline')"), 20)
+        # The viewer: the first row's event, its frame and a crop per detection.
+        first = max(stored, key=lambda e: e["id"])
+        assert first["snapshots"] == 1 + len(first["detections"]) or api(
+            agg.http_port, f"/api/events/{first['id']}/snapshots", token)["snapshots"], first
+        n_pictures = len(api(agg.http_port, f"/api/events/{first['id']}/snapshots", token)["snapshots"])
+        assert n_pictures == 1 + len(first["detections"]), (n_pictures, first)
+        driver.find_element(By.CSS_SELECTOR, f'#events tbody tr[data-id="{first["id"]}"] button.view').click()
+        wait_until("the viewer's pictures", lambda: js(
+            "const imgs = [...document.querySelectorAll('#viewer-body img')];"
+            f"return imgs.length === {n_pictures} && imgs.every((i) => i.complete && i.naturalWidth > 0)"), 20)
+        assert driver.find_element(By.ID, "viewer").is_displayed()
+        assert driver.find_element(By.CSS_SELECTOR, "#viewer-body img.frame").get_property("naturalWidth") == 480
+        shot = artifacts_dir() / "dashboard-viewer.png"
+        driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+        driver.find_element(By.ID, "viewer-close").click()
+        assert not driver.find_element(By.ID, "viewer").is_displayed()
 
         shot = artifacts_dir() / "dashboard.png"
         driver.save_screenshot(str(shot))
@@ -173,7 +201,8 @@ def test_the_openapi_document_describes_the_api_as_served(tmp_path):
         spec = json.loads(urllib.request.urlopen(base + "/ui/openapi.json", timeout=10).read())
         assert spec["openapi"].startswith("3.")
         assert set(spec["paths"]) == {"/healthz", "/metrics", "/api/stats", "/api/events", "/api/events/live",
-                                      "/api/dead_letters", "/api/dead_letters/replay"}
+                                      "/api/dead_letters", "/api/dead_letters/replay", "/api/events/{id}/snapshots",
+                                      "/api/events/{id}/snapshot.jpg", "/api/streams/snapshot.jpg"}
 
         def call(method, path, with_token=True, timeout=10):
             c = http.client.HTTPConnection("127.0.0.1", agg.http_port, timeout=timeout)
@@ -183,11 +212,19 @@ def test_the_openapi_document_describes_the_api_as_served(tmp_path):
         for path, ops in spec["paths"].items():
             for method, op in ops.items():
                 secured = op.get("security", spec["security"]) != []
+                required = [p for p in op.get("parameters", []) if p.get("required")]
+                path = path.replace("{id}", "1")  # no event yet: a documented 404 below
                 r, c = call(method.upper(), path, with_token=False)
                 assert r.status == (401 if secured else 200), f"{method} {path} without a token: {r.status}"
                 c.close()
                 if path == "/api/dead_letters/replay":
                     continue  # needs a sink: below
+                if required:  # an empty store, or required query parameters left out: a documented error
+                    r, c = call(method.upper(), path)
+                    assert str(r.status) in op["responses"] and r.status in (400, 404), f"{path}: {r.status}"
+                    assert json.loads(r.read())["error"], path
+                    c.close()
+                    continue
                 r, c = call(method.upper(), path)
                 assert str(r.status) in op["responses"] and r.status == 200, f"{method} {path}: {r.status}"
                 ctype = r.getheader("Content-Type")

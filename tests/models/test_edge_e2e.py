@@ -74,9 +74,10 @@ def vtest200(tmp_path_factory) -> Path:
 
 
 def write_edge_config(tmp: Path, agg_port: int, video: Path, with_images: bool, model: Path = MODEL,
-                      save_frames: bool = False, persons_only: bool = True) -> Path:
+                      save_frames: bool = False, persons_only: bool = True, snapshots: str = "") -> Path:
     """edge.yaml for stream 'vtest' (events for persons, or for any detection) and optionally 'images' (events
-    for any detection); with save_frames, each stream's decoded frames go to <tmp>/frames/<stream>."""
+    for any detection); with save_frames, each stream's decoded frames go to <tmp>/frames/<stream>; `snapshots`:
+    the top-level snapshots section's flow map ("{crops: true}"), "" for none."""
     def extra(stream):
         return f"    save_frames: {tmp / 'frames' / stream}\n" if save_frames else ""
     streams = f"""  - id: vtest
@@ -99,6 +100,7 @@ batching: {{max_batch: 2, max_wait_ms: 5}}
 http_port: {free_port()}
 state_dir: {tmp / 'state'}
 progress_flush_ms: 200
+{f"snapshots: {snapshots}" if snapshots else ""}
 streams:
 {streams}""")
     return cfg

@@ -11,6 +11,9 @@ const vigil = {
   oldest: null,         // the oldest shown: the next page is before it
   filters: {},
   abort: null,
+  pictures: {},         // "edge/stream" → {id, url}: the tile's picture (an object URL) and its event id
+  progress: {},         // "edge/stream" → {frames, at}: when the stream's stored frames last grew (ms)
+  picturesLoaded: 0,    // pictures decoded into tiles and the viewer (tests read it)
 };
 window.vigil = vigil;
 
@@ -23,6 +26,22 @@ async function api(path) {
   if (res.status === 401) throw Object.assign(new Error("the token was refused"), { status: 401 });
   if (!res.ok) throw new Error(path + ": HTTP " + res.status);
   return res.json();
+}
+
+// A picture of the API (the token travels in a header, so an <img> gets it as an object URL).
+async function picture(path) {
+  const res = await fetch(path, { headers: { Authorization: "Bearer " + vigil.token } });
+  if (!res.ok) throw new Error(path + ": HTTP " + res.status);
+  return URL.createObjectURL(await res.blob());
+}
+
+function image(url, alt, cls) {
+  const img = document.createElement("img");
+  img.alt = alt;
+  if (cls) img.className = cls;
+  img.addEventListener("load", () => vigil.picturesLoaded++);
+  img.src = url;
+  return img;
 }
 
 function showLogin(message) {
@@ -149,16 +168,48 @@ async function refreshTiles() {
     const k = e.edge + "/" + e.stream;
     if (!lastOf[k]) lastOf[k] = e;
   }
+  // Each tile's picture: the newest event of the stream that has one, with its boxes drawn (fetched once).
+  for (const e of latest.events) {
+    const k = e.edge + "/" + e.stream;
+    if (e.snapshots > 0 && (!vigil.pictures[k] || vigil.pictures[k].id < e.id) && !vigil.pictures[k]?.pending) {
+      const had = vigil.pictures[k];
+      vigil.pictures[k] = { id: e.id, url: had ? had.url : null, pending: true };
+      try {
+        const url = await picture("/api/events/" + e.id + "/snapshot.jpg?boxes=1");
+        if (had && had.url) URL.revokeObjectURL(had.url);
+        vigil.pictures[k] = { id: e.id, url };
+      } catch (err) {
+        vigil.pictures[k] = had || null;
+      }
+    }
+  }
+  const now = Date.now();
   const tiles = $("#tiles");
   tiles.replaceChildren();
   for (const s of stats.streams) {
     const key = s.edge + "/" + s.stream;
+    const seen = vigil.progress[key];
+    if (!seen || seen.frames !== s.frames) vigil.progress[key] = { frames: s.frames, at: now };
+    const quiet = (now - vigil.progress[key].at) / 1000;
+    const up = connected.has(s.edge);
+    // live: frames arrived in the last 15 s; stalled: the edge is connected but the stream sends nothing (its
+    // camera reconnecting, or a file that ended); offline: its edge is not connected.
+    const state = !up ? "offline" : seen && quiet >= 15 ? "stalled" : "live";
     const tile = document.createElement("div");
-    tile.className = "tile " + (connected.has(s.edge) ? "live" : "idle");
+    tile.className = "tile " + state;
     tile.dataset.stream = key;
+    tile.dataset.state = state;
     tile.append(text("div", key, "name"));
-    tile.append(text("div", (connected.has(s.edge) ? "live" : "not connected") + " · " + s.frames + " frames · " +
-                            s.events + " events", "meta"));
+    const pic = vigil.pictures[key];
+    if (pic && pic.url) {
+      const img = image(pic.url, "latest snapshot of " + key, "snap");
+      img.title = "event " + pic.id + " (click for its pictures)";
+      img.addEventListener("click", () => openViewer(pic.id));
+      tile.append(img);
+    }
+    const what = state === "live" ? "live" : state === "stalled" ? "no frames for " + Math.round(quiet) + " s"
+                                                                  : "edge offline";
+    tile.append(text("div", what + " · " + s.frames + " frames · " + s.events + " events", "meta state-" + state));
     tile.append(text("div", "dropped " + s.dropped + " · lost " + s.lost + " · missing " + s.missing, "meta"));
     const last = lastOf[key];
     tile.append(text("div", last ? "latest: " + labels(last) + " at " + fmtTime(last.capture_ns) : "no event yet",
@@ -172,6 +223,27 @@ async function refreshTiles() {
       tile.append(charts);
     }
     tiles.append(tile);
+  }
+}
+
+// ---- The picture viewer: an event's frame (boxes drawn) and its crops ----
+
+async function openViewer(id) {
+  const list = await api("/api/events/" + id + "/snapshots");
+  const body = $("#viewer-body");
+  body.replaceChildren();
+  $("#viewer-title").textContent = "event " + id;
+  $("#viewer").hidden = false;
+  if (!list.snapshots.length) {
+    body.append(text("p", "No picture stored for this event (snapshots off for its stream, or not arrived yet).", "dim"));
+    return;
+  }
+  for (const p of list.snapshots) {
+    const url = await picture(p.url + (p.box < 0 ? "&boxes=1" : ""));
+    const fig = document.createElement("figure");
+    fig.append(image(url, p.box < 0 ? "frame" : "box " + p.box, p.box < 0 ? "frame" : "crop"),
+               text("figcaption", p.box < 0 ? "frame " + p.width + "×" + p.height : "box " + p.box));
+    body.append(fig);
   }
 }
 
@@ -190,6 +262,12 @@ function eventRow(e, fresh) {
   tr.append(text("td", e.id), text("td", fmtTime(e.capture_ns)), text("td", e.edge + " / " + e.stream),
             text("td", e.seq), text("td", e.severity, "sev-" + e.severity), text("td", e.rule),
             text("td", labels(e)));
+  const td = document.createElement("td");
+  const view = text("button", e.snapshots > 0 ? "view (" + e.snapshots + ")" : "view", "view");
+  view.title = "the event's pictures";
+  view.addEventListener("click", () => openViewer(e.id).catch((err) => console.warn(err)));
+  td.append(view);
+  tr.append(td);
   return tr;
 }
 
@@ -317,6 +395,11 @@ $("#filters").addEventListener("submit", (ev) => {
   loadEvents().catch((err) => console.warn(err));
 });
 $("#older").addEventListener("click", () => loadOlder().catch((err) => console.warn(err)));
+$("#viewer-close").addEventListener("click", () => {
+  $("#viewer").hidden = true;
+  for (const img of $("#viewer-body").querySelectorAll("img")) URL.revokeObjectURL(img.src);
+  $("#viewer-body").replaceChildren();
+});
 
 // Without a token the API answers 401: the page asks for one (an aggregator without a token opens at once).
 start();
