@@ -61,7 +61,7 @@ std::string Hex(std::string_view raw) {
 TEST(AggregatorConfigTest, ReadsEveryKey) {
   StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
       "listen: 127.0.0.1:0\nhttp: ':8080'\ndb: /tmp/a.db\ndb_synchronous: full\nmax_connections: 8\n"
-      "batch_max: 64\nqueue_max: 1000\npeer_timeout_ms: 2500\n"
+      "batch_max: 64\nqueue_max: 1000\npeer_timeout_ms: 2500\nsnapshot_queue_mb: 16\n"
       "ucx_listen: 10.0.0.1:7500\nucx_device: cuda:1\ntls: {cert_file: s.pem, key_file: s.key, client_ca_file: ca.pem}\n"
       "allow: [127.0.0.1/32, 10.0.0.0/8]\nauth: {keys_file: keys.yaml}\n"
       "http_tls: {cert_file: h.pem, key_file: h.key}\nhttp_token_file: token\n",
@@ -90,6 +90,7 @@ TEST(AggregatorConfigTest, ReadsEveryKey) {
   EXPECT_EQ(c->batch_max, 64);
   EXPECT_EQ(c->queue_max, 1000);
   EXPECT_EQ(c->peer_timeout_ms, 2500);
+  EXPECT_EQ(c->snapshot_queue_mb, 16);
 
   // Authentication is on unless switched off in so many words.
   EXPECT_EQ(Message(ParseAggregatorConfig("", "empty.yaml").status()),

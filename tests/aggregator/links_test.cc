@@ -495,6 +495,70 @@ TEST_F(LinksTest, CudaIpcRingStoresEverythingOnceAcrossAnAggregatorRestart) {
   EXPECT_EQ(cs.epoch, 1u);  // the same instance: re-admitted with its epoch
 }
 
+// Snapshots travel beside the reports on each link kind (cuda_ipc: on its Unix socket, not through the ring) and
+// the aggregator stores each once, whether its event came before or after it.
+TEST_F(LinksTest, SnapshotsAreStoredOnceOverTcpAndCudaIpc) {
+  config_.cuda_ipc_enabled = true;
+  config_.cuda_ipc_socket = (dir_ / "agg.sock").string();
+  config_.cuda_ipc_device = "host";
+  auto agg = Start();
+  ASSERT_TRUE(agg);
+  auto picture = [](const std::string& stream, uint64_t seq, int32_t box, size_t bytes) {
+    transport::Snapshot s{stream, 1, seq, box, 0, 0, 64, 48, 64, 48, std::string(bytes, '\x11')};
+    s.jpeg[0] = '\xFF';
+    s.jpeg[1] = '\xD8';
+    s.jpeg[2] = '\xFF';
+    return s;
+  };
+  struct Case {
+    const char* link;
+    std::shared_ptr<transport::Link> make;
+  } cases[] = {
+      {"tcp", transport::MakeFramedLink(transport::MakeTcpDialer("127.0.0.1", agg->listen_port()), {"tcp", key_})},
+      {"cuda_ipc", transport::MakeCudaIpcLink(config_.cuda_ipc_socket, key_)},
+  };
+  uint64_t expected = 0;
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.link);
+    const std::string stream = StrCat("cam-", c.link);
+    Outbox outbox(1000);
+    Edge edge;
+    auto courier = transport::Courier::Start(Options({c.make}), &outbox, &edge);
+    ASSERT_TRUE(courier.ok()) << courier.status();
+    ASSERT_TRUE(Eventually([&] { return (*courier)->Stats().connected; }, kLong));
+    // One picture before its event is reported, one after, a large one (600 KB: a frame's socket write in many
+    // pieces) and a repeat.
+    ASSERT_TRUE((*courier)->OfferSnapshot(picture(stream, 0, -1, 2000)));
+    Publish(outbox, {stream}, 0, 9);
+    ASSERT_TRUE(outbox.WaitEmpty(kLong));
+    ASSERT_TRUE((*courier)->OfferSnapshot(picture(stream, 3, -1, 600000)));
+    ASSERT_TRUE((*courier)->OfferSnapshot(picture(stream, 3, 0, 3000)));
+    ASSERT_TRUE((*courier)->OfferSnapshot(picture(stream, 3, 0, 3000)));
+    ASSERT_TRUE(Eventually([&] { return (*courier)->Stats().snapshots_sent == 4; }, kLong));
+    EXPECT_EQ((*courier)->Stats().link, c.link);
+    expected += 3;
+    ASSERT_TRUE(Eventually(
+        [&] {
+          auto rows = Rows(StrCat("SELECT COUNT(*) FROM snapshots WHERE stream = '", stream, "'"));
+          return rows.size() == 1 && rows[0][0] == 3;
+        },
+        kLong));
+    auto sizes = Rows(StrCat("SELECT seq, box, length(jpeg) FROM snapshots WHERE stream = '", stream,
+                             "' ORDER BY seq, box"));
+    ASSERT_EQ(sizes.size(), 3u);
+    EXPECT_EQ(sizes[0], (std::vector<int64_t>{0, -1, 2000}));
+    EXPECT_EQ(sizes[1], (std::vector<int64_t>{3, -1, 600000}));
+    EXPECT_EQ(sizes[2], (std::vector<int64_t>{3, 0, 3000}));
+    (*courier)->Close();
+  }
+  const std::string metrics = agg->metrics().Render();
+  EXPECT_NE(metrics.find(StrCat("vigil_aggregator_snapshots_total{result=\"stored\"} ", expected, "\n")),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("vigil_aggregator_snapshots_total{result=\"duplicate\"} 2\n"), std::string::npos) << metrics;
+  agg->Stop();
+}
+
 #if VIGIL_HAVE_UCX
 TEST_F(LinksTest, UcxCutMidStreamFallsBackToTcpAndComesBackWhenRestored) {
   config_.ucx_enabled = true;

@@ -181,6 +181,46 @@ TEST(EdgeConfig, OutOfRangeValuesNameKeyAndLine) {
   EXPECT_NE(e.find("edge.yaml:14:"), std::string::npos) << e;
 }
 
+TEST(EdgeConfig, SnapshotsAtTheTopAndPerStream) {
+  StatusOr<EdgeConfig> c = ParseEdgeConfig(kGood, "edge.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->streams[0].snapshots.enabled);  // off unless configured
+  EXPECT_EQ(c->snapshot_queue, 16);
+  std::string text = kGood;
+  text.insert(text.find("streams:"), "snapshots: {max_width: 480, crops: true, crop_margin: 0.25, crop_max_side: 200, "
+                                     "quality: 70, queue: 4}\n");
+  text.insert(text.find("    save_frames"), "    snapshots: {enabled: false}\n");
+  text.insert(text.find("    rules:"), "    snapshots: {frame: false, quality: 95}\n");
+  c = ParseEdgeConfig(text, "edge.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->snapshot_queue, 4);
+  const SnapshotConfig& door = c->streams[0].snapshots;  // the top level's, with its own two keys
+  EXPECT_TRUE(door.enabled);
+  EXPECT_FALSE(door.options.frame);
+  EXPECT_TRUE(door.options.crops);
+  EXPECT_EQ(door.options.frame_max_width, 480);
+  EXPECT_FLOAT_EQ(door.options.crop_margin, 0.25f);
+  EXPECT_EQ(door.options.crop_max_side, 200);
+  EXPECT_EQ(door.options.quality, 95);
+  EXPECT_FALSE(c->streams[1].snapshots.enabled);
+  EXPECT_EQ(c->streams[1].snapshots.options.quality, 70);
+
+  auto error = [&](const std::string& section) {
+    std::string t = kGood;
+    t.insert(t.find("streams:"), section + "\n");
+    StatusOr<EdgeConfig> e = ParseEdgeConfig(t, "edge.yaml");
+    return e.ok() ? std::string("OK") : std::string(e.status().message());
+  };
+  EXPECT_NE(error("snapshots: {quality: 0}").find("edge.yaml:7:"), std::string::npos) << error("snapshots: {quality: 0}");
+  EXPECT_NE(error("snapshots: {quality: 0}").find("quality"), std::string::npos);
+  EXPECT_NE(error("snapshots: {max_width: 8}").find("frame_max_width 8: must be"), std::string::npos)
+      << error("snapshots: {max_width: 8}");
+  EXPECT_NE(error("snapshots: {frame: false}").find("crops: true is needed"), std::string::npos);
+  EXPECT_NE(error("snapshots: {queue: 0}").find("queue"), std::string::npos);
+  EXPECT_NE(error("snapshots: {qualty: 80}").find("unknown key"), std::string::npos);
+  EXPECT_EQ(error("snapshots: {enabled: false, frame: false}"), "OK");  // off: nothing to encode
+}
+
 TEST(EdgeConfig, MissingAndDuplicateStreams) {
   std::string e = ErrorWith("  - id: imgs", "  - id: door");
   EXPECT_NE(e.find("duplicate stream id 'door'"), std::string::npos) << e;

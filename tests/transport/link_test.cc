@@ -675,6 +675,13 @@ TEST(ReceiverTest, MisbehavingClientsLoseOnlyTheirOwnConnection) {
             "a report from edge 'edge-y' on the connection of 'edge-x'");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), HelloAuth("pending-1") + EncodeFrame(RawReport("pending-1", 1)))),
             "a report before the session was admitted (no Welcome yet)");
+  const Snapshot snap{"s", 1, 0, -1, 0, 0, 8, 8, 8, 8, std::string("\xFF\xD8\xFF\xD9", 4)};
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), HelloAuth("pending-3") + EncodeFrame(snap))),
+            "a snapshot before the session was admitted (no Welcome yet)");
+  Snapshot png = snap;
+  png.jpeg = "\x89PNG";
+  EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(png))),
+            "Snapshot body: snapshot of s run 1 seq 0 box -1: the picture is not a JPEG (no FF D8 FF start of image)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + hello)),
             "an edge may not send Hello in a session (only Report, Snapshot and Heartbeat)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(Ack{}))),
@@ -699,11 +706,12 @@ TEST(ReceiverTest, MisbehavingClientsLoseOnlyTheirOwnConnection) {
   ASSERT_TRUE(outbox.WaitEmpty(kLong));
   EXPECT_EQ(agg.Get(agg.first_arrivals), order);
   ReceiverStats s = rx->Stats();
-  EXPECT_EQ(s.protocol_errors, 6u);  // after authentication: CRC, length, edge id, not admitted, Hello, Ack
+  // After authentication: CRC, length, edge id, report not admitted, snapshot not admitted, not a JPEG, Hello, Ack.
+  EXPECT_EQ(s.protocol_errors, 8u);
   const std::map<std::string, uint64_t> rejected = {{kRejectMalformed, 3}, {kRejectVersion, 2}};
   EXPECT_EQ(s.rejected, rejected);  // before: HTTP, Report first, no Auth; version 9, frame version 1
   EXPECT_EQ(s.timeouts, 2u);  // the half frame and the heartbeat client
-  EXPECT_EQ(s.accepted, 14u);
+  EXPECT_EQ(s.accepted, 16u);
   EXPECT_EQ(courier->Stats().sessions, 1u);
   EXPECT_EQ(courier->Stats().disconnects, 0u);
 }
