@@ -123,6 +123,13 @@ std::vector<Message> ValidMessages() {
                         .control = "/vigil-ring-0123456789abcdef-ctl", .slots = 64, .slot_bytes = 65536});
   v.push_back(RingOffer{.error = "cuda:3: no such device"});
   v.push_back(RingAccept{});
+  // Snapshots: a frame picture and a crop (a tiny JPEG-looking body: the decoder checks the start of image only).
+  v.push_back(Snapshot{.stream = "cam/1", .run = 1, .seq = 42, .box = -1, .x = 0, .y = 0, .width = 1920,
+                       .height = 1080, .out_width = 640, .out_height = 360,
+                       .jpeg = std::string("\xFF\xD8\xFF\xE0\x00\x10JFIF\x00\xFF\xD9", 14)});
+  v.push_back(Snapshot{.stream = "cam/1", .run = 1, .seq = 42, .box = 2, .x = 300, .y = 400, .width = 200,
+                       .height = 300, .out_width = 200, .out_height = 300,
+                       .jpeg = std::string("\xFF\xD8\xFF\xDB\xFF\xD9", 6)});
   return v;
 }
 

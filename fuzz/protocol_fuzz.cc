@@ -165,6 +165,7 @@ struct CheckDecoded {
   void operator()(const Heartbeat&) const {}  // no decoder-side rules
   void operator()(const RingOffer&) const {}  // no decoder-side rules (the edge checks an offer: cuda_ipc.cc)
   void operator()(const RingAccept&) const {}
+  void operator()(const Snapshot& s) const { FUZZ_CHECK(ValidateSnapshot(s).ok()); }
 };
 
 void CheckMessage(const Message& m) {
