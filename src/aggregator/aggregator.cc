@@ -272,6 +272,10 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   // GUARDED_BY(mu) open sessions past their Hello (admitted or not yet), by edge id: the storage thread
   // evicts the older ones when it grants a newer epoch.
   std::multimap<std::string, std::shared_ptr<Session>> sessions;
+  // GUARDED_BY(mu) per edge id, its latest grant since this aggregator started, and when (wall ns): "new" (the
+  // first instance of the id), "replaced" (a new instance after a granted epoch: a restart or a standby's
+  // takeover), "promote" (a Hello with kHelloPromote) or "readmitted" (the same instance, a new session).
+  std::map<std::string, std::pair<std::string, int64_t>> last_grant;
 
   // Storage thread only.
   std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
@@ -562,6 +566,15 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     spdlog::info("aggregator: edge {} ({}): {} epoch {}", h.edge, s->peer(),
                  g->kind == Grant::kNew ? "granted" : "re-admitted", g->epoch);
+    {
+      std::lock_guard lock(mu);
+      // "replaced": a new instance took the edge id over from a granted epoch — a restart, or a standby's takeover.
+      last_grant[h.edge] = {g->kind == Grant::kReadmitted                      ? "readmitted"
+                            : (h.flags & transport::kHelloPromote) != 0 ? "promote"
+                            : g->previous_epoch > 0                     ? "replaced"
+                                                                         : "new",
+                            NowNs()};
+    }
     s->Admit(transport::Welcome{g->epoch, std::move(g->streams)});
   }
 
@@ -967,15 +980,25 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     StatusOr<StoreStats> s = store->Stats();
     if (!s.ok()) return Error(res, 500, std::string(s.status().message()));
     std::set<std::string> live;
+    std::map<std::string, std::set<std::string>> links;  // edge → the links of its admitted sessions
+    std::map<std::string, std::pair<std::string, int64_t>> grants;
     {
       std::lock_guard lock(mu);
-      for (const auto& [edge, session] : sessions) live.insert(edge);
+      for (const auto& [edge, session] : sessions) {
+        live.insert(edge);
+        if (session->admitted() && !session->superseded()) links[edge].insert(session->link());
+      }
+      grants = last_grant;
     }
     json edges = json::array(), streams = json::array();
     for (const EdgeStats& e : s->edges) {
       edges.push_back({{"edge", e.edge},
                        {"epoch", e.epoch},
                        {"connected", live.count(e.edge) > 0},
+                       {"links", links.count(e.edge) ? json(links[e.edge]) : json::array()},
+                       {"last_grant", grants.count(e.edge) ? json{{"kind", grants[e.edge].first},
+                                                                  {"at_ns", grants[e.edge].second}}
+                                                           : json(nullptr)},
                        {"first_seen_ns", e.first_seen_ns},
                        {"last_seen_ns", e.last_seen_ns},
                        {"granted_ns", e.granted_ns},

@@ -135,7 +135,8 @@ def test_the_dashboard_needs_the_token_and_shows_every_event_live(vtest200, tmp_
         # The edge finished its file and left: the tile says so.
         assert wait_until("the tile's state", lambda: js(
             "const t = document.querySelector('.tile[data-stream=\"e2e-edge/vtest\"]');"
-            "return t && t.dataset.state === 'offline' && t.textContent.includes('edge offline')"), 20)
+            "return t && t.dataset.state === 'offline' && t.textContent.includes('edge offline') &&"
+            "t.textContent.includes('edge epoch 1 · no session')"), 20)
         # The viewer: the first row's event, its frame and a crop per detection.
         first = max(stored, key=lambda e: e["id"])
         assert first["snapshots"] == 1 + len(first["detections"]) or api(

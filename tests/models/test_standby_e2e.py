@@ -109,6 +109,12 @@ def wait_for(pred, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def agg_edge(agg) -> dict:
+    """The aggregator's /api/stats entry of edge e2e-edge."""
+    stats = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{agg.http_port}/api/stats", timeout=10).read())
+    return next(e for e in stats["edges"] if e["edge"] == "e2e-edge")
+
+
 def test_the_standby_takes_over_after_a_sigkill_and_every_frame_is_stored_once(vtest200, tmp_path):
     certs = make_pair_certs(tmp_path / "certs")
     port, a, b = free_port(), free_port(), free_port()
@@ -131,8 +137,14 @@ def test_the_standby_takes_over_after_a_sigkill_and_every_frame_is_stored_once(v
         wait_for(lambda: stored_frames(agg.db, "vtest") >= 40 or primary.poll() is not None, 120, "40 stored frames")
         stored = stored_frames(agg.db, "vtest")
         assert primary.poll() is None and stored < FRAMES, f"{stored} frames stored: cannot test a kill mid-run"
+        # The aggregator's view of the edge (the dashboard's tile line): one session over tcp, a new instance.
+        edge = agg_edge(agg)
+        assert edge["links"] == ["tcp"] and edge["last_grant"]["kind"] == "new" and edge["epoch"] == 1, edge
         primary.kill()
         primary.wait(timeout=30)
+        wait_for(lambda: agg_edge(agg)["epoch"] == 2, 120, "the standby's grant")
+        edge = agg_edge(agg)  # the standby took over: a new instance replaced epoch 1
+        assert edge["last_grant"]["kind"] == "replaced" and edge["links"] == ["tcp"], edge
         rc = standby.wait(timeout=300)
         assert rc == 0, f"standby exited {rc}:\n{(tmp_path / 'standby.log').read_text()[-3000:]}"
     finally:

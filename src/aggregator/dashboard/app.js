@@ -162,6 +162,7 @@ async function refreshTiles() {
   const stats = await api("/api/stats");
   await scrapeCharts().catch(() => {});
   const connected = new Set(stats.edges.filter((e) => e.connected).map((e) => e.edge));
+  const edges = Object.fromEntries(stats.edges.map((e) => [e.edge, e]));
   const latest = await api("/api/events?order=desc&limit=200");
   const lastOf = {};
   for (const e of latest.events) {
@@ -211,6 +212,14 @@ async function refreshTiles() {
                                                                   : "edge offline";
     tile.append(text("div", what + " · " + s.frames + " frames · " + s.events + " events", "meta state-" + state));
     tile.append(text("div", "dropped " + s.dropped + " · lost " + s.lost + " · missing " + s.missing, "meta"));
+    const edge = edges[s.edge];
+    if (edge) {  // its edge's session: epoch, link(s), and whether a standby took over (a promoted grant)
+      const how = edge.links.length ? "over " + edge.links.join(", ") : "no session";
+      const grant = edge.last_grant;
+      const role = grant && (grant.kind === "replaced" || grant.kind === "promote")
+        ? " · new instance (restart or standby takeover) " + fmtTime(grant.at_ns) : "";
+      tile.append(text("div", "edge epoch " + edge.epoch + " · " + how + role, "meta edge-state"));
+    }
     const last = lastOf[key];
     tile.append(text("div", last ? "latest: " + labels(last) + " at " + fmtTime(last.capture_ns) : "no event yet",
                      "latest"));
