@@ -130,6 +130,8 @@ std::vector<Message> ValidMessages() {
   v.push_back(Snapshot{.stream = "cam/1", .run = 1, .seq = 42, .box = 2, .x = 300, .y = 400, .width = 200,
                        .height = 300, .out_width = 200, .out_height = 300,
                        .jpeg = std::string("\xFF\xD8\xFF\xDB\xFF\xD9", 6)});
+  v.push_back(SourceStates{{{"cam/1", SourceState::kStreaming}, {"cam/2", SourceState::kReconnecting},
+                            {"file", SourceState::kEnded}}});
   return v;
 }
 

@@ -166,6 +166,7 @@ struct CheckDecoded {
   void operator()(const RingOffer&) const {}  // no decoder-side rules (the edge checks an offer: cuda_ipc.cc)
   void operator()(const RingAccept&) const {}
   void operator()(const Snapshot& s) const { FUZZ_CHECK(ValidateSnapshot(s).ok()); }
+  void operator()(const SourceStates& s) const { FUZZ_CHECK(ValidateSourceStates(s).ok()); }
 };
 
 void CheckMessage(const Message& m) {

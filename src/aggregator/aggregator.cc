@@ -276,6 +276,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   // first instance of the id), "replaced" (a new instance after a granted epoch: a restart or a standby's
   // takeover), "promote" (a Hello with kHelloPromote) or "readmitted" (the same instance, a new session).
   std::map<std::string, std::pair<std::string, int64_t>> last_grant;
+  // GUARDED_BY(mu) per (edge, stream), what its source was doing at the edge's latest SourceStates.
+  std::map<std::pair<std::string, std::string>, transport::SourceState> source_states;
 
   // Storage thread only.
   std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
@@ -365,6 +367,12 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     snapshot_queue_bytes += snap.jpeg.size();
     snapshot_queue.push_back({s, std::move(snap)});
     not_empty.notify_one();
+  }
+
+  void OnSourceStates(const std::shared_ptr<Session>& s, transport::SourceStates states) override {
+    std::lock_guard lock(mu);
+    if (s->superseded()) return;
+    for (const transport::SourceStates::Entry& e : states.streams) source_states[{s->edge(), e.stream}] = e.state;
   }
 
   // Storage thread: the queued snapshots in one transaction (at most 256 at a time).
@@ -982,6 +990,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::set<std::string> live;
     std::map<std::string, std::set<std::string>> links;  // edge → the links of its admitted sessions
     std::map<std::string, std::pair<std::string, int64_t>> grants;
+    std::map<std::pair<std::string, std::string>, transport::SourceState> sources;
     {
       std::lock_guard lock(mu);
       for (const auto& [edge, session] : sessions) {
@@ -989,6 +998,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         if (session->admitted() && !session->superseded()) links[edge].insert(session->link());
       }
       grants = last_grant;
+      sources = source_states;
     }
     json edges = json::array(), streams = json::array();
     for (const EdgeStats& e : s->edges) {
@@ -1026,8 +1036,10 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
                         {"missing", r.missing},
                         {"gaps", std::move(gaps)}});
       }
+      auto src = sources.find({st.edge, st.stream});
       streams.push_back({{"edge", st.edge},
                          {"stream", st.stream},
+                         {"source", src == sources.end() ? json(nullptr) : json(std::string(ToString(src->second)))},
                          {"epoch", st.epoch},
                          {"frames", st.frames},
                          {"events", st.events},
@@ -1037,6 +1049,13 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
                          {"duplicates", st.duplicates},
                          {"stale_rejected", st.stale_rejected},
                          {"runs", std::move(runs)}});
+      sources.erase({st.edge, st.stream});
+    }
+    // Streams an edge runs that have stored nothing yet (a camera that never connected): listed with their source.
+    for (const auto& [key, state] : sources) {
+      streams.push_back({{"edge", key.first}, {"stream", key.second}, {"source", std::string(ToString(state))},
+                         {"epoch", 0}, {"frames", 0}, {"events", 0}, {"dropped", 0}, {"lost", 0}, {"missing", 0},
+                         {"duplicates", 0}, {"stale_rejected", 0}, {"runs", json::array()}});
     }
     res.set_content(Dump({{"edges", std::move(edges)}, {"streams", std::move(streams)}}), "application/json");
   }

@@ -998,6 +998,28 @@ void Edge::OnBatch(BatchResult& r) {
   }
 }
 
+namespace {
+transport::SourceState SourceStateOf(video::StreamState s) {
+  switch (s) {
+    case video::StreamState::kIdle:
+      return transport::SourceState::kIdle;
+    case video::StreamState::kConnecting:
+      return transport::SourceState::kConnecting;
+    case video::StreamState::kStreaming:
+      return transport::SourceState::kStreaming;
+    case video::StreamState::kReconnecting:
+      return transport::SourceState::kReconnecting;
+    case video::StreamState::kEnded:
+      return transport::SourceState::kEnded;
+    case video::StreamState::kFailed:
+      return transport::SourceState::kFailed;
+    case video::StreamState::kStopped:
+      return transport::SourceState::kStopped;
+  }
+  return transport::SourceState::kIdle;
+}
+}  // namespace
+
 void Edge::Periodic(bool force) {
   const int64_t now = SteadyNs();
   if (!force && now - last_periodic_ns_ < 100'000'000) return;
@@ -1065,6 +1087,12 @@ void Edge::Periodic(bool force) {
     s.last_stats = st;
   }
   if (fps_due) last_fps_ns_ = now;
+  // What the sources are doing, for the aggregator's view (the courier sends the list when it changes).
+  transport::SourceStates states;
+  for (const Stream& s : streams_) {
+    if (s.reader) states.streams.push_back({s.config.id, SourceStateOf(s.last_stats.state)});
+  }
+  courier_->SetSourceStates(std::move(states));
   const transport::OutboxStats os = ledger_->outbox().Stats();
   const transport::CourierStats cs = courier_->Stats();
   batcher_depth_->Set(static_cast<double>(pool_->queued()));

@@ -45,6 +45,13 @@ class CourierImpl final : public Courier {
     return s;
   }
 
+  void SetSourceStates(SourceStates states) override {
+    std::lock_guard lock(mu_);
+    if (source_states_ && *source_states_ == states) return;
+    source_states_ = std::move(states);
+    ++source_states_version_;
+  }
+
   bool OfferSnapshot(Snapshot snapshot) override {
     std::lock_guard lock(mu_);
     if (stop_ || stats_.fenced || snapshot_bytes_ + snapshot.jpeg.size() > opt_.max_snapshot_bytes) {
@@ -304,6 +311,7 @@ class CourierImpl final : public Courier {
                           std::chrono::nanoseconds(opt_.ack_timeout).count()},
                          Now());
     std::vector<const OutboxMessage*> batch;
+    uint64_t states_sent = 0;  // the source states' version this session sent (0: none yet)
     for (;;) {
       if (stopping()) return absl::OkStatus();
       if (state.broken.load()) return absl::OkStatus();  // the reader recorded why, or a probe moves us
@@ -333,6 +341,7 @@ class CourierImpl final : public Courier {
       std::vector<std::shared_ptr<const OutboxMessage>> msgs = outbox_->PendingFrom(send_id, opt_.max_batch);
       if (msgs.empty()) {
         send_id = std::max(send_id, next);  // everything below `next` is completed
+        VIGIL_RETURN_IF_ERROR(SendSourceStates(link, &states_sent));
         bool sent = false;
         VIGIL_RETURN_IF_ERROR(SendSnapshot(link, &sent));
         if (sent) {
@@ -351,6 +360,7 @@ class CourierImpl final : public Courier {
         st = SendOneByOne(link, &batch);  // find the payload that does not download; send the others
       }
       VIGIL_RETURN_IF_ERROR(st);
+      VIGIL_RETURN_IF_ERROR(SendSourceStates(link, &states_sent));
       bool snapshot_sent = false;
       VIGIL_RETURN_IF_ERROR(SendSnapshot(link, &snapshot_sent));  // one between batches: never starved
       health.Wrote(Now());
@@ -365,6 +375,23 @@ class CourierImpl final : public Courier {
     }
   }
 
+  // Sends the newest source states when this session has not sent them yet.
+  Status SendSourceStates(Link& link, uint64_t* sent_version) {
+    std::optional<SourceStates> states;
+    uint64_t version = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (!source_states_ || source_states_version_ == *sent_version) return absl::OkStatus();
+      states = source_states_;
+      version = source_states_version_;
+    }
+    VIGIL_RETURN_IF_ERROR(link.SendAside(*states, opt_.peer_timeout));
+    *sent_version = version;
+    std::lock_guard lock(mu_);
+    ++stats_.source_states_sent;
+    return absl::OkStatus();
+  }
+
   // Sends the oldest queued snapshot, if any (*sent says whether one went). A failed write loses it (counted)
   // and ends the session.
   Status SendSnapshot(Link& link, bool* sent) {
@@ -377,7 +404,7 @@ class CourierImpl final : public Courier {
       snapshots_.pop_front();
       snapshot_bytes_ -= snap.jpeg.size();
     }
-    Status st = link.SendSnapshot(snap, opt_.peer_timeout);
+    Status st = link.SendAside(snap, opt_.peer_timeout);
     std::lock_guard lock(mu_);
     if (!st.ok()) {
       ++stats_.snapshots_lost;
@@ -481,6 +508,8 @@ class CourierImpl final : public Courier {
   uint64_t sent_high_ = 0;        // GUARDED_BY(mu_) one past the highest message id ever sent
   CourierStats stats_;            // GUARDED_BY(mu_)
   std::deque<Snapshot> snapshots_;  // GUARDED_BY(mu_) waiting for the sender
+  std::optional<SourceStates> source_states_;  // GUARDED_BY(mu_) the newest
+  uint64_t source_states_version_ = 0;         // GUARDED_BY(mu_) bumped by each change (from 1)
   size_t snapshot_bytes_ = 0;       // GUARDED_BY(mu_) their JPEG bytes
   std::thread sender_;
 };

@@ -129,10 +129,10 @@ class FramedLink final : public Link {
     return conn->Write(EncodeFrame(Heartbeat{sent_ns}), timeout);
   }
 
-  Status SendSnapshot(const Snapshot& snapshot, milliseconds timeout) override {
+  Status SendAside(const Message& m, milliseconds timeout) override {
     std::shared_ptr<Connection> conn = current();
     if (!conn) return absl::UnavailableError(StrCat(target(), ": no open session"));
-    return conn->Write(EncodeFrame(snapshot), timeout);
+    return conn->Write(EncodeFrame(m), timeout);
   }
 
   StatusOr<std::optional<Message>> Receive(milliseconds timeout) override {

@@ -176,6 +176,14 @@ struct BodyEncoder {
     w.Raw(m.jpeg.data(), m.jpeg.size());
     return MessageType::kSnapshot;
   }
+  MessageType operator()(const SourceStates& m) {
+    w.U32(static_cast<uint32_t>(m.streams.size()));
+    for (const SourceStates::Entry& e : m.streams) {
+      w.Str(e.stream);
+      w.U8(static_cast<uint8_t>(e.state));
+    }
+    return MessageType::kSourceStates;
+  }
 };
 
 // ---- decoding -----------------------------------------------------------------------------------
@@ -408,6 +416,25 @@ StatusOr<Message> DecodeBody(MessageType type, std::string_view body) {
       VIGIL_RETURN_IF_ERROR(Annotate(ValidateSnapshot(m), "Snapshot body"));
       return Message(std::move(m));
     }
+    case MessageType::kSourceStates: {
+      Reader r(body, "SourceStates");
+      SourceStates m;
+      uint32_t n = 0;
+      bool ok = r.Int("count", &n);
+      // Each entry takes 3 bytes at least: check before allocating for a hostile count.
+      if (ok && (n > kMaxHelloStreams || size_t{n} * 3 > r.left())) {
+        ok = r.Fail(StrCat("count ", n, " does not fit the ", r.left(), " bytes left"));
+      }
+      for (uint32_t i = 0; ok && i < n; ++i) {
+        SourceStates::Entry& e = m.streams.emplace_back();
+        uint8_t state = 0;
+        ok = r.Str("stream", &e.stream) && r.Int("state", &state);
+        e.state = static_cast<SourceState>(state);
+      }
+      VIGIL_RETURN_IF_ERROR(r.Finish());
+      VIGIL_RETURN_IF_ERROR(Annotate(ValidateSourceStates(m), "SourceStates body"));
+      return Message(std::move(m));
+    }
   }
   return absl::InvalidArgumentError(StrCat("frame: unknown message type ", static_cast<int>(type)));
 }
@@ -469,7 +496,7 @@ std::string_view ToString(ReportKind k) {
 std::string_view MessageName(const Message& m) {
   static constexpr std::string_view kNames[] = {"Hello",     "Welcome",   "Report", "Ack",
                                                 "Reject",    "Heartbeat", "Challenge", "Auth",
-                                                "RingOffer", "RingAccept", "Snapshot"};
+                                                "RingOffer", "RingAccept", "Snapshot", "SourceStates"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[m.index()];
 }
@@ -570,6 +597,46 @@ Status CheckReport(const Report& r, bool need_edge) {
 
 Status ValidateReport(const Report& r) { return CheckReport(r, /*need_edge=*/true); }
 Status ValidateReportFields(const Report& r) { return CheckReport(r, /*need_edge=*/false); }
+
+std::string_view ToString(SourceState s) {
+  switch (s) {
+    case SourceState::kIdle:
+      return "idle";
+    case SourceState::kConnecting:
+      return "connecting";
+    case SourceState::kStreaming:
+      return "streaming";
+    case SourceState::kReconnecting:
+      return "reconnecting";
+    case SourceState::kEnded:
+      return "ended";
+    case SourceState::kFailed:
+      return "failed";
+    case SourceState::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+Status ValidateSourceStates(const SourceStates& s) {
+  if (s.streams.size() > kMaxHelloStreams) {
+    return absl::InvalidArgumentError(StrCat("source states: ", s.streams.size(), " streams, more than ", kMaxHelloStreams));
+  }
+  size_t bytes = 4;
+  for (const SourceStates::Entry& e : s.streams) {
+    if (e.stream.empty() || e.stream.size() > 65535 || !IsText(e.stream)) {
+      return absl::InvalidArgumentError(
+          "source states: a stream id must be 1..65535 bytes of UTF-8 text without NUL bytes");
+    }
+    if (static_cast<uint8_t>(e.state) > static_cast<uint8_t>(SourceState::kStopped)) {
+      return absl::InvalidArgumentError(StrCat("source states: stream '", e.stream.substr(0, 200), "': unknown state ",
+                                               static_cast<int>(e.state)));
+    }
+    bytes += 3 + e.stream.size();
+  }
+  if (bytes > kMaxBodyBytes) return absl::InvalidArgumentError(StrCat("source states: ", bytes, " bytes, over ", kMaxBodyBytes));
+  return absl::OkStatus();
+}
 
 Status ValidateSnapshot(const Snapshot& s) {
   auto bad = [&](std::string reason) {

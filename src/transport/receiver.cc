@@ -485,10 +485,16 @@ struct Receiver::Impl {
                              absl::FailedPreconditionError("a snapshot before the session was admitted (no Welcome yet)"));
           }
           handler->OnSnapshot(*session, std::move(*snap));
+        } else if (SourceStates* states = std::get_if<SourceStates>(&msg)) {
+          if ((*session)->epoch() == 0) {
+            return violation(RejectReason::kProtocolError,
+                             absl::FailedPreconditionError("source states before the session was admitted (no Welcome yet)"));
+          }
+          handler->OnSourceStates(*session, std::move(*states));
         } else {
           return violation(RejectReason::kProtocolError,
                            absl::InvalidArgumentError(StrCat("an edge may not send ", MessageName(msg),
-                                                             " in a session (only Report, Snapshot and Heartbeat)")));
+                                                             " in a session (only Report, Snapshot, SourceStates and Heartbeat)")));
         }
       }
     }

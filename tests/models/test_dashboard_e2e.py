@@ -252,3 +252,51 @@ def test_the_openapi_document_describes_the_api_as_served(tmp_path):
             c.close()
     finally:
         agg.kill(signal.SIGTERM)
+
+
+def test_the_stats_say_what_each_source_does(vtest200, tmp_path):
+    """The edge tells the aggregator what its sources do (SourceStates): a file that ended says "ended" while its
+    edge is still connected, a camera that cannot be reached says "reconnecting" (the dashboard's tile states)."""
+    from test_edge_e2e import write_edge_config as edge_config
+    agg = Aggregator(tmp_path, free_port())
+    agg.start()
+    edge = None
+    try:
+        cfg = edge_config(tmp_path, agg.port, vtest200, False)
+        dead = free_port()  # nothing listens there: the camera's connections are refused
+        cfg.write_text(cfg.read_text() + f"  - id: gate\n    source: rtsp://127.0.0.1:{dead}/stream\n")
+        edge = start_edge(cfg, tmp_path)
+
+        def sources():
+            stats = api(agg.http_port, "/api/stats", "")
+            return {s["stream"]: s["source"] for s in stats["streams"]}
+        try:
+            wait_until("vtest ended and gate reconnecting",
+                       lambda: sources().get("vtest") == "ended" and sources().get("gate") == "reconnecting", 60)
+        except AssertionError:
+            raise AssertionError(f"sources: {sources()}")
+        stats = api(agg.http_port, "/api/stats", "")
+        assert next(e for e in stats["edges"] if e["edge"] == "e2e-edge")["connected"]
+        gate = next(st for st in stats["streams"] if st["stream"] == "gate")
+        assert gate["frames"] == 0 and gate["runs"] == [], gate  # listed though it stored nothing
+        # The dashboard's tiles say the same (no token configured: the page opens at once).
+        driver = browser()
+        try:
+            driver.get(f"http://127.0.0.1:{agg.http_port}/")
+            js = driver.execute_script
+            states = wait_until("both tiles", lambda: js(
+                "const t = [...document.querySelectorAll('.tile')].map((x) => [x.dataset.stream, x.dataset.state,"
+                " x.textContent]); return t.length === 2 ? t : null"), 30)
+            by = {k: (state, text) for k, state, text in states}
+            assert by["e2e-edge/vtest"][0] == "ended" and "ended (end of input)" in by["e2e-edge/vtest"][1], by
+            assert by["e2e-edge/gate"][0] == "reconnecting" and "reconnecting" in by["e2e-edge/gate"][1], by
+            severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+            assert severe == [], severe
+        finally:
+            driver.quit()
+        edge.send_signal(signal.SIGTERM)
+        assert edge.wait(timeout=60) == 0, (tmp_path / "edge.log").read_text()[-3000:]
+    finally:
+        if edge is not None and edge.poll() is None:
+            edge.kill()
+        agg.kill(signal.SIGTERM)

@@ -146,6 +146,15 @@ class FakeAggregator {
     std::lock_guard lock(mu_);
     return snapshots_;
   }
+  void DeliverSourceStates(const transport::SourceStates& states, const MemorySession& session) {
+    std::lock_guard lock(mu_);
+    source_states_.emplace_back(session.edge, states);
+    cv_.notify_all();
+  }
+  std::vector<std::pair<std::string, transport::SourceStates>> SourceStatesReceived() const {
+    std::lock_guard lock(mu_);
+    return source_states_;
+  }
 
   // Reports that stored something new, in arrival order, keyed (stream, run, seq_first).
   std::vector<Key> StoredOrder() const {
@@ -198,6 +207,7 @@ class FakeAggregator {
   std::vector<transport::Report> reports_;   // GUARDED_BY(mu_)
   size_t duplicates_ = 0, stale_ = 0, hellos_ = 0;  // GUARDED_BY(mu_)
   std::vector<std::pair<std::string, transport::Snapshot>> snapshots_;  // GUARDED_BY(mu_) (edge, snapshot)
+  std::vector<std::pair<std::string, transport::SourceStates>> source_states_;  // GUARDED_BY(mu_)
 };
 
 class MemoryLink final : public transport::Link {
@@ -269,12 +279,19 @@ class MemoryLink final : public transport::Link {
     return absl::OkStatus();
   }
 
-  Status SendSnapshot(const transport::Snapshot& snapshot, std::chrono::milliseconds) override {
+  Status SendAside(const transport::Message& m, std::chrono::milliseconds) override {
     std::shared_ptr<MemorySession> s = current();
     if (!s) return absl::UnavailableError(target() + ": no open session");
-    VIGIL_RETURN_IF_ERROR(transport::ValidateSnapshot(snapshot));
     VIGIL_RETURN_IF_ERROR(Spend(*s));
-    aggregator_->DeliverSnapshot(snapshot, *s);
+    if (const auto* snap = std::get_if<transport::Snapshot>(&m)) {
+      VIGIL_RETURN_IF_ERROR(transport::ValidateSnapshot(*snap));
+      aggregator_->DeliverSnapshot(*snap, *s);
+    } else if (const auto* states = std::get_if<transport::SourceStates>(&m)) {
+      VIGIL_RETURN_IF_ERROR(transport::ValidateSourceStates(*states));
+      aggregator_->DeliverSourceStates(*states, *s);
+    } else {
+      return absl::InvalidArgumentError(StrCat(target(), ": SendAside takes Snapshot or SourceStates"));
+    }
     return absl::OkStatus();
   }
 

@@ -683,9 +683,9 @@ TEST(ReceiverTest, MisbehavingClientsLoseOnlyTheirOwnConnection) {
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(png))),
             "Snapshot body: snapshot of s run 1 seq 0 box -1: the picture is not a JPEG (no FF D8 FF start of image)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + hello)),
-            "an edge may not send Hello in a session (only Report, Snapshot and Heartbeat)");
+            "an edge may not send Hello in a session (only Report, Snapshot, SourceStates and Heartbeat)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), hello + EncodeFrame(Ack{}))),
-            "an edge may not send Ack in a session (only Report, Snapshot and Heartbeat)");
+            "an edge may not send Ack in a session (only Report, Snapshot, SourceStates and Heartbeat)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(v9))),
             "Hello: protocol version 9 not supported (this aggregator speaks 4)");
   EXPECT_EQ(RejectDetail(RawExchange(rx->port(), EncodeFrame(Hello{"edge-x", 0, kProtocolVersion}) + hello)),

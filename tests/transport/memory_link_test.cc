@@ -190,6 +190,32 @@ TEST(MemoryLinkTest, SnapshotsGoOutBesideTheReportsAndWhatCannotGoIsCounted) {
   EXPECT_EQ((*courier)->Stats().snapshots_dropped, 3u);
 }
 
+TEST(MemoryLinkTest, SourceStatesGoOutAtEachSessionAndWhenTheyChange) {
+  auto agg = std::make_shared<FakeAggregator>();
+  auto a = std::make_shared<MemoryLink>(agg, "a");
+  Outbox outbox(1000);
+  EdgeHandler edge;
+  auto courier = Courier::Start(Options({a}), &outbox, &edge);
+  ASSERT_TRUE(courier.ok()) << courier.status();
+  using transport::SourceState;
+  using transport::SourceStates;
+  const SourceStates connecting{{{"cam", SourceState::kConnecting}}}, streaming{{{"cam", SourceState::kStreaming}}};
+  (*courier)->SetSourceStates(connecting);
+  ASSERT_TRUE(Eventually([&] { return agg->SourceStatesReceived().size() == 1; }));
+  (*courier)->SetSourceStates(connecting);  // unchanged: not sent again
+  (*courier)->SetSourceStates(streaming);
+  ASSERT_TRUE(Eventually([&] { return agg->SourceStatesReceived().size() == 2; }));
+  EXPECT_EQ(agg->SourceStatesReceived()[1].second, streaming);
+  EXPECT_EQ(agg->SourceStatesReceived()[1].first, "edge-m");
+  // A new session (the old one broke) starts with the newest states.
+  a->BreakAfter(0);
+  Push(outbox, 0, 1);
+  ASSERT_TRUE(outbox.WaitEmpty(kLong));
+  ASSERT_TRUE(Eventually([&] { return agg->SourceStatesReceived().size() == 3; }));
+  EXPECT_EQ(agg->SourceStatesReceived()[2].second, streaming);
+  EXPECT_EQ((*courier)->Stats().source_states_sent, 3u);
+}
+
 TEST(FakeAggregatorTest, GrantsEpochsAndFencesLikeTheProtocol) {
   auto agg = std::make_shared<FakeAggregator>();
   MemoryLink first(agg, "1"), second(agg, "2");

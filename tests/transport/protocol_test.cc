@@ -137,6 +137,8 @@ TEST(ProtocolTest, EveryMessageRoundTrips) {
       Heartbeat{static_cast<int64_t>(rng())},
       Snapshot{"cam0", rng(), 17, -1, 0, 0, 1920, 1080, 640, 360, std::string("\xFF\xD8\xFF\xE0jfif", 8)},
       Snapshot{"cam/1", 3, rng() >> 1, 4, 100, 50, 30, 60, 30, 60, std::string(70000, '\xFF').replace(1, 1, "\xD8")},
+      SourceStates{{{"cam0", SourceState::kStreaming}, {"cam/1", SourceState::kReconnecting}, {"f", SourceState::kEnded}}},
+      SourceStates{},
   };
   for (int i = 0; i < 200; ++i) messages.push_back(RandomReport(rng));
   std::string stream;
@@ -221,8 +223,8 @@ TEST(ProtocolTest, HeaderErrorsAreClear) {
   m = DecodeFrame(huge);
   EXPECT_EQ(Message_(m.status()), "frame: body length 2139062143 exceeds the limit 1048576");
 
-  m = DecodeFrame(MakeFrame(12, ""));
-  EXPECT_EQ(Message_(m.status()), "frame: unknown message type 12");
+  m = DecodeFrame(MakeFrame(13, ""));
+  EXPECT_EQ(Message_(m.status()), "frame: unknown message type 13");
   m = DecodeFrame(MakeFrame(9, ""));  // RingOffer with no body
   EXPECT_EQ(Message_(m.status()), "RingOffer body: field 'memory' truncated (needs 2 bytes, 0 left)");
 }
@@ -453,6 +455,27 @@ TEST(ProtocolTest, ValidateSnapshotRules) {
   StatusOr<Message> back = DecodeFrame(EncodeFrame(big));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(std::get<Snapshot>(*back), big);
+}
+
+TEST(ProtocolTest, SourceStatesLayoutAndRules) {
+  const SourceStates s{{{"c0", SourceState::kReconnecting}, {"c1", SourceState::kEnded}}};
+  const std::string body("\x02\x00\x00\x00" "\x02\x00" "c0" "\x03" "\x02\x00" "c1" "\x04", 14);
+  EXPECT_EQ(EncodeFrame(s), MakeFrame(12, body));
+  StatusOr<Message> back = DecodeFrame(MakeFrame(12, body));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(std::get<SourceStates>(*back), s);
+  EXPECT_EQ(ToString(SourceState::kReconnecting), "reconnecting");
+  // A state past the last is named; a hostile count is refused before allocating.
+  std::string bad = body;
+  bad[13] = 7;
+  StatusOr<Message> m = DecodeFrame(MakeFrame(12, bad));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(std::string(m.status().message()).find("stream 'c1': unknown state 7"), std::string::npos) << m.status();
+  m = DecodeFrame(MakeFrame(12, std::string("\xff\xff\x00\x00", 4)));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(std::string(m.status().message()).find("count 65535 does not fit"), std::string::npos) << m.status();
+  EXPECT_FALSE(ValidateSourceStates(SourceStates{{{"", SourceState::kIdle}}}).ok());
+  EXPECT_FALSE(ValidateSourceStates(SourceStates{{{std::string("a\0", 2), SourceState::kIdle}}}).ok());
 }
 
 TEST(ProtocolTest, ValidateHelloRules) {

@@ -36,6 +36,9 @@
 // full (max_snapshot_bytes) is refused and counted (snapshots_dropped); one whose write fails with the session
 // is counted lost (snapshots_lost); ones still queued at Close are counted dropped.
 //
+// Source states (protocol.h SourceStates): SetSourceStates keeps the newest list; the sender sends it at the start
+// of every session and again whenever it changed, before queued snapshots. Not acknowledged, nothing counted.
+//
 // Fencing: a Hello answered with Reject(kFenced), or a Reject(kFenced) during a session (a newer instance
 // of this edge id was admitted), ends the courier: OnFenced is called once, nothing more is sent, and
 // Stats().fenced is true. The edge then stops publishing and exits non-zero (a standby demotes instead).
@@ -118,6 +121,7 @@ struct CourierStats {
   uint64_t snapshots_dropped = 0;  // refused by OfferSnapshot (queue full, closed, fenced) or unsent at Close
   uint64_t snapshots_lost = 0;     // their write failed (the session broke)
   uint64_t snapshots_queued = 0;   // waiting now
+  uint64_t source_states_sent = 0;  // SourceStates messages written
   std::vector<CourierLinkStats> links;
   uint64_t epoch = 0;             // the epoch held; 0 before the first Welcome
   std::string link;               // kind of the link of the current session; "" when none
@@ -136,6 +140,8 @@ class Courier {
   // Queues `snapshot` (ValidateSnapshot must pass) for the sender; false when it was refused and counted
   // (queue full, closed or fenced). Never blocks.
   virtual bool OfferSnapshot(Snapshot snapshot) = 0;
+  // The newest states of the edge's sources (ValidateSourceStates must pass); sent as described above.
+  virtual void SetSourceStates(SourceStates states) = 0;
   // Stops the threads and closes the session; pending messages stay in the Outbox. Idempotent.
   virtual void Close() = 0;
 };

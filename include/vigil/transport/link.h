@@ -59,10 +59,10 @@ class Link {
   // message id; nothing of this call was sent and the session is still usable).
   virtual Status Send(std::span<const OutboxMessage* const> messages, std::chrono::milliseconds timeout) = 0;
   virtual Status SendHeartbeat(int64_t sent_ns, std::chrono::milliseconds timeout) = 0;
-  // Sends one Snapshot on the open session (cuda_ipc: on its Unix socket, not through the ring). From the
-  // thread that calls Send. REQUIRES: ValidateSnapshot(snapshot) is OK. Errors: as Send's Unavailable /
-  // DeadlineExceeded (the session is lost).
-  virtual Status SendSnapshot(const Snapshot& snapshot, std::chrono::milliseconds timeout) = 0;
+  // Sends one message outside the outbox — a Snapshot or SourceStates — on the open session (cuda_ipc: on its
+  // Unix socket, not through the ring). From the thread that calls Send. REQUIRES: `m` is one of those and valid
+  // (ValidateSnapshot / ValidateSourceStates). Errors: as Send's Unavailable / DeadlineExceeded (the session is lost).
+  virtual Status SendAside(const Message& m, std::chrono::milliseconds timeout) = 0;
   // The next message from the aggregator (Ack, Reject or Heartbeat), or nullopt when nothing arrived
   // within `timeout`. Errors: Unavailable (the session is lost), InvalidArgument/DataLoss (the aggregator
   // sent something that does not decode, or a message type it may not send: the session is unusable).

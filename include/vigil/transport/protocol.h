@@ -48,6 +48,7 @@
 //   RingAccept (empty body)
 //   Snapshot  str stream, u64 run, u64 seq, i32 box, u32 x, u32 y, u32 width, u32 height, u32 out_width,
 //             u32 out_height, u32 jpeg_length, jpeg_length bytes of JPEG
+//   SourceStates u32 count, count × (str stream, u8 state)
 //
 // Semantics:
 //  - Authentication (auth.h): Challenge.proof = HMAC-SHA256 of the edge's key over the Hello and both
@@ -93,6 +94,10 @@
 //    edge sends them after the Welcome, beside the Reports (not counted in link_seq, not acknowledged: a
 //    snapshot is best effort, and the edge counts what it could not send); the aggregator stores each once,
 //    keyed (edge, stream, run, seq, box), the first copy winning, whether the event arrived before or after.
+//  - SourceStates (version 4): what the edge's sources are doing (SourceState: connecting, streaming, reconnecting,
+//    ended, failed, …), every stream of the edge, sent after the Welcome and whenever one changes; not
+//    acknowledged (the newest wins). For the aggregator's view of its streams (a camera reconnecting vs a file
+//    that ended), never for accounting.
 //  - Times are nanoseconds: capture_ns and publish_ns on the edge's CLOCK_REALTIME (Unix epoch),
 //    pts_ns the source's presentation time. Boxes are in source-image pixels (width × height).
 //
@@ -143,6 +148,7 @@ enum class MessageType : uint8_t {
   kRingOffer = 9,
   kRingAccept = 10,
   kSnapshot = 11,
+  kSourceStates = 12,
 };
 enum class ReportKind : uint8_t { kEvent = 1, kProgress = 2, kDropped = 3, kLost = 4 };
 enum class Severity : uint8_t { kNone = 0, kInfo = 1, kWarning = 2, kCritical = 3 };
@@ -285,8 +291,25 @@ struct Snapshot {
   bool operator==(const Snapshot&) const = default;
 };
 
-using Message =
-    std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat, Challenge, Auth, RingOffer, RingAccept, Snapshot>;
+// What an edge's source is doing (video::StreamState's values).
+enum class SourceState : uint8_t {
+  kIdle = 0, kConnecting = 1, kStreaming = 2, kReconnecting = 3, kEnded = 4, kFailed = 5, kStopped = 6,
+};
+std::string_view ToString(SourceState s);  // "idle", "connecting", "streaming", "reconnecting", "ended", "failed", "stopped"
+
+// The states of an edge's sources (edge → aggregator, after the Welcome; see "SourceStates" above).
+struct SourceStates {
+  struct Entry {
+    std::string stream;  // non-empty
+    SourceState state = SourceState::kIdle;
+    bool operator==(const Entry&) const = default;
+  };
+  std::vector<Entry> streams;  // at most kMaxHelloStreams
+  bool operator==(const SourceStates&) const = default;
+};
+
+using Message = std::variant<Hello, Welcome, Report, Ack, Reject, Heartbeat, Challenge, Auth, RingOffer, RingAccept,
+                             Snapshot, SourceStates>;
 // "Hello", "Welcome", "Report", ... for messages.
 std::string_view MessageName(const Message& m);
 
@@ -298,6 +321,9 @@ Status ValidateReport(const Report& r);
 Status ValidateReportFields(const Report& r);
 // OK when `s` satisfies the Snapshot field rules above; InvalidArgument naming the field otherwise.
 Status ValidateSnapshot(const Snapshot& s);
+// OK when `s` has at most kMaxHelloStreams entries with UTF-8 stream ids (1..65535 bytes, no NUL), known states,
+// and encodes within kMaxBodyBytes.
+Status ValidateSourceStates(const SourceStates& s);
 
 // OK when `h` has a non-empty edge id, ≤ kMaxClasses names and ≤ kMaxHelloStreams streams, strings
 // ≤ 65535 bytes, known flags, and encodes within kMaxBodyBytes — and so does the Welcome answering it,

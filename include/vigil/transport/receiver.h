@@ -10,7 +10,7 @@
 // closed, and nothing of it reaches the handler. Every refusal is counted by reason and logged with the
 // peer. Then the handler decides on the Hello — on its own time, e.g. after granting an epoch durably — and calls
 // Session::Admit (sends Welcome) or Session::Refuse (sends Reject, closes). Until admitted, anything but
-// Heartbeats is a protocol violation. After the Welcome, Reports, Snapshots and Heartbeats (echoed at once). Reports
+// Heartbeats is a protocol violation. After the Welcome, Reports, Snapshots, SourceStates and Heartbeats (echoed at once). Reports
 // must come in link_seq order (protocol.h): a repeat is ignored (counted), a gap closes the session
 // (Reject kProtocolError, counted), so the handler sees each session's reports once, in the order sent,
 // whatever the link below did. A Report whose epoch is not the session's is answered Reject(kStaleEpoch) by the receiver and never reaches the
@@ -115,6 +115,8 @@ class ReceiverHandler {
   // A valid Snapshot of an admitted session (not acknowledged; the handler stores it or counts why not).
   // Must not block for long. Default: ignored.
   virtual void OnSnapshot(const std::shared_ptr<Session>& /*session*/, Snapshot /*snapshot*/) {}
+  // A valid SourceStates of an admitted session (the newest wins). Default: ignored.
+  virtual void OnSourceStates(const std::shared_ptr<Session>& /*session*/, SourceStates /*states*/) {}
   // The connection ended (`why`: peer closed, timeout, protocol error, receiver stopping).
   virtual void OnClose(const std::shared_ptr<Session>& session, const Status& why) = 0;
 };

@@ -193,9 +193,12 @@ async function refreshTiles() {
     if (!seen || seen.frames !== s.frames) vigil.progress[key] = { frames: s.frames, at: now };
     const quiet = (now - vigil.progress[key].at) / 1000;
     const up = connected.has(s.edge);
-    // live: frames arrived in the last 15 s; stalled: the edge is connected but the stream sends nothing (its
-    // camera reconnecting, or a file that ended); offline: its edge is not connected.
-    const state = !up ? "offline" : seen && quiet >= 15 ? "stalled" : "live";
+    // offline: its edge is not connected; else what the edge says its source does (reconnecting, ended, failed,
+    // connecting), or live while frames arrive; stalled: streaming, yet no frame stored for 15 s.
+    const source = s.source;
+    const state = !up ? "offline"
+      : ["reconnecting", "ended", "failed", "connecting", "stopped"].includes(source) ? source
+      : seen && quiet >= 15 ? "stalled" : "live";
     const tile = document.createElement("div");
     tile.className = "tile " + state;
     tile.dataset.stream = key;
@@ -208,8 +211,8 @@ async function refreshTiles() {
       img.addEventListener("click", () => openViewer(pic.id));
       tile.append(img);
     }
-    const what = state === "live" ? "live" : state === "stalled" ? "no frames for " + Math.round(quiet) + " s"
-                                                                  : "edge offline";
+    const what = state === "stalled" ? "no frames for " + Math.round(quiet) + " s"
+      : state === "offline" ? "edge offline" : state === "ended" ? "ended (end of input)" : state;
     tile.append(text("div", what + " · " + s.frames + " frames · " + s.events + " events", "meta state-" + state));
     tile.append(text("div", "dropped " + s.dropped + " · lost " + s.lost + " · missing " + s.missing, "meta"));
     const edge = edges[s.edge];
