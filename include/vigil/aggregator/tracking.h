@@ -1,0 +1,132 @@
+// vigil/aggregator/tracking.h — following objects across a stream's frames (issue 20, first step: the host
+// implementation, the reference for a device one).
+//
+// Tracker: ByteTrack-style association (Zhang et al., "ByteTrack: Multi-Object Tracking by Associating Every
+// Detection Box", ECCV 2022) with a constant-velocity motion model per track. Per frame, in order:
+//   1. every track's box is predicted forward to the frame's time (its velocity × the time since it was last seen;
+//      velocities are smoothed over matches: v ← β·observed + (1 − β)·v);
+//   2. stage one: the high-score detections (score ≥ high_score) are matched to every track (confirmed, tentative,
+//      lost) of the same class by IoU with the predicted box — an optimal assignment (Hungarian algorithm) of
+//      1 − IoU, pairs below match_iou never matched;
+//   3. stage two: the low-score detections (low_score ≤ score < high_score) are matched to the tracks of the same
+//      class still unmatched and seen in the previous frame (not lost), pairs below low_match_iou never matched —
+//      a box whose score dips (occlusion, blur) keeps its track instead of breaking it;
+//   4. unmatched high-score detections with score ≥ new_track_score start tentative tracks; a tentative track
+//      becomes confirmed at its min_hits-th match (in consecutive frames), and is dropped when a frame misses it;
+//   5. a confirmed track missed by a frame is lost: still predicted and matchable (stage one) until it was missed
+//      for longer than max_lost_s, then it ends (Update reports it in `ended`).
+// Track ids are positive, unique per Tracker and never reused. Boxes are source pixels (x1, y1, x2, y2).
+//
+// TrackRules: confirmation over a track (an event is confirmed when its object's track is): seen in at least k of
+// the last m frames of its stream, for at least min_duration_s since it was first seen, and travelled at least
+// min_travel_px (the distance between its first and its current box centre). Evaluate says confirmed (with the
+// rule values met), pending (not yet), or — once the track ended without being confirmed — rejected with the
+// reason that failed.
+//
+// Thread-safety: a Tracker is used by one thread at a time (one per stream). Errors: Update returns
+// InvalidArgument for frames out of time order or non-finite boxes (nothing changes). Ownership: values.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vigil/common/status.h"
+
+namespace vigil::aggregator {
+
+struct TrackBox {
+  float x1 = 0, y1 = 0, x2 = 0, y2 = 0;  // source pixels, x2 ≥ x1, y2 ≥ y1
+};
+
+// IoU of two boxes (0 when either is empty).
+float IoU(const TrackBox& a, const TrackBox& b);
+
+struct TrackerOptions {
+  float high_score = 0.5f;       // stage one from here (0, 1]. Default: 0.5
+  float low_score = 0.1f;        // stage two from here, < high_score. Default: 0.1
+  float new_track_score = 0.6f;  // an unmatched detection starts a track from here (≥ high_score). Default: 0.6
+  float match_iou = 0.2f;        // stage one: pairs below are never matched (ByteTrack's 0.8 cost = 0.2 IoU)
+  float low_match_iou = 0.5f;    // stage two: likewise. Default: 0.5
+  int min_hits = 2;              // matches in consecutive frames that confirm a tentative track (1: at once)
+  double max_lost_s = 1.0;       // a confirmed track missed this long ends. Default: 1 s (30 frames at 30 FPS)
+  double velocity_smoothing = 0.5;  // β above, (0, 1]. Default: 0.5
+};
+Status ValidateTrackerOptions(const TrackerOptions& o);  // InvalidArgument naming the field
+
+struct TrackInput {  // one detection of the frame
+  TrackBox box;
+  float score = 0;
+  int class_id = 0;
+};
+
+enum class TrackState { kTentative, kConfirmed, kLost };
+std::string_view ToString(TrackState s);  // "tentative", "confirmed", "lost"
+
+// A track after an Update.
+struct Track {
+  int64_t id = 0;                // > 0
+  int class_id = 0;
+  TrackState state = TrackState::kTentative;
+  TrackBox box;                  // its last matched box
+  TrackBox first_box;            // when it started
+  int64_t first_ns = 0, last_seen_ns = 0;  // stream time of its first and last match
+  uint64_t first_seq = 0, last_seen_seq = 0;
+  uint32_t hits = 0;             // frames it was matched in
+  std::deque<uint64_t> recent;   // seqs of its matches within the last TrackRules::m frames (oldest first)
+};
+
+struct TrackUpdate {
+  // Per input detection (same order): the id of its track, or 0 (a low-score detection no track took, or a
+  // high-score one below new_track_score).
+  std::vector<int64_t> track_of;
+  std::vector<Track> ended;  // tracks that ended in this frame (lost too long, or tentative and missed)
+};
+
+class Tracker {
+ public:
+  // REQUIRES: ValidateTrackerOptions(options) is OK. `window`: how many recent seqs a track keeps (TrackRules::m).
+  explicit Tracker(TrackerOptions options, int window = 30);
+
+  // The next frame of the stream (`seq` increasing, `time_ns` its stream time, not decreasing) and its detections.
+  StatusOr<TrackUpdate> Update(uint64_t seq, int64_t time_ns, std::span<const TrackInput> detections);
+
+  const std::vector<Track>& tracks() const { return tracks_; }  // live tracks (tentative, confirmed, lost)
+  const Track* Find(int64_t id) const;
+
+ private:
+  TrackerOptions opt_;
+  int window_;
+  std::vector<Track> tracks_;
+  std::vector<TrackBox> velocity_;  // per track (same index): box edges per second
+  int64_t next_id_ = 1;
+  bool started_ = false;
+  uint64_t last_seq_ = 0;
+  int64_t last_ns_ = 0;
+};
+
+struct TrackRules {
+  int k = 1, m = 1;              // seen in ≥ k of the last m frames (1 ≤ k ≤ m ≤ 1000). Default: 1 of 1
+  double min_duration_s = 0;     // ≥ 0. Default: 0
+  double min_travel_px = 0;      // ≥ 0. Default: 0
+};
+Status ValidateTrackRules(const TrackRules& r);
+
+struct TrackVerdict {
+  enum Kind { kPending, kConfirmed, kRejected };
+  Kind kind = kPending;
+  std::string reason;  // why: "seen 3 of 5 frames, 0.40 s, travelled 12 px" / what was missing
+};
+std::string_view ToString(TrackVerdict::Kind k);  // "pending", "confirmed", "rejected"
+
+// The verdict on `track` at frame `seq` (its stream's latest); `ended`: the track ended (no more matches coming),
+// so a rule not met rejects it.
+TrackVerdict Evaluate(const TrackRules& rules, const Track& track, uint64_t seq, bool ended);
+
+// The optimal assignment for a cost matrix (rows × cols, row-major; Hungarian algorithm, O(n³)): for each row the
+// column it gets, or -1. Pairs whose cost exceeds `max_cost` are never assigned.
+std::vector<int> Assign(std::span<const double> cost, size_t rows, size_t cols, double max_cost);
+
+}  // namespace vigil::aggregator
