@@ -36,6 +36,9 @@
 #             NVDEC into GPU memory (STREAMS_NVDEC) and, for comparison, on the CPU (STREAMS_CPUDEC)
 #   edge      the edge process itself: `vigil aggregator` + `vigil edge` with EDGE_STREAMS streams of the
 #             clip, `hwaccel: cuda`, the model on cuda:0 in fp16; every frame must reach the aggregator
+#   snapshots event pictures from NVDEC frames (issue 19): SNAP_STREAMS (4) streams with `snapshots: {crops:
+#             true}`, then one decoded on the CPU; every event's pictures accounted, frame pictures equal to the
+#             CPU run's
 #   ipc       the cuda_ipc link (issue 15): `vigil bench transport` with the rows in GPU memory — cuda_ipc
 #             (device-to-device into the aggregator's ring on cuda:0) vs the host-staged tcp path (D2H, TCP,
 #             H2D) — and with host rows, and cuda_ipc with a kernel launch per slot (--ring-linger-us 0); then `vigil edge` with links [cuda_ipc, tcp] and IPC_STREAMS NVDEC
@@ -137,7 +140,7 @@ run() {
   # it did not write).
   local pack_results=0
   [ -z "$(ls -A "$OUT")" ] && pack_results=1
-  local stages="${*:-export tests sanitize models bench placement streams video nvdec edge ipc ucx product profile}" failed=0
+  local stages="${*:-export tests sanitize models bench placement streams video nvdec edge snapshots ipc ucx product profile}" failed=0
   mkdir -p /tmp/vl "$DEV/bin" && tar -xJf "$DEV/libs.tar.xz" -C /tmp/vl && tar -xJf "$DEV/bin.tar.xz" -C "$DEV/bin"
   [ -f "$DEV/ucx.tar.xz" ] && tar -xJf "$DEV/ucx.tar.xz" -C /tmp  # /tmp/ucx: PyPI libucx-cu13 (the `ucx` stage only)
   local cudnn
@@ -178,7 +181,7 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
       bench) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \
           --models "$DEV/models" --out "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1 || rc=$? ;;
       placement) timeout "$lim" "$DEV/bin/vigil-engine" bench placement --json >"$OUT/placement.json" 2>"$OUT/placement.log" || rc=$? ;;
-      streams|nvdec|edge|ipc|ucx|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
+      streams|nvdec|edge|snapshots|ipc|ucx|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
       video) timeout "$lim" "$DEV/bin/vigil_video_tests" --gtest_filter="${VIDEO_FILTER:-GpuDecode.*:Hwaccel.*}" \
           --gtest_output="json:$OUT/video.json" >"$OUT/video.log" 2>&1 || rc=$? ;;
       *) echo "unknown stage '$stage'" >&2; rc=2 ;;
@@ -237,8 +240,8 @@ nvdec() {
 
 # `edge`: the edge process with NVDEC streams and the model on the GPU, against a local aggregator; then one
 # stream decoded on the CPU with the same model, whose detections the NVDEC run must reproduce.
-edge_run() {  # edge_run DIR STREAMS HWACCEL MODEL PORT
-  local dir=$1 n=$2 hw=$3 model=$4 port=$5 i rc=0
+edge_run() {  # edge_run DIR STREAMS HWACCEL MODEL PORT [TOP-LEVEL YAML]
+  local dir=$1 n=$2 hw=$3 model=$4 port=$5 extra=${6:-} i rc=0
   rm -rf "$dir" && mkdir -p "$dir"
   local key
   key=$(python3 -c 'import secrets; print(secrets.token_hex(32))')
@@ -248,6 +251,7 @@ edge_run() {  # edge_run DIR STREAMS HWACCEL MODEL PORT
     "$port" $((port + 1)) "$dir" "$dir" >"$dir/agg.yaml"
   {
     printf 'edge: gpu-edge\naggregator: 127.0.0.1:%s\nmodel: {path: %s, device: cuda:0, precision: fp16}\n' "$port" "$model"
+    [ -n "$extra" ] && printf '%s\n' "$extra"
     printf 'batching: {max_batch: 16, max_wait_ms: 10}\nstate_dir: %s/state\nhwaccel: %s\nstreams:\n' "$dir" "$hw"
     for i in $(seq "$n"); do
       printf '  - {id: cam%02d, source: %s, realtime: true, rules: {min_score: 0.3}}\n' "$i" "$DEV/media/vtest_1080p30.mp4"
@@ -321,6 +325,64 @@ print(json.dumps({
     "cam01_nvdec_vs_cpu": {"firm_score": 0.4, "iou": 0.9, "cpu_firm": firm_cpu, "missing_in_nvdec": miss_nv,
                            "nvdec_firm": firm_nv, "missing_in_cpu": miss_cpu},
     "ok": ok}, indent=1))
+sys.exit(0 if ok else 1)
+PY
+  return $rc
+}
+
+# `snapshots`: event pictures from NVDEC frames (issue 19): SNAP_STREAMS (4) streams decoded on GPU 0 with the model
+# there and `snapshots: {crops: true}`, then one stream decoded on the CPU likewise. Every event has its frame
+# picture and a crop per box (or was counted as skipped); the NVDEC run's frame pictures equal the CPU run's for
+# the same frames (mean absolute difference of the decoded JPEGs).
+snapshots() {
+  local model="$DEV/models/yolov8n_coco_640_int8dyn.onnx" rc=0 snap="snapshots: {crops: true, max_width: 640}"
+  [ -f "$model" ] || model=$(yolov8n)
+  edge_run /tmp/snap-nvdec "${SNAP_STREAMS:-4}" cuda "$model" 17600 "$snap" || rc=1
+  edge_run /tmp/snap-cpu 1 cpu "$model" 17610 "$snap" || rc=1
+  for d in nvdec cpu; do cp /tmp/snap-$d/edge.log "$OUT/snapshots-$d.log"; cp /tmp/snap-$d/edge.prom "$OUT/snapshots-$d.prom"; done
+  python3 - /tmp/snap-nvdec /tmp/snap-cpu "${SNAP_STREAMS:-4}" >"$OUT/snapshots.json" <<'PY' || rc=1
+import json, re, sqlite3, sys
+import cv2, numpy as np
+nv, cpu, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def db(d): return sqlite3.connect(f"{d}/vigil.db")
+def outcomes(d):
+    out = {}
+    for line in open(f"{d}/edge.prom"):
+        m = re.match(r'vigil_edge_snapshots_total\{(.*)\} (\S+)', line)
+        if m:
+            r = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))["result"]; out[r] = out.get(r, 0) + int(float(m.group(2)))
+    return out
+def per_event(d):  # (stream, seq) -> (detections, pictures)
+    q = ("SELECT s.stream, e.seq, (SELECT COUNT(*) FROM detections x WHERE x.event_id = e.id), "
+         "(SELECT COUNT(*) FROM snapshots p WHERE p.edge = s.edge AND p.stream = s.stream AND p.run = e.run "
+         "AND p.seq = e.seq) FROM events e JOIN streams s ON s.id = e.stream_id")
+    return {(st, seq): (nd, npic) for st, seq, nd, npic in db(d).execute(q)}
+def frame_pic(d, stream, seq):
+    row = db(d).execute("SELECT jpeg, out_width, out_height FROM snapshots WHERE stream = ? AND seq = ? AND box = -1",
+                        (stream, seq)).fetchone()
+    return None if row is None else cv2.imdecode(np.frombuffer(row[0], np.uint8), cv2.IMREAD_COLOR)
+ev_nv, ev_cpu = per_event(nv), per_event(cpu)
+o_nv = outcomes(nv)
+frames = dict(db(nv).execute("SELECT s.stream, COUNT(*) FROM frames f JOIN streams s ON s.id = f.stream_id GROUP BY s.stream"))
+without = sum(1 for nd, npic in ev_nv.values() if npic == 0)
+wrong = [k for k, (nd, npic) in ev_nv.items() if npic not in (0, 1 + nd)]
+common = sorted(seq for (st, seq) in ev_nv if st == "cam01" and ("cam01", seq) in ev_cpu)[::30]
+diffs = []
+for seq in common:
+    a, b = frame_pic(nv, "cam01", seq), frame_pic(cpu, "cam01", seq)
+    if a is not None and b is not None and a.shape == b.shape:
+        diffs.append(float(np.abs(a.astype(int) - b.astype(int)).mean()))
+shape = frame_pic(nv, "cam01", common[0]).shape if common else None
+ok = (len(frames) == n and all(v == 900 for v in frames.values()) and len(ev_nv) > 100 and not wrong
+      and without == o_nv.get("queue_full", 0) and o_nv.get("encode_error", 0) == 0 and diffs
+      and max(diffs) < 4 and shape == (360, 640, 3))
+print(json.dumps({"nvdec_run": {"streams": n, "events": len(ev_nv), "events_without_pictures": without,
+                                "pictures": db(nv).execute("SELECT COUNT(*), SUM(length(jpeg)) FROM snapshots").fetchone(),
+                                "edge_outcomes": o_nv, "wrong_picture_counts": wrong[:10]},
+                  "cpu_run": {"events": len(ev_cpu), "edge_outcomes": outcomes(cpu)},
+                  "cam01_frame_pictures_nvdec_vs_cpu": {"compared": len(diffs), "mean_abs_diff": diffs,
+                                                         "shape": shape},
+                  "ok": bool(ok)}, indent=1))
 sys.exit(0 if ok else 1)
 PY
   return $rc
