@@ -646,7 +646,7 @@ profile() {
 case "$mode" in
   pack) pack ;;
   run) run "$@" ;;
-  streams|nvdec|edge|ipc|ucx|product|profile) "$mode" ;;
-  *) echo "usage: $0 pack | run [export tests sanitize models bench placement streams video nvdec edge ipc ucx product profile]" >&2
+  streams|nvdec|edge|snapshots|ipc|ucx|product|profile) "$mode" ;;
+  *) echo "usage: $0 pack | run [export tests sanitize models bench placement streams video nvdec edge snapshots ipc ucx product profile]" >&2
      exit 2 ;;
 esac

@@ -790,9 +790,9 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     http->Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
     http->Get("/api/events/live",
               [this](const httplib::Request& req, httplib::Response& res) { LiveEvents(req, res); });
-    http->Get(R"(/api/events/(\d+)/snapshots)",
+    http->Get(R"(/api/events/([^/]+)/snapshots)",
               [this](const httplib::Request& req, httplib::Response& res) { EventSnapshotList(req, res); });
-    http->Get(R"(/api/events/(\d+)/snapshot\.jpg)",
+    http->Get(R"(/api/events/([^/]+)/snapshot\.jpg)",
               [this](const httplib::Request& req, httplib::Response& res) { EventSnapshot(req, res); });
     http->Get("/api/streams/snapshot.jpg",
               [this](const httplib::Request& req, httplib::Response& res) { LatestStreamSnapshot(req, res); });
@@ -946,7 +946,10 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     if (!ParamInt(req, "boxes", 0, 1, &boxes, &error)) return Error(res, 400, error);
     StatusOr<std::optional<StoredSnapshot>> pic = store->LatestSnapshot(edge, stream);
     if (!pic.ok()) return Error(res, 500, std::string(pic.status().message()));
-    if (!pic->has_value()) return Error(res, 404, StrCat(edge, "/", stream, ": no snapshot stored"));
+    if (!pic->has_value()) {
+      return Error(res, 404, StrCat(edge, "/", stream, ": no snapshot stored (an unknown stream, snapshots off for it, "
+                                    "or no event yet)"));
+    }
     const StoredSnapshot& p = **pic;
     std::optional<StoredEvent> ev;
     if (boxes != 0) {  // its event is among the stream's newest (a picture follows its event closely)

@@ -49,9 +49,11 @@ void AddEdgeCommand(CLI::App& app, int* exit_code) {
                   "max_outbox, ack_timeout_ms, probe_interval_ms}, placement {bind, bind_single_numa, topology, "
                   "gflop_per_frame}, replication {role, listen, peer, node, tls {cert_file, key_file, ca_file}, "
                   "heartbeat_ms, detector {kind, misses, threshold, min_std_dev_ms, acceptable_pause_ms}, step_down "
-                  "{stall_ms, errors}, warm_sources, mirror_frames, jpeg_quality, mirror_window}, streams [{id, source, "
+                  "{stall_ms, errors}, warm_sources, mirror_frames, jpeg_quality, mirror_window}, snapshots {enabled, frame, "
+                  "max_width, crops, crop_margin, crop_max_side, quality, queue}, streams [{id, source, "
                   "realtime, loop, target_fps, hwaccel, save_frames, placement {width, height, fps}, rules {classes, "
-                  "min_score, roi, cooldown_s, confirm {k, m}, severity {warning, critical}}}] (README, docs/architecture.md)")
+                  "min_score, roi, cooldown_s, confirm {k, m}, severity {warning, critical}}, snapshots {enabled, frame, "
+                  "max_width, crops, crop_margin, crop_max_side, quality}}] (README, docs/architecture.md)")
       ->required();
   cmd->add_option("--shutdown-timeout-ms", *timeout_ms, "how long to wait for acks at the end")
       ->capture_default_str()

@@ -63,16 +63,23 @@ void ReadSnapshots(const ConfigMap& m, SnapshotConfig* out, int* queue) {
   m.Get("enabled", &out->enabled);
   video::SnapshotOptions& o = out->options;
   m.Get("frame", &o.frame);
-  m.Get("max_width", &o.frame_max_width, 0, 16384);
+  // 0 or 16..16384: one message for the whole range (not "out of range [0, 16384]" above and another below).
+  auto side = [&](const char* key, int* out, const char* zero) {
+    int v = *out;
+    if (!m.Get(key, &v, -1000000000, 1000000000)) return;
+    if (v == 0 || (v >= 16 && v <= 16384)) {
+      *out = v;
+    } else {
+      m.Error(key, StrCat(v, " pixels: must be 0 (", zero, ") or 16..16384"));
+    }
+  };
+  side("max_width", &o.frame_max_width, "the source's width");
   m.Get("crops", &o.crops);
   double margin = o.crop_margin;
   if (m.Get("crop_margin", &margin, 0.0, 2.0)) o.crop_margin = static_cast<float>(margin);
-  m.Get("crop_max_side", &o.crop_max_side, 0, 16384);
+  side("crop_max_side", &o.crop_max_side, "no limit");
   m.Get("quality", &o.quality, 1, 100);
   if (queue != nullptr) m.Get("queue", queue, 1, 1024);
-  if (Status st = video::ValidateSnapshotOptions(o); !st.ok()) {
-    m.Error(o.frame_max_width != 0 && o.frame_max_width < 16 ? "max_width" : "crop_max_side", std::string(st.message()));
-  }
   if (out->enabled && !o.frame && !o.crops) m.Error("frame", "with frame: false, crops: true is needed (else no picture)");
 }
 

@@ -126,5 +126,13 @@ def test_every_event_has_its_pictures_and_they_show_the_frame_and_its_boxes(vtes
         assert headers["X-Vigil-Frame"] == f"{newest['run']}/{newest['seq']}"
         status, body, _ = get(agg.http_port, "/api/streams/snapshot.jpg?edge=e2e-edge&stream=nothing")
         assert status == 404 and "no snapshot stored" in json.loads(body)["error"]
+        # Errors name what is wrong, as JSON.
+        for path, code, text in (("/api/events/abc/snapshots", 400, "'abc' is not an event id"),
+                                 ("/api/events/-5/snapshot.jpg", 400, "'-5' is not an event id"),
+                                 (f"/api/events/{newest['id']}/snapshot.jpg?box=99", 404, "no crop of box 99"),
+                                 (f"/api/events/{newest['id']}/snapshot.jpg?boxes=2", 400, "boxes"),
+                                 ("/api/events/999999/snapshots", 404, "no such event")):
+            status, body, _ = get(agg.http_port, path)
+            assert status == code and text in json.loads(body)["error"], (path, status, body)
     finally:
         agg.kill(signal.SIGTERM)

@@ -213,7 +213,7 @@ TEST(EdgeConfig, SnapshotsAtTheTopAndPerStream) {
   };
   EXPECT_NE(error("snapshots: {quality: 0}").find("edge.yaml:7:"), std::string::npos) << error("snapshots: {quality: 0}");
   EXPECT_NE(error("snapshots: {quality: 0}").find("quality"), std::string::npos);
-  EXPECT_NE(error("snapshots: {max_width: 8}").find("frame_max_width 8: must be"), std::string::npos)
+  EXPECT_NE(error("snapshots: {max_width: 8}").find("snapshots.max_width: 8 pixels: must be 0 (the source's width) or 16..16384"), std::string::npos)
       << error("snapshots: {max_width: 8}");
   EXPECT_NE(error("snapshots: {frame: false}").find("crops: true is needed"), std::string::npos);
   EXPECT_NE(error("snapshots: {queue: 0}").find("queue"), std::string::npos);
