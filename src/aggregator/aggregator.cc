@@ -375,12 +375,16 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     for (const transport::SourceStates::Entry& e : states.streams) source_states[{s->edge(), e.stream}] = e.state;
   }
 
-  // Storage thread: the queued snapshots in one transaction (at most 256 at a time).
+  // Storage thread: the queued snapshots in one transaction (at most 256 pictures or 8 MiB at a time: the writer is
+  // held briefly, and PostgreSQL's hex parameters stay small).
   void ProcessSnapshots() {
     std::vector<PendingPicture> batch;
     {
       std::lock_guard lock(mu);
-      while (!snapshot_queue.empty() && batch.size() < 256) {
+      size_t taken_bytes = 0;
+      while (!snapshot_queue.empty() && batch.size() < 256 &&
+             (batch.empty() || taken_bytes + snapshot_queue.front().snapshot.jpeg.size() <= (size_t{8} << 20))) {
+        taken_bytes += snapshot_queue.front().snapshot.jpeg.size();
         snapshot_queue_bytes -= snapshot_queue.front().snapshot.jpeg.size();
         batch.push_back(std::move(snapshot_queue.front()));
         snapshot_queue.pop_front();
