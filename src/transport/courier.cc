@@ -360,18 +360,22 @@ class CourierImpl final : public Courier {
         st = SendOneByOne(link, &batch);  // find the payload that does not download; send the others
       }
       VIGIL_RETURN_IF_ERROR(st);
-      VIGIL_RETURN_IF_ERROR(SendSourceStates(link, &states_sent));
-      bool snapshot_sent = false;
-      VIGIL_RETURN_IF_ERROR(SendSnapshot(link, &snapshot_sent));  // one between batches: never starved
       health.Wrote(Now());
       send_id = after;
-      std::lock_guard lock(mu_);
-      for (const OutboxMessage* m : batch) {
-        ++stats_.sent;
-        ++stats_.links[index].sent;
-        if (m->id < sent_high_) ++stats_.resent;
+      {
+        std::lock_guard lock(mu_);
+        for (const OutboxMessage* m : batch) {
+          ++stats_.sent;
+          ++stats_.links[index].sent;
+          if (m->id < sent_high_) ++stats_.resent;
+        }
+        sent_high_ = std::max(sent_high_, send_id);
       }
-      sent_high_ = std::max(sent_high_, send_id);
+      // Between batches (after the batch is counted as sent): the states if they changed, one picture — never
+      // starved while reports keep coming, never ahead of them.
+      VIGIL_RETURN_IF_ERROR(SendSourceStates(link, &states_sent));
+      bool snapshot_sent = false;
+      VIGIL_RETURN_IF_ERROR(SendSnapshot(link, &snapshot_sent));
     }
   }
 
