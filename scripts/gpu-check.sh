@@ -595,8 +595,9 @@ product() {
   local model clip="$DEV/media/vtest_1080p30.mp4" rc=0
   if [ "${PRODUCT_MODEL:-dyn}" = int8 ]; then model="$DEV/models/yolov8n_coco_640_int8dyn.onnx"; else model=$(yolov8n); fi
   local n="${PRODUCT_STREAMS:-8,32,64,128,192,256}"
+  # PRODUCT_EDGE_YAML: top-level lines for the edge (e.g. 'snapshots: {max_width: 640}').
   python3 "$ROOT/tools/gpu/edge_sweep.py" --vigil "$DEV/bin/vigil" --model "$model" --clip "$clip" --streams "$n" \
-    --keep-going ${PRODUCT_ARGS:-} >"$OUT/product-edge.json" || rc=1
+    --keep-going ${PRODUCT_EDGE_YAML:+--edge-yaml "$PRODUCT_EDGE_YAML"} ${PRODUCT_ARGS:-} >"$OUT/product-edge.json" || rc=1
   "$DEV/bin/vigil" bench streams --model "$model" --video "$clip" --hwaccel cuda --devices cuda:0 --precision fp16 \
     --streams "$n" --warmup-s 3 --seconds 8 --budget-ms 50 --json ${STREAMS_ARGS:-} >"$OUT/product-bench.json" || rc=1
   python3 - "$OUT/product-edge.json" "$OUT/product-bench.json" <<'PY' || rc=1

@@ -114,7 +114,7 @@ def run(args, n: int, work: Path) -> dict:
         f"batching: {{max_batch: {args.batch}, max_wait_ms: {args.max_wait_ms}}}\n"
         f"progress_flush_ms: {args.progress_flush_ms}\nhttp_port: {edge_http}\nstate_dir: {d}/state\n"
         f"transport: {{max_outbox: 1000000, key_file: {d}/edge.key, links: [{links}], cuda_ipc: {d}/agg.sock}}\n"
-        f"hwaccel: {args.hwaccel}\nstreams:\n{streams}")
+        f"hwaccel: {args.hwaccel}\n{args.edge_yaml + chr(10) if args.edge_yaml else ''}streams:\n{streams}")
     agg = subprocess.Popen([args.vigil, "aggregator", "--config", str(d / "agg.yaml")],
                            stdout=open(d / "agg.out", "wb"), stderr=open(d / "agg.log", "wb"))
     time.sleep(1.0)
@@ -186,6 +186,10 @@ def run(args, n: int, work: Path) -> dict:
             "aggregator_cpu_ms_per_frame": round(1e3 * (ca1 - ca0) / max(frames, 1), 3),
             "decoders": decoders,
             "link_messages": {link: delta("vigil_edge_link_messages_total", link=link) for link in ("cuda_ipc", "tcp")},
+            # Event pictures (--edge-yaml "snapshots: {...}"): per outcome over the window, all streams together.
+            "snapshots_per_s": {r: round(delta("vigil_edge_snapshots_total", result=r) / secs, 1)
+                                for r in ("sent", "queue_full", "encode_error", "refused")},
+            "events_per_s": round(delta("vigil_edge_events_total") / secs, 1),
         })
         p99d = result["frame_to_detection_ms"]["p99"]
         p99s = result["frame_to_stored_ms"]["p99"]
@@ -233,6 +237,7 @@ def main() -> int:
     p.add_argument("--work", default="/tmp/edge-sweep")
     p.add_argument("--keep-going", action="store_true", help="run every N even after one does not hold")
     p.add_argument("--dump", default="", help="folder: the edge's last scrape and `top -H` per N")
+    p.add_argument("--edge-yaml", default="", help="top-level lines added to edge.yaml, e.g. 'snapshots: {max_width: 640}'")
     args = p.parse_args()
     out = {"model": args.model, "clip": args.clip, "device": args.device, "precision": args.precision,
            "hwaccel": args.hwaccel, "workers": args.workers, "batch": args.batch, "max_wait_ms": args.max_wait_ms,
