@@ -324,9 +324,11 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   metrics::Counter& snapshots_duplicate = Snapshots("duplicate");
   metrics::Counter& snapshots_queue_full = Snapshots("dropped_queue_full");
   metrics::Counter& snapshots_superseded = Snapshots("dropped_superseded");
+  metrics::Counter& snapshots_stopping = Snapshots("dropped_stopping");
   metrics::Counter& snapshots_failed = Snapshots("storage_failed");
   metrics::Counter& snapshot_bytes =
-      registry.GetCounter("vigil_aggregator_snapshot_bytes_total", "JPEG bytes of the snapshots stored");
+      registry.GetCounter("vigil_aggregator_snapshot_bytes_total",
+                          "JPEG bytes of the snapshots given to storage (repeats of stored ones included)");
   metrics::Gauge& edges_connected =
       registry.GetGauge("vigil_aggregator_edges_connected", "Edge connections past their Hello");
 
@@ -357,7 +359,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   void OnSnapshot(const std::shared_ptr<Session>& s, transport::Snapshot snap) override {
     std::lock_guard lock(mu);
     if (closing || s->superseded()) {
-      snapshots_superseded.Inc();
+      (closing ? snapshots_stopping : snapshots_superseded).Inc();
       return;
     }
     if (snapshot_queue_bytes + snap.jpeg.size() > static_cast<size_t>(cfg.snapshot_queue_mb) << 20) {
@@ -439,7 +441,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         not_empty.wait_until(lock, next_prune,
                              [&] { return stop_storage || !queue.empty() || !snapshot_queue.empty(); });
         if (drop_queue || (stop_storage && queue.empty())) {
-          snapshots_superseded.Inc(static_cast<double>(snapshot_queue.size()));  // never stored: counted
+          snapshots_stopping.Inc(static_cast<double>(snapshot_queue.size()));  // never stored: counted
           snapshot_queue.clear();
           snapshot_queue_bytes = 0;
           return;
@@ -930,12 +932,11 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::optional<StoredEvent> found = EventOf(req, res);
     if (!found) return;
     const StoredEvent& ev = *found;
-    const int64_t id = ev.id;
     StatusOr<std::vector<StoredSnapshot>> pics = store->Snapshots(ev.edge, ev.stream, ev.run, ev.seq, true);
     if (!pics.ok()) return Error(res, 500, std::string(pics.status().message()));
     auto it = std::find_if(pics->begin(), pics->end(), [&](const StoredSnapshot& p) { return p.box == box; });
     if (it == pics->end()) {
-      return Error(res, 404, StrCat("event ", id, ": no ", box < 0 ? std::string("frame picture") : StrCat("crop of box ", box),
+      return Error(res, 404, StrCat("event ", ev.id, ": no ", box < 0 ? std::string("frame picture") : StrCat("crop of box ", box),
                                     " stored (", pics->size(), " pictures)"));
     }
     SendPicture(res, *it, boxes != 0 ? &ev : nullptr);
@@ -956,17 +957,17 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     const StoredSnapshot& p = **pic;
     std::optional<StoredEvent> ev;
-    if (boxes != 0) {  // its event is among the stream's newest (a picture follows its event closely)
+    if (boxes != 0) {  // its event, by its frame (none yet: a picture may arrive before its event)
       EventQuery q;
       q.edge = edge;
       q.stream = stream;
-      q.newest_first = true;
-      q.limit = 64;
+      q.by_frame = true;
+      q.run = p.run;
+      q.seq = p.seq;
+      q.limit = 1;
       StatusOr<std::vector<StoredEvent>> events = store->Events(q);
       if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
-      for (StoredEvent& e : *events) {
-        if (e.run == p.run && e.seq == p.seq) ev = std::move(e);
-      }
+      if (!events->empty()) ev = std::move(events->front());
     }
     res.set_header("Cache-Control", "no-store");
     res.set_header("X-Vigil-Frame", StrCat(p.run, "/", p.seq));

@@ -76,8 +76,14 @@ StoredEvent EventFromRow(const Row& row, int at) {
   ev.height = static_cast<uint32_t>(row.Int(at + 13));
   return ev;
 }
-// A stored snapshot's columns in the order every snapshot query selects them (edge, stream, run, seq, box, x, y,
-// width, height, out_width, out_height, stored_ns), then the JPEG (read apart: the engines return bytes differently).
+// A stored snapshot's columns in the order every snapshot query selects them (SnapshotFromRow reads them), then the
+// JPEG (read apart: the engines return bytes differently).
+#define VIGIL_SNAPSHOT_COLUMNS "edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns"
+// The number of an event's snapshots, selected after the event columns by both engines' event queries (aliases: e
+// the event, s its stream).
+#define VIGIL_EVENT_SNAPSHOT_COUNT                                                                           \
+  "(SELECT COUNT(*) FROM snapshots p WHERE p.edge = s.edge AND p.stream = s.stream AND p.run = e.run AND " \
+  "p.seq = e.seq)"
 template <typename Row>
 StoredSnapshot SnapshotFromRow(const Row& row) {
   StoredSnapshot s;

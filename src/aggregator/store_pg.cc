@@ -538,17 +538,18 @@ class PgBackend final : public StoreBackend {
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& q) const override {
     std::lock_guard lock(read_mu_);
 #define VIGIL_PG_EVENTS_WHERE                                                                                   \
-  "SELECT " VIGIL_PG_EVENT_COLUMNS                                                                              \
-  ", (SELECT COUNT(*) FROM snapshots p WHERE p.edge = s.edge AND p.stream = s.stream AND p.run = e.run AND "    \
-  "p.seq = e.seq) FROM events e JOIN streams s ON s.id = e.stream_id WHERE e.id > $1 AND e.id < $6 AND e.capture_ns >= $2 AND " \
+  "SELECT " VIGIL_PG_EVENT_COLUMNS ", " VIGIL_EVENT_SNAPSHOT_COUNT                                               \
+  " FROM events e JOIN streams s ON s.id = e.stream_id WHERE e.id > $1 AND e.id < $6 AND e.capture_ns >= $2 AND " \
   "($3 = '' OR s.edge = $3) AND ($4 = '' OR s.stream = $4) AND ($8 = '' OR e.severity = $8) AND ($7 = '' OR "    \
-  "EXISTS (SELECT 1 FROM detections d WHERE d.event_id = e.id AND d.label = $7)) "
+  "EXISTS (SELECT 1 FROM detections d WHERE d.event_id = e.id AND d.label = $7)) AND ($9::int = 0 OR "          \
+  "(e.run = $10::bigint AND e.seq = $11::bigint)) "
     static constexpr const char* kAsc = VIGIL_PG_EVENTS_WHERE "ORDER BY e.id LIMIT $5";
     static constexpr const char* kDesc = VIGIL_PG_EVENTS_WHERE "ORDER BY e.id DESC LIMIT $5";
 #undef VIGIL_PG_EVENTS_WHERE
     VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(q.newest_first ? kDesc : kAsc,
                                              {P(q.since_id), P(q.since_ns), q.edge, q.stream, P(q.limit),
-                                              P(q.before_id), q.label, q.severity},
+                                              P(q.before_id), q.label, q.severity, P(q.by_frame ? 1 : 0),
+                                              P(q.run), P(q.seq)},
                                              "query events"));
     std::vector<StoredEvent> out;
     for (int i = 0; i < PQntuples(r.get()); ++i) {
@@ -587,12 +588,12 @@ class PgBackend final : public StoreBackend {
   StatusOr<std::vector<StoredSnapshot>> Snapshots(const std::string& edge, const std::string& stream, uint64_t run,
                                                   uint64_t seq, bool with_jpeg) const override {
     std::lock_guard lock(read_mu_);
-    static constexpr const char* kWith =
-        "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns, jpeg FROM snapshots "
-        "WHERE edge = $1 AND stream = $2 AND run = $3 AND seq = $4 ORDER BY box";
-    static constexpr const char* kMeta =
-        "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns FROM snapshots "
-        "WHERE edge = $1 AND stream = $2 AND run = $3 AND seq = $4 ORDER BY box";
+    static constexpr const char* kWith = "SELECT " VIGIL_SNAPSHOT_COLUMNS
+                                         ", jpeg FROM snapshots WHERE edge = $1 AND stream = $2 AND run = $3 AND "
+                                         "seq = $4 ORDER BY box";
+    static constexpr const char* kMeta = "SELECT " VIGIL_SNAPSHOT_COLUMNS
+                                         " FROM snapshots WHERE edge = $1 AND stream = $2 AND run = $3 AND seq = $4 "
+                                         "ORDER BY box";
     VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(with_jpeg ? kWith : kMeta, {edge, stream, P(run), P(seq)},
                                              "query snapshots"));
     return ReadSnapshots(r.get(), with_jpeg);
@@ -601,9 +602,9 @@ class PgBackend final : public StoreBackend {
   StatusOr<std::optional<StoredSnapshot>> LatestSnapshot(const std::string& edge,
                                                          const std::string& stream) const override {
     std::lock_guard lock(read_mu_);
-    static constexpr const char* kSql =
-        "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns, jpeg FROM snapshots "
-        "WHERE edge = $1 AND stream = $2 AND box = -1 ORDER BY stored_ns DESC LIMIT 1";
+    static constexpr const char* kSql = "SELECT " VIGIL_SNAPSHOT_COLUMNS
+                                        ", jpeg FROM snapshots WHERE edge = $1 AND stream = $2 AND box = -1 "
+                                        "ORDER BY stored_ns DESC LIMIT 1";
     VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(kSql, {edge, stream}, "query the latest snapshot"));
     std::vector<StoredSnapshot> v = ReadSnapshots(r.get(), true);
     if (v.empty()) return std::optional<StoredSnapshot>();

@@ -21,11 +21,6 @@ constexpr const char* kEventColumnsForPrepare =
     "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, "
     "e.rule, e.width, e.height";
 
-// The count of an event's snapshots, selected after the event columns by Events.
-constexpr const char* kSnapshotCountSql =
-    "(SELECT COUNT(*) FROM snapshots p WHERE p.edge = s.edge AND p.stream = s.stream AND p.run = e.run AND "
-    "p.seq = e.seq)";
-
 // An event's detections in order (ReadDetections reads them).
 constexpr const char* kDetectionsSql =
     "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx";
@@ -369,10 +364,10 @@ struct SqliteImpl {
     }
     sqlite3* r = rdb.get();
     const std::string events_where = StrCat(
-        "SELECT ", kEventColumnsForPrepare, ", ", kSnapshotCountSql, " FROM events e JOIN streams s ON s.id = e.stream_id "
+        "SELECT ", kEventColumnsForPrepare, ", " VIGIL_EVENT_SNAPSHOT_COUNT " FROM events e JOIN streams s ON s.id = e.stream_id "
         "WHERE e.id > ?1 AND e.id < ?6 AND e.capture_ns >= ?2 AND (?3 = '' OR s.edge = ?3) AND "
         "(?4 = '' OR s.stream = ?4) AND (?8 = '' OR e.severity = ?8) AND (?7 = '' OR EXISTS (SELECT 1 FROM "
-        "detections d WHERE d.event_id = e.id AND d.label = ?7)) ");
+        "detections d WHERE d.event_id = e.id AND d.label = ?7)) AND (?9 = 0 OR (e.run = ?10 AND e.seq = ?11)) ");
     const std::string events_sql = events_where + "ORDER BY e.id LIMIT ?5";
     const std::string events_desc_sql = events_where + "ORDER BY e.id DESC LIMIT ?5";
     const std::pair<Stmt*, const char*> reader[] = {
@@ -386,14 +381,14 @@ struct SqliteImpl {
         {&gap_query, "SELECT seq FROM frames WHERE stream_id = ?1 AND run = ?2 AND seq > ?3 ORDER BY seq"},
         {&edges_query, "SELECT edge, epoch, first_seen_ns, last_seen_ns, granted_ns FROM edges ORDER BY edge"},
         {&snapshots_query,
-         "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns, jpeg FROM snapshots "
-         "WHERE edge = ?1 AND stream = ?2 AND run = ?3 AND seq = ?4 ORDER BY box"},
+         "SELECT " VIGIL_SNAPSHOT_COLUMNS ", jpeg FROM snapshots WHERE edge = ?1 AND stream = ?2 AND run = ?3 AND "
+         "seq = ?4 ORDER BY box"},
         {&snapshots_meta_query,
-         "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns FROM snapshots "
-         "WHERE edge = ?1 AND stream = ?2 AND run = ?3 AND seq = ?4 ORDER BY box"},
+         "SELECT " VIGIL_SNAPSHOT_COLUMNS " FROM snapshots WHERE edge = ?1 AND stream = ?2 AND run = ?3 AND seq = ?4 "
+         "ORDER BY box"},
         {&latest_snapshot_query,
-         "SELECT edge, stream, run, seq, box, x, y, width, height, out_width, out_height, stored_ns, jpeg FROM snapshots "
-         "WHERE edge = ?1 AND stream = ?2 AND box = -1 ORDER BY stored_ns DESC LIMIT 1"},
+         "SELECT " VIGIL_SNAPSHOT_COLUMNS ", jpeg FROM snapshots WHERE edge = ?1 AND stream = ?2 AND box = -1 "
+         "ORDER BY stored_ns DESC LIMIT 1"},
     };
     for (const auto& [stmt, sql] : reader) {
       VIGIL_ASSIGN_OR_RETURN(*stmt, Stmt::Prepare(r, sql));
@@ -718,7 +713,8 @@ StatusOr<std::vector<StoredEvent>> SqliteBackend::Events(const EventQuery& q) co
   std::lock_guard lock(impl_->read_mu);
   Stmt& e = q.newest_first ? impl_->events_query_desc : impl_->events_query;
   std::vector<StoredEvent> out;
-  e.Bind(q.since_id, q.since_ns, q.edge, q.stream, q.limit, q.before_id, q.label, q.severity);
+  e.Bind(q.since_id, q.since_ns, q.edge, q.stream, q.limit, q.before_id, q.label, q.severity, q.by_frame ? 1 : 0,
+         q.run, q.seq);
   for (;;) {
     VIGIL_ASSIGN_OR_RETURN(bool row, e.Step());
     if (!row) break;

@@ -645,6 +645,21 @@ TEST_P(StoreTest, SnapshotsAreStoredOnceFoundByTheirEventAndTheNewestFrameOfAStr
   ASSERT_EQ(events->size(), 2u);
   EXPECT_EQ((*events)[0].snapshots, 2u);
   EXPECT_EQ((*events)[1].snapshots, 1u);
+  // An event found by its frame (the route that draws a stream's newest picture).
+  EventQuery by_frame;
+  by_frame.edge = edge;
+  by_frame.stream = "cam0";
+  by_frame.by_frame = true;
+  by_frame.run = 1;
+  by_frame.seq = 4;
+  events = s.Events(by_frame);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].seq, 4u);
+  by_frame.seq = 5;
+  events = s.Events(by_frame);
+  ASSERT_TRUE(events.ok());
+  EXPECT_TRUE(events->empty());
 
   // Retention deletes an event's pictures with it, and pictures whose event never came once they are old.
   const transport::Snapshot orphan = Picture(9, -1, 'o'), fresh_orphan = Picture(10, -1, 'p');

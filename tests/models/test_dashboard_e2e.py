@@ -139,8 +139,6 @@ def test_the_dashboard_needs_the_token_and_shows_every_event_live(vtest200, tmp_
             "t.textContent.includes('edge epoch 1 · no session')"), 20)
         # The viewer: the first row's event, its frame and a crop per detection.
         first = max(stored, key=lambda e: e["id"])
-        assert first["snapshots"] == 1 + len(first["detections"]) or api(
-            agg.http_port, f"/api/events/{first['id']}/snapshots", token)["snapshots"], first
         n_pictures = len(api(agg.http_port, f"/api/events/{first['id']}/snapshots", token)["snapshots"])
         assert n_pictures == 1 + len(first["detections"]), (n_pictures, first)
         driver.find_element(By.CSS_SELECTOR, f'#events tbody tr[data-id="{first["id"]}"] button.view').click()

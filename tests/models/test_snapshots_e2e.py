@@ -10,8 +10,8 @@ stores them (SQLite and PostgreSQL) and serves them.
   each crop shows its box's region (the box grown by the margin, clipped to the frame).
 - The API: /api/events/{id}/snapshots lists them; snapshot.jpg?boxes=1 differs from the picture as stored only
   around the boxes; /api/streams/snapshot.jpg is the stream's newest frame picture.
-Needs what test_edge_e2e needs, OpenCV's Python module (the test virtualenv) and, for the PostgreSQL case,
-VIGIL_TEST_POSTGRES.
+Needs what test_edge_e2e needs, OpenCV's Python module (the test virtualenv: a hard import, never a skip) and, for
+the PostgreSQL case, VIGIL_TEST_POSTGRES.
 """
 from __future__ import annotations
 
@@ -19,13 +19,11 @@ import json
 import signal
 import urllib.request
 
+import cv2  # Debian's python3-opencv, which scripts/test-venv.sh requires
 import numpy as np
-import pytest
 
 from edge_harness import Aggregator, engine, free_port, query, read_metrics  # noqa: F401 (fixture)
 from test_edge_e2e import start_edge, vtest200, wait_edge, write_edge_config  # noqa: F401 (fixture)
-
-cv2 = pytest.importorskip("cv2")
 
 MARGIN = 0.15
 
@@ -124,6 +122,10 @@ def test_every_event_has_its_pictures_and_they_show_the_frame_and_its_boxes(vtes
         assert status == 200
         newest = max(with_pictures, key=lambda e: e["seq"])
         assert headers["X-Vigil-Frame"] == f"{newest['run']}/{newest['seq']}"
+        # With boxes: its event found by its frame, the boxes drawn (the picture changes).
+        status, drawn, _ = get(agg.http_port, "/api/streams/snapshot.jpg?edge=e2e-edge&stream=vtest&boxes=1")
+        assert status == 200
+        assert (np.abs(decode(drawn).astype(int) - decode(jpeg).astype(int)).max(axis=2) > 60).any(), "no box drawn"
         status, body, _ = get(agg.http_port, "/api/streams/snapshot.jpg?edge=e2e-edge&stream=nothing")
         assert status == 404 and "no snapshot stored" in json.loads(body)["error"]
         # Errors name what is wrong, as JSON.

@@ -129,6 +129,8 @@ struct EventQuery {
   std::string edge, stream;                                 // "" = any
   std::string label;                                        // "" = any; else: a detection with this label
   std::string severity;                                     // "" = any; else: exactly this severity
+  bool by_frame = false;      // only the event of frame (run, seq) of the stream(s) named
+  uint64_t run = 0, seq = 0;  // with by_frame
   bool newest_first = false;  // order by id descending (the newest `limit`); default ascending
   int limit = 100;            // REQUIRES: > 0
 };
