@@ -64,11 +64,11 @@ void ReadSnapshots(const ConfigMap& m, SnapshotConfig* out, int* queue) {
   video::SnapshotOptions& o = out->options;
   m.Get("frame", &o.frame);
   // 0 or 16..16384: one message for the whole range (not "out of range [0, 16384]" above and another below).
-  auto side = [&](const char* key, int* out, const char* zero) {
-    int v = *out;
+  auto side = [&](const char* key, int* value, const char* zero) {
+    int v = *value;
     if (!m.Get(key, &v, -1000000000, 1000000000)) return;
     if (v == 0 || (v >= 16 && v <= 16384)) {
-      *out = v;
+      *value = v;
     } else {
       m.Error(key, StrCat(v, " pixels: must be 0 (", zero, ") or 16..16384"));
     }
