@@ -191,6 +191,8 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       r->Get("classes", &sink.route.classes);
       r->GetOneOf("min_severity", &sink.route.min_severity, {"info", "warning", "critical"});
     }
+    std::string on;
+    if (pm.GetOneOf("on", &on, {"stored", "confirmed"})) sink.route.on_confirmed = on == "confirmed";
     if (std::optional<ConfigMap> r = pm.Map("retry")) {
       r->Get("initial_ms", &sink.retry.initial_ms, int64_t{1}, int64_t{3600000});
       r->Get("max_ms", &sink.retry.max_ms, int64_t{1}, int64_t{86400000});
@@ -200,6 +202,42 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       }
     }
     c.push.push_back(std::move(sink));
+  }
+  if (std::optional<ConfigMap> cm = root.Map("confirm")) {
+    ConfirmConfig& k = c.confirm;
+    k.enabled = true;
+    if (std::optional<ConfigMap> t = cm->Map("tracker")) {
+      TrackerOptions& o = k.tracker;
+      auto unit = [&](const char* key, float* out, double min) {
+        double v = *out;
+        if (t->Get(key, &v, min, 1.0)) *out = static_cast<float>(v);
+      };
+      unit("high_score", &o.high_score, 1e-6);
+      unit("low_score", &o.low_score, 0.0);
+      unit("new_track_score", &o.new_track_score, 0.0);
+      unit("match_iou", &o.match_iou, 0.0);
+      unit("low_match_iou", &o.low_match_iou, 0.0);
+      t->Get("min_hits", &o.min_hits, 1, 1000);
+      t->Get("max_lost_s", &o.max_lost_s, 0.0, 3600.0);
+      if (Status st = ValidateTrackerOptions(o); !st.ok()) t->Error("high_score", std::string(st.message()));
+    }
+    auto rules = [](const ConfigMap& m, TrackRules* r) {
+      m.Get("k", &r->k, 1, 1000);
+      m.Get("m", &r->m, 1, 1000);
+      if (r->k > r->m) m.Error("k", StrCat(r->k, " is above m (", r->m, "): seen in k of the last m frames"));
+      m.Get("min_duration_s", &r->min_duration_s, 0.0, 86400.0);
+      m.Get("min_travel_px", &r->min_travel_px, 0.0, 1e6);
+    };
+    if (std::optional<ConfigMap> r = cm->Map("rules")) rules(*r, &k.rules);
+    for (ConfigMap& om : cm->Maps("overrides")) {
+      ConfirmRuleOverride o;
+      o.rules = k.rules;  // what an override does not say, the defaults say
+      om.Get("streams", &o.streams);
+      om.Get("classes", &o.classes);
+      rules(om, &o.rules);
+      k.overrides.push_back(std::move(o));
+    }
+    cm->Get("idle_s", &k.idle_s, 0.1, 3600.0);
   }
   if (c.auth_required && c.keys_file.empty()) {
     root.Error("auth", "keys_file is required (a YAML map `edge-id: hex key`; make a key with `openssl rand -hex 32`), "
@@ -281,8 +319,19 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
 
   // Storage thread only.
   std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
+  std::unique_ptr<Confirmer> confirmer;           // `confirm:` on
+  std::map<std::string, uint64_t> current_epochs;  // edge → the epoch granted last (confirmation feeds only those)
   std::set<std::string> warned_classes;  // push routes' classes an edge's model lacks, said once
 
+  metrics::Counter& EventStates(EventState state, const char* at) {
+    return registry.GetCounter("vigil_aggregator_event_states_total",
+                               "Events by the state they were stored in / decided to", {{"state", std::string(ToString(state))}, {"at", at}});
+  }
+  metrics::Gauge& events_pending =
+      registry.GetGauge("vigil_aggregator_events_pending", "Events waiting for their tracks to be decided");
+  metrics::Gauge& live_tracks = registry.GetGauge("vigil_aggregator_tracks", "Live tracks of every stream");
+  metrics::Histogram& confirm_seconds = registry.GetHistogram(
+      "vigil_aggregator_confirm_seconds", "Tracking a batch of reports", metrics::LatencyBuckets());
   metrics::Counter& stored_reports =
       registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "stored"}});
   metrics::Counter& duplicate_reports =
@@ -434,11 +483,12 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     using Clock = std::chrono::steady_clock;
     const bool prunes = cfg.retention.any();
     Clock::time_point next_prune = prunes ? Clock::now() : Clock::time_point::max();
+    Clock::time_point next_expire = confirmer ? Clock::now() : Clock::time_point::max();
     for (;;) {
       std::vector<Item> batch;
       {
         std::unique_lock lock(mu);
-        not_empty.wait_until(lock, next_prune,
+        not_empty.wait_until(lock, std::min(next_prune, next_expire),
                              [&] { return stop_storage || !queue.empty() || !snapshot_queue.empty(); });
         if (drop_queue || (stop_storage && queue.empty())) {
           snapshots_stopping.Inc(static_cast<double>(snapshot_queue.size()));  // never stored: counted
@@ -450,6 +500,10 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       if (Clock::now() >= next_prune) {  // between batches: retention holds the writer for a chunk at a time
         Prune();
         next_prune = Clock::now() + std::chrono::seconds(cfg.retention_interval_s);
+      }
+      if (Clock::now() >= next_expire) {  // a tenth of idle_s late at most
+        ExpireTracks();
+        next_expire = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg.confirm.idle_s * 100));
       }
       ProcessSnapshots();  // between report batches: pictures never hold up the reports for long
       {
@@ -473,6 +527,103 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       } else {
         ProcessHello(batch.front().session);
       }
+    }
+  }
+
+  static int64_t SteadyNowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  void CountDecided(const DecisionResult& d) {
+    if (d.confirmed > 0) EventStates(EventState::kConfirmed, "decided").Inc(static_cast<double>(d.confirmed));
+    if (d.rejected > 0) EventStates(EventState::kRejected, "decided").Inc(static_cast<double>(d.rejected));
+    const ConfirmStats st = confirmer->stats();
+    events_pending.Set(static_cast<double>(st.pending));
+    live_tracks.Set(static_cast<double>(st.tracks));
+  }
+
+  // At start: the tracker for every stream with events left pending by the previous run is rebuilt from its stored
+  // events (the few before its first pending one, then every later one), so they are decided as if it had not
+  // stopped; what that already decides is stored at once.
+  Status StartConfirmation() {
+    VIGIL_RETURN_IF_ERROR(ValidateConfirmConfig(cfg.confirm));
+    VIGIL_ASSIGN_OR_RETURN(int64_t max_track, store->MaxTrackId());
+    confirmer = std::make_unique<Confirmer>(cfg.confirm, max_track + 1);
+    int window = cfg.confirm.rules.m;
+    for (const ConfirmRuleOverride& o : cfg.confirm.overrides) window = std::max(window, o.rules.m);
+    std::map<std::pair<std::string, std::string>, int64_t> first_pending;  // (edge, stream) → its oldest pending id
+    EventQuery pq;
+    pq.state = "pending";
+    pq.limit = 10000;
+    for (;;) {
+      VIGIL_ASSIGN_OR_RETURN(std::vector<StoredEvent> page, store->Events(pq));
+      for (const StoredEvent& e : page) first_pending.try_emplace({e.edge, e.stream}, e.id);
+      if (page.size() < static_cast<size_t>(pq.limit)) break;
+      pq.since_id = page.back().id;
+    }
+    if (first_pending.empty()) return absl::OkStatus();
+    const int64_t now = SteadyNowNs();
+    uint64_t resumed = 0;
+    confirmer->Begin();
+    for (const auto& [key, first] : first_pending) {
+      EventQuery before;
+      before.edge = key.first;
+      before.stream = key.second;
+      before.before_id = first;
+      before.newest_first = true;
+      before.limit = window;
+      VIGIL_ASSIGN_OR_RETURN(std::vector<StoredEvent> earlier, store->Events(before));
+      for (auto it = earlier.rbegin(); it != earlier.rend(); ++it) confirmer->Resume(*it, now);
+      EventQuery after;
+      after.edge = key.first;
+      after.stream = key.second;
+      after.since_id = first - 1;
+      after.limit = 10000;
+      for (;;) {
+        VIGIL_ASSIGN_OR_RETURN(std::vector<StoredEvent> page, store->Events(after));
+        for (const StoredEvent& e : page) {
+          confirmer->Resume(e, now);
+          resumed += e.state == EventState::kPending ? 1 : 0;
+        }
+        if (page.size() < static_cast<size_t>(after.limit)) break;
+        after.since_id = page.back().id;
+      }
+    }
+    std::vector<EventDecision> decisions = confirmer->TakeDecisions();
+    DecisionResult decided;
+    StatusOr<std::vector<ApplyResult>> r = store->Apply({}, NowNs(), decisions, &decided);
+    if (!r.ok()) return r.status();
+    confirmer->Commit();
+    CountDecided(decided);
+    spdlog::info("aggregator: confirmation resumed {} pending events of {} streams: {} confirmed, {} rejected at once",
+                 resumed, first_pending.size(), decided.confirmed, decided.rejected);
+    return absl::OkStatus();
+  }
+
+  // Between batches: streams silent for idle_s end their tracks; the decisions are stored in a transaction of their
+  // own (a failure rolls the tracker back: it is tried again at the next tick).
+  void ExpireTracks() {
+    confirmer->Begin();
+    confirmer->Expire(SteadyNowNs());
+    std::vector<EventDecision> decisions = confirmer->TakeDecisions();
+    if (decisions.empty()) {
+      confirmer->Commit();
+      return;
+    }
+    DecisionResult decided;
+    StatusOr<std::vector<ApplyResult>> r = store->Apply({}, NowNs(), decisions, &decided);
+    if (!r.ok()) {
+      confirmer->Rollback();
+      StorageFailed(r.status());
+      spdlog::error("aggregator: storing {} decisions on pending events failed (tried again): {}", decisions.size(),
+                    std::string(r.status().message()));
+      return;
+    }
+    confirmer->Commit();
+    CountDecided(decided);
+    if (decided.pushes_queued > 0) {
+      for (auto& p : pushers) p->Wake();
     }
   }
 
@@ -580,6 +731,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     spdlog::info("aggregator: edge {} ({}): {} epoch {}", h.edge, s->peer(),
                  g->kind == Grant::kNew ? "granted" : "re-admitted", g->epoch);
+    current_epochs[h.edge] = g->epoch;
     {
       std::lock_guard lock(mu);
       // "replaced": a new instance took the edge id over from a granted epoch — a restart, or a standby's takeover.
@@ -623,9 +775,45 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::vector<PendingReport> reports;
     reports.reserve(batch.size());
     for (const Item& item : batch) reports.push_back({&*item.report, &item.session->hello().class_names});
+    // Confirmation: each event's verdict and track ids go into the transaction that stores it, and so do the
+    // decisions on earlier events its frame brought.
+    std::vector<EventVerdict> verdicts;
+    std::vector<EventDecision> decisions;
+    if (confirmer) {
+      const auto c0 = std::chrono::steady_clock::now();
+      confirmer->Begin();
+      verdicts.reserve(batch.size());
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const Report& r = *batch[i].report;
+        auto ep = current_epochs.find(r.edge);
+        std::optional<EventVerdict> v =
+            confirmer->Observe(r, &batch[i].session->hello().class_names,
+                               ep != current_epochs.end() && ep->second == r.epoch, SteadyNowNs());
+        if (v) {
+          verdicts.push_back(std::move(*v));
+          reports[i].verdict = &verdicts.back();  // reserved: never moves
+        }
+      }
+      decisions = confirmer->TakeDecisions();
+      confirm_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
+    }
     const auto t0 = std::chrono::steady_clock::now();
-    StatusOr<std::vector<ApplyResult>> results = store->Apply(reports, now);
+    DecisionResult decided;
+    StatusOr<std::vector<ApplyResult>> results = store->Apply(reports, now, decisions, &decided);
     commit_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (confirmer) {
+      if (results.ok()) {
+        confirmer->Commit();
+        for (size_t i = 0; i < batch.size(); ++i) {
+          if (reports[i].verdict != nullptr && (*results)[i].event_stored) {
+            EventStates(reports[i].verdict->state, "stored").Inc();
+          }
+        }
+        CountDecided(decided);
+      } else {
+        confirmer->Rollback();
+      }
+    }
     if (!results.ok()) {
       StorageFailed(results.status());
       spdlog::error("aggregator: storing {} reports failed, closing their connections so the edges re-send: {}",
@@ -669,7 +857,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     // A full or closed session is closed by Enqueue: its edge reconnects and re-sends.
     for (auto& [raw, reply] : replies) (void)reply.first->Enqueue(std::move(reply.second));
-    if (std::any_of(results->begin(), results->end(), [](const ApplyResult& r) { return r.pushes_queued > 0; })) {
+    if (decided.pushes_queued > 0 ||
+        std::any_of(results->begin(), results->end(), [](const ApplyResult& r) { return r.pushes_queued > 0; })) {
       for (auto& p : pushers) p->Wake();
     }
     if (std::any_of(results->begin(), results->end(), [](const ApplyResult& r) { return r.event_stored; })) {
@@ -860,6 +1049,10 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     q.edge = req.get_param_value("edge");
     q.stream = req.get_param_value("stream");
+    q.state = req.get_param_value("state");
+    if (EventState ignored; !q.state.empty() && !ParseEventState(q.state, &ignored)) {
+      return Error(res, 400, StrCat("state: '", q.state, "' is not pending, confirmed or rejected"));
+    }
     StatusOr<std::vector<StoredEvent>> events = store->Events(q);
     if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
     json list = json::array();
@@ -1263,6 +1456,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   so.password = config.db_password;
   for (const PushSinkConfig& p : config.push) so.routes.push_back(p.route);
   VIGIL_ASSIGN_OR_RETURN(d.store, Store::Open(config.db_path, so));
+  if (config.confirm.enabled) VIGIL_RETURN_IF_ERROR(d.StartConfirmation());
   for (const PushSinkConfig& p : config.push) {
     VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Delivery> delivery, p.mqtt_sink ? MakeMqtt(p.mqtt) : MakeWebhook(p.webhook));
     const metrics::Labels sink{{"sink", p.route.sink}};

@@ -96,7 +96,11 @@ std::string EventKey(const StoredEvent& e) { return StrCat(e.edge, "/", e.stream
 std::string EventJson(const StoredEvent& e) {
   json dets = json::array();
   for (const StoredDetection& d : e.detections) {
-    dets.push_back({{"class_id", d.class_id}, {"label", d.label}, {"score", d.score}, {"box", {d.x1, d.y1, d.x2, d.y2}}});
+    dets.push_back({{"class_id", d.class_id},
+                    {"label", d.label},
+                    {"score", d.score},
+                    {"box", {d.x1, d.y1, d.x2, d.y2}},
+                    {"track_id", d.track_id}});
   }
   const json j = {{"id", e.id},
                   {"key", EventKey(e)},
@@ -113,6 +117,9 @@ std::string EventJson(const StoredEvent& e) {
                   {"rule", e.rule},
                   {"width", e.width},
                   {"height", e.height},
+                  {"state", ToString(e.state)},
+                  {"state_reason", e.state_reason},
+                  {"decided_ns", e.decided_ns},
                   {"detections", std::move(dets)}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

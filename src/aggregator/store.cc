@@ -59,8 +59,48 @@ StatusOr<Grant> Store::Admit(const std::string& edge, uint64_t held_epoch, bool 
   }
   return g;
 }
-StatusOr<std::vector<ApplyResult>> Store::Apply(std::span<const PendingReport> batch, int64_t now_ns) {
-  return backend_->Apply(batch, now_ns);
+StatusOr<std::vector<ApplyResult>> Store::Apply(std::span<const PendingReport> batch, int64_t now_ns,
+                                                std::span<const EventDecision> decisions, DecisionResult* decided) {
+  for (const PendingReport& p : batch) {
+    if (p.verdict != nullptr && !p.verdict->track_ids.empty() &&
+        p.verdict->track_ids.size() != p.report->detections.size()) {
+      return absl::InvalidArgumentError(StrCat("store: the verdict on ", p.report->edge, "/", p.report->stream, " seq ",
+                                               p.report->seq_first, " has ", p.verdict->track_ids.size(),
+                                               " track ids for ", p.report->detections.size(), " detections"));
+    }
+  }
+  for (const EventDecision& d : decisions) {
+    if (d.state == EventState::kPending) {
+      return absl::InvalidArgumentError(StrCat("store: a decision on ", d.edge, "/", d.stream, " seq ", d.seq,
+                                               " must confirm or reject, not leave it pending"));
+    }
+  }
+  DecisionResult ignored;
+  if (decided == nullptr) decided = &ignored;
+  *decided = {};
+  return backend_->Apply(batch, now_ns, decisions, *decided);
+}
+
+std::string_view ToString(EventState s) {
+  switch (s) {
+    case EventState::kPending:
+      return "pending";
+    case EventState::kConfirmed:
+      return "confirmed";
+    case EventState::kRejected:
+      return "rejected";
+  }
+  return "?";
+}
+
+bool ParseEventState(std::string_view name, EventState* out) {
+  for (EventState s : {EventState::kPending, EventState::kConfirmed, EventState::kRejected}) {
+    if (name == ToString(s)) {
+      *out = s;
+      return true;
+    }
+  }
+  return false;
 }
 StatusOr<std::vector<StoredEvent>> Store::Events(const EventQuery& query) const { return backend_->Events(query); }
 StatusOr<uint64_t> Store::PutSnapshots(std::span<const PendingSnapshot> batch, int64_t now_ns) {
@@ -75,6 +115,7 @@ StatusOr<std::optional<StoredSnapshot>> Store::LatestSnapshot(const std::string&
   return backend_->LatestSnapshot(edge, stream);
 }
 StatusOr<StoreStats> Store::Stats(size_t max_gaps_per_run) const { return backend_->Stats(max_gaps_per_run); }
+StatusOr<int64_t> Store::MaxTrackId() const { return backend_->MaxTrackId(); }
 StatusOr<RetentionResult> Store::Prune(const RetentionPolicy& policy, int64_t now_ns) {
   return backend_->Prune(policy, now_ns);
 }

@@ -23,7 +23,10 @@ class StoreBackend {
   virtual ~StoreBackend() = default;
   virtual StatusOr<Grant> Admit(const std::string& edge, uint64_t held_epoch, bool promote,
                                 std::span<const transport::HelloStream> streams, int64_t now_ns) = 0;
-  virtual StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns) = 0;
+  // `decided` starts zeroed; Store::Apply checked the verdicts' and the decisions' shapes.
+  virtual StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns,
+                                                   std::span<const EventDecision> decisions,
+                                                   DecisionResult& decided) = 0;
   virtual StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const = 0;
   virtual StatusOr<uint64_t> PutSnapshots(std::span<const PendingSnapshot> batch, int64_t now_ns) = 0;
   virtual StatusOr<std::vector<StoredSnapshot>> Snapshots(const std::string& edge, const std::string& stream,
@@ -31,6 +34,7 @@ class StoreBackend {
   virtual StatusOr<std::optional<StoredSnapshot>> LatestSnapshot(const std::string& edge,
                                                                  const std::string& stream) const = 0;
   virtual StatusOr<StoreStats> Stats(size_t max_gaps_per_run) const = 0;
+  virtual StatusOr<int64_t> MaxTrackId() const = 0;
   virtual StatusOr<RetentionResult> Prune(const RetentionPolicy& policy, int64_t now_ns) = 0;
   virtual StatusOr<std::vector<OutboxItem>> PushDue(const std::string& sink, int64_t now_ns, int limit) const = 0;
   virtual StatusOr<std::optional<int64_t>> PushNextDue(const std::string& sink) const = 0;
@@ -54,9 +58,21 @@ StatusOr<std::unique_ptr<StoreBackend>> OpenPostgresBackend(const std::string& t
 // The label of class `id` given the admitting Hello's class names ("class N" when out of range).
 std::string LabelOf(const std::vector<std::string>* names, int64_t id);
 
-// A stored event's columns from a result row of either engine, in the order every event query selects them
-// (id, edge, stream, run, seq, epoch, capture_ns, pts_ns, publish_ns, stored_ns, severity, rule, width, height)
-// from column `at` on; detections are read apart. `row` has Int(col), U64(col) and Text(col).
+// Whether `route` queues an event when it is stored in `state` (store.h, Push routes); a decision that confirms an
+// event queues it for the routes with on_confirmed.
+inline bool QueuesWhenStored(const PushRoute& route, EventState state) {
+  return !route.on_confirmed || state == EventState::kConfirmed;
+}
+
+// The event columns every event query of both engines selects, in the order EventFromRow reads them (aliases: e the
+// event, s its stream): VIGIL_EVENT_COLUMN_COUNT of them.
+#define VIGIL_EVENT_COLUMNS                                                                                      \
+  "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, " \
+  "e.rule, e.width, e.height, e.state, e.state_reason, e.decided_ns"
+inline constexpr int kEventColumnCount = 17;
+
+// A stored event's columns from a result row of either engine (VIGIL_EVENT_COLUMNS) from column `at` on;
+// detections are read apart. `row` has Int(col), U64(col) and Text(col).
 template <typename Row>
 StoredEvent EventFromRow(const Row& row, int at) {
   StoredEvent ev;
@@ -74,6 +90,9 @@ StoredEvent EventFromRow(const Row& row, int at) {
   ev.rule = row.Text(at + 11);
   ev.width = static_cast<uint32_t>(row.Int(at + 12));
   ev.height = static_cast<uint32_t>(row.Int(at + 13));
+  if (!ParseEventState(row.Text(at + 14), &ev.state)) ev.state = EventState::kConfirmed;  // the schema's CHECK holds
+  ev.state_reason = row.Text(at + 15);
+  ev.decided_ns = row.Int(at + 16);
   return ev;
 }
 // A stored snapshot's columns in the order every snapshot query selects them (SnapshotFromRow reads them), then the

@@ -139,13 +139,21 @@ CREATE TABLE snapshots(
 CREATE INDEX snapshots_latest ON snapshots(edge, stream, box, stored_ns);
 CREATE INDEX snapshots_stored ON snapshots(stored_ns);
 )sql",
+    // 6: as SQLite's.
+    R"sql(
+ALTER TABLE events ADD COLUMN state TEXT NOT NULL DEFAULT 'confirmed'
+  CHECK (state IN ('pending', 'confirmed', 'rejected'));
+ALTER TABLE events ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN decided_ns BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE detections ADD COLUMN track_id BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX events_pending ON events(stream_id, run, seq) WHERE state = 'pending';
+CREATE INDEX detections_track ON detections(track_id) WHERE track_id > 0;
+)sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
 
 // The event columns every event query selects (EventFromRow reads them in this order).
-#define VIGIL_PG_EVENT_COLUMNS                                                                                    \
-  "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, " \
-  "e.rule, e.width, e.height"
+#define VIGIL_PG_EVENT_COLUMNS VIGIL_EVENT_COLUMNS
 
 struct ResultFree {
   void operator()(PGresult* r) const { PQclear(r); }
@@ -462,14 +470,14 @@ Status ReadDetections(Conn& c, std::vector<T>& items, Get&& event_of) {
     by_id[ev.id].push_back(&ev);
   }
   static constexpr const char* kSql =
-      "SELECT event_id, class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ANY($1::bigint[]) "
-      "ORDER BY event_id, idx";
+      "SELECT event_id, class_id, label, score, x1, y1, x2, y2, track_id FROM detections WHERE event_id = "
+      "ANY($1::bigint[]) ORDER BY event_id, idx";
   VIGIL_ASSIGN_OR_RETURN(Result r, c.Run(kSql, {ids.Done()}, "read detections"));
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     const StoredDetection d{static_cast<int32_t>(Int(r.get(), i, 1)), Text(r.get(), i, 2),
                             static_cast<float>(Real(r.get(), i, 3)),  static_cast<float>(Real(r.get(), i, 4)),
                             static_cast<float>(Real(r.get(), i, 5)),  static_cast<float>(Real(r.get(), i, 6)),
-                            static_cast<float>(Real(r.get(), i, 7))};
+                            static_cast<float>(Real(r.get(), i, 7)),  Int(r.get(), i, 8)};
     for (StoredEvent* ev : by_id[Int(r.get(), i, 0)]) ev->detections.push_back(d);
   }
   return absl::OkStatus();
@@ -524,13 +532,15 @@ class PgBackend final : public StoreBackend {
     return g;
   }
 
-  StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns) override {
+  StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns,
+                                           std::span<const EventDecision> decisions, DecisionResult& decided) override {
     std::vector<ApplyResult> results(batch.size());
-    Status st = ApplyBatch(batch, now_ns, results);  // BEGIN … COMMIT
+    Status st = ApplyBatch(batch, now_ns, decisions, decided, results);  // BEGIN … COMMIT
     if (!st.ok()) {
       w_->Rollback();
       DropCaches();  // the caches may hold rolled-back rows
-      return Annotate(st, StrCat("store a batch of ", batch.size(), " reports"));
+      decided = {};
+      return Annotate(st, StrCat("store a batch of ", batch.size(), " reports and ", decisions.size(), " decisions"));
     }
     return results;
   }
@@ -542,19 +552,19 @@ class PgBackend final : public StoreBackend {
   " FROM events e JOIN streams s ON s.id = e.stream_id WHERE e.id > $1 AND e.id < $6 AND e.capture_ns >= $2 AND " \
   "($3 = '' OR s.edge = $3) AND ($4 = '' OR s.stream = $4) AND ($8 = '' OR e.severity = $8) AND ($7 = '' OR "    \
   "EXISTS (SELECT 1 FROM detections d WHERE d.event_id = e.id AND d.label = $7)) AND ($9::int = 0 OR "          \
-  "(e.run = $10::bigint AND e.seq = $11::bigint)) "
+  "(e.run = $10::bigint AND e.seq = $11::bigint)) AND ($12 = '' OR e.state = $12) "
     static constexpr const char* kAsc = VIGIL_PG_EVENTS_WHERE "ORDER BY e.id LIMIT $5";
     static constexpr const char* kDesc = VIGIL_PG_EVENTS_WHERE "ORDER BY e.id DESC LIMIT $5";
 #undef VIGIL_PG_EVENTS_WHERE
     VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(q.newest_first ? kDesc : kAsc,
                                              {P(q.since_id), P(q.since_ns), q.edge, q.stream, P(q.limit),
                                               P(q.before_id), q.label, q.severity, P(q.by_frame ? 1 : 0),
-                                              P(q.run), P(q.seq)},
+                                              P(q.run), P(q.seq), q.state},
                                              "query events"));
     std::vector<StoredEvent> out;
     for (int i = 0; i < PQntuples(r.get()); ++i) {
       out.push_back(EventFromRow(PgRow{r.get(), i}, 0));
-      out.back().snapshots = static_cast<uint32_t>(Int(r.get(), i, 14));
+      out.back().snapshots = static_cast<uint32_t>(Int(r.get(), i, kEventColumnCount));
     }
     VIGIL_RETURN_IF_ERROR(ReadDetections(*r_, out, [](StoredEvent& e) -> StoredEvent& { return e; }));
     return out;
@@ -620,6 +630,12 @@ class PgBackend final : public StoreBackend {
     return out;
   }
 
+  StatusOr<int64_t> MaxTrackId() const override {
+    std::lock_guard lock(read_mu_);
+    static constexpr const char* kSql = "SELECT COALESCE(MAX(track_id), 0) FROM detections WHERE track_id > 0";
+    VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(kSql, {}, "largest track id"));
+    return Int(r.get(), 0, 0);
+  }
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run) const override {
     std::lock_guard lock(read_mu_);
     StoreStats out;
@@ -831,7 +847,8 @@ class PgBackend final : public StoreBackend {
     return &runs_.emplace(key, st).first->second;
   }
 
-  Status ApplyBatch(std::span<const PendingReport> batch, int64_t now_ns, std::vector<ApplyResult>& results);
+  Status ApplyBatch(std::span<const PendingReport> batch, int64_t now_ns, std::span<const EventDecision> decisions,
+                    DecisionResult& decided, std::vector<ApplyResult>& results);
 
   std::unique_ptr<Conn> w_, r_, p_;
   std::vector<PushRoute> routes_;
@@ -841,7 +858,9 @@ class PgBackend final : public StoreBackend {
   mutable std::mutex read_mu_, push_mu_;  // r_ / p_
 };
 
-Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_ns, std::vector<ApplyResult>& results) {
+Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_ns,
+                             std::span<const EventDecision> decisions, DecisionResult& decided,
+                             std::vector<ApplyResult>& results) {
   const std::string now = P(now_ns);
   // 1. The senders' current epochs, read under a share lock inside this transaction: fencing at commit.
   std::vector<std::string> edges;
@@ -935,7 +954,8 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
   }
 
   // 4. Events (an event report's one frame is new), their detections and outbox rows.
-  Array e_stream, e_run, e_seq, e_epoch, e_capture, e_pts, e_publish, e_severity, e_rule, e_width, e_height;
+  Array e_stream, e_run, e_seq, e_epoch, e_capture, e_pts, e_publish, e_severity, e_rule, e_width, e_height, e_state,
+      e_reason, e_decided;
   std::vector<size_t> event_reports;
   for (size_t i = 0; i < batch.size(); ++i) {
     const Report& r = *batch[i].report;
@@ -952,23 +972,29 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
     e_rule.AddText(r.rule);
     e_width.Add(static_cast<int64_t>(r.width));
     e_height.Add(static_cast<int64_t>(r.height));
+    const EventState state = batch[i].verdict != nullptr ? batch[i].verdict->state : EventState::kConfirmed;
+    e_state.AddText(ToString(state));
+    e_reason.AddText(batch[i].verdict != nullptr ? batch[i].verdict->reason : "");
+    e_decided.Add(state == EventState::kPending ? int64_t{0} : now_ns);
   }
   if (!event_reports.empty()) {
     static constexpr const char* kEvents =
         "INSERT INTO events(stream_id, run, seq, epoch, capture_ns, pts_ns, publish_ns, stored_ns, severity, rule, "
-        "width, height) SELECT a, b, c, d, f, g, h, $12, i, j, k, l FROM unnest($1::bigint[], $2::bigint[], "
-        "$3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[], $9::text[], $10::bigint[], "
-        "$11::bigint[]) AS t(a, b, c, d, f, g, h, i, j, k, l) RETURNING id, stream_id, run, seq";
+        "width, height, state, state_reason, decided_ns) SELECT a, b, c, d, f, g, h, $12, i, j, k, l, m, n, o FROM "
+        "unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], "
+        "$8::text[], $9::text[], $10::bigint[], $11::bigint[], $13::text[], $14::text[], $15::bigint[]) "
+        "AS t(a, b, c, d, f, g, h, i, j, k, l, m, n, o) RETURNING id, stream_id, run, seq";
     VIGIL_ASSIGN_OR_RETURN(
         Result ev, w_->Run(kEvents,
                            {e_stream.Done(), e_run.Done(), e_seq.Done(), e_epoch.Done(), e_capture.Done(), e_pts.Done(),
-                            e_publish.Done(), e_severity.Done(), e_rule.Done(), e_width.Done(), e_height.Done(), now},
+                            e_publish.Done(), e_severity.Done(), e_rule.Done(), e_width.Done(), e_height.Done(), now,
+                            e_state.Done(), e_reason.Done(), e_decided.Done()},
                            "insert events"));
     std::map<Key, int64_t> event_ids;
     for (int i = 0; i < PQntuples(ev.get()); ++i) {
       event_ids[{Int(ev.get(), i, 1), U64(ev.get(), i, 2), U64(ev.get(), i, 3)}] = Int(ev.get(), i, 0);
     }
-    Array d_event, d_idx, d_class, d_label, d_score, d_x1, d_y1, d_x2, d_y2, o_sink, o_event;
+    Array d_event, d_idx, d_class, d_label, d_score, d_x1, d_y1, d_x2, d_y2, d_track, o_sink, o_event;
     for (size_t i : event_reports) {
       const Report& r = *batch[i].report;
       const int64_t id = event_ids.at({stream_of[i]->id, r.run, r.seq_first});
@@ -987,11 +1013,14 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
         d_y1.Add(static_cast<double>(d.y1));
         d_x2.Add(static_cast<double>(d.x2));
         d_y2.Add(static_cast<double>(d.y2));
+        const EventVerdict* v = batch[i].verdict;
+        d_track.Add(v != nullptr && !v->track_ids.empty() ? v->track_ids[k] : int64_t{0});
       }
       // The push outbox, in the event's transaction: stored ⇔ queued for every sink that takes it.
       const std::string severity(transport::ToString(r.severity));
+      const EventState state = batch[i].verdict != nullptr ? batch[i].verdict->state : EventState::kConfirmed;
       for (const PushRoute& route : routes_) {
-        if (!RouteMatches(route, r.edge, r.stream, severity, labels)) continue;
+        if (!QueuesWhenStored(route, state) || !RouteMatches(route, r.edge, r.stream, severity, labels)) continue;
         o_sink.AddText(route.sink);
         o_event.Add(id);
         ++results[i].pushes_queued;
@@ -1000,12 +1029,12 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
     }
     if (!d_event.empty()) {
       static constexpr const char* kDetections =
-          "INSERT INTO detections(event_id, idx, class_id, label, score, x1, y1, x2, y2) SELECT * FROM "
+          "INSERT INTO detections(event_id, idx, class_id, label, score, x1, y1, x2, y2, track_id) SELECT * FROM "
           "unnest($1::bigint[], $2::int[], $3::int[], $4::text[], $5::float8[], $6::float8[], $7::float8[], "
-          "$8::float8[], $9::float8[])";
+          "$8::float8[], $9::float8[], $10::bigint[])";
       tail.push_back({kDetections,
                       {d_event.Done(), d_idx.Done(), d_class.Done(), d_label.Done(), d_score.Done(), d_x1.Done(),
-                       d_y1.Done(), d_x2.Done(), d_y2.Done()},
+                       d_y1.Done(), d_x2.Done(), d_y2.Done(), d_track.Done()},
                       "insert detections"});
     }
     if (!o_sink.empty()) {
@@ -1111,7 +1140,67 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
   }
   static constexpr const char* kTouch = "UPDATE edges SET last_seen_ns = $2 WHERE edge = ANY($1::text[])";
   tail.push_back({kTouch, {edge_list.Done(), now}, "touch the senders"});
-  return w_->Pipeline(tail, false, true).status();
+  if (decisions.empty()) return w_->Pipeline(tail, false, true).status();
+  VIGIL_RETURN_IF_ERROR(w_->Pipeline(tail, false, false).status());
+
+  // 7. Decisions on pending events (after this batch's events and detections), then the pushes they confirm.
+  Array u_edge, u_stream, u_run, u_seq, u_state, u_reason;
+  for (const EventDecision& d : decisions) {
+    u_edge.AddText(d.edge);
+    u_stream.AddText(d.stream);
+    u_run.Add(d.run);
+    u_seq.Add(d.seq);
+    u_state.AddText(ToString(d.state));
+    u_reason.AddText(d.reason);
+  }
+  static constexpr const char* kDecide =
+      "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[]) "
+      "AS t(ed, st, rn, sq, state, reason)), done AS (UPDATE events e SET state = u.state, state_reason = u.reason, "
+      "decided_ns = $7 FROM u JOIN streams s ON s.edge = u.ed AND s.stream = u.st WHERE e.stream_id = s.id AND "
+      "e.run = u.rn AND e.seq = u.sq AND e.state = 'pending' RETURNING e.id, e.state, e.severity, s.edge, s.stream) "
+      "SELECT done.id, done.state, done.severity, done.edge, done.stream, d.label FROM done LEFT JOIN detections d "
+      "ON d.event_id = done.id ORDER BY done.id, d.idx";
+  VIGIL_ASSIGN_OR_RETURN(Result dr, w_->Run(kDecide,
+                                            {u_edge.Done(), u_stream.Done(), u_run.Done(), u_seq.Done(),
+                                             u_state.Done(), u_reason.Done(), now},
+                                            "decide pending events"));
+  struct Decided {
+    bool confirmed = false;
+    std::string severity, edge, stream;
+    std::vector<std::string> labels;
+  };
+  std::map<int64_t, Decided> done;
+  for (int i = 0; i < PQntuples(dr.get()); ++i) {
+    Decided& d = done[Int(dr.get(), i, 0)];
+    d.confirmed = Text(dr.get(), i, 1) == "confirmed";
+    d.severity = Text(dr.get(), i, 2);
+    d.edge = Text(dr.get(), i, 3);
+    d.stream = Text(dr.get(), i, 4);
+    if (!PQgetisnull(dr.get(), i, 5)) d.labels.push_back(Text(dr.get(), i, 5));
+  }
+  decided.skipped = decisions.size() - done.size();
+  Array o_sink, o_event;
+  for (const auto& [id, d] : done) {
+    if (!d.confirmed) {
+      ++decided.rejected;
+      continue;
+    }
+    ++decided.confirmed;
+    for (const PushRoute& route : routes_) {
+      if (!route.on_confirmed || !RouteMatches(route, d.edge, d.stream, d.severity, d.labels)) continue;
+      o_sink.AddText(route.sink);
+      o_event.Add(id);
+      ++decided.pushes_queued;
+    }
+  }
+  std::vector<Conn::Step> last;
+  if (!o_sink.empty()) {
+    static constexpr const char* kOutbox =
+        "INSERT INTO push_outbox(sink, event_id, attempts, next_ns) SELECT s, e, 0, $3 FROM "
+        "unnest($1::text[], $2::bigint[]) AS t(s, e) ON CONFLICT (sink, event_id) DO NOTHING";
+    last.push_back({kOutbox, {o_sink.Done(), o_event.Done(), now}, "queue the confirmed events' pushes"});
+  }
+  return w_->Pipeline(last, false, true).status();
 }
 
 // Retention's statements on the writer connection.

@@ -17,13 +17,11 @@ using transport::Report;
 using transport::ReportKind;
 
 // The event columns every event query selects (EventFromRow reads them in this order).
-constexpr const char* kEventColumnsForPrepare =
-    "e.id, s.edge, s.stream, e.run, e.seq, e.epoch, e.capture_ns, e.pts_ns, e.publish_ns, e.stored_ns, e.severity, "
-    "e.rule, e.width, e.height";
+constexpr const char* kEventColumnsForPrepare = VIGIL_EVENT_COLUMNS;
 
 // An event's detections in order (ReadDetections reads them).
 constexpr const char* kDetectionsSql =
-    "SELECT class_id, label, score, x1, y1, x2, y2 FROM detections WHERE event_id = ?1 ORDER BY idx";
+    "SELECT class_id, label, score, x1, y1, x2, y2, track_id FROM detections WHERE event_id = ?1 ORDER BY idx";
 
 // Schema migrations: kMigrations[i] takes user_version i to i + 1. Append, never edit.
 constexpr const char* kMigrations[] = {
@@ -143,6 +141,17 @@ CREATE TABLE snapshots(
 ) WITHOUT ROWID;
 CREATE INDEX snapshots_latest ON snapshots(edge, stream, box, stored_ns);
 CREATE INDEX snapshots_stored ON snapshots(stored_ns);
+)sql",
+    // 6: event states (confirmation: store.h, Event states) and detections' track ids; events stored before read as
+    // confirmed. The partial index finds the pending events (few) at start.
+    R"sql(
+ALTER TABLE events ADD COLUMN state TEXT NOT NULL DEFAULT 'confirmed'
+  CHECK (state IN ('pending', 'confirmed', 'rejected'));
+ALTER TABLE events ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN decided_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE detections ADD COLUMN track_id INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX events_pending ON events(stream_id, run, seq) WHERE state = 'pending';
+CREATE INDEX detections_track ON detections(track_id) WHERE track_id > 0;
 )sql",
 };
 static_assert(std::size(kMigrations) == Store::kSchemaVersion);
@@ -267,7 +276,7 @@ struct SqliteImpl {
   // Writer statements and caches (writer thread only).
   Stmt begin, commit, rollback, find_stream, insert_stream, set_epoch, add_stale, add_duplicates, insert_frame,
       insert_event, insert_detection, upsert_run, get_contiguous, highest_seq, seqs_after, get_edge_epoch,
-      grant_edge, touch_edge, insert_outbox, insert_snapshot;
+      grant_edge, touch_edge, insert_outbox, insert_snapshot, find_pending, event_labels, decide_event;
   // Retention (writer thread).
   Stmt prune_peek_events, prune_count_events, prune_detections, prune_dead, prune_event, prune_runs, prune_peek_frames,
       prune_frames, prune_kept, prune_event_snapshots, prune_orphan_snapshots;
@@ -297,7 +306,8 @@ struct SqliteImpl {
 
   mutable std::mutex read_mu;
   mutable Stmt events_query, events_query_desc, detections_query, streams_query, runs_query, gap_query,
-      edges_query, snapshots_query, snapshots_meta_query, latest_snapshot_query;  // GUARDED_BY(read_mu)
+      edges_query, snapshots_query, snapshots_meta_query, latest_snapshot_query,
+      max_track_query;  // GUARDED_BY(read_mu)
 
   Status Prepare() {
     sqlite3* w = wdb.get();
@@ -314,10 +324,16 @@ struct SqliteImpl {
          "INSERT OR IGNORE INTO frames(stream_id, run, seq, kind, epoch, stored_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6)"},
         {&insert_event,
          "INSERT INTO events(stream_id, run, seq, epoch, capture_ns, pts_ns, publish_ns, stored_ns, severity, rule, "
-         "width, height) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"},
+         "width, height, state, state_reason, decided_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+         "?13, ?14, ?15)"},
         {&insert_detection,
-         "INSERT INTO detections(event_id, idx, class_id, label, score, x1, y1, x2, y2) "
-         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+         "INSERT INTO detections(event_id, idx, class_id, label, score, x1, y1, x2, y2, track_id) "
+         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"},
+        {&find_pending,
+         "SELECT e.id, e.severity FROM events e JOIN streams s ON s.id = e.stream_id WHERE s.edge = ?1 AND "
+         "s.stream = ?2 AND e.run = ?3 AND e.seq = ?4 AND e.state = 'pending'"},
+        {&event_labels, "SELECT label FROM detections WHERE event_id = ?1 ORDER BY idx"},
+        {&decide_event, "UPDATE events SET state = ?2, state_reason = ?3, decided_ns = ?4 WHERE id = ?1"},
         {&upsert_run,
          "INSERT INTO runs(stream_id, run, frames, events, contiguous_through, first_stored_ns, last_stored_ns, "
          "dropped, lost) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8) ON CONFLICT(stream_id, run) DO UPDATE SET "
@@ -367,7 +383,8 @@ struct SqliteImpl {
         "SELECT ", kEventColumnsForPrepare, ", " VIGIL_EVENT_SNAPSHOT_COUNT " FROM events e JOIN streams s ON s.id = e.stream_id "
         "WHERE e.id > ?1 AND e.id < ?6 AND e.capture_ns >= ?2 AND (?3 = '' OR s.edge = ?3) AND "
         "(?4 = '' OR s.stream = ?4) AND (?8 = '' OR e.severity = ?8) AND (?7 = '' OR EXISTS (SELECT 1 FROM "
-        "detections d WHERE d.event_id = e.id AND d.label = ?7)) AND (?9 = 0 OR (e.run = ?10 AND e.seq = ?11)) ");
+        "detections d WHERE d.event_id = e.id AND d.label = ?7)) AND (?9 = 0 OR (e.run = ?10 AND e.seq = ?11)) AND "
+        "(?12 = '' OR e.state = ?12) ");
     const std::string events_sql = events_where + "ORDER BY e.id LIMIT ?5";
     const std::string events_desc_sql = events_where + "ORDER BY e.id DESC LIMIT ?5";
     const std::pair<Stmt*, const char*> reader[] = {
@@ -386,6 +403,7 @@ struct SqliteImpl {
         {&snapshots_meta_query,
          "SELECT " VIGIL_SNAPSHOT_COLUMNS " FROM snapshots WHERE edge = ?1 AND stream = ?2 AND run = ?3 AND seq = ?4 "
          "ORDER BY box"},
+        {&max_track_query, "SELECT COALESCE(MAX(track_id), 0) FROM detections WHERE track_id > 0"},
         {&latest_snapshot_query,
          "SELECT " VIGIL_SNAPSHOT_COLUMNS ", jpeg FROM snapshots WHERE edge = ?1 AND stream = ?2 AND box = -1 "
          "ORDER BY stored_ns DESC LIMIT 1"},
@@ -494,9 +512,12 @@ struct SqliteImpl {
         ++res.duplicate_frames;
     }
     if (r.kind == ReportKind::kEvent && res.new_frames == 1) {
+      const EventState state = p.verdict != nullptr ? p.verdict->state : EventState::kConfirmed;
       VIGIL_RETURN_IF_ERROR(insert_event
                                 .Bind(st->id, r.run, r.seq_first, r.epoch, r.capture_ns, r.pts_ns, r.publish_ns, now_ns,
-                                      std::string(transport::ToString(r.severity)), r.rule, r.width, r.height)
+                                      std::string(transport::ToString(r.severity)), r.rule, r.width, r.height,
+                                      std::string(ToString(state)), p.verdict != nullptr ? p.verdict->reason : "",
+                                      state == EventState::kPending ? int64_t{0} : now_ns)
                                 .Run());
       const int64_t event_id = sqlite3_last_insert_rowid(wdb.get());
       std::vector<std::string> labels;
@@ -505,15 +526,17 @@ struct SqliteImpl {
         const transport::ReportDetection& d = r.detections[i];
         const auto class_id = static_cast<int64_t>(d.class_id);  // ValidateReport: an integer in [0, 2^24)
         labels.push_back(LabelOf(p.class_names, class_id));
+        const int64_t track =
+            p.verdict != nullptr && !p.verdict->track_ids.empty() ? p.verdict->track_ids[i] : int64_t{0};
         VIGIL_RETURN_IF_ERROR(insert_detection
                                   .Bind(event_id, static_cast<int64_t>(i), class_id, labels.back(), d.score, d.x1, d.y1,
-                                        d.x2, d.y2)
+                                        d.x2, d.y2, track)
                                   .Run());
       }
       // The push outbox, in the event's transaction: stored ⇔ queued for every sink that takes it.
       const std::string severity(transport::ToString(r.severity));
       for (const PushRoute& route : routes) {
-        if (!RouteMatches(route, r.edge, r.stream, severity, labels)) continue;
+        if (!QueuesWhenStored(route, state) || !RouteMatches(route, r.edge, r.stream, severity, labels)) continue;
         VIGIL_RETURN_IF_ERROR(insert_outbox.Bind(route.sink, event_id, now_ns).Run());
         ++res.pushes_queued;
       }
@@ -545,6 +568,43 @@ struct SqliteImpl {
     res.contiguous_through = *through;
     return res;
   }
+
+  // Decides a pending event (store.h, Event states); a confirmation queues it for the routes waiting for one.
+  Status DecideOne(const EventDecision& d, int64_t now_ns, DecisionResult& out) {
+    find_pending.Bind(d.edge, d.stream, d.run, d.seq);
+    VIGIL_ASSIGN_OR_RETURN(bool row, find_pending.Step());
+    if (!row) {
+      find_pending.Reset();
+      ++out.skipped;
+      return absl::OkStatus();
+    }
+    const int64_t event_id = find_pending.Int(0);
+    const std::string severity = find_pending.Text(1);
+    find_pending.Reset();
+    VIGIL_RETURN_IF_ERROR(decide_event.Bind(event_id, std::string(ToString(d.state)), d.reason, now_ns).Run());
+    if (d.state != EventState::kConfirmed) {
+      ++out.rejected;
+      return absl::OkStatus();
+    }
+    ++out.confirmed;
+    if (std::none_of(routes.begin(), routes.end(), [](const PushRoute& r) { return r.on_confirmed; })) {
+      return absl::OkStatus();
+    }
+    std::vector<std::string> labels;
+    event_labels.Bind(event_id);
+    for (;;) {
+      VIGIL_ASSIGN_OR_RETURN(bool more, event_labels.Step());
+      if (!more) break;
+      labels.push_back(event_labels.Text(0));
+    }
+    event_labels.Reset();
+    for (const PushRoute& route : routes) {
+      if (!route.on_confirmed || !RouteMatches(route, d.edge, d.stream, severity, labels)) continue;
+      VIGIL_RETURN_IF_ERROR(insert_outbox.Bind(route.sink, event_id, now_ns).Run());
+      ++out.pushes_queued;
+    }
+    return absl::OkStatus();
+  }
 };
 
 class SqliteBackend final : public StoreBackend {
@@ -552,7 +612,8 @@ class SqliteBackend final : public StoreBackend {
   SqliteBackend(std::string shown, std::unique_ptr<SqliteImpl> impl) : path_(std::move(shown)), impl_(std::move(impl)) {}
   StatusOr<Grant> Admit(const std::string& edge, uint64_t held_epoch, bool promote,
                         std::span<const transport::HelloStream> streams, int64_t now_ns) override;
-  StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns) override;
+  StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns,
+                                           std::span<const EventDecision> decisions, DecisionResult& decided) override;
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const override;
   StatusOr<uint64_t> PutSnapshots(std::span<const PendingSnapshot> batch, int64_t now_ns) override;
   StatusOr<std::vector<StoredSnapshot>> Snapshots(const std::string& edge, const std::string& stream, uint64_t run,
@@ -560,6 +621,13 @@ class SqliteBackend final : public StoreBackend {
   StatusOr<std::optional<StoredSnapshot>> LatestSnapshot(const std::string& edge,
                                                          const std::string& stream) const override;
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run) const override;
+  StatusOr<int64_t> MaxTrackId() const override {
+    std::lock_guard lock(impl_->read_mu);
+    VIGIL_ASSIGN_OR_RETURN(bool row, impl_->max_track_query.Bind().Step());
+    const int64_t v = row ? impl_->max_track_query.Int(0) : 0;
+    impl_->max_track_query.Reset();
+    return v;
+  }
   StatusOr<RetentionResult> Prune(const RetentionPolicy& policy, int64_t now_ns) override;
   StatusOr<std::vector<OutboxItem>> PushDue(const std::string& sink, int64_t now_ns, int limit) const override;
   StatusOr<std::optional<int64_t>> PushNextDue(const std::string& sink) const override;
@@ -663,7 +731,9 @@ StatusOr<Grant> SqliteBackend::Admit(const std::string& edge, uint64_t held_epoc
   return g;
 }
 
-StatusOr<std::vector<ApplyResult>> SqliteBackend::Apply(std::span<const PendingReport> batch, int64_t now_ns) {
+StatusOr<std::vector<ApplyResult>> SqliteBackend::Apply(std::span<const PendingReport> batch, int64_t now_ns,
+                                                        std::span<const EventDecision> decisions,
+                                                        DecisionResult& decided) {
   SqliteImpl& d = *impl_;
   VIGIL_RETURN_IF_ERROR(d.begin.Run());
   d.edge_epochs.clear();  // fencing reads the committed epochs in this transaction
@@ -684,11 +754,13 @@ StatusOr<std::vector<ApplyResult>> SqliteBackend::Apply(std::span<const PendingR
     }
   }
   for (size_t i = 0; st.ok() && i < edges.size(); ++i) st = d.touch_edge.Bind(*edges[i], now_ns).Run();
+  for (size_t i = 0; st.ok() && i < decisions.size(); ++i) st = d.DecideOne(decisions[i], now_ns, decided);
   if (st.ok()) st = d.commit.Run();
   if (!st.ok()) {
     (void)d.rollback.Run();
     d.DropCaches();  // the caches may hold rolled-back rows
-    return Annotate(st, StrCat("store a batch of ", batch.size(), " reports"));
+    decided = {};
+    return Annotate(st, StrCat("store a batch of ", batch.size(), " reports and ", decisions.size(), " decisions"));
   }
   return results;
 }
@@ -703,7 +775,7 @@ Status ReadDetections(Stmt& det, StoredEvent& ev) {
     if (!row) return absl::OkStatus();
     ev.detections.push_back({static_cast<int32_t>(det.Int(0)), det.Text(1), static_cast<float>(det.Real(2)),
                              static_cast<float>(det.Real(3)), static_cast<float>(det.Real(4)),
-                             static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6))});
+                             static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6)), det.Int(7)});
   }
 }
 
@@ -714,12 +786,12 @@ StatusOr<std::vector<StoredEvent>> SqliteBackend::Events(const EventQuery& q) co
   Stmt& e = q.newest_first ? impl_->events_query_desc : impl_->events_query;
   std::vector<StoredEvent> out;
   e.Bind(q.since_id, q.since_ns, q.edge, q.stream, q.limit, q.before_id, q.label, q.severity, q.by_frame ? 1 : 0,
-         q.run, q.seq);
+         q.run, q.seq, q.state);
   for (;;) {
     VIGIL_ASSIGN_OR_RETURN(bool row, e.Step());
     if (!row) break;
     out.push_back(EventFromRow(e, 0));
-    out.back().snapshots = static_cast<uint32_t>(e.Int(14));
+    out.back().snapshots = static_cast<uint32_t>(e.Int(kEventColumnCount));
   }
   for (StoredEvent& ev : out) VIGIL_RETURN_IF_ERROR(ReadDetections(impl_->detections_query, ev));
   return out;

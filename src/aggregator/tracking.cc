@@ -264,7 +264,7 @@ StatusOr<TrackUpdate> Tracker::Update(uint64_t seq, int64_t time_ns, std::span<c
     const TrackInput& d = detections[j];
     if (det_taken[j] || d.score < opt_.new_track_score) continue;
     Track t;
-    t.id = next_id_++;
+    t.id = id_source_ != nullptr ? (*id_source_)++ : next_id_++;
     t.class_id = d.class_id;
     t.state = opt_.min_hits <= 1 ? TrackState::kConfirmed : TrackState::kTentative;
     t.box = t.first_box = d.box;
@@ -279,6 +279,12 @@ StatusOr<TrackUpdate> Tracker::Update(uint64_t seq, int64_t time_ns, std::span<c
   tracks_ = std::move(kept);
   velocity_ = std::move(kept_velocity);
   return up;
+}
+
+void Tracker::Restart() {
+  tracks_.clear();
+  velocity_.clear();
+  started_ = false;
 }
 
 TrackVerdict Evaluate(const TrackRules& rules, const Track& track, uint64_t seq, bool ended) {

@@ -189,6 +189,53 @@ TEST(AggregatorConfigTest, PushSinksAreReadAndTheirSecretsComeFromAFileOrTheEnvi
   ::unsetenv("VIGIL_TEST_PUSH_TOKEN");
 }
 
+TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
+  StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
+      "auth: {required: false}\n"
+      "confirm:\n"
+      "  tracker: {high_score: 0.4, low_score: 0.05, new_track_score: 0.5, min_hits: 3, max_lost_s: 2}\n"
+      "  rules: {k: 3, m: 5, min_duration_s: 0.5}\n"
+      "  overrides:\n"
+      "    - {classes: [car], min_travel_px: 40}\n"
+      "    - {streams: [gate], k: 1, m: 1}\n"
+      "  idle_s: 10\n"
+      "push:\n  - name: a\n    webhook: {url: 'http://x'}\n    on: confirmed\n",
+      "agg.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const ConfirmConfig& k = c->confirm;
+  EXPECT_TRUE(k.enabled);
+  EXPECT_FLOAT_EQ(k.tracker.high_score, 0.4f);
+  EXPECT_FLOAT_EQ(k.tracker.low_score, 0.05f);
+  EXPECT_FLOAT_EQ(k.tracker.new_track_score, 0.5f);
+  EXPECT_EQ(k.tracker.min_hits, 3);
+  EXPECT_EQ(k.tracker.max_lost_s, 2);
+  EXPECT_EQ(k.rules.k, 3);
+  EXPECT_EQ(k.rules.m, 5);
+  EXPECT_EQ(k.rules.min_duration_s, 0.5);
+  ASSERT_EQ(k.overrides.size(), 2u);
+  EXPECT_EQ(k.overrides[0].classes, std::vector<std::string>{"car"});
+  EXPECT_EQ(k.overrides[0].rules.min_travel_px, 40);
+  EXPECT_EQ(k.overrides[0].rules.k, 3) << "what an override does not say, the rules say";
+  EXPECT_EQ(k.overrides[1].streams, std::vector<std::string>{"gate"});
+  EXPECT_EQ(k.overrides[1].rules.m, 1);
+  EXPECT_EQ(k.idle_s, 10);
+  EXPECT_TRUE(c->push[0].route.on_confirmed);
+  StatusOr<AggregatorConfig> off = ParseAggregatorConfig("auth: {required: false}\n", "agg.yaml");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->confirm.enabled);
+
+  const std::string bad = std::string(
+      ParseAggregatorConfig("auth: {required: false}\nconfirm:\n  rules: {k: 4, m: 2}\n  tracker: {low_score: 0.9}\n"
+                            "push:\n  - name: a\n    webhook: {url: 'http://x'}\n    on: decided\n",
+                            "agg.yaml")
+          .status()
+          .message());
+  EXPECT_NE(bad.find("confirm.rules.k"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("4 is above m (2)"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("low_score 0.9: must be in [0, high_score)"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("push[0].on"), std::string::npos) << bad;
+}
+
 TEST(AggregatorConfigTest, ADatabaseUrlItsPasswordAndRetentionAreRead) {
   ::setenv("VIGIL_TEST_DB_PASSWORD", "pa55-from-env", 1);
   StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
@@ -859,6 +906,99 @@ TEST_F(AggregatorTest, KilledMidRunAndRestartedEveryFrameIsAccountedOnce) {
   EXPECT_EQ(s["frames"], kFrames);
   EXPECT_EQ(s["missing"], 0);
   EXPECT_EQ(s["runs"][0]["contiguous_through"], kFrames - 1);
+}
+
+// Confirmation (confirm.h) in the aggregator as shipped: events decided by their tracks, the API's state filter and
+// the metrics; a push sink waiting for confirmations gets only those (its webhook refuses connections: the rows stay
+// in its outbox, counted); and a restart resumes the events left pending.
+TEST_F(AggregatorTest, WithConfirmationEventsAreDecidedByTheirTracksAndPendingOnesSurviveARestart) {
+  config_.confirm.enabled = true;
+  config_.confirm.tracker.min_hits = 2;
+  config_.confirm.rules = {.k = 3, .m = 3};
+  PushSinkConfig alarms;
+  alarms.route = {.sink = "alarms", .on_confirmed = true};
+  alarms.webhook = {.sink = "alarms", .url = "http://127.0.0.1:1/refused"};
+  alarms.retry = {.initial_ms = 60000, .max_ms = 60000, .max_attempts = 100};
+  config_.push = {alarms};
+  auto agg = StartAggregator();
+  ASSERT_TRUE(agg);
+  config_.listen_port = agg->listen_port();
+  auto event = [](const std::string& stream, uint64_t seq, float score = 0.9f) {
+    Report r;
+    r.edge = "edge-1";
+    r.epoch = 1;
+    r.stream = stream;
+    r.run = 1;
+    r.seq_first = r.seq_last = seq;
+    r.capture_ns = 1'700'000'000'000'000'000 + static_cast<int64_t>(seq) * 100'000'000;
+    r.kind = ReportKind::kEvent;
+    r.rule = "person";
+    r.severity = transport::Severity::kWarning;
+    r.detections = {{100, 50, 140, 150, score, 0}};
+    return r;
+  };
+  auto progress = [&](const std::string& stream, uint64_t first, uint64_t last) {
+    Report r = event(stream, first);
+    r.kind = ReportKind::kProgress;
+    r.seq_last = last;
+    r.rule = "";
+    r.detections.clear();
+    return r;
+  };
+  {
+    RawEdge edge(agg->listen_port());
+    ASSERT_TRUE(edge.Hello("edge-1", 0, {"person"}, {{"door", 1}, {"glint", 1}, {"dim", 1}, {"yard", 1}}));
+    // door: a person in 3 frames: the third confirms all three. glint: one frame, then nothing. dim: too low a score
+    // for a track. yard: two frames before the restart.
+    SendAndAwaitAcks(edge, {event("door", 0), event("door", 1), event("door", 2), event("glint", 0),
+                            progress("glint", 1, 5), event("dim", 0, 0.3f), event("yard", 0), event("yard", 1)});
+  }
+  auto states = [&](const std::string& stream) {
+    std::vector<std::string> out;
+    const json page = Get(agg->http_port(), "/api/events?stream=" + stream);
+    for (const json& e : page["events"]) out.push_back(e["state"]);
+    return out;
+  };
+  EXPECT_EQ(states("door"), (std::vector<std::string>{"confirmed", "confirmed", "confirmed"}));
+  EXPECT_EQ(states("glint"), (std::vector<std::string>{"rejected"}));
+  EXPECT_EQ(states("dim"), (std::vector<std::string>{"rejected"}));
+  EXPECT_EQ(states("yard"), (std::vector<std::string>{"pending", "pending"}));
+  json door = Get(agg->http_port(), "/api/events?stream=door")["events"];
+  EXPECT_EQ(door[0]["state_reason"], "track 1 (person): seen in 3 of the last 3 frames, for 0.20 s, travelled 0 px");
+  EXPECT_EQ(door[0]["detections"][0]["track_id"], 1);
+  EXPECT_GT(door[0]["decided_ns"].get<int64_t>(), 0);
+  EXPECT_EQ(Get(agg->http_port(), "/api/events?stream=glint")["events"][0]["state_reason"],
+            "track 2 (person): ended tentative, matched in 1 of 2 consecutive frames");
+  EXPECT_EQ(Get(agg->http_port(), "/api/events?state=pending")["events"].size(), 2u);
+  EXPECT_EQ(Get(agg->http_port(), "/api/events?state=maybe", 400)["error"],
+            "state: 'maybe' is not pending, confirmed or rejected");
+  const std::string metrics = Metrics(agg->http_port());
+  EXPECT_NE(metrics.find("vigil_aggregator_event_states_total{at=\"decided\",state=\"confirmed\"} 2\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("vigil_aggregator_event_states_total{at=\"stored\",state=\"rejected\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("vigil_aggregator_event_states_total{at=\"decided\",state=\"rejected\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("vigil_aggregator_events_pending 2\n"), std::string::npos);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 3) << "the door's three, nothing else";
+
+  // A restart: yard's two pending events are resumed from the store; the next frame confirms them.
+  agg->Stop();
+  agg.reset();
+  agg = StartAggregator();
+  ASSERT_TRUE(agg);
+  EXPECT_NE(Metrics(agg->http_port()).find("vigil_aggregator_events_pending 2\n"), std::string::npos);
+  {
+    RawEdge edge(agg->listen_port());
+    ASSERT_TRUE(edge.Hello("edge-1", 1, {"person"}, {{"yard", 1}}));
+    SendAndAwaitAcks(edge, {event("yard", 2)});
+  }
+  EXPECT_EQ(states("yard"), (std::vector<std::string>{"confirmed", "confirmed", "confirmed"}));
+  json yard = Get(agg->http_port(), "/api/events?stream=yard")["events"];
+  EXPECT_EQ(yard[0]["detections"][0]["track_id"], 3);
+  // The rebuilt track has a new id, past the largest stored (never one another track had).
+  EXPECT_EQ(yard[2]["detections"][0]["track_id"], 4);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 6);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM events WHERE state = 'pending'"), 0);
 }
 
 TEST_F(AggregatorTest, ManyEdgesAtOnce) {

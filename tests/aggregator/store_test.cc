@@ -458,7 +458,10 @@ TEST_P(StoreTest, MigratesASchema1Database) {
   ASSERT_EQ(sqlite3_exec(db,
                          "ALTER TABLE runs DROP COLUMN dropped; ALTER TABLE runs DROP COLUMN lost; "
                          "ALTER TABLE edges DROP COLUMN granted_ns; DROP TABLE push_outbox; "
-                         "DROP TABLE push_dead_letters; DROP INDEX events_stored; DROP TABLE snapshots; PRAGMA user_version=1; "
+                         "DROP TABLE push_dead_letters; DROP INDEX events_stored; DROP TABLE snapshots; "
+                         "DROP INDEX events_pending; DROP INDEX detections_track; ALTER TABLE events DROP COLUMN state; "
+                         "ALTER TABLE events DROP COLUMN state_reason; ALTER TABLE events DROP COLUMN decided_ns; "
+                         "ALTER TABLE detections DROP COLUMN track_id; PRAGMA user_version=1; "
                          "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns) VALUES('edge-1', 6, 1, 2);",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -473,6 +476,108 @@ TEST_P(StoreTest, MigratesASchema1Database) {
   EXPECT_EQ(Admit(*s, 0).epoch, 7u);
   EXPECT_EQ(Apply(*s, {Marks(ReportKind::kDropped, 0, 1, 7)})[0].dropped_frames, 2u);
   EXPECT_EQ(Query("SELECT dropped FROM runs"), 2);
+}
+
+// Event states (store.h): an event is stored in its verdict's state with its detections' track ids; a pending one is
+// decided once, in a later batch's transaction or in its own; routes waiting for confirmation queue it only then.
+TEST_P(StoreTest, EventStatesAreStoredAndDecidedOnceAndConfirmationQueuesItsPushes) {
+  StoreOptions o;
+  o.routes = {{.sink = "all"}, {.sink = "alarms", .classes = {"person"}, .on_confirmed = true}};
+  StatusOr<std::unique_ptr<Store>> opened = Store::Open(path_, o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Store& s = **opened;
+  ASSERT_EQ(Admit(s, 0).epoch, 1u);
+  EXPECT_EQ(*s.MaxTrackId(), 0);
+  const Report e0 = Event(0, 100), e1 = Event(1, 110), e2 = Event(2, 120), p3 = Progress(3, 3), e4 = Event(4, 140);
+  const EventVerdict pending{EventState::kPending, "track 5 (person): tentative", {5, 0}};
+  const EventVerdict confirmed{EventState::kConfirmed, "track 6 (person): seen in 2 of the last 2 frames", {6, 9}};
+  std::vector<PendingReport> batch = {{&e0, &kNames, &pending}, {&e1, &kNames, &confirmed}, {&e2, &kNames}};
+  DecisionResult d;
+  StatusOr<std::vector<ApplyResult>> r = s.Apply(batch, 1000, {}, &d);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].pushes_queued, 1) << "pending: the stored route only";
+  EXPECT_EQ((*r)[1].pushes_queued, 2);
+  EXPECT_EQ((*r)[2].pushes_queued, 2) << "no verdict: confirmed";
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 2);
+  EXPECT_EQ(*s.MaxTrackId(), 9);
+
+  EventQuery q;
+  q.state = "pending";
+  StatusOr<std::vector<StoredEvent>> got = s.Events(q);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].seq, 0u);
+  EXPECT_EQ((*got)[0].state, EventState::kPending);
+  EXPECT_EQ((*got)[0].state_reason, "track 5 (person): tentative");
+  EXPECT_EQ((*got)[0].decided_ns, 0);
+  ASSERT_EQ((*got)[0].detections.size(), 2u);
+  EXPECT_EQ((*got)[0].detections[0].track_id, 5);
+  EXPECT_EQ((*got)[0].detections[1].track_id, 0);
+  q.state = "confirmed";
+  got = s.Events(q);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)[0].state_reason, "track 6 (person): seen in 2 of the last 2 frames");
+  EXPECT_EQ((*got)[0].decided_ns, 1000);
+  EXPECT_EQ((*got)[1].state_reason, "");
+  EXPECT_EQ((*got)[1].detections[0].track_id, 0);
+
+  // A later batch confirms seq 0; a decision on an event never stored is skipped.
+  const std::vector<EventDecision> first = {
+      {"edge-1", "cam0", 1, 0, EventState::kConfirmed, "track 5 (person): seen in 2 of the last 2 frames"},
+      {"edge-1", "cam0", 1, 77, EventState::kRejected, "no such event"}};
+  std::vector<PendingReport> next = {{&p3, &kNames}};
+  r = s.Apply(next, 2000, first, &d);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(d.confirmed, 1u);
+  EXPECT_EQ(d.rejected, 0u);
+  EXPECT_EQ(d.skipped, 1u);
+  EXPECT_EQ(d.pushes_queued, 1);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 3);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'all'"), 3) << "queued once, when stored";
+  // Decided events never change again.
+  r = s.Apply({}, 3000, std::vector<EventDecision>{{"edge-1", "cam0", 1, 0, EventState::kRejected, "late"}}, &d);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(d.skipped, 1u);
+  EXPECT_EQ(d.rejected, 0u);
+  // An event stored pending and rejected in the same transaction: no push for the alarms.
+  const EventVerdict pending4{EventState::kPending, "tentative", {11, 12}};
+  next = {{&e4, &kNames, &pending4}};
+  r = s.Apply(next, 4000,
+              std::vector<EventDecision>{{"edge-1", "cam0", 1, 4, EventState::kRejected, "track 11 ended tentative"}},
+              &d);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(d.rejected, 1u);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 3);
+  q.state = "";
+  q.by_frame = true;
+  q.edge = "edge-1";
+  q.stream = "cam0";
+  q.run = 1;
+  for (auto [seq, state, reason, decided] :
+       std::vector<std::tuple<uint64_t, EventState, std::string, int64_t>>{
+           {0, EventState::kConfirmed, "track 5 (person): seen in 2 of the last 2 frames", 2000},
+           {4, EventState::kRejected, "track 11 ended tentative", 4000}}) {
+    q.seq = seq;
+    got = s.Events(q);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(got->size(), 1u) << seq;
+    EXPECT_EQ((*got)[0].state, state) << seq;
+    EXPECT_EQ((*got)[0].state_reason, reason) << seq;
+    EXPECT_EQ((*got)[0].decided_ns, decided) << seq;
+  }
+  EXPECT_EQ(*s.MaxTrackId(), 12);
+
+  // Shapes Store::Apply refuses (nothing stored).
+  const Report e5 = Event(5, 150);
+  const EventVerdict short_ids{EventState::kPending, "", {1}};
+  next = {{&e5, &kNames, &short_ids}};
+  EXPECT_EQ(s.Apply(next, 5000).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.Apply({}, 5000, std::vector<EventDecision>{{"edge-1", "cam0", 1, 0, EventState::kPending, ""}})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM events"), 4);
 }
 
 TEST_P(StoreTest, EventsQueryFiltersAndReturnsDetections) {

@@ -35,10 +35,12 @@
 //   /healthz      200 {"status":"ok",...}; 503 with "status":"degraded" while storage is failing
 //   /metrics      Prometheus text format 0.0.4 (metrics/registry.h)
 //   /api/events   ?since_seq=ID (events with id > ID; default 0) &since_time=SECONDS (capture time ≥,
-//                 Unix seconds, fractions allowed) &edge=E &stream=S &limit=N (1..10000, default 100)
+//                 Unix seconds, fractions allowed) &edge=E &stream=S &state=pending|confirmed|rejected
+//                 &limit=N (1..10000, default 100)
 //                 → {"events":[{id, edge, stream, run, seq, epoch, capture_ns, pts_ns, publish_ns,
-//                   stored_ns, severity, rule, width, height, detections:[{class_id, label, score,
-//                   box:[x1,y1,x2,y2]}]}], "next_since_seq": last id (or since_seq)}
+//                   stored_ns, severity, rule, width, height, state, state_reason, decided_ns,
+//                   detections:[{class_id, label, score, box:[x1,y1,x2,y2], track_id}]}],
+//                   "next_since_seq": last id (or since_seq)}
 //   /api/dead_letters ?sink=NAME &limit=N (1..10000, default 100) → {"dead_letters":[{sink, attempts, last_error,
 //                 dead_ns, event: {as /api/events}}]}, newest first: events a push sink refused or never took
 //   POST /api/dead_letters/replay ?sink=NAME → {"sink", "replayed": N}: that sink's dead letters go back into its
@@ -82,6 +84,11 @@
 //   vigil_aggregator_push_total{sink,result=delivered|retried|dead}  counter: deliveries to push sinks by outcome
 //   vigil_aggregator_push_delay_seconds{sink}                       histogram: event stored → delivered
 //   vigil_aggregator_push_outbox_depth{sink}                        gauge: events waiting for a sink (at scrape)
+//   vigil_aggregator_event_states_total{state,at=stored|decided}    counter: events by the state they were stored
+//                                                                   in / decided to (confirm.h)
+//   vigil_aggregator_events_pending                                 gauge: events waiting for their tracks
+//   vigil_aggregator_tracks                                         gauge: live tracks (every stream)
+//   vigil_aggregator_confirm_seconds                                histogram: tracking a batch of reports
 //
 // Thread-safety: Start/Stop/Kill from one controlling thread; the accessors from any thread.
 #pragma once
@@ -92,6 +99,7 @@
 #include <string_view>
 #include <vector>
 
+#include "vigil/aggregator/confirm.h"
 #include "vigil/aggregator/push.h"
 #include "vigil/common/status.h"
 #include "vigil/metrics/registry.h"
@@ -100,7 +108,9 @@ namespace vigil::aggregator {
 
 // One push sink (push.h): `push: [{name, webhook: {url, timeout_ms, token_file | token_env, ca_file} | mqtt: {broker
 // (host:port), topic_prefix, client_id, username, password_file | password_env, ca_file, timeout_ms}, route: {edges,
-// streams, classes, min_severity}, retry: {initial_ms, max_ms, max_attempts}}]`.
+// streams, classes, min_severity}, on: stored | confirmed, retry: {initial_ms, max_ms, max_attempts}}]`.
+// on: stored (default): every event the route takes, when it is stored, whatever its state; confirmed: only once it
+// is confirmed (confirm.h), when that is decided (with no `confirm:` every event is stored confirmed).
 struct PushSinkConfig {
   PushRoute route;         // route.sink = name
   bool mqtt_sink = false;  // mqtt: (else webhook:)
@@ -167,6 +177,7 @@ struct AggregatorConfig {
   int snapshot_queue_mb = 64;
   int peer_timeout_ms = 10000;                  // peer_timeout_ms: silent edge is dropped, 100..3600000. Default: 10000
   std::vector<PushSinkConfig> push;             // push: sinks the stored events go to (push.h). Default: none
+  ConfirmConfig confirm;                        // confirm: tracking and rules (confirm.h). Default: off
 };
 
 // Reads agg.yaml. Errors: NotFound (no file), InvalidArgument listing every bad key with its

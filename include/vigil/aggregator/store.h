@@ -31,7 +31,14 @@
 // Schema: versioned (SQLite: PRAGMA user_version; PostgreSQL: the vigil_schema table); Open() applies the missing migrations in order and
 // refuses a database newer than this code (kSchemaVersion). Version 2 adds per-run dropped/lost counts
 // and the time of an edge's current grant; version 3 the push outbox and dead letters (push.h); version 4 the
-// indexes retention (Prune) needs; version 5 the snapshots table.
+// indexes retention (Prune) needs; version 5 the snapshots table; version 6 event states (confirmation) and
+// detections' track ids.
+// Event states (aggregator/confirm.h): an event is stored pending, confirmed or rejected (PendingReport::verdict; no
+// verdict: confirmed) with its reason, and its detections with their track ids. A pending event is decided later by an
+// EventDecision in a later Apply's transaction; a decided event never changes again (a decision on an event that is
+// not pending, or not stored, is skipped and counted). Events stored before version 6 read as confirmed.
+// Push routes (PushRoute::on_confirmed) queue an event when it is stored (any state), or only once it is confirmed
+// (stored confirmed, or decided so) — in the transaction that stores or decides it.
 // Snapshots (an event's pictures, transport::Snapshot): stored once per (edge, stream, run, seq, box), the first
 // copy winning, whether or not the event is stored yet (a picture may arrive before its event); deleted with
 // their event by retention, and a picture whose event never came is deleted by Prune after kOrphanSnapshotNs.
@@ -69,6 +76,7 @@ struct PushRoute {
   std::vector<std::string> streams;  // stream ids
   std::vector<std::string> classes;  // labels: the event has a detection of one of them
   std::string min_severity;          // "" (any) / "info" / "warning" / "critical": the event's severity at least this
+  bool on_confirmed = false;         // queue the event once it is confirmed (else: when it is stored, any state)
 };
 
 // Whether `route` takes an event of (edge, stream, severity) with detections labelled `labels`.
@@ -102,10 +110,40 @@ struct Grant {
   std::vector<transport::WelcomeStream> streams;
 };
 
+// An event's state (events.state).
+enum class EventState { kPending, kConfirmed, kRejected };
+std::string_view ToString(EventState s);  // "pending", "confirmed", "rejected"
+// Parses ToString's names. Returns false for anything else.
+bool ParseEventState(std::string_view name, EventState* out);
+
+// Confirmation's answer for an event report when it is stored (aggregator/confirm.h).
+struct EventVerdict {
+  EventState state = EventState::kConfirmed;
+  std::string reason;              // why (stored as events.state_reason); may be empty
+  std::vector<int64_t> track_ids;  // per detection of the report (same order), 0 = none; empty: none tracked.
+                                   // REQUIRES: empty or one per detection
+};
+
+// A later verdict on a stored pending event of (edge, stream, run, seq).
+struct EventDecision {
+  std::string edge, stream;
+  uint64_t run = 0, seq = 0;
+  EventState state = EventState::kConfirmed;  // REQUIRES: kConfirmed or kRejected
+  std::string reason;
+};
+
+// What the decisions given to one Apply did.
+struct DecisionResult {
+  uint64_t confirmed = 0, rejected = 0;  // pending events decided
+  uint64_t skipped = 0;                  // decisions on an event not stored or no longer pending (ignored)
+  int pushes_queued = 0;                 // push_outbox rows written for the events confirmed
+};
+
 // One report of an Apply batch and the class names of the session that admitted it.
 struct PendingReport {
   const transport::Report* report = nullptr;              // REQUIRES: non-null, passes ValidateReport
   const std::vector<std::string>* class_names = nullptr;  // index = class id (the Hello's); null = none
+  const EventVerdict* verdict = nullptr;                  // an event's state and track ids; null = confirmed, none
 };
 
 // What happened to one report of an Apply batch.
@@ -129,6 +167,7 @@ struct EventQuery {
   std::string edge, stream;                                 // "" = any
   std::string label;                                        // "" = any; else: a detection with this label
   std::string severity;                                     // "" = any; else: exactly this severity
+  std::string state;                                        // "" = any; else: "pending" / "confirmed" / "rejected"
   bool by_frame = false;      // only the event of frame (run, seq) of the stream(s) named
   uint64_t run = 0, seq = 0;  // with by_frame
   bool newest_first = false;  // order by id descending (the newest `limit`); default ascending
@@ -141,6 +180,7 @@ struct StoredDetection {
   std::string label;  // class name; "class N" when the id was outside the Hello's class names
   float score = 0;
   float x1 = 0, y1 = 0, x2 = 0, y2 = 0;  // source-image pixels
+  int64_t track_id = 0;                  // its track at the aggregator (confirm.h); 0 = none
   bool operator==(const StoredDetection&) const = default;
 };
 
@@ -153,6 +193,9 @@ struct StoredEvent {
   uint32_t width = 0, height = 0;
   std::vector<StoredDetection> detections;
   uint32_t snapshots = 0;  // pictures stored for it (Events only; 0 from the push queries)
+  EventState state = EventState::kConfirmed;
+  std::string state_reason;
+  int64_t decided_ns = 0;  // when it was stored confirmed / rejected or decided (wall ns); 0 while pending
 };
 
 // One snapshot of a PutSnapshots batch, with the edge id of the session that sent it.
@@ -246,7 +289,7 @@ class StoreBackend;  // store_backend.h: an engine
 
 class Store {
  public:
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
   // A snapshot stored this long (ns) without its event is deleted by Prune: 10 minutes.
   static constexpr int64_t kOrphanSnapshotNs = int64_t{600} * 1'000'000'000;
 
@@ -278,8 +321,12 @@ class Store {
   // Stores a batch of validated reports in one transaction, in order; one result per report. A report
   // whose epoch is not its edge's current granted epoch (or whose edge has none) is kStale: counted on its
   // stream (stale_rejected), nothing else stored. Sets the last_seen_ns of each sending edge that has been
-  // admitted to now_ns (one UPDATE per distinct edge). On error nothing of the batch is stored.
-  StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns);
+  // admitted to now_ns (one UPDATE per distinct edge). Then, in the same transaction, `decisions` decide pending
+  // events (in order; what they did goes to `decided` when non-null). On error nothing of the batch is stored and no
+  // decision is applied.
+  StatusOr<std::vector<ApplyResult>> Apply(std::span<const PendingReport> batch, int64_t now_ns,
+                                           std::span<const EventDecision> decisions = {},
+                                           DecisionResult* decided = nullptr);
 
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& query) const;
 
@@ -293,6 +340,8 @@ class Store {
   // The newest whole-frame picture (box -1) stored for (edge, stream), with its bytes; nullopt when none.
   StatusOr<std::optional<StoredSnapshot>> LatestSnapshot(const std::string& edge, const std::string& stream) const;
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run = 100) const;
+  // The largest track id stored with a detection (0: none). Any thread.
+  StatusOr<int64_t> MaxTrackId() const;
   // Deletes what `policy` no longer keeps (see Retention above), in transactions of at most policy.chunk
   // rows of each table, from the writer thread (between Apply batches). Errors: the store's (what earlier
   // chunks deleted stays deleted).

@@ -96,12 +96,20 @@ class Tracker {
   const std::vector<Track>& tracks() const { return tracks_; }  // live tracks (tentative, confirmed, lost)
   const Track* Find(int64_t id) const;
 
+  // Drops every track, as if no frame had been seen (the next Update takes any seq and time); ids go on from
+  // where they were, never reused.
+  void Restart();
+  // Ids come from `*counter` (post-incremented) instead of this Tracker's own count: ids unique across the Trackers
+  // sharing it. REQUIRES: *counter > 0 and outlives this Tracker (and its copies). Null: its own count again.
+  void set_id_source(int64_t* counter) { id_source_ = counter; }
+
  private:
   TrackerOptions opt_;
   int window_;
   std::vector<Track> tracks_;
   std::vector<TrackBox> velocity_;  // per track (same index): box edges per second
   int64_t next_id_ = 1;
+  int64_t* id_source_ = nullptr;
   bool started_ = false;
   uint64_t last_seq_ = 0;
   int64_t last_ns_ = 0;

@@ -1,0 +1,386 @@
+// aggregator::Confirmer (confirm.h): trackers per stream and the events waiting for their tracks.
+#include "vigil/aggregator/confirm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+
+namespace vigil::aggregator {
+
+using transport::Report;
+using transport::ReportKind;
+
+Status ValidateConfirmConfig(const ConfirmConfig& c) {
+  if (Status st = ValidateTrackerOptions(c.tracker); !st.ok()) {
+    return absl::InvalidArgumentError(StrCat("confirm.tracker: ", st.message()));
+  }
+  if (Status st = ValidateTrackRules(c.rules); !st.ok()) {
+    return absl::InvalidArgumentError(StrCat("confirm.rules: ", st.message()));
+  }
+  for (size_t i = 0; i < c.overrides.size(); ++i) {
+    if (Status st = ValidateTrackRules(c.overrides[i].rules); !st.ok()) {
+      return absl::InvalidArgumentError(StrCat("confirm.overrides[", i, "]: ", st.message()));
+    }
+  }
+  if (!(c.idle_s >= 0.1 && c.idle_s <= 3600)) {
+    return absl::InvalidArgumentError(StrCat("confirm.idle_s: ", c.idle_s, " is outside [0.1, 3600]"));
+  }
+  return absl::OkStatus();
+}
+
+struct Confirmer::Stream {
+  explicit Stream(const ConfirmConfig& c, int window) : tracker(c.tracker, window) {}
+  Tracker tracker;
+  bool has_run = false;
+  uint64_t run = 0, highest_seq = 0;  // the current run and its highest frame fed
+  uint64_t frame = 0;                 // frames fed, across runs: the tracker's frame numbers
+  int64_t last_time_ns = std::numeric_limits<int64_t>::min();
+  int64_t last_fed_now = 0;           // the aggregator's clock at the last report (idle_s)
+  std::unordered_map<int64_t, std::string> labels;  // live track → its label
+  struct Pending {
+    std::vector<int64_t> tracks;  // its live tracks
+    std::string reason;           // the latest word on it
+  };
+  std::map<std::pair<uint64_t, uint64_t>, Pending> pending;                         // (run, seq) →
+  std::unordered_map<int64_t, std::vector<std::pair<uint64_t, uint64_t>>> by_track;  // track → its pending events
+};
+
+Confirmer::Confirmer(ConfirmConfig config, int64_t first_track_id)
+    : config_(std::move(config)), next_track_id_(std::make_unique<int64_t>(std::max<int64_t>(first_track_id, 1))) {
+  window_ = config_.rules.m;
+  for (const ConfirmRuleOverride& o : config_.overrides) window_ = std::max(window_, o.rules.m);
+}
+Confirmer::~Confirmer() = default;
+
+const TrackRules& Confirmer::RulesFor(const std::string& stream, const std::string& label) const {
+  for (const ConfirmRuleOverride& o : config_.overrides) {
+    const bool stream_ok = o.streams.empty() || std::find(o.streams.begin(), o.streams.end(), stream) != o.streams.end();
+    const bool class_ok = o.classes.empty() || std::find(o.classes.begin(), o.classes.end(), label) != o.classes.end();
+    if (stream_ok && class_ok) return o.rules;
+  }
+  return config_.rules;
+}
+
+void Confirmer::Begin() {
+  saved_.clear();
+  saved_stats_ = stats_;
+  in_batch_ = true;
+}
+
+void Confirmer::Commit() {
+  saved_.clear();
+  in_batch_ = false;
+}
+
+void Confirmer::Rollback() {
+  for (auto& [key, copy] : saved_) {
+    if (copy == nullptr) {
+      streams_.erase(key);
+    } else {
+      streams_[key] = std::move(copy);
+    }
+  }
+  saved_.clear();
+  decisions_.clear();
+  stats_ = saved_stats_;
+  in_batch_ = false;
+}
+
+Confirmer::Stream& Confirmer::StreamOf(const std::string& edge, const std::string& stream, int64_t now_ns) {
+  auto key = std::make_pair(edge, stream);
+  auto it = streams_.find(key);
+  if (in_batch_ && !saved_.contains(key)) {
+    saved_.emplace(key, it == streams_.end() ? nullptr : std::make_unique<Stream>(*it->second));
+  }
+  if (it == streams_.end()) {
+    it = streams_.emplace(key, std::make_unique<Stream>(config_, window_)).first;
+    it->second->tracker.set_id_source(next_track_id_.get());
+  }
+  it->second->last_fed_now = now_ns;
+  return *it->second;
+}
+
+namespace {
+
+// "track 7 (person): " + what.
+std::string About(int64_t id, const std::string& label, const std::string& what) {
+  return StrCat("track ", id, " (", label, "): ", what);
+}
+
+}  // namespace
+
+std::optional<EventVerdict> Confirmer::Observe(const Report& r, const std::vector<std::string>* class_names,
+                                               bool current_epoch, int64_t now_ns) {
+  if (r.kind == ReportKind::kDropped || r.kind == ReportKind::kLost) return std::nullopt;  // nothing looked there
+  const bool event = r.kind == ReportKind::kEvent;
+  auto untracked = [&](std::string why) -> std::optional<EventVerdict> {
+    ++stats_.skipped;
+    if (!event) return std::nullopt;
+    EventVerdict v;
+    v.state = EventState::kConfirmed;
+    v.reason = std::move(why);
+    return v;
+  };
+  if (!current_epoch) return untracked("not tracked: its epoch is not the edge's current one");
+  Stream& s = StreamOf(r.edge, r.stream, now_ns);
+  if (s.has_run && r.run < s.run) return untracked("not tracked: an older run re-sent after a newer one");
+  if (s.has_run && r.run == s.run && r.seq_first <= s.highest_seq) {
+    return untracked("not tracked: re-sent after later frames");
+  }
+  if (!s.has_run || r.run != s.run) {
+    s.has_run = true;
+    s.run = r.run;
+  }
+  s.highest_seq = r.seq_last;
+  std::vector<TrackInput> inputs;
+  std::vector<std::string> labels;
+  if (event) {
+    inputs.reserve(r.detections.size());
+    labels.reserve(r.detections.size());
+    for (const transport::ReportDetection& d : r.detections) {
+      inputs.push_back({{d.x1, d.y1, d.x2, d.y2}, d.score, static_cast<int>(d.class_id)});
+      const auto id = static_cast<size_t>(d.class_id);
+      labels.push_back(class_names != nullptr && id < class_names->size() ? (*class_names)[id]
+                                                                          : StrCat("class ", d.class_id));
+    }
+  }
+  EventVerdict verdict;
+  Feed(s, r.edge, r.stream, r.run, r.seq_first, event ? 1 : r.seq_last - r.seq_first + 1, r.capture_ns,
+       event ? &inputs : nullptr, labels, event ? &verdict : nullptr, false);
+  if (!event) return std::nullopt;
+  return verdict;
+}
+
+void Confirmer::Resume(const StoredEvent& e, int64_t now_ns) {
+  Stream& s = StreamOf(e.edge, e.stream, now_ns);
+  if (s.has_run && (e.run < s.run || (e.run == s.run && e.seq <= s.highest_seq))) return;
+  if (s.has_run && e.run == s.run && e.seq > s.highest_seq + 1) {
+    // The frames between two stored events carried no event: one frame without detections stands for them.
+    Feed(s, e.edge, e.stream, e.run, s.highest_seq + 1, e.seq - s.highest_seq - 1, e.capture_ns, nullptr, {}, nullptr,
+         false);
+  }
+  s.has_run = true;
+  s.run = e.run;
+  s.highest_seq = e.seq;
+  std::vector<TrackInput> inputs;
+  std::vector<std::string> labels;
+  for (const StoredDetection& d : e.detections) {
+    inputs.push_back({{d.x1, d.y1, d.x2, d.y2}, d.score, d.class_id});
+    labels.push_back(d.label);
+  }
+  // A decided event only feeds its tracks; a pending one waits for them again (or is decided by what it finds).
+  EventVerdict verdict;
+  const bool pending = e.state == EventState::kPending;
+  Feed(s, e.edge, e.stream, e.run, e.seq, 1, e.capture_ns, &inputs, labels, pending ? &verdict : nullptr, pending);
+}
+
+void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stream, uint64_t run, uint64_t seq,
+                     uint64_t frames, int64_t time_ns, const std::vector<TrackInput>* detections,
+                     const std::vector<std::string>& labels, EventVerdict* verdict, bool resumed_pending) {
+  if (time_ns < s.last_time_ns) {
+    spdlog::warn("confirm: {}/{}: capture time ran backwards at run {} seq {}: its tracks end and start again", edge,
+                 stream, run, seq);
+    EndAll(s, edge, stream, "the stream's capture time ran backwards");
+    ++stats_.resets;
+  }
+  s.last_time_ns = time_ns;
+  s.frame += std::max<uint64_t>(frames, 1);
+  ++stats_.frames;
+  static const std::vector<TrackInput> kNone;
+  StatusOr<TrackUpdate> up = s.tracker.Update(s.frame, time_ns, detections != nullptr ? *detections : kNone);
+  if (!up.ok()) {  // ValidateReport keeps boxes finite; a tracker error is not expected, but never fatal
+    spdlog::warn("confirm: {}/{}: run {} seq {} not tracked: {}", edge, stream, run, seq,
+                 std::string(up.status().message()));
+    if (verdict != nullptr) {
+      verdict->state = EventState::kConfirmed;
+      verdict->reason = StrCat("not tracked: ", up.status().message());
+      ++stats_.stored_confirmed;
+    }
+    return;
+  }
+  const TrackerOptions& topt = config_.tracker;
+  // The word on a live track now: confirmed needs the tracker's confirmation (min_hits) and the rules.
+  auto judge = [&](const Track& t) {
+    const std::string& label = s.labels[t.id];
+    if (t.state == TrackState::kTentative) {
+      return TrackVerdict{TrackVerdict::kPending, About(t.id, label, StrCat("tentative, matched in ", t.hits, " of ",
+                                                                             topt.min_hits, " consecutive frames"))};
+    }
+    TrackVerdict v = Evaluate(RulesFor(stream, label), t, s.frame, false);
+    v.reason = About(t.id, label, v.reason);
+    return v;
+  };
+  auto decide = [&](std::pair<uint64_t, uint64_t> key, EventState state, std::string reason) {
+    auto it = s.pending.find(key);
+    if (it == s.pending.end()) return;
+    for (int64_t other : it->second.tracks) {
+      auto bt = s.by_track.find(other);
+      if (bt == s.by_track.end()) continue;
+      std::erase(bt->second, key);
+      if (bt->second.empty()) s.by_track.erase(bt);
+    }
+    s.pending.erase(it);
+    decisions_.push_back({edge, stream, key.first, key.second, state, std::move(reason)});
+    ++(state == EventState::kConfirmed ? stats_.decided_confirmed : stats_.decided_rejected);
+  };
+  if (detections != nullptr) {
+    for (size_t j = 0; j < up->track_of.size(); ++j) {
+      if (up->track_of[j] != 0) s.labels.try_emplace(up->track_of[j], labels[j]);
+    }
+  }
+  // Tracks that ended: their pending events lose them; one left with none is rejected.
+  for (const Track& t : up->ended) {
+    const std::string label = s.labels[t.id];
+    auto bt = s.by_track.find(t.id);
+    if (bt != s.by_track.end()) {
+      const std::string why =
+          t.state == TrackState::kTentative
+              ? About(t.id, label, StrCat("ended tentative, matched in ", t.hits, " of ", topt.min_hits,
+                                          " consecutive frames"))
+              : About(t.id, label, Evaluate(RulesFor(stream, label), t, s.frame, true).reason);
+      const std::vector<std::pair<uint64_t, uint64_t>> keys = std::move(bt->second);
+      s.by_track.erase(bt);
+      for (const auto& key : keys) {
+        auto it = s.pending.find(key);
+        if (it == s.pending.end()) continue;
+        std::erase(it->second.tracks, t.id);
+        it->second.reason = why;
+        if (it->second.tracks.empty()) decide(key, EventState::kRejected, why);
+      }
+    }
+    s.labels.erase(t.id);
+  }
+  // Live tracks with pending events: confirmed now?
+  std::vector<std::pair<int64_t, std::string>> confirmed;
+  for (const auto& [id, keys] : s.by_track) {
+    const Track* t = s.tracker.Find(id);
+    if (t == nullptr) continue;
+    TrackVerdict v = judge(*t);
+    if (v.kind == TrackVerdict::kConfirmed) confirmed.emplace_back(id, std::move(v.reason));
+  }
+  for (auto& [id, reason] : confirmed) {
+    auto bt = s.by_track.find(id);
+    if (bt == s.by_track.end()) continue;
+    const std::vector<std::pair<uint64_t, uint64_t>> keys = bt->second;
+    for (const auto& key : keys) decide(key, EventState::kConfirmed, reason);
+  }
+  if (verdict == nullptr) return;
+  // This frame's event.
+  verdict->track_ids = up->track_of;
+  std::vector<int64_t> tracked;
+  std::string pending_reason;
+  for (size_t j = 0; j < up->track_of.size(); ++j) {
+    const int64_t id = up->track_of[j];
+    if (id == 0 || std::find(tracked.begin(), tracked.end(), id) != tracked.end()) continue;
+    const Track* t = s.tracker.Find(id);
+    if (t == nullptr) continue;
+    TrackVerdict v = judge(*t);
+    if (v.kind == TrackVerdict::kConfirmed) {
+      verdict->state = EventState::kConfirmed;
+      verdict->reason = std::move(v.reason);
+      if (resumed_pending) {
+        decisions_.push_back({edge, stream, run, seq, EventState::kConfirmed, verdict->reason});
+        ++stats_.decided_confirmed;
+      } else {
+        ++stats_.stored_confirmed;
+      }
+      return;
+    }
+    tracked.push_back(id);
+    if (pending_reason.empty()) pending_reason = std::move(v.reason);
+  }
+  if (tracked.empty()) {
+    float best = 0;
+    for (const TrackInput& d : detections != nullptr ? *detections : kNone) best = std::max(best, d.score);
+    char buf[160];
+    std::snprintf(buf, sizeof buf,
+                  "no detection started or continued a track (best score %.2f, a new track needs %.2f)",
+                  static_cast<double>(best), static_cast<double>(topt.new_track_score));
+    verdict->state = EventState::kRejected;
+    verdict->reason = buf;
+    if (resumed_pending) {
+      decisions_.push_back({edge, stream, run, seq, EventState::kRejected, verdict->reason});
+      ++stats_.decided_rejected;
+    } else {
+      ++stats_.stored_rejected;
+    }
+    return;
+  }
+  verdict->state = EventState::kPending;
+  verdict->reason = pending_reason;
+  if (!resumed_pending) ++stats_.stored_pending;
+  const auto key = std::make_pair(run, seq);
+  s.pending[key] = {tracked, pending_reason};
+  for (int64_t id : tracked) s.by_track[id].push_back(key);
+}
+
+void Confirmer::EndAll(Stream& s, const std::string& edge, const std::string& stream, const std::string& why) {
+  for (auto& [key, p] : s.pending) {
+    decisions_.push_back({edge, stream, key.first, key.second, EventState::kRejected,
+                          p.reason.empty() ? why : StrCat(p.reason, "; ", why)});
+    ++stats_.decided_rejected;
+  }
+  s.pending.clear();
+  s.by_track.clear();
+  s.labels.clear();
+  // A fresh tracker whose ids continue after the old one's (ids are never reused within a stream).
+  s.tracker.Restart();
+  s.last_time_ns = std::numeric_limits<int64_t>::min();
+}
+
+void Confirmer::Expire(int64_t now_ns) {
+  const auto idle = static_cast<int64_t>(config_.idle_s * 1e9);
+  for (auto& [key, sp] : streams_) {
+    if (now_ns - sp->last_fed_now < idle || (sp->pending.empty() && sp->tracker.tracks().empty())) continue;
+    Stream& s = StreamOf(key.first, key.second, sp->last_fed_now);  // saved for a rollback; keeps its idle time
+    // Rules a track met by now confirm it; the rest are judged as ended.
+    std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::pair<EventState, std::string>>> out;
+    for (auto& [ek, p] : s.pending) {
+      EventState state = EventState::kRejected;
+      std::string reason;
+      for (int64_t id : p.tracks) {
+        const Track* t = s.tracker.Find(id);
+        if (t == nullptr) continue;
+        const std::string& label = s.labels[id];
+        TrackVerdict v = Evaluate(RulesFor(key.second, label), *t, s.frame, true);
+        if (v.kind == TrackVerdict::kConfirmed && t->state != TrackState::kTentative) {
+          state = EventState::kConfirmed;
+          reason = About(id, label, v.reason);
+          break;
+        }
+        reason = About(id, label, v.reason);
+      }
+      if (reason.empty()) reason = p.reason;
+      out.push_back({ek, {state, StrCat(reason, state == EventState::kRejected ? "; the stream went silent" : "")}});
+    }
+    for (auto& [ek, d] : out) {
+      decisions_.push_back({key.first, key.second, ek.first, ek.second, d.first, std::move(d.second)});
+      ++(d.first == EventState::kConfirmed ? stats_.decided_confirmed : stats_.decided_rejected);
+    }
+    s.pending.clear();
+    s.by_track.clear();
+    s.labels.clear();
+    s.tracker.Restart();
+    s.last_time_ns = std::numeric_limits<int64_t>::min();
+  }
+}
+
+std::vector<EventDecision> Confirmer::TakeDecisions() { return std::exchange(decisions_, {}); }
+
+ConfirmStats Confirmer::stats() const {
+  ConfirmStats s = stats_;
+  s.pending = 0;
+  s.tracks = 0;
+  for (const auto& [key, st] : streams_) {
+    s.pending += st->pending.size();
+    s.tracks += st->tracker.tracks().size();
+  }
+  return s;
+}
+
+}  // namespace vigil::aggregator
