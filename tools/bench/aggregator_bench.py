@@ -14,6 +14,9 @@ the Ack of a Report comes after its commit), and reads:
     drain after the load stopped.
 PostgreSQL: --pg-url (a database this script may create schemas in; scripts/postgres.sh start DIR prints one);
 the server runs on the same machine, so its CPU is part of the cost.
+Confirmation (issue 20): --confirm off,on runs each case without and with a `confirm:` section (--confirm-yaml: its
+body), and reads the tracking time per report from vigil_aggregator_confirm_seconds and the events' states from
+vigil_aggregator_event_states_total; --event-every 1 --motion-px 4 makes every frame an event of moving boxes.
 
   tools/bench/aggregator_bench.py --vigil build/src/vigil --pg-url postgresql://vigil@127.0.0.1:54329/vigil_test \
       --engines sqlite,postgresql --rates 0,4000 --seconds 10 --json out.json
@@ -104,8 +107,8 @@ class Broker:
         self.proc.wait(timeout=10)
 
 
-def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None) -> dict:
-    case = work / f"{engine}-{int(rate)}"
+def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None, confirm: bool = False) -> dict:
+    case = work / f"{engine}-{int(rate)}{'-confirm' if confirm else ''}"
     case.mkdir(parents=True)
     edge_ids = [f"bench-{i}" for i in range(a.edges)]
     keys = case / "keys.yaml"
@@ -115,7 +118,7 @@ def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None) -> 
     if engine == "sqlite":
         db = str(case / "agg.db")
     else:
-        schema = f"bench_{os.getpid()}_{int(rate)}"
+        schema = f"bench_{os.getpid()}_{int(rate)}{'_c' if confirm else ''}"
         psql(a.pg_url, f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")
         db = f"'{a.pg_url}{'&' if '?' in a.pg_url else '?'}options=-csearch_path%3D{schema}'"
     port, http = free_port(), free_port()
@@ -123,8 +126,11 @@ def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None) -> 
     if broker:
         push = (f"push:\n  - name: plant\n    mqtt: {{broker: 127.0.0.1:{broker.port}, topic_prefix: plant}}\n"
                 f"    route: {{classes: [person]}}\n")
+    confirm_yaml = ""
+    if confirm:
+        confirm_yaml = "confirm:\n" + "".join(f"  {line}\n" for line in a.confirm_yaml.split("\n") if line)
     (case / "agg.yaml").write_text(f"listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\ndb: {db}\n"
-                                   f"auth: {{keys_file: {keys}}}\nbatch_max: {a.batch_max}\n{push}")
+                                   f"auth: {{keys_file: {keys}}}\nbatch_max: {a.batch_max}\n{push}{confirm_yaml}")
     log = open(case / "agg.log", "wb")
     agg = subprocess.Popen([a.vigil, "aggregator", "--config", str(case / "agg.yaml")], stdout=subprocess.PIPE,
                            stderr=log)
@@ -138,6 +144,7 @@ def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None) -> 
         cmd = [a.vigil, "bench", "aggregator", "--target", f"127.0.0.1:{port}", "--edges", str(a.edges),
                "--streams", str(a.streams), "--seconds", str(a.seconds), "--rate", str(rate), "--window",
                str(a.window), "--event-every", str(a.event_every), "--detections", str(a.detections),
+               "--motion-px", str(a.motion_px),
                "--key-hex", KEY_HEX, "--json", str(out)]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds + 120)
         sys.stdout.write(r.stdout)
@@ -158,8 +165,16 @@ def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None) -> 
         elapsed = a.seconds + 1  # the bench's warm-up second and its timed part
         pushed = value(m2, "vigil_aggregator_push_total", sink="plant", result="delivered") - \
             value(m0, "vigil_aggregator_push_total", sink="plant", result="delivered")
+        def delta(name, **labels):
+            return value(m1, name, **labels) - value(m0, name, **labels)
+        states = {f"{at}_{st}": delta("vigil_aggregator_event_states_total", state=st, at=at)
+                  for at, st in (("stored", "pending"), ("stored", "confirmed"), ("stored", "rejected"),
+                                 ("decided", "confirmed"), ("decided", "rejected"))}
         return {
-            "engine": engine, "offered_per_s": rate, "edges": a.edges, "streams": a.edges * a.streams,
+            "engine": engine, "confirm": confirm, "offered_per_s": rate,
+            "confirm_us_per_report": 1e6 * delta("vigil_aggregator_confirm_seconds_sum") / max(1, bench["acked"]),
+            "confirm_batch_ms_p99_le": 1e3 * histogram_quantile(m0, m1, "vigil_aggregator_confirm_seconds", 0.99),
+            "event_states": states, "events_pending_at_end": value(m1, "vigil_aggregator_events_pending"), "edges": a.edges, "streams": a.edges * a.streams,
             "stored_per_s": bench["stored_per_s"], "acked": bench["acked"],
             "ack_ms_p50": bench["ack_ms_p50"], "ack_ms_p99": bench["ack_ms_p99"],
             "commit_ms_p50_le": 1e3 * histogram_quantile(m0, m1, "vigil_aggregator_commit_seconds", 0.5),
@@ -189,6 +204,10 @@ def main() -> int:
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--event-every", type=int, default=4)
     p.add_argument("--detections", type=int, default=3)
+    p.add_argument("--motion-px", type=float, default=0)
+    p.add_argument("--confirm", default="off", help="off, on or off,on (each case both ways)")
+    p.add_argument("--confirm-yaml", default="rules: {k: 3, m: 5}",
+                   help="the confirm: section's body (YAML, one key per line)")
     p.add_argument("--batch-max", type=int, default=512)
     p.add_argument("--no-mqtt", action="store_true")
     p.add_argument("--json")
@@ -206,18 +225,20 @@ def main() -> int:
         try:
             for rate in (float(r) for r in a.rates.split(",")):
                 for engine in engines:
-                    rows.append(run_case(a, engine, rate, Path(tmp), broker))
-                    print(json.dumps(rows[-1]))
+                    for confirm in a.confirm.split(","):
+                        rows.append(run_case(a, engine, rate, Path(tmp), broker, confirm == "on"))
+                        print(json.dumps(rows[-1]))
         finally:
             if broker:
                 broker.stop()
-    print(f"\n{'engine':<11}{'offered/s':>10}{'stored/s':>10}{'ack p50':>9}{'ack p99':>9}{'commit p99≤':>12}"
-          f"{'cpu µs/rep':>11}{'cores':>7}{'pushed/s':>10}{'drain s':>8}")
+    print(f"\n{'engine':<11}{'confirm':>8}{'offered/s':>10}{'stored/s':>10}{'ack p50':>9}{'ack p99':>9}{'commit p99≤':>12}"
+          f"{'cpu µs/rep':>11}{'cores':>7}{'pushed/s':>10}{'drain s':>8}{'track µs/rep':>13}")
     for r in rows:
         offered = "max" if r["offered_per_s"] == 0 else f"{r['offered_per_s']:.0f}"
-        print(f"{r['engine']:<11}{offered:>10}{r['stored_per_s']:>10.0f}{r['ack_ms_p50']:>9.1f}{r['ack_ms_p99']:>9.1f}"
+        print(f"{r['engine']:<11}{'on' if r['confirm'] else 'off':>8}{offered:>10}{r['stored_per_s']:>10.0f}{r['ack_ms_p50']:>9.1f}{r['ack_ms_p99']:>9.1f}"
               f"{r['commit_ms_p99_le']:>12.1f}{r['aggregator_cpu_us_per_report']:>11.1f}"
-              f"{r['aggregator_cpu_cores']:>7.2f}{r['pushed_per_s']:>10.0f}{r['push_drain_s_after_load']:>8.1f}")
+              f"{r['aggregator_cpu_cores']:>7.2f}{r['pushed_per_s']:>10.0f}{r['push_drain_s_after_load']:>8.1f}"
+              f"{r['confirm_us_per_report']:>13.2f}")
     if a.json:
         Path(a.json).write_text(json.dumps({"args": vars(a), "rows": rows}, indent=1) + "\n")
     return 0
