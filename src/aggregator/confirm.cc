@@ -39,7 +39,12 @@ struct Confirmer::Stream {
   bool has_run = false;
   uint64_t run = 0, highest_seq = 0;  // the current run and its highest frame fed
   uint64_t frame = 0;                 // frames fed, across runs: the tracker's frame numbers
-  int64_t last_time_ns = std::numeric_limits<int64_t>::min();
+  // The stream's clock (ns from its first frame fed): the frames' presentation timestamps within a run (media time:
+  // a file read faster than real time still moves its objects at their speed), the capture clock across runs and
+  // where a source gives no timestamps. It never runs backwards.
+  bool clock_started = false;
+  uint64_t clock_run = 0;
+  int64_t clock_ns = 0, last_pts_ns = 0, last_capture_ns = 0;
   int64_t last_fed_now = 0;           // the aggregator's clock at the last report (idle_s)
   std::unordered_map<int64_t, std::string> labels;  // live track → its label
   struct Pending {
@@ -107,6 +112,22 @@ Confirmer::Stream& Confirmer::StreamOf(const std::string& edge, const std::strin
 
 namespace {
 
+// Advances `s`'s clock to a frame of `run` with these timestamps and returns it.
+template <typename S>
+int64_t Tick(S& s, uint64_t run, int64_t pts_ns, int64_t capture_ns) {
+  if (!s.clock_started) {
+    s.clock_started = true;
+  } else if (run == s.clock_run && pts_ns > s.last_pts_ns) {
+    s.clock_ns += pts_ns - s.last_pts_ns;
+  } else {
+    s.clock_ns += std::max<int64_t>(0, capture_ns - s.last_capture_ns);
+  }
+  s.clock_run = run;
+  s.last_pts_ns = pts_ns;
+  s.last_capture_ns = capture_ns;
+  return s.clock_ns;
+}
+
 // "track 7 (person): " + what.
 std::string About(int64_t id, const std::string& label, const std::string& what) {
   return StrCat("track ", id, " (", label, "): ", what);
@@ -150,7 +171,8 @@ std::optional<EventVerdict> Confirmer::Observe(const Report& r, const std::vecto
     }
   }
   EventVerdict verdict;
-  Feed(s, r.edge, r.stream, r.run, r.seq_first, event ? 1 : r.seq_last - r.seq_first + 1, r.capture_ns,
+  const int64_t t = Tick(s, r.run, r.pts_ns, r.capture_ns);
+  Feed(s, r.edge, r.stream, r.run, r.seq_first, event ? 1 : r.seq_last - r.seq_first + 1, t,
        event ? &inputs : nullptr, labels, event ? &verdict : nullptr, false);
   if (!event) return std::nullopt;
   return verdict;
@@ -161,7 +183,7 @@ void Confirmer::Resume(const StoredEvent& e, int64_t now_ns) {
   if (s.has_run && (e.run < s.run || (e.run == s.run && e.seq <= s.highest_seq))) return;
   if (s.has_run && e.run == s.run && e.seq > s.highest_seq + 1) {
     // The frames between two stored events carried no event: one frame without detections stands for them.
-    Feed(s, e.edge, e.stream, e.run, s.highest_seq + 1, e.seq - s.highest_seq - 1, e.capture_ns, nullptr, {}, nullptr,
+    Feed(s, e.edge, e.stream, e.run, s.highest_seq + 1, e.seq - s.highest_seq - 1, s.clock_ns, nullptr, {}, nullptr,
          false);
   }
   s.has_run = true;
@@ -176,19 +198,13 @@ void Confirmer::Resume(const StoredEvent& e, int64_t now_ns) {
   // A decided event only feeds its tracks; a pending one waits for them again (or is decided by what it finds).
   EventVerdict verdict;
   const bool pending = e.state == EventState::kPending;
-  Feed(s, e.edge, e.stream, e.run, e.seq, 1, e.capture_ns, &inputs, labels, pending ? &verdict : nullptr, pending);
+  const int64_t t = Tick(s, e.run, e.pts_ns, e.capture_ns);
+  Feed(s, e.edge, e.stream, e.run, e.seq, 1, t, &inputs, labels, pending ? &verdict : nullptr, pending);
 }
 
 void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stream, uint64_t run, uint64_t seq,
                      uint64_t frames, int64_t time_ns, const std::vector<TrackInput>* detections,
                      const std::vector<std::string>& labels, EventVerdict* verdict, bool resumed_pending) {
-  if (time_ns < s.last_time_ns) {
-    spdlog::warn("confirm: {}/{}: capture time ran backwards at run {} seq {}: its tracks end and start again", edge,
-                 stream, run, seq);
-    EndAll(s, edge, stream, "the stream's capture time ran backwards");
-    ++stats_.resets;
-  }
-  s.last_time_ns = time_ns;
   s.frame += std::max<uint64_t>(frames, 1);
   ++stats_.frames;
   static const std::vector<TrackInput> kNone;
@@ -242,7 +258,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
           t.state == TrackState::kTentative
               ? About(t.id, label, StrCat("ended tentative, matched in ", t.hits, " of ", topt.min_hits,
                                           " consecutive frames"))
-              : About(t.id, label, Evaluate(RulesFor(stream, label), t, s.frame, true).reason);
+              : About(t.id, label, Evaluate(RulesFor(stream, label), t, t.last_seen_seq, true).reason);
       const std::vector<std::pair<uint64_t, uint64_t>> keys = std::move(bt->second);
       s.by_track.erase(bt);
       for (const auto& key : keys) {
@@ -319,20 +335,6 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
   for (int64_t id : tracked) s.by_track[id].push_back(key);
 }
 
-void Confirmer::EndAll(Stream& s, const std::string& edge, const std::string& stream, const std::string& why) {
-  for (auto& [key, p] : s.pending) {
-    decisions_.push_back({edge, stream, key.first, key.second, EventState::kRejected,
-                          p.reason.empty() ? why : StrCat(p.reason, "; ", why)});
-    ++stats_.decided_rejected;
-  }
-  s.pending.clear();
-  s.by_track.clear();
-  s.labels.clear();
-  // A fresh tracker whose ids continue after the old one's (ids are never reused within a stream).
-  s.tracker.Restart();
-  s.last_time_ns = std::numeric_limits<int64_t>::min();
-}
-
 void Confirmer::Expire(int64_t now_ns) {
   const auto idle = static_cast<int64_t>(config_.idle_s * 1e9);
   for (auto& [key, sp] : streams_) {
@@ -347,7 +349,7 @@ void Confirmer::Expire(int64_t now_ns) {
         const Track* t = s.tracker.Find(id);
         if (t == nullptr) continue;
         const std::string& label = s.labels[id];
-        TrackVerdict v = Evaluate(RulesFor(key.second, label), *t, s.frame, true);
+        TrackVerdict v = Evaluate(RulesFor(key.second, label), *t, t->last_seen_seq, true);
         if (v.kind == TrackVerdict::kConfirmed && t->state != TrackState::kTentative) {
           state = EventState::kConfirmed;
           reason = About(id, label, v.reason);
@@ -365,8 +367,7 @@ void Confirmer::Expire(int64_t now_ns) {
     s.pending.clear();
     s.by_track.clear();
     s.labels.clear();
-    s.tracker.Restart();
-    s.last_time_ns = std::numeric_limits<int64_t>::min();
+    s.tracker.Restart();  // its clock goes on: time never runs backwards
   }
 }
 

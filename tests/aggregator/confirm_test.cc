@@ -19,7 +19,7 @@ constexpr int64_t kNow = 1'000'000'000;    // the aggregator's clock at the star
 
 const std::vector<std::string> kNames = {"person", "bicycle", "car"};
 
-ReportDetection Person(float x, float score = 0.9f, int cls = 0) { return {x, 50, x + 40, 150, score, cls}; }
+ReportDetection Person(float x, float score = 0.9f, int cls = 0) { return {x, 50, x + 40, 150, score, static_cast<float>(cls)}; }
 
 Report Event(uint64_t seq, std::vector<ReportDetection> dets, uint64_t run = 1) {
   Report r;
@@ -195,6 +195,27 @@ TEST(ConfirmerTest, IdsStayThroughAMissedFrameAnOcclusionAndANewRunOfTheStream) 
   // And a frame re-sent below the run's highest one likewise.
   EXPECT_EQ(r.Next(restarted).reason, "not tracked: re-sent after later frames");
   EXPECT_EQ(r.confirmer.stats().skipped, 2u);
+}
+
+TEST(ConfirmerTest, AFileReadFasterThanRealTimeIsTrackedInItsOwnTime) {
+  // A file decoded in bursts: capture times 1 ms apart, then a 70 ms pause, while its presentation timestamps step
+  // 100 ms a frame. A person walks 10 px a frame (100 px/s). On capture time the motion model would see 10 px/ms
+  // and lose the track at the first pause; on the stream's own time it predicts 10 px a frame and keeps it.
+  Feed r(Config({.k = 1, .m = 1, .min_duration_s = 0.75}));
+  int64_t capture = 9'000'000'000;
+  std::vector<int64_t> ids;
+  EventVerdict v;
+  for (uint64_t seq = 0; seq < 10; ++seq) {
+    Report e = Event(seq, {Person(100 + 10.0f * static_cast<float>(seq))});
+    e.pts_ns = static_cast<int64_t>(seq) * kFrameNs;
+    capture += seq % 4 == 0 ? 70'000'000 : 1'000'000;
+    e.capture_ns = capture;
+    v = r.Next(e);
+    ids.push_back(v.track_ids.at(0));
+  }
+  EXPECT_EQ(ids, (std::vector<int64_t>(10, 1)));
+  EXPECT_EQ(v.state, EventState::kConfirmed);
+  EXPECT_EQ(v.reason, "track 1 (person): seen in 1 of the last 1 frames, for 0.90 s, travelled 90 px");
 }
 
 TEST(ConfirmerTest, AReportOfAFencedEpochIsNotFed) {

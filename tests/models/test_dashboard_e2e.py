@@ -74,6 +74,7 @@ def test_the_dashboard_needs_the_token_and_shows_every_event_live(vtest200, tmp_
     edge = None
     try:
         from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
         driver.get(f"http://127.0.0.1:{agg.http_port}/")
         js = driver.execute_script
         # No token: the sign-in form, nothing of the API.
@@ -168,6 +169,16 @@ def test_the_dashboard_needs_the_token_and_shows_every_event_live(vtest200, tmp_
         driver.find_element(By.CSS_SELECTOR, "#filters button").click()
         wait_until("the first page", lambda: len(driver.find_elements(By.CSS_SELECTOR, "#events tbody tr")) ==
                    min(50, len(stored)))
+        # No confirm: section: every event is stored confirmed, and the state column says so.
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#events tbody tr td.state-confirmed")) == min(50, len(stored))
+        state = Select(driver.find_element(By.CSS_SELECTOR, "#filters select[name=state]"))
+        state.select_by_visible_text("rejected")
+        driver.find_element(By.CSS_SELECTOR, "#filters button").click()
+        wait_until("no rejected events", lambda: driver.find_elements(By.CSS_SELECTOR, "#events tbody tr") == [])
+        state.select_by_visible_text("any state")
+        driver.find_element(By.CSS_SELECTOR, "#filters button").click()
+        wait_until("the first page again", lambda: len(driver.find_elements(By.CSS_SELECTOR, "#events tbody tr")) ==
+                   min(50, len(stored)))
         if len(stored) > 50:
             driver.find_element(By.ID, "older").click()
             wait_until("the second page", lambda: len(driver.find_elements(By.CSS_SELECTOR, "#events tbody tr")) ==
@@ -239,12 +250,12 @@ def test_the_openapi_document_describes_the_api_as_served(tmp_path):
         assert r.status == 400 and "nope" in json.loads(r.read())["error"]
         c.close()
         params = {p["name"] for p in spec["paths"]["/api/events"]["get"]["parameters"]}
-        r, c = call("GET", "/api/events?" + "&".join(f"{p}=1" for p in params - {"order", "severity"}) +
-                    "&order=desc&severity=info")
+        r, c = call("GET", "/api/events?" + "&".join(f"{p}=1" for p in params - {"order", "severity", "state"}) +
+                    "&order=desc&severity=info&state=confirmed")
         assert r.status == 200, r.read()
         c.close()
         for bad, name in (("order=sideways", "order"), ("severity=loud", "severity"), ("limit=0", "limit"),
-                          ("before_seq=x", "before_seq")):
+                          ("before_seq=x", "before_seq"), ("state=maybe", "state")):
             r, c = call("GET", "/api/events?" + bad)
             assert r.status == 400 and name in json.loads(r.read())["error"], bad
             c.close()

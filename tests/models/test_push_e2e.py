@@ -125,6 +125,53 @@ def test_a_webhook_that_fails_then_recovers_gets_every_event_across_an_aggregato
           f"answered 500 first")
 
 
+def test_with_confirmation_the_pager_gets_only_confirmed_events_across_an_aggregator_kill(vtest200, tmp_path, engine):
+    """Confirmation (issue 20) on the real pipeline: people walking in vtest are tracked at the aggregator; a sink
+    `on: confirmed` (the pager) gets exactly the events confirmed, a sink `on: stored` (the MES) every event; the
+    aggregator is SIGKILLed mid-run (its pending events resumed from the store) and nothing stays pending once the
+    stream is silent for idle_s."""
+    mes, pager = Endpoint(fail_first=0), Endpoint(fail_first=0)
+    port = free_port()
+    extra = (f"push:\n  - name: mes\n    webhook: {{url: 'http://127.0.0.1:{mes.port}/mes'}}\n"
+             f"  - name: pager\n    webhook: {{url: 'http://127.0.0.1:{pager.port}/page'}}\n"
+             f"    route: {{classes: [person]}}\n    on: confirmed\n"
+             f"confirm:\n  rules: {{k: 3, m: 5, min_duration_s: 0.2}}\n  idle_s: 1\n")
+    agg = Aggregator(tmp_path, port, extra, pg=engine)
+    agg.start()
+    edge = start_edge(write_edge_config(tmp_path, port, vtest200, False), tmp_path)
+    try:
+        kill_aggregator_mid_run(agg, edge)
+        wait_edge(edge, tmp_path)
+        wait_for(lambda: query(agg.db, "SELECT COUNT(*) FROM events WHERE state = 'pending'")[0][0] == 0, 30,
+                 "every pending event decided once the stream went silent")
+        states = dict(query(agg.db, "SELECT state, COUNT(*) FROM events GROUP BY state"))
+        keys = event_keys(agg.db)
+        confirmed = {f"{e}/{s}/{r}/{q}" for e, s, r, q in query(
+            agg.db, "SELECT s.edge, s.stream, e.run, e.seq FROM events e JOIN streams s ON s.id = e.stream_id "
+                    "WHERE e.state = 'confirmed'")}
+        wait_for(lambda: keys <= set(mes.accepted()) and confirmed <= set(pager.accepted()), 60,
+                 "every event at the MES, every confirmed one at the pager")
+        time.sleep(0.5)  # nothing more may arrive
+    finally:
+        if edge.poll() is None:
+            edge.kill()
+        agg.kill(signal.SIGTERM)
+        mes.close()
+        pager.close()
+    assert_accounted_once(agg.db, "vtest", FRAMES)
+    assert len(keys) > 20, f"only {len(keys)} events"
+    assert states.get("confirmed", 0) > len(keys) // 2, f"people walk through most of the clip: {states}"
+    assert set(pager.accepted()) == confirmed, "the pager got an event that was not confirmed (or missed one)"
+    assert set(mes.accepted()) == keys
+    tracked = query(agg.db, "SELECT COUNT(DISTINCT d.event_id) FROM detections d JOIN events e ON e.id = d.event_id "
+                            "WHERE e.state = 'confirmed' AND d.track_id > 0")[0][0]
+    assert tracked >= len(confirmed) - 5, f"{tracked} of {len(confirmed)} confirmed events carry a track id"
+    with pager.lock:
+        body = next(b for _, status, b in pager.requests if status == 200)
+    assert body["state"] == "confirmed" and body["state_reason"].startswith("track "), body["state_reason"]
+    print(f"confirmation: {len(keys)} events, states {states}, {len(confirmed)} paged")
+
+
 def test_a_webhook_that_never_recovers_fills_the_dead_letters_and_a_replay_sends_them(vtest200, tmp_path):
     endpoint = Endpoint(fail_first=-1)
     port = free_port()

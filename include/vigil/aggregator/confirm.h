@@ -14,7 +14,9 @@
 // How an event is decided. Per stream one Tracker (tracking.h) is fed, in storage order, with the frames the edge
 // reported: an event frame with its detections, a progress range as frames without any (the object was not
 // reported there), dropped / lost frames not at all (nothing looked at them). Tracks continue across a new run of
-// the same stream (an edge restart: frames are counted per stream, time is the capture time). At its frame:
+// the same stream (an edge restart: frames are counted per stream). Time is the stream's own: the frames'
+// presentation timestamps within a run (a file read faster than real time still moves its objects at their speed),
+// the capture clock across runs and where a source has no timestamps; it never runs backwards. At its frame:
 //   - a detection whose track is confirmed by the tracker (min_hits) and meets the rules of its (stream, class)
 //     confirms the event (reason: the track and what it met);
 //   - else an event with a tracked detection is pending: it is decided by a later frame — confirmed as soon as one
@@ -32,7 +34,7 @@
 // before the first pending one too) to rebuild their tracks; their decisions follow as usual.
 //
 // Thread-safety: one thread (the aggregator's storage thread). Errors: configuration errors are the config
-// loader's; Observe never fails (a frame whose time runs backwards resets its stream's tracks, logged).
+// loader's; Observe never fails (a frame the tracker refuses is stored confirmed, "not tracked: …", logged).
 // Ownership: values; the verdicts returned are the caller's.
 #pragma once
 
@@ -72,7 +74,6 @@ struct ConfirmStats {
   uint64_t skipped = 0;         // reports not fed (re-sent below the run's highest frame, older run, stale epoch)
   uint64_t stored_confirmed = 0, stored_pending = 0, stored_rejected = 0;  // verdicts given with events
   uint64_t decided_confirmed = 0, decided_rejected = 0;                   // pending events decided later
-  uint64_t resets = 0;          // streams reset (time ran backwards)
   uint64_t pending = 0;         // events pending now
   uint64_t tracks = 0;          // live tracks now
 };
@@ -112,7 +113,6 @@ class Confirmer {
   void Feed(Stream& s, const std::string& edge, const std::string& stream, uint64_t run, uint64_t seq, uint64_t frames,
             int64_t time_ns, const std::vector<TrackInput>* detections, const std::vector<std::string>& labels,
             EventVerdict* verdict, bool resumed_pending);
-  void EndAll(Stream& s, const std::string& edge, const std::string& stream, const std::string& why);
   const TrackRules& RulesFor(const std::string& stream, const std::string& label) const;
 
   ConfirmConfig config_;

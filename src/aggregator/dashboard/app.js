@@ -272,7 +272,7 @@ function eventRow(e, fresh) {
   tr.dataset.id = e.id;
   if (fresh) tr.className = "new";
   tr.append(text("td", e.id), text("td", fmtTime(e.capture_ns)), text("td", e.edge + " / " + e.stream),
-            text("td", e.seq), text("td", e.severity, "sev-" + e.severity), text("td", e.rule),
+            text("td", e.seq), text("td", e.severity, "sev-" + e.severity), stateCell(e), text("td", e.rule),
             text("td", labels(e)));
   const td = document.createElement("td");
   const view = text("button", e.snapshots > 0 ? "view (" + e.snapshots + ")" : "view", "view");
@@ -281,6 +281,13 @@ function eventRow(e, fresh) {
   td.append(view);
   tr.append(td);
   return tr;
+}
+
+// The event's state (confirm:), its reason on hover. Events of an aggregator older than confirmation have none.
+function stateCell(e) {
+  const td = text("td", e.state || "—", "state-" + (e.state || "none"));
+  if (e.state_reason) td.title = e.state_reason;
+  return td;
 }
 
 function query(extra) {
@@ -294,6 +301,7 @@ function matches(e) {
   if (f.edge && e.edge !== f.edge) return false;
   if (f.stream && e.stream !== f.stream) return false;
   if (f.severity && e.severity !== f.severity) return false;
+  if (f.state && e.state !== f.state) return false;
   if (f.class && !e.detections.some((d) => d.label === f.class)) return false;
   if (f.since_time && e.capture_ns / 1e9 < Number(f.since_time)) return false;
   return true;
@@ -402,6 +410,7 @@ $("#filters").addEventListener("submit", (ev) => {
   const since = f.get("since");
   vigil.filters = {
     edge: f.get("edge"), stream: f.get("stream"), class: f.get("class"), severity: f.get("severity"),
+    state: f.get("state"),
     since_time: since ? String(new Date(since).getTime() / 1000) : "",
   };
   loadEvents().catch((err) => console.warn(err));
