@@ -100,6 +100,12 @@ TEST(Jpeg, BadInputIsRefusedWithAReason) {
     EXPECT_EQ(cut.bgr.size(), 64u * 64 * 3);
   }
   EXPECT_TRUE(out.bgr.empty()) << "a refused picture leaves the frame as it was";
+  // The same thread decodes good pictures after the bad ones (its decompressor was once left answering 0x0).
+  Frame after;
+  const Status again = DecodeJpeg(*whole, &after);
+  ASSERT_TRUE(again.ok()) << again;
+  EXPECT_EQ(after.width, 64);
+  EXPECT_EQ(after.height, 64);
 }
 
 }  // namespace
