@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "vigil/aggregator/store.h"
 #include "vigil/common/config.h"
@@ -238,6 +239,34 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       k.overrides.push_back(std::move(o));
     }
     cm->Get("idle_s", &k.idle_s, 0.1, 3600.0);
+    if (std::optional<ConfigMap> cl = cm->Map("classifier")) {
+      ClassifierConfig& x = k.classifier;
+      k.classifier_enabled = true;
+      cl->Get("model", &x.model, ConfigMap::kRequired);
+      if (cl->Get("device", &x.device) && x.device != "cpu" && !x.device.starts_with("cuda")) {
+        cl->Error("device", StrCat("'", x.device, "' is not cpu or cuda:N"));
+      }
+      cl->Get("threads", &x.threads, 0, 256);
+      cl->Get("labels", &x.labels);
+      std::string norm;
+      if (cl->GetOneOf("normalize", &norm, {"unit", "imagenet"})) x.imagenet = norm == "imagenet";
+      double min_score = x.min_score;
+      if (cl->Get("min_score", &min_score, 0.0, 1.0)) x.min_score = static_cast<float>(min_score);
+      cl->Get("confirm", &x.confirm);
+      cl->Get("reject", &x.reject);
+      if (std::optional<ConfigMap> re = cl->Map("relabel")) {
+        for (const std::string& key : re->Keys()) {
+          std::string to;
+          if (re->Get(key, &to) && !to.empty()) x.relabel[key] = to;
+        }
+      }
+      cl->Get("wait_s", &x.wait_s, 0.1, 600.0);
+      for (const std::string& l : x.confirm) {
+        if (std::find(x.reject.begin(), x.reject.end(), l) != x.reject.end()) {
+          cl->Error("reject", StrCat("'", l, "' is in both confirm and reject"));
+        }
+      }
+    }
   }
   if (c.auth_required && c.keys_file.empty()) {
     root.Error("auth", "keys_file is required (a YAML map `edge-id: hex key`; make a key with `openssl rand -hex 32`), "
@@ -320,8 +349,124 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   // Storage thread only.
   std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
   std::unique_ptr<Confirmer> confirmer;           // `confirm:` on
+  std::vector<EventDecision> second_unstored;     // the second model's decisions not stored yet (a failed commit)
   std::map<std::string, uint64_t> current_epochs;  // edge → the epoch granted last (confirmation feeds only those)
   std::set<std::string> warned_classes;  // push routes' classes an edge's model lacks, said once
+
+  // The second model (confirm.classifier): its own thread classifies crops; decisions come back to storage.
+  std::unique_ptr<Classifier> classifier;
+  std::unique_ptr<SecondStage> second;
+  std::thread classifier_thread;
+  std::mutex second_mu;
+  std::condition_variable second_cv;
+  bool second_stop = false;                  // GUARDED_BY(second_mu)
+  std::atomic<bool> second_ready{false};     // decisions wait in `second`
+  SecondStageStats second_counted;           // storage thread: what the metrics have
+  metrics::Counter& SecondModel(const char* result) {
+    return registry.GetCounter("vigil_aggregator_second_model_total",
+                               "Events the second model decided, by outcome (crops: crops classified / failed)",
+                               {{"result", result}});
+  }
+
+  void ClassifierLoop() {
+    for (;;) {
+      {
+        std::unique_lock lock(second_mu);
+        // Events waiting for crops are looked at every 100 ms; otherwise it sleeps until one is added.
+        second_cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return second_stop || second->waiting() > 0; });
+        if (second_stop) return;
+      }
+      if (second->Step(SteadyNowNs()) > 0) {
+        second_ready = true;
+        std::lock_guard lock(mu);
+        not_empty.notify_all();
+      }
+    }
+  }
+
+  // Storage thread: tracker confirmations go to the second model instead of being stored confirmed. `verdicts` of
+  // the batch's event reports (state confirmed → pending, "awaiting the second model"); `decisions` (confirmed ones
+  // removed). What to hand to the second model after the commit goes to `handoff` (with each event's box count).
+  void RouteToSecondModel(std::vector<PendingReport>& reports, std::vector<EventVerdict>& verdicts,
+                          std::vector<EventDecision>& decisions,
+                          std::vector<std::pair<EventDecision, size_t>>* handoff) {
+    if (!second) return;
+    std::map<std::tuple<std::string, std::string, uint64_t, uint64_t>, size_t> in_batch;  // events not stored yet
+    for (const PendingReport& p : reports) {
+      const transport::Report& r = *p.report;
+      if (r.kind == transport::ReportKind::kEvent) in_batch[{r.edge, r.stream, r.run, r.seq_first}] = r.detections.size();
+    }
+    for (PendingReport& p : reports) {
+      if (p.verdict == nullptr || p.verdict->state != EventState::kConfirmed || p.verdict->track_ids.empty()) continue;
+      EventVerdict& v = verdicts[static_cast<size_t>(p.verdict - verdicts.data())];
+      const transport::Report& r = *p.report;
+      handoff->push_back({EventDecision{r.edge, r.stream, r.run, r.seq_first, EventState::kConfirmed, v.reason, {}},
+                          r.detections.size()});
+      v.state = EventState::kPending;
+      v.reason = StrCat("awaiting the second model; ", v.reason);
+    }
+    std::vector<EventDecision> kept;
+    for (EventDecision& d : decisions) {
+      if (d.state != EventState::kConfirmed) {
+        kept.push_back(std::move(d));
+        continue;
+      }
+      size_t boxes = 0;  // 0: no crops to wait for
+      if (auto it = in_batch.find({d.edge, d.stream, d.run, d.seq}); it != in_batch.end()) {
+        boxes = it->second;
+      } else {
+        EventQuery q;
+        q.edge = d.edge;
+        q.stream = d.stream;
+        q.by_frame = true;
+        q.run = d.run;
+        q.seq = d.seq;
+        q.limit = 1;
+        StatusOr<std::vector<StoredEvent>> ev = store->Events(q);
+        if (ev.ok() && !ev->empty()) boxes = ev->front().detections.size();
+      }
+      handoff->push_back({std::move(d), boxes});
+    }
+    decisions = std::move(kept);
+  }
+  void HandOff(std::vector<std::pair<EventDecision, size_t>>& handoff) {
+    if (handoff.empty()) return;
+    const int64_t now = SteadyNowNs();
+    for (auto& [d, boxes] : handoff) second->Add(std::move(d), boxes, now);
+    handoff.clear();
+    std::lock_guard lock(second_mu);
+    second_cv.notify_all();
+  }
+
+  // Storage thread: the second model's decisions, in a transaction of their own.
+  void StoreSecondModel() {
+    second_ready = false;
+    std::vector<EventDecision> fresh = second->TakeDecisions();
+    for (EventDecision& d : fresh) second_unstored.push_back(std::move(d));
+    if (second_unstored.empty()) return;
+    DecisionResult decided;
+    StatusOr<std::vector<ApplyResult>> r = store->Apply({}, NowNs(), second_unstored, &decided);
+    if (!r.ok()) {
+      StorageFailed(r.status());
+      spdlog::error("aggregator: storing {} decisions of the second model failed (tried again): {}",
+                    second_unstored.size(), std::string(r.status().message()));
+      second_ready = true;
+      return;
+    }
+    second_unstored.clear();
+    CountDecided(decided);
+    const SecondStageStats st = second->stats();
+    SecondModel("confirmed").Inc(static_cast<double>(st.confirmed - second_counted.confirmed));
+    SecondModel("rejected").Inc(static_cast<double>(st.rejected - second_counted.rejected));
+    SecondModel("no_opinion").Inc(static_cast<double>(st.no_opinion - second_counted.no_opinion));
+    SecondModel("no_crops").Inc(static_cast<double>(st.no_crops - second_counted.no_crops));
+    SecondModel("crops").Inc(static_cast<double>(st.crops - second_counted.crops));
+    SecondModel("crop_errors").Inc(static_cast<double>(st.crop_errors - second_counted.crop_errors));
+    second_counted = st;
+    if (decided.pushes_queued > 0) {
+      for (auto& p : pushers) p->Wake();
+    }
+  }
 
   metrics::Counter& EventStates(EventState state, const char* at) {
     return registry.GetCounter("vigil_aggregator_event_states_total",
@@ -489,7 +634,9 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       {
         std::unique_lock lock(mu);
         not_empty.wait_until(lock, std::min(next_prune, next_expire),
-                             [&] { return stop_storage || !queue.empty() || !snapshot_queue.empty(); });
+                             [&] {
+                               return stop_storage || !queue.empty() || !snapshot_queue.empty() || second_ready;
+                             });
         if (drop_queue || (stop_storage && queue.empty())) {
           snapshots_stopping.Inc(static_cast<double>(snapshot_queue.size()));  // never stored: counted
           snapshot_queue.clear();
@@ -506,6 +653,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         next_expire = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg.confirm.idle_s * 100));
       }
       ProcessSnapshots();  // between report batches: pictures never hold up the reports for long
+      if (second && (second_ready || !second_unstored.empty())) StoreSecondModel();
       {
         std::unique_lock lock(mu);
         if (queue.empty()) continue;
@@ -550,6 +698,18 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     VIGIL_RETURN_IF_ERROR(ValidateConfirmConfig(cfg.confirm));
     VIGIL_ASSIGN_OR_RETURN(int64_t max_track, store->MaxTrackId());
     confirmer = std::make_unique<Confirmer>(cfg.confirm, max_track + 1);
+    if (cfg.confirm.classifier_enabled) {
+      VIGIL_ASSIGN_OR_RETURN(classifier, Classifier::Load(cfg.confirm.classifier));
+      spdlog::info("aggregator: second model {} on {} ({}x{}, {} classes)", cfg.confirm.classifier.model,
+                   cfg.confirm.classifier.device, classifier->width(), classifier->height(), classifier->labels().size());
+      Store* st = store.get();
+      second = std::make_unique<SecondStage>(
+          cfg.confirm.classifier, [c = classifier.get()](std::string_view jpeg) { return c->Classify(jpeg); },
+          [st](const std::string& edge, const std::string& stream, uint64_t run, uint64_t seq) {
+            return st->Snapshots(edge, stream, run, seq, /*with_jpeg=*/true);
+          });
+      classifier_thread = std::thread([this] { ClassifierLoop(); });
+    }
     int window = cfg.confirm.rules.m;
     for (const ConfirmRuleOverride& o : cfg.confirm.overrides) window = std::max(window, o.rules.m);
     std::map<std::pair<std::string, std::string>, int64_t> first_pending;  // (edge, stream) → its oldest pending id
@@ -591,10 +751,15 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       }
     }
     std::vector<EventDecision> decisions = confirmer->TakeDecisions();
+    std::vector<PendingReport> none;
+    std::vector<EventVerdict> no_verdicts;
+    std::vector<std::pair<EventDecision, size_t>> handoff;
+    RouteToSecondModel(none, no_verdicts, decisions, &handoff);
     DecisionResult decided;
     StatusOr<std::vector<ApplyResult>> r = store->Apply({}, NowNs(), decisions, &decided);
     if (!r.ok()) return r.status();
     confirmer->Commit();
+    HandOff(handoff);
     CountDecided(decided);
     spdlog::info("aggregator: confirmation resumed {} pending events of {} streams: {} confirmed, {} rejected at once",
                  resumed, first_pending.size(), decided.confirmed, decided.rejected);
@@ -607,8 +772,13 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     confirmer->Begin();
     confirmer->Expire(SteadyNowNs());
     std::vector<EventDecision> decisions = confirmer->TakeDecisions();
+    std::vector<PendingReport> none;
+    std::vector<EventVerdict> no_verdicts;
+    std::vector<std::pair<EventDecision, size_t>> handoff;
+    RouteToSecondModel(none, no_verdicts, decisions, &handoff);
     if (decisions.empty()) {
       confirmer->Commit();
+      HandOff(handoff);
       return;
     }
     DecisionResult decided;
@@ -621,6 +791,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       return;
     }
     confirmer->Commit();
+    HandOff(handoff);
     CountDecided(decided);
     if (decided.pushes_queued > 0) {
       for (auto& p : pushers) p->Wake();
@@ -779,6 +950,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     // decisions on earlier events its frame brought.
     std::vector<EventVerdict> verdicts;
     std::vector<EventDecision> decisions;
+    std::vector<std::pair<EventDecision, size_t>> handoff;  // to the second model once committed
     if (confirmer) {
       const auto c0 = std::chrono::steady_clock::now();
       confirmer->Begin();
@@ -795,6 +967,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         }
       }
       decisions = confirmer->TakeDecisions();
+      RouteToSecondModel(reports, verdicts, decisions, &handoff);
       confirm_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -804,6 +977,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     if (confirmer) {
       if (results.ok()) {
         confirmer->Commit();
+        HandOff(handoff);
         for (size_t i = 0; i < batch.size(); ++i) {
           if (reports[i].verdict != nullptr && (*results)[i].event_stored) {
             EventStates(reports[i].verdict->state, "stored").Inc();
@@ -1407,6 +1581,14 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     if (crash) {  // cut the edges first: no ack for anything queued
       for (auto& rx : receivers) rx->Stop();
+    }
+    if (classifier_thread.joinable()) {  // what it has not decided stays pending: resumed at the next start
+      {
+        std::lock_guard lock(second_mu);
+        second_stop = true;
+        second_cv.notify_all();
+      }
+      classifier_thread.join();
     }
     storage_thread.join();  // clean: stores and acks everything queued first
     for (auto& p : pushers) p->Stop();  // what is not delivered stays in the outbox for the next start

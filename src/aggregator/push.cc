@@ -100,7 +100,9 @@ std::string EventJson(const StoredEvent& e) {
                     {"label", d.label},
                     {"score", d.score},
                     {"box", {d.x1, d.y1, d.x2, d.y2}},
-                    {"track_id", d.track_id}});
+                    {"track_id", d.track_id},
+                    {"second_label", d.second_label},
+                    {"second_score", d.second_score}});
   }
   const json j = {{"id", e.id},
                   {"key", EventKey(e)},

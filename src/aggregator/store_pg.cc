@@ -146,6 +146,8 @@ ALTER TABLE events ADD COLUMN state TEXT NOT NULL DEFAULT 'confirmed'
 ALTER TABLE events ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE events ADD COLUMN decided_ns BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE detections ADD COLUMN track_id BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE detections ADD COLUMN second_label TEXT NOT NULL DEFAULT '';
+ALTER TABLE detections ADD COLUMN second_score DOUBLE PRECISION NOT NULL DEFAULT 0;
 CREATE INDEX events_pending ON events(stream_id, run, seq) WHERE state = 'pending';
 CREATE INDEX detections_track ON detections(track_id) WHERE track_id > 0;
 )sql",
@@ -470,14 +472,15 @@ Status ReadDetections(Conn& c, std::vector<T>& items, Get&& event_of) {
     by_id[ev.id].push_back(&ev);
   }
   static constexpr const char* kSql =
-      "SELECT event_id, class_id, label, score, x1, y1, x2, y2, track_id FROM detections WHERE event_id = "
-      "ANY($1::bigint[]) ORDER BY event_id, idx";
+      "SELECT event_id, class_id, label, score, x1, y1, x2, y2, track_id, second_label, second_score FROM detections "
+      "WHERE event_id = ANY($1::bigint[]) ORDER BY event_id, idx";
   VIGIL_ASSIGN_OR_RETURN(Result r, c.Run(kSql, {ids.Done()}, "read detections"));
   for (int i = 0; i < PQntuples(r.get()); ++i) {
     const StoredDetection d{static_cast<int32_t>(Int(r.get(), i, 1)), Text(r.get(), i, 2),
                             static_cast<float>(Real(r.get(), i, 3)),  static_cast<float>(Real(r.get(), i, 4)),
                             static_cast<float>(Real(r.get(), i, 5)),  static_cast<float>(Real(r.get(), i, 6)),
-                            static_cast<float>(Real(r.get(), i, 7)),  Int(r.get(), i, 8)};
+                            static_cast<float>(Real(r.get(), i, 7)),  Int(r.get(), i, 8),
+                            Text(r.get(), i, 9),                      static_cast<float>(Real(r.get(), i, 10))};
     for (StoredEvent* ev : by_id[Int(r.get(), i, 0)]) ev->detections.push_back(d);
   }
   return absl::OkStatus();
@@ -1143,7 +1146,34 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
   if (decisions.empty()) return w_->Pipeline(tail, false, true).status();
   VIGIL_RETURN_IF_ERROR(w_->Pipeline(tail, false, false).status());
 
-  // 7. Decisions on pending events (after this batch's events and detections), then the pushes they confirm.
+  // 7. Decisions on pending events (after this batch's events and detections): the second model's words on their
+  // detections first (a relabel changes the labels the routes match), then the states, then the pushes they confirm.
+  Array x_edge, x_stream, x_run, x_seq, x_idx, x_label, x_second, x_score;
+  for (const EventDecision& d : decisions) {
+    for (const DetectionUpdate& u : d.detections) {
+      x_edge.AddText(d.edge);
+      x_stream.AddText(d.stream);
+      x_run.Add(d.run);
+      x_seq.Add(d.seq);
+      x_idx.Add(static_cast<int64_t>(u.index));
+      x_label.AddText(u.label);
+      x_second.AddText(u.second_label);
+      x_score.Add(static_cast<double>(u.second_score));
+    }
+  }
+  if (!x_edge.empty()) {
+    static constexpr const char* kSecond =
+        "UPDATE detections d SET label = CASE WHEN u.lb = '' THEN d.label ELSE u.lb END, second_label = u.sl, "
+        "second_score = u.ss FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::int[], $6::text[], "
+        "$7::text[], $8::float8[]) AS u(ed, st, rn, sq, ix, lb, sl, ss) JOIN streams s ON s.edge = u.ed AND "
+        "s.stream = u.st JOIN events e ON e.stream_id = s.id AND e.run = u.rn AND e.seq = u.sq AND "
+        "e.state = 'pending' WHERE d.event_id = e.id AND d.idx = u.ix";
+    VIGIL_RETURN_IF_ERROR(w_->Run(kSecond,
+                                  {x_edge.Done(), x_stream.Done(), x_run.Done(), x_seq.Done(), x_idx.Done(),
+                                   x_label.Done(), x_second.Done(), x_score.Done()},
+                                  "store the second model's classes")
+                              .status());
+  }
   Array u_edge, u_stream, u_run, u_seq, u_state, u_reason;
   for (const EventDecision& d : decisions) {
     u_edge.AddText(d.edge);

@@ -21,7 +21,8 @@ constexpr const char* kEventColumnsForPrepare = VIGIL_EVENT_COLUMNS;
 
 // An event's detections in order (ReadDetections reads them).
 constexpr const char* kDetectionsSql =
-    "SELECT class_id, label, score, x1, y1, x2, y2, track_id FROM detections WHERE event_id = ?1 ORDER BY idx";
+    "SELECT class_id, label, score, x1, y1, x2, y2, track_id, second_label, second_score FROM detections WHERE "
+    "event_id = ?1 ORDER BY idx";
 
 // Schema migrations: kMigrations[i] takes user_version i to i + 1. Append, never edit.
 constexpr const char* kMigrations[] = {
@@ -150,6 +151,8 @@ ALTER TABLE events ADD COLUMN state TEXT NOT NULL DEFAULT 'confirmed'
 ALTER TABLE events ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE events ADD COLUMN decided_ns INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE detections ADD COLUMN track_id INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE detections ADD COLUMN second_label TEXT NOT NULL DEFAULT '';
+ALTER TABLE detections ADD COLUMN second_score REAL NOT NULL DEFAULT 0;
 CREATE INDEX events_pending ON events(stream_id, run, seq) WHERE state = 'pending';
 CREATE INDEX detections_track ON detections(track_id) WHERE track_id > 0;
 )sql",
@@ -276,7 +279,8 @@ struct SqliteImpl {
   // Writer statements and caches (writer thread only).
   Stmt begin, commit, rollback, find_stream, insert_stream, set_epoch, add_stale, add_duplicates, insert_frame,
       insert_event, insert_detection, upsert_run, get_contiguous, highest_seq, seqs_after, get_edge_epoch,
-      grant_edge, touch_edge, insert_outbox, insert_snapshot, find_pending, event_labels, decide_event;
+      grant_edge, touch_edge, insert_outbox, insert_snapshot, find_pending, event_labels, decide_event,
+      update_detection;
   // Retention (writer thread).
   Stmt prune_peek_events, prune_count_events, prune_detections, prune_dead, prune_event, prune_runs, prune_peek_frames,
       prune_frames, prune_kept, prune_event_snapshots, prune_orphan_snapshots;
@@ -334,6 +338,9 @@ struct SqliteImpl {
          "s.stream = ?2 AND e.run = ?3 AND e.seq = ?4 AND e.state = 'pending'"},
         {&event_labels, "SELECT label FROM detections WHERE event_id = ?1 ORDER BY idx"},
         {&decide_event, "UPDATE events SET state = ?2, state_reason = ?3, decided_ns = ?4 WHERE id = ?1"},
+        {&update_detection,
+         "UPDATE detections SET label = CASE WHEN ?3 = '' THEN label ELSE ?3 END, second_label = ?4, "
+         "second_score = ?5 WHERE event_id = ?1 AND idx = ?2"},
         {&upsert_run,
          "INSERT INTO runs(stream_id, run, frames, events, contiguous_through, first_stored_ns, last_stored_ns, "
          "dropped, lost) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8) ON CONFLICT(stream_id, run) DO UPDATE SET "
@@ -582,6 +589,12 @@ struct SqliteImpl {
     const std::string severity = find_pending.Text(1);
     find_pending.Reset();
     VIGIL_RETURN_IF_ERROR(decide_event.Bind(event_id, std::string(ToString(d.state)), d.reason, now_ns).Run());
+    for (const DetectionUpdate& u : d.detections) {
+      VIGIL_RETURN_IF_ERROR(update_detection
+                                .Bind(event_id, static_cast<int64_t>(u.index), u.label, u.second_label,
+                                      static_cast<double>(u.second_score))
+                                .Run());
+    }
     if (d.state != EventState::kConfirmed) {
       ++out.rejected;
       return absl::OkStatus();
@@ -775,7 +788,8 @@ Status ReadDetections(Stmt& det, StoredEvent& ev) {
     if (!row) return absl::OkStatus();
     ev.detections.push_back({static_cast<int32_t>(det.Int(0)), det.Text(1), static_cast<float>(det.Real(2)),
                              static_cast<float>(det.Real(3)), static_cast<float>(det.Real(4)),
-                             static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6)), det.Int(7)});
+                             static_cast<float>(det.Real(5)), static_cast<float>(det.Real(6)), det.Int(7),
+                             det.Text(8), static_cast<float>(det.Real(9))});
   }
 }
 

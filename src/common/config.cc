@@ -209,6 +209,13 @@ const std::string& ConfigMap::path() const { return map_->path; }
 
 bool ConfigMap::Has(std::string_view key) const { return Find(map_, key) != nullptr; }
 
+std::vector<std::string> ConfigMap::Keys() const {
+  std::vector<std::string> out;
+  out.reserve(map_->entries.size());
+  for (const MapState::Entry& e : map_->entries) out.push_back(e.key);
+  return out;
+}
+
 std::optional<ConfigValue> ConfigMap::Value(std::string_view key, Need need) const {
   MapState::Entry* e = Find(map_, key);
   if (e == nullptr) {

@@ -118,6 +118,36 @@ void ClassColour(int class_id, uint8_t bgr[3]) {
   std::copy_n(kPalette[k], 3, bgr);
 }
 
+StatusOr<Tensor> ClassifierInput(std::string_view jpeg, int width, int height, const float mean[3],
+                                 const float stddev[3]) {
+  if (width < 1 || width > 4096 || height < 1 || height > 4096) {
+    return absl::InvalidArgumentError(StrCat("classifier input ", width, "x", height, ": each side must be 1..4096"));
+  }
+  for (int c = 0; c < 3; ++c) {
+    if (!(stddev[c] > 0)) return absl::InvalidArgumentError(StrCat("classifier input: stddev ", stddev[c], " ≤ 0"));
+  }
+  Frame pic;
+  VIGIL_RETURN_IF_ERROR(DecodeJpeg(jpeg, &pic));
+  const cv::Mat src(pic.height, pic.width, CV_8UC3, pic.bgr.data(), static_cast<size_t>(pic.stride));
+  cv::Mat sized;
+  const bool shrink = width * height < pic.width * pic.height;
+  cv::resize(src, sized, cv::Size(width, height), 0, 0, shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
+  Tensor t(DType::kFloat32, {1, 3, height, width});
+  float* out = t.data<float>();
+  const size_t plane = static_cast<size_t>(width) * static_cast<size_t>(height);
+  for (int y = 0; y < height; ++y) {
+    const uint8_t* row = sized.ptr<uint8_t>(y);
+    for (int x = 0; x < width; ++x) {
+      const size_t at = static_cast<size_t>(y) * static_cast<size_t>(width) + static_cast<size_t>(x);
+      for (int c = 0; c < 3; ++c) {  // RGB planes from BGR pixels
+        const float v = static_cast<float>(row[3 * x + (2 - c)]) / 255.0f;
+        out[static_cast<size_t>(c) * plane + at] = (v - mean[c]) / stddev[c];
+      }
+    }
+  }
+  return t;
+}
+
 StatusOr<std::string> DrawBoxes(std::string_view jpeg, int source_width, int source_height,
                                 std::span<const LabeledBox> boxes, int quality) {
   if (source_width <= 0 || source_height <= 0) {

@@ -22,6 +22,8 @@
 #include <random>
 #include <thread>
 
+#include "testing/colour_classifier.h"
+#include "testing/eventually.h"
 #include "testing/test_certs.h"
 #include "testing/test_database.h"
 #include "vigil/transport/auth.h"
@@ -32,6 +34,7 @@
 namespace vigil::aggregator {
 namespace {
 
+using testutil::Eventually;
 using nlohmann::json;
 using std::chrono::milliseconds;
 using transport::Ack;
@@ -999,6 +1002,78 @@ TEST_F(AggregatorTest, WithConfirmationEventsAreDecidedByTheirTracksAndPendingOn
   EXPECT_EQ(yard[2]["detections"][0]["track_id"], 4);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 6);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM events WHERE state = 'pending'"), 0);
+}
+
+// The second model (classifier.h) in the aggregator as shipped: what the tracker confirms waits for its crops; a red
+// crop confirms (the model's class "red" in confirm), a blue one rejects, an event with no crop is confirmed once
+// wait_s ran out; the classes are stored with the detections and only confirmed events reach the on-confirmed sink.
+TEST_F(AggregatorTest, TheSecondModelDecidesWhatTheTrackerConfirmsFromTheEventsCrops) {
+  const std::string model = (dir_ / "colour.onnx").string();
+  std::ofstream(model, std::ios::binary) << testing::ColourModel(true).SerializeAsString();
+  config_.confirm.enabled = true;
+  config_.confirm.tracker.min_hits = 2;
+  config_.confirm.classifier_enabled = true;
+  config_.confirm.classifier.model = model;
+  config_.confirm.classifier.confirm = {"red"};
+  config_.confirm.classifier.reject = {"blue"};
+  config_.confirm.classifier.min_score = 0.5f;
+  config_.confirm.classifier.wait_s = 1;
+  PushSinkConfig alarms;
+  alarms.route = {.sink = "alarms", .on_confirmed = true};
+  alarms.webhook = {.sink = "alarms", .url = "http://127.0.0.1:1/refused"};
+  alarms.retry = {.initial_ms = 60000, .max_ms = 60000, .max_attempts = 100};
+  config_.push = {alarms};
+  {  // The crops are stored before their events arrive (a picture may come first): frame 0 red, frame 1 blue.
+    StatusOr<std::unique_ptr<Store>> st = Store::Open(config_.db_path);
+    ASSERT_TRUE(st.ok()) << st.status();
+    const std::string edge = "edge-1";
+    const transport::Snapshot red{"door", 1, 0, 0, 100, 50, 40, 100, 40, 100, testing::Crop(0, 0, 255)};
+    const transport::Snapshot blue{"door", 1, 1, 0, 100, 50, 40, 100, 40, 100, testing::Crop(255, 0, 0)};
+    const std::vector<PendingSnapshot> pics = {{&edge, &red}, {&edge, &blue}};
+    ASSERT_EQ(*(*st)->PutSnapshots(pics, 1), 2u);
+  }
+  auto agg = StartAggregator();
+  ASSERT_TRUE(agg);
+  auto event = [](uint64_t seq) {
+    Report r;
+    r.edge = "edge-1";
+    r.epoch = 1;
+    r.stream = "door";
+    r.run = 1;
+    r.seq_first = r.seq_last = seq;
+    r.capture_ns = 1'700'000'000'000'000'000 + static_cast<int64_t>(seq) * 100'000'000;
+    r.kind = ReportKind::kEvent;
+    r.rule = "person";
+    r.detections = {{100, 50, 140, 150, 0.9f, 0}};
+    return r;
+  };
+  RawEdge edge(agg->listen_port());
+  ASSERT_TRUE(edge.Hello("edge-1", 0, {"person"}, {{"door", 1}}));
+  SendAndAwaitAcks(edge, {event(0), event(1), event(2)});
+  json events;
+  ASSERT_TRUE(Eventually([&] {
+    events = Get(agg->http_port(), "/api/events?stream=door")["events"];
+    return events.size() == 3 && events[2]["state"] != "pending";
+  })) << events.dump();
+  EXPECT_EQ(events[0]["state"], "confirmed");
+  EXPECT_EQ(events[0]["state_reason"],
+            "track 1 (person): seen in 1 of the last 1 frames, for 0.10 s, travelled 0 px; second model: box 0 red 0.58");
+  EXPECT_EQ(events[0]["detections"][0]["second_label"], "red");
+  EXPECT_NEAR(events[0]["detections"][0]["second_score"].get<double>(), 0.576, 0.01);
+  EXPECT_EQ(events[1]["state"], "rejected");
+  EXPECT_EQ(events[1]["detections"][0]["second_label"], "blue");
+  EXPECT_EQ(events[2]["state"], "confirmed");
+  EXPECT_NE(events[2]["state_reason"].get<std::string>().find("second model: no crops within 1.0 s"), std::string::npos)
+      << events[2]["state_reason"];
+  EXPECT_EQ(events[2]["detections"][0]["second_label"], "");
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 2);
+  const std::string metrics = Metrics(agg->http_port());
+  for (const char* line : {"vigil_aggregator_second_model_total{result=\"confirmed\"} 1\n",
+                           "vigil_aggregator_second_model_total{result=\"rejected\"} 1\n",
+                           "vigil_aggregator_second_model_total{result=\"no_crops\"} 1\n",
+                           "vigil_aggregator_second_model_total{result=\"crops\"} 2\n"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
+  }
 }
 
 TEST_F(AggregatorTest, ManyEdgesAtOnce) {

@@ -461,7 +461,8 @@ TEST_P(StoreTest, MigratesASchema1Database) {
                          "DROP TABLE push_dead_letters; DROP INDEX events_stored; DROP TABLE snapshots; "
                          "DROP INDEX events_pending; DROP INDEX detections_track; ALTER TABLE events DROP COLUMN state; "
                          "ALTER TABLE events DROP COLUMN state_reason; ALTER TABLE events DROP COLUMN decided_ns; "
-                         "ALTER TABLE detections DROP COLUMN track_id; PRAGMA user_version=1; "
+                         "ALTER TABLE detections DROP COLUMN track_id; ALTER TABLE detections DROP COLUMN second_label; "
+                         "ALTER TABLE detections DROP COLUMN second_score; PRAGMA user_version=1; "
                          "INSERT INTO edges(edge, epoch, first_seen_ns, last_seen_ns) VALUES('edge-1', 6, 1, 2);",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)

@@ -9,6 +9,7 @@
 //     overrides:                                   # the first that matches a (stream, class) wins over `rules`
 //       - {streams: [..], classes: [..], k, m, min_duration_s, min_travel_px}   # a missing list: any
 //     idle_s: 5                                    # a stream silent this long ends its tracks (0.1..3600). Default: 5
+//     classifier: {model, ...}                     # optional: the second model on the event's crops (classifier.h)
 // Without `confirm:` every event is stored confirmed ("no confirmation configured") and nothing is tracked.
 //
 // How an event is decided. Per stream one Tracker (tracking.h) is fed, in storage order, with the frames the edge
@@ -46,6 +47,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "vigil/aggregator/classifier.h"
 #include "vigil/aggregator/store.h"
 #include "vigil/aggregator/tracking.h"
 #include "vigil/transport/protocol.h"
@@ -64,6 +66,8 @@ struct ConfirmConfig {
   TrackRules rules;
   std::vector<ConfirmRuleOverride> overrides;
   double idle_s = 5;  // (0.1, 3600]
+  bool classifier_enabled = false;  // `classifier:` present: the second model (classifier.h) decides what tracks confirm
+  ClassifierConfig classifier;
 };
 // InvalidArgument naming the field (tracker options, rules, override index).
 Status ValidateConfirmConfig(const ConfirmConfig& c);

@@ -124,12 +124,21 @@ struct EventVerdict {
                                    // REQUIRES: empty or one per detection
 };
 
+// What the second model said about one detection of an event (confirm.h, classifier).
+struct DetectionUpdate {
+  int32_t index = 0;          // the detection's index in its event
+  std::string label;          // its new label (a relabel); "" = unchanged
+  std::string second_label;   // the second model's class
+  float second_score = 0;
+};
+
 // A later verdict on a stored pending event of (edge, stream, run, seq).
 struct EventDecision {
   std::string edge, stream;
   uint64_t run = 0, seq = 0;
   EventState state = EventState::kConfirmed;  // REQUIRES: kConfirmed or kRejected
   std::string reason;
+  std::vector<DetectionUpdate> detections;    // applied with the decision (before its push routes are matched)
 };
 
 // What the decisions given to one Apply did.
@@ -181,6 +190,8 @@ struct StoredDetection {
   float score = 0;
   float x1 = 0, y1 = 0, x2 = 0, y2 = 0;  // source-image pixels
   int64_t track_id = 0;                  // its track at the aggregator (confirm.h); 0 = none
+  std::string second_label;              // the aggregator's second model on its crop ("" = not classified)
+  float second_score = 0;                // that label's probability
   bool operator==(const StoredDetection&) const = default;
 };
 

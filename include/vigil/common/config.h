@@ -105,6 +105,8 @@ class ConfigMap {
 
   const std::string& path() const;  // "" for the root
   bool Has(std::string_view key) const;
+  // The keys present, in file order (a map of free keys, e.g. label → label; each is known once a getter read it).
+  std::vector<std::string> Keys() const;
   // The value at `key`, marking the key as known. nullopt when absent (error if kRequired).
   std::optional<ConfigValue> Value(std::string_view key, Need need = kOptional) const;
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "vigil/common/status.h"
+#include "vigil/common/tensor.h"
 #include "vigil/video/frame.h"
 
 namespace vigil::video {
@@ -67,5 +68,12 @@ void ClassColour(int class_id, uint8_t bgr[3]);
 
 StatusOr<std::string> DrawBoxes(std::string_view jpeg, int source_width, int source_height,
                                 std::span<const LabeledBox> boxes, int quality);
+
+// A picture for an image classifier (the aggregator's second model): `jpeg` decoded and resized to width × height
+// (area interpolation when shrinking, bilinear when growing; the aspect ratio is not kept), as a float32 tensor
+// [1, 3, height, width] in RGB order holding (pixel / 255 − mean[c]) / stddev[c].
+// Errors: InvalidArgument (not a JPEG, a size outside 1..4096, a stddev ≤ 0). Thread-safe; the tensor is the caller's.
+StatusOr<Tensor> ClassifierInput(std::string_view jpeg, int width, int height, const float mean[3],
+                                 const float stddev[3]);
 
 }  // namespace vigil::video
