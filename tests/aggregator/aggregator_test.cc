@@ -202,6 +202,10 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
       "    - {classes: [car], min_travel_px: 40}\n"
       "    - {streams: [gate], k: 1, m: 1}\n"
       "  idle_s: 10\n"
+      "  classifier:\n"
+      "    model: helmet.onnx\n    device: cuda:1\n    threads: 2\n    labels: [helmet, bare_head, glare]\n"
+      "    normalize: imagenet\n    min_score: 0.7\n    confirm: [helmet, bare_head]\n    reject: [glare]\n"
+      "    relabel: {bare_head: no_helmet}\n    wait_s: 3\n"
       "push:\n  - name: a\n    webhook: {url: 'http://x'}\n    on: confirmed\n",
       "agg.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -222,6 +226,17 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
   EXPECT_EQ(k.overrides[1].streams, std::vector<std::string>{"gate"});
   EXPECT_EQ(k.overrides[1].rules.m, 1);
   EXPECT_EQ(k.idle_s, 10);
+  ASSERT_TRUE(k.classifier_enabled);
+  EXPECT_EQ(k.classifier.model, "helmet.onnx");
+  EXPECT_EQ(k.classifier.device, "cuda:1");
+  EXPECT_EQ(k.classifier.threads, 2);
+  EXPECT_EQ(k.classifier.labels, (std::vector<std::string>{"helmet", "bare_head", "glare"}));
+  EXPECT_TRUE(k.classifier.imagenet);
+  EXPECT_FLOAT_EQ(k.classifier.min_score, 0.7f);
+  EXPECT_EQ(k.classifier.confirm, (std::vector<std::string>{"helmet", "bare_head"}));
+  EXPECT_EQ(k.classifier.reject, std::vector<std::string>{"glare"});
+  EXPECT_EQ(k.classifier.relabel, (std::map<std::string, std::string>{{"bare_head", "no_helmet"}}));
+  EXPECT_EQ(k.classifier.wait_s, 3);
   EXPECT_TRUE(c->push[0].route.on_confirmed);
   StatusOr<AggregatorConfig> off = ParseAggregatorConfig("auth: {required: false}\n", "agg.yaml");
   ASSERT_TRUE(off.ok());
@@ -229,6 +244,7 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
 
   const std::string bad = std::string(
       ParseAggregatorConfig("auth: {required: false}\nconfirm:\n  rules: {k: 4, m: 2}\n  tracker: {low_score: 0.9}\n"
+                            "  classifier: {device: tpu, confirm: [a], reject: [a]}\n"
                             "push:\n  - name: a\n    webhook: {url: 'http://x'}\n    on: decided\n",
                             "agg.yaml")
           .status()
@@ -237,6 +253,9 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
   EXPECT_NE(bad.find("4 is above m (2)"), std::string::npos) << bad;
   EXPECT_NE(bad.find("low_score 0.9: must be in [0, high_score)"), std::string::npos) << bad;
   EXPECT_NE(bad.find("push[0].on"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("confirm.classifier: missing required key 'model'"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("confirm.classifier.device: 'tpu' is not cpu or cuda:N"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("confirm.classifier.reject: 'a' is in both confirm and reject"), std::string::npos) << bad;
 }
 
 TEST(AggregatorConfigTest, ADatabaseUrlItsPasswordAndRetentionAreRead) {
