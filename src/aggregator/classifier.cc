@@ -70,9 +70,10 @@ StatusOr<std::unique_ptr<Classifier>> Classifier::Load(const ClassifierConfig& c
 #endif
 }
 
-StatusOr<CropClass> Classifier::Classify(std::string_view jpeg) {
+StatusOr<std::vector<float>> Classifier::Probabilities(std::string_view jpeg, Tensor* input_out) {
 #if !VIGIL_HAVE_FFMPEG
   (void)jpeg;
+  (void)input_out;
   return absl::UnimplementedError("classifier: no JPEG decoding in this build");
 #else
   static constexpr float kUnitMean[3] = {0, 0, 0}, kUnitStd[3] = {1, 1, 1};
@@ -82,7 +83,7 @@ StatusOr<CropClass> Classifier::Classify(std::string_view jpeg) {
                                                               config_.imagenet ? kImagenetStd : kUnitStd));
   std::vector<Tensor> outputs;
   VIGIL_RETURN_IF_ERROR(engine_->Run(std::span<const Tensor>(&input, 1), &outputs));
-  const Tensor& o = outputs.at(0);
+  const Tensor o = outputs.at(0).dtype() == DType::kFloat32 ? outputs.at(0) : outputs.at(0).ToFloat32();
   const float* v = o.data<float>();
   const size_t n = labels_.size();
   // Probabilities already (a Softmax at the end) or logits.
@@ -99,10 +100,18 @@ StatusOr<CropClass> Classifier::Classify(std::string_view jpeg) {
     for (double& x : p) z += (x = std::exp(x - top));
     for (double& x : p) x /= z;
   }
-  const size_t best = static_cast<size_t>(std::max_element(p.begin(), p.end()) - p.begin());
-  if (!std::isfinite(p[best])) return absl::InternalError("classifier: a non-finite output");
-  return CropClass{static_cast<int>(best), labels_[best], static_cast<float>(p[best])};
+  for (double x : p) {
+    if (!std::isfinite(x)) return absl::InternalError("classifier: a non-finite output");
+  }
+  if (input_out != nullptr) *input_out = std::move(input);
+  return std::vector<float>(p.begin(), p.end());
 #endif
+}
+
+StatusOr<CropClass> Classifier::Classify(std::string_view jpeg) {
+  VIGIL_ASSIGN_OR_RETURN(std::vector<float> p, Probabilities(jpeg));
+  const size_t best = static_cast<size_t>(std::max_element(p.begin(), p.end()) - p.begin());
+  return CropClass{static_cast<int>(best), labels_[best], p[best]};
 }
 
 SecondStage::SecondStage(ClassifierConfig config, Classify classify, CropSource crops)

@@ -1,6 +1,9 @@
 // `vigil model inspect` and `vigil model run`.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 #include <map>
 #include <string>
@@ -9,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "vigil/aggregator/classifier.h"
 #include "vigil/common/npy.h"
 #include "vigil/detect/model_family.h"
 #include "vigil/infer/engine.h"
@@ -169,6 +173,49 @@ int RunModel(const std::string& path, const std::vector<std::string>& input_args
   return 0;
 }
 
+// `vigil model classify`: the aggregator's second model (aggregator/classifier.h) on JPEG pictures, as the aggregator
+// runs it on an event's crops: to try a classifier and its labels before deploying it.
+int Classify(const aggregator::ClassifierConfig& config, const std::vector<std::string>& images, bool json_out,
+             const std::string& save_inputs) {
+  StatusOr<std::unique_ptr<aggregator::Classifier>> c = aggregator::Classifier::Load(config);
+  if (!c.ok()) {
+    std::fprintf(stderr, "vigil model classify: %s\n", std::string(c.status().message()).c_str());
+    return 1;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  int failed = 0;
+  for (size_t i = 0; i < images.size(); ++i) {
+    std::ifstream f(images[i], std::ios::binary);
+    std::string jpeg((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    Tensor input;
+    StatusOr<std::vector<float>> p =
+        !f ? StatusOr<std::vector<float>>(absl::NotFoundError("cannot read the file"))
+           : (*c)->Probabilities(jpeg, save_inputs.empty() ? nullptr : &input);
+    if (!p.ok()) {
+      std::fprintf(stderr, "vigil model classify: %s: %s\n", images[i].c_str(), std::string(p.status().message()).c_str());
+      ++failed;
+      continue;
+    }
+    if (!save_inputs.empty()) {
+      const std::string npy = StrCat(save_inputs, "/input.", i, ".npy");
+      if (Status st = WriteNpy(npy, input); !st.ok()) {
+        std::fprintf(stderr, "vigil model classify: %s\n", std::string(st.message()).c_str());
+        return 1;
+      }
+    }
+    const size_t best = static_cast<size_t>(std::max_element(p->begin(), p->end()) - p->begin());
+    if (json_out) {
+      out.push_back({{"image", images[i]}, {"index", best}, {"label", (*c)->labels()[best]}, {"score", (*p)[best]},
+                     {"probabilities", *p}});
+    } else {
+      std::printf("%s: %s %.3f (class %zu of %zu)\n", images[i].c_str(), (*c)->labels()[best].c_str(),
+                  static_cast<double>((*p)[best]), best, p->size());
+    }
+  }
+  if (json_out) std::printf("%s\n", out.dump(1).c_str());
+  return failed > 0 ? 1 : 0;
+}
+
 }  // namespace
 
 void AddModelCommands(CLI::App& app, int* exit_code) {
@@ -197,6 +244,29 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   run->add_option("--precision", run_precision, "CUDA compute precision: fp32 or fp16")->capture_default_str();
   run->callback([exit_code] {
     *exit_code = RunModel(run_model, run_inputs, run_out, run_threads, run_reference, run_device, run_precision);
+  });
+
+  CLI::App* classify = model->add_subcommand(
+      "classify", "Run an image classifier on JPEG pictures as the aggregator's second model does (confirm.classifier)");
+  static aggregator::ClassifierConfig cls;
+  static std::vector<std::string> cls_images;
+  static std::string cls_normalize = "unit", cls_save;
+  static bool cls_json = false;
+  cls.threads = 0;
+  classify->add_option("--model", cls.model, "ONNX classifier: input [1, 3, H, W] RGB, output [1, C]")->required();
+  classify->add_option("images", cls_images, "JPEG pictures (e.g. crops the edge sent)")->required();
+  classify->add_option("--device", cls.device, "cpu, or cuda:N")->capture_default_str();
+  classify->add_option("--labels", cls.labels, "class names by index (default: the model's names, else class N)")
+      ->delimiter(',');
+  classify->add_option("--normalize", cls_normalize, "unit: pixel / 255; imagenet: (pixel / 255 - mean) / std")
+      ->check(CLI::IsMember({"unit", "imagenet"}))
+      ->capture_default_str();
+  classify->add_option("--threads", cls.threads, "kernel threads (0 = all cores)")->capture_default_str();
+  classify->add_option("--save-inputs", cls_save, "a folder: each picture's model input as input.<i>.npy");
+  classify->add_flag("--json", cls_json, "print JSON (every class's probability)");
+  classify->callback([exit_code] {
+    cls.imagenet = cls_normalize == "imagenet";
+    *exit_code = Classify(cls, cls_images, cls_json, cls_save);
   });
 }
 

@@ -40,6 +40,7 @@
 
 #include "vigil/aggregator/store.h"
 #include "vigil/common/status.h"
+#include "vigil/common/tensor.h"
 
 namespace vigil::infer {
 class Engine;
@@ -74,6 +75,9 @@ class Classifier {
 
   // One crop (a JPEG). Errors: InvalidArgument (not a JPEG), the engine's.
   StatusOr<CropClass> Classify(std::string_view jpeg);
+  // Every class's probability for one crop (index = class; softmax of the output unless it already sums to 1), and
+  // when `input` is non-null the tensor the model was given ([1, 3, H, W], video::ClassifierInput).
+  StatusOr<std::vector<float>> Probabilities(std::string_view jpeg, Tensor* input = nullptr);
   const std::vector<std::string>& labels() const { return labels_; }
   int width() const { return width_; }
   int height() const { return height_; }
