@@ -12,6 +12,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -220,7 +221,12 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       unit("low_match_iou", &o.low_match_iou, 0.0);
       t->Get("min_hits", &o.min_hits, 1, 1000);
       t->Get("max_lost_s", &o.max_lost_s, 0.0, 3600.0);
-      if (Status st = ValidateTrackerOptions(o); !st.ok()) t->Error("high_score", std::string(st.message()));
+      if (Status st = ValidateTrackerOptions(o); !st.ok()) {
+        // "tracker: low_score 0.5: must be in [0, high_score 0.3)": said at the key it names.
+        std::string msg(st.message());
+        if (msg.starts_with("tracker: ")) msg = msg.substr(9);
+        t->Error(msg.substr(0, msg.find(' ')), msg);
+      }
     }
     auto rules = [](const ConfigMap& m, TrackRules* r) {
       m.Get("k", &r->k, 1, 1000);
@@ -242,7 +248,9 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
     if (std::optional<ConfigMap> cl = cm->Map("classifier")) {
       ClassifierConfig& x = k.classifier;
       k.classifier_enabled = true;
-      cl->Get("model", &x.model, ConfigMap::kRequired);
+      if (cl->Get("model", &x.model, ConfigMap::kRequired) && !std::filesystem::is_regular_file(x.model)) {
+        cl->Error("model", StrCat("'", x.model, "' is not a file"));
+      }
       if (cl->Get("device", &x.device) && x.device != "cpu" && !x.device.starts_with("cuda")) {
         cl->Error("device", StrCat("'", x.device, "' is not cpu or cuda:N"));
       }
@@ -445,7 +453,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     for (EventDecision& d : fresh) second_unstored.push_back(std::move(d));
     if (second_unstored.empty()) return;
     DecisionResult decided;
-    StatusOr<std::vector<ApplyResult>> r = store->Apply({}, NowNs(), second_unstored, &decided);
+    const int64_t now_wall = NowNs();
+    StatusOr<std::vector<ApplyResult>> r = store->Apply({}, now_wall, second_unstored, &decided);
     if (!r.ok()) {
       StorageFailed(r.status());
       spdlog::error("aggregator: storing {} decisions of the second model failed (tried again): {}",
@@ -453,6 +462,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       second_ready = true;
       return;
     }
+    PublishDecisions(second_unstored, decided, now_wall);
     second_unstored.clear();
     CountDecided(decided);
     const SecondStageStats st = second->stats();
@@ -686,6 +696,9 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   void CountDecided(const DecisionResult& d) {
     if (d.confirmed > 0) EventStates(EventState::kConfirmed, "decided").Inc(static_cast<double>(d.confirmed));
     if (d.rejected > 0) EventStates(EventState::kRejected, "decided").Inc(static_cast<double>(d.rejected));
+    UpdateConfirmGauges();
+  }
+  void UpdateConfirmGauges() {
     const ConfirmStats st = confirmer->stats();
     events_pending.Set(static_cast<double>(st.pending));
     live_tracks.Set(static_cast<double>(st.tracks));
@@ -779,10 +792,12 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     if (decisions.empty()) {
       confirmer->Commit();
       HandOff(handoff);
+      UpdateConfirmGauges();  // tracks of silent streams ended without pending events
       return;
     }
     DecisionResult decided;
-    StatusOr<std::vector<ApplyResult>> r = store->Apply({}, NowNs(), decisions, &decided);
+    const int64_t now_wall = NowNs();
+    StatusOr<std::vector<ApplyResult>> r = store->Apply({}, now_wall, decisions, &decided);
     if (!r.ok()) {
       confirmer->Rollback();
       StorageFailed(r.status());
@@ -793,6 +808,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     confirmer->Commit();
     HandOff(handoff);
     CountDecided(decided);
+    PublishDecisions(decisions, decided, now_wall);
     if (decided.pushes_queued > 0) {
       for (auto& p : pushers) p->Wake();
     }
@@ -984,6 +1000,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
           }
         }
         CountDecided(decided);
+        PublishDecisions(decisions, decided, now);
       } else {
         confirmer->Rollback();
       }
@@ -1046,7 +1063,43 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
 
   std::mutex live_mu;
   std::condition_variable live_cv;
-  uint64_t live_version = 0;   // GUARDED_BY(live_mu): bumped by every commit that stored an event
+  uint64_t live_version = 0;   // GUARDED_BY(live_mu): bumped by every commit that stored an event or decided one
+  // GUARDED_BY(live_mu) the newest decisions on pending events (JSON), numbered from 1: the live channel sends them
+  // as `event: state` (the dashboard updates the row); the oldest go beyond kMaxDecidedFeed.
+  std::deque<std::pair<uint64_t, std::string>> decided_feed;
+  uint64_t decided_seq = 0;  // GUARDED_BY(live_mu)
+  static constexpr size_t kMaxDecidedFeed = 4096;
+
+  // After a commit: the decisions that decided their event go to the live channel.
+  void PublishDecisions(const std::vector<EventDecision>& decisions, const DecisionResult& decided, int64_t at_ns) {
+    std::lock_guard lock(live_mu);
+    bool any = false;
+    for (size_t i = 0; i < decisions.size() && i < decided.applied.size(); ++i) {
+      if (!decided.applied[i]) continue;
+      const EventDecision& d = decisions[i];
+      json labels = json::array();
+      for (const DetectionUpdate& u : d.detections) {
+        labels.push_back({{"index", u.index}, {"label", u.label}, {"second_label", u.second_label},
+                          {"second_score", u.second_score}});
+      }
+      const json j = {{"key", StrCat(d.edge, "/", d.stream, "/", d.run, "/", d.seq)},
+                      {"edge", d.edge},
+                      {"stream", d.stream},
+                      {"run", d.run},
+                      {"seq", d.seq},
+                      {"state", ToString(d.state)},
+                      {"state_reason", d.reason},
+                      {"decided_ns", at_ns},
+                      {"detections", std::move(labels)}};
+      decided_feed.emplace_back(++decided_seq, j.dump(-1, ' ', false, json::error_handler_t::replace));
+      if (decided_feed.size() > kMaxDecidedFeed) decided_feed.pop_front();
+      any = true;
+    }
+    if (any) {
+      ++live_version;
+      live_cv.notify_all();
+    }
+  }
   bool live_closing = false;   // GUARDED_BY(live_mu)
   std::atomic<int> live_streams{0};
   static constexpr int kMaxLiveStreams = 8;  // each holds an HTTP worker thread
@@ -1069,9 +1122,14 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     res.set_header("Cache-Control", "no-cache");
     auto cursor = std::make_shared<int64_t>(since);
+    auto decided_cursor = std::make_shared<uint64_t>(0);  // decisions from the connection on
+    {
+      std::lock_guard lock(live_mu);
+      *decided_cursor = decided_seq;
+    }
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, cursor](size_t, httplib::DataSink& sink) {
+        [this, cursor, decided_cursor](size_t, httplib::DataSink& sink) {
           uint64_t version;
           {
             std::lock_guard lock(live_mu);
@@ -1087,6 +1145,14 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
           for (const StoredEvent& e : *events) {
             out += StrCat("id: ", e.id, "\nevent: event\ndata: ", EventJson(e), "\n\n");
             *cursor = e.id;
+          }
+          {  // decisions on pending events (confirm.h): after the events, so a row exists before its update
+            std::lock_guard lock(live_mu);
+            for (const auto& [n, body] : decided_feed) {
+              if (n <= *decided_cursor) continue;
+              out += StrCat("event: state\ndata: ", body, "\n\n");
+              *decided_cursor = n;
+            }
           }
           if (out.empty()) {
             std::unique_lock lock(live_mu);
@@ -1638,7 +1704,21 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   so.password = config.db_password;
   for (const PushSinkConfig& p : config.push) so.routes.push_back(p.route);
   VIGIL_ASSIGN_OR_RETURN(d.store, Store::Open(config.db_path, so));
-  if (config.confirm.enabled) VIGIL_RETURN_IF_ERROR(d.StartConfirmation());
+  if (config.confirm.enabled) {
+    VIGIL_RETURN_IF_ERROR(d.StartConfirmation());
+    const TrackRules& r = config.confirm.rules;
+    spdlog::info("aggregator: confirmation on: seen in {} of the last {} frames, {} s, {} px of travel ({} overrides), "
+                 "tracks confirmed after {} frames, streams silent for {} s end their tracks",
+                 r.k, r.m, r.min_duration_s, r.min_travel_px, config.confirm.overrides.size(),
+                 config.confirm.tracker.min_hits, config.confirm.idle_s);
+  }
+  for (const PushSinkConfig& p : config.push) {
+    if (p.route.on_confirmed && !config.confirm.enabled) {
+      spdlog::warn("aggregator: push sink '{}' waits for confirmed events, but there is no confirm: section: every "
+                   "event is stored confirmed, so it gets every event its route takes",
+                   p.route.sink);
+    }
+  }
   for (const PushSinkConfig& p : config.push) {
     VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Delivery> delivery, p.mqtt_sink ? MakeMqtt(p.mqtt) : MakeWebhook(p.webhook));
     const metrics::Labels sink{{"sink", p.route.sink}};

@@ -46,7 +46,9 @@ StatusOr<std::unique_ptr<Classifier>> Classifier::Load(const ClassifierConfig& c
   if (!out.empty() && out[0].shape.size() == 2 && out[0].shape[0] == 1) classes = out[0].shape[1];
   if (classes < 1) {
     return absl::InvalidArgumentError(
-        StrCat("confirm.classifier: ", config.model, ": its first output must be [1, C] class scores"));
+        StrCat("confirm.classifier: ", config.model, ": its first output must be [1, C] class scores, not ",
+               out.empty() ? std::string("nothing") : ShapeToString(out[0].shape),
+               " (a detector? the second model is an image classifier)"));
   }
   c->height_ = static_cast<int>(in[0].shape[2]);
   c->width_ = static_cast<int>(in[0].shape[3]);

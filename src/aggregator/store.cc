@@ -78,7 +78,10 @@ StatusOr<std::vector<ApplyResult>> Store::Apply(std::span<const PendingReport> b
   DecisionResult ignored;
   if (decided == nullptr) decided = &ignored;
   *decided = {};
-  return backend_->Apply(batch, now_ns, decisions, *decided);
+  decided->applied.assign(decisions.size(), 0);
+  StatusOr<std::vector<ApplyResult>> r = backend_->Apply(batch, now_ns, decisions, *decided);
+  if (!r.ok()) decided->applied.assign(decisions.size(), 0);
+  return r;
 }
 
 std::string_view ToString(EventState s) {

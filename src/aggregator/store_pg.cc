@@ -543,6 +543,7 @@ class PgBackend final : public StoreBackend {
       w_->Rollback();
       DropCaches();  // the caches may hold rolled-back rows
       decided = {};
+      decided.applied.assign(decisions.size(), 0);
       return Annotate(st, StrCat("store a batch of ", batch.size(), " reports and ", decisions.size(), " decisions"));
     }
     return results;
@@ -1185,11 +1186,12 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
   }
   static constexpr const char* kDecide =
       "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[]) "
-      "AS t(ed, st, rn, sq, state, reason)), done AS (UPDATE events e SET state = u.state, state_reason = u.reason, "
-      "decided_ns = $7 FROM u JOIN streams s ON s.edge = u.ed AND s.stream = u.st WHERE e.stream_id = s.id AND "
-      "e.run = u.rn AND e.seq = u.sq AND e.state = 'pending' RETURNING e.id, e.state, e.severity, s.edge, s.stream) "
-      "SELECT done.id, done.state, done.severity, done.edge, done.stream, d.label FROM done LEFT JOIN detections d "
-      "ON d.event_id = done.id ORDER BY done.id, d.idx";
+      "WITH ORDINALITY AS t(ed, st, rn, sq, state, reason, ix)), done AS (UPDATE events e SET state = u.state, "
+      "state_reason = u.reason, decided_ns = $7 FROM u JOIN streams s ON s.edge = u.ed AND s.stream = u.st WHERE "
+      "e.stream_id = s.id AND e.run = u.rn AND e.seq = u.sq AND e.state = 'pending' RETURNING e.id, e.state, "
+      "e.severity, s.edge, s.stream, u.ix) "
+      "SELECT done.id, done.state, done.severity, done.edge, done.stream, d.label, done.ix FROM done LEFT JOIN "
+      "detections d ON d.event_id = done.id ORDER BY done.id, d.idx";
   VIGIL_ASSIGN_OR_RETURN(Result dr, w_->Run(kDecide,
                                             {u_edge.Done(), u_stream.Done(), u_run.Done(), u_seq.Done(),
                                              u_state.Done(), u_reason.Done(), now},
@@ -1207,6 +1209,8 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
     d.edge = Text(dr.get(), i, 3);
     d.stream = Text(dr.get(), i, 4);
     if (!PQgetisnull(dr.get(), i, 5)) d.labels.push_back(Text(dr.get(), i, 5));
+    const int64_t ix = Int(dr.get(), i, 6);  // 1-based: WITH ORDINALITY
+    if (ix >= 1 && static_cast<size_t>(ix) <= decided.applied.size()) decided.applied[static_cast<size_t>(ix - 1)] = 1;
   }
   decided.skipped = decisions.size() - done.size();
   Array o_sink, o_event;

@@ -767,12 +767,17 @@ StatusOr<std::vector<ApplyResult>> SqliteBackend::Apply(std::span<const PendingR
     }
   }
   for (size_t i = 0; st.ok() && i < edges.size(); ++i) st = d.touch_edge.Bind(*edges[i], now_ns).Run();
-  for (size_t i = 0; st.ok() && i < decisions.size(); ++i) st = d.DecideOne(decisions[i], now_ns, decided);
+  for (size_t i = 0; st.ok() && i < decisions.size(); ++i) {
+    const uint64_t before = decided.confirmed + decided.rejected;
+    st = d.DecideOne(decisions[i], now_ns, decided);
+    decided.applied[i] = decided.confirmed + decided.rejected > before ? 1 : 0;
+  }
   if (st.ok()) st = d.commit.Run();
   if (!st.ok()) {
     (void)d.rollback.Run();
     d.DropCaches();  // the caches may hold rolled-back rows
     decided = {};
+    decided.applied.assign(decisions.size(), 0);
     return Annotate(st, StrCat("store a batch of ", batch.size(), " reports and ", decisions.size(), " decisions"));
   }
   return results;

@@ -64,10 +64,10 @@ Status ValidateTrackerOptions(const TrackerOptions& o) {
   auto bad = [](std::string what) { return absl::InvalidArgumentError(StrCat("tracker: ", what)); };
   if (!(o.high_score > 0 && o.high_score <= 1)) return bad(StrCat("high_score ", o.high_score, ": must be in (0, 1]"));
   if (!(o.low_score >= 0 && o.low_score < o.high_score)) {
-    return bad(StrCat("low_score ", o.low_score, ": must be in [0, high_score)"));
+    return bad(StrCat("low_score ", o.low_score, ": must be in [0, high_score ", o.high_score, ")"));
   }
   if (!(o.new_track_score >= o.high_score && o.new_track_score <= 1)) {
-    return bad(StrCat("new_track_score ", o.new_track_score, ": must be in [high_score, 1]"));
+    return bad(StrCat("new_track_score ", o.new_track_score, ": must be in [high_score ", o.high_score, ", 1]"));
   }
   if (!(o.match_iou > 0 && o.match_iou <= 1)) return bad(StrCat("match_iou ", o.match_iou, ": must be in (0, 1]"));
   if (!(o.low_match_iou > 0 && o.low_match_iou <= 1)) {

@@ -52,7 +52,8 @@ void AddEdgeCommand(CLI::App& app, int* exit_code) {
                   "{stall_ms, errors}, warm_sources, mirror_frames, jpeg_quality, mirror_window}, snapshots {enabled, frame, "
                   "max_width, crops, crop_margin, crop_max_side, quality, queue}, streams [{id, source, "
                   "realtime, loop, target_fps, hwaccel, save_frames, placement {width, height, fps}, rules {classes, "
-                  "min_score, roi, cooldown_s, confirm {k, m}, severity {warning, critical}}, snapshots {enabled, frame, "
+                  "min_score, roi, cooldown_s, confirm {k, m} (leave cooldown_s and confirm out when the aggregator confirms), "
+                  "severity {warning, critical}}, snapshots {enabled, frame, "
                   "max_width, crops, crop_margin, crop_max_side, quality}}] (README, docs/architecture.md)")
       ->required();
   cmd->add_option("--shutdown-timeout-ms", *timeout_ms, "how long to wait for acks at the end")

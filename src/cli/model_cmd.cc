@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#if VIGIL_CLI_CLASSIFY
 #include "vigil/aggregator/classifier.h"
+#endif
 #include "vigil/common/npy.h"
 #include "vigil/detect/model_family.h"
 #include "vigil/infer/engine.h"
@@ -173,6 +175,7 @@ int RunModel(const std::string& path, const std::vector<std::string>& input_args
   return 0;
 }
 
+#if VIGIL_CLI_CLASSIFY
 // `vigil model classify`: the aggregator's second model (aggregator/classifier.h) on JPEG pictures, as the aggregator
 // runs it on an event's crops: to try a classifier and its labels before deploying it.
 int Classify(const aggregator::ClassifierConfig& config, const std::vector<std::string>& images, bool json_out,
@@ -215,6 +218,7 @@ int Classify(const aggregator::ClassifierConfig& config, const std::vector<std::
   if (json_out) std::printf("%s\n", out.dump(1).c_str());
   return failed > 0 ? 1 : 0;
 }
+#endif  // VIGIL_CLI_CLASSIFY
 
 }  // namespace
 
@@ -246,6 +250,7 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
     *exit_code = RunModel(run_model, run_inputs, run_out, run_threads, run_reference, run_device, run_precision);
   });
 
+#if VIGIL_CLI_CLASSIFY
   CLI::App* classify = model->add_subcommand(
       "classify", "Run an image classifier on JPEG pictures as the aggregator's second model does (confirm.classifier)");
   static aggregator::ClassifierConfig cls;
@@ -268,6 +273,7 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
     cls.imagenet = cls_normalize == "imagenet";
     *exit_code = Classify(cls, cls_images, cls_json, cls_save);
   });
+#endif
 }
 
 }  // namespace vigil::cli

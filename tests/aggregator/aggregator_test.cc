@@ -193,6 +193,8 @@ TEST(AggregatorConfigTest, PushSinksAreReadAndTheirSecretsComeFromAFileOrTheEnvi
 }
 
 TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
+  const std::string model = ::testing::TempDir() + "/helmet.onnx";  // only its existence is checked here
+  std::ofstream(model) << "x";
   StatusOr<AggregatorConfig> c = ParseAggregatorConfig(
       "auth: {required: false}\n"
       "confirm:\n"
@@ -203,7 +205,7 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
       "    - {streams: [gate], k: 1, m: 1}\n"
       "  idle_s: 10\n"
       "  classifier:\n"
-      "    model: helmet.onnx\n    device: cuda:1\n    threads: 2\n    labels: [helmet, bare_head, glare]\n"
+      "    model: " + model + "\n    device: cuda:1\n    threads: 2\n    labels: [helmet, bare_head, glare]\n"
       "    normalize: imagenet\n    min_score: 0.7\n    confirm: [helmet, bare_head]\n    reject: [glare]\n"
       "    relabel: {bare_head: no_helmet}\n    wait_s: 3\n"
       "push:\n  - name: a\n    webhook: {url: 'http://x'}\n    on: confirmed\n",
@@ -227,7 +229,7 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
   EXPECT_EQ(k.overrides[1].rules.m, 1);
   EXPECT_EQ(k.idle_s, 10);
   ASSERT_TRUE(k.classifier_enabled);
-  EXPECT_EQ(k.classifier.model, "helmet.onnx");
+  EXPECT_EQ(k.classifier.model, model);
   EXPECT_EQ(k.classifier.device, "cuda:1");
   EXPECT_EQ(k.classifier.threads, 2);
   EXPECT_EQ(k.classifier.labels, (std::vector<std::string>{"helmet", "bare_head", "glare"}));
@@ -251,11 +253,20 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
           .message());
   EXPECT_NE(bad.find("confirm.rules.k"), std::string::npos) << bad;
   EXPECT_NE(bad.find("4 is above m (2)"), std::string::npos) << bad;
-  EXPECT_NE(bad.find("low_score 0.9: must be in [0, high_score)"), std::string::npos) << bad;
   EXPECT_NE(bad.find("push[0].on"), std::string::npos) << bad;
   EXPECT_NE(bad.find("confirm.classifier: missing required key 'model'"), std::string::npos) << bad;
   EXPECT_NE(bad.find("confirm.classifier.device: 'tpu' is not cpu or cuda:N"), std::string::npos) << bad;
   EXPECT_NE(bad.find("confirm.classifier.reject: 'a' is in both confirm and reject"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("confirm.tracker.low_score: low_score 0.9: must be in [0, high_score 0.5)"), std::string::npos)
+      << bad;
+  const std::string missing = std::string(
+      ParseAggregatorConfig("auth: {required: false}\nconfirm:\n  classifier: {model: /nonexistent/cls.onnx}\n",
+                            "agg.yaml")
+          .status()
+          .message());
+  EXPECT_NE(missing.find("agg.yaml:3:23: confirm.classifier.model: '/nonexistent/cls.onnx' is not a file"),
+            std::string::npos)
+      << missing;
 }
 
 TEST(AggregatorConfigTest, ADatabaseUrlItsPasswordAndRetentionAreRead) {

@@ -533,6 +533,7 @@ TEST_P(StoreTest, EventStatesAreStoredAndDecidedOnceAndConfirmationQueuesItsPush
   EXPECT_EQ(d.confirmed, 1u);
   EXPECT_EQ(d.rejected, 0u);
   EXPECT_EQ(d.skipped, 1u);
+  EXPECT_EQ(d.applied, (std::vector<char>{1, 0}));
   EXPECT_EQ(d.pushes_queued, 1);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 3);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'all'"), 3) << "queued once, when stored";

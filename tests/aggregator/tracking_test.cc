@@ -166,7 +166,7 @@ TEST(TrackerTest, BadInputAndOptionsAreNamed) {
   EXPECT_EQ(std::string(u.status().message()), "tracker: frame 5 detection 0: not a finite box");
   TrackerOptions o;
   o.low_score = 0.6f;
-  EXPECT_EQ(std::string(ValidateTrackerOptions(o).message()), "tracker: low_score 0.6: must be in [0, high_score)");
+  EXPECT_EQ(std::string(ValidateTrackerOptions(o).message()), "tracker: low_score 0.6: must be in [0, high_score 0.5)");
   o = {};
   o.min_hits = 0;
   EXPECT_FALSE(ValidateTrackerOptions(o).ok());

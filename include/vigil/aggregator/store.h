@@ -146,6 +146,7 @@ struct DecisionResult {
   uint64_t confirmed = 0, rejected = 0;  // pending events decided
   uint64_t skipped = 0;                  // decisions on an event not stored or no longer pending (ignored)
   int pushes_queued = 0;                 // push_outbox rows written for the events confirmed
+  std::vector<char> applied;             // per decision (same order): 1 when it decided its event
 };
 
 // One report of an Apply batch and the class names of the session that admitted it.

@@ -5,6 +5,7 @@
 const vigil = {
   token: sessionStorage.getItem("vigil-token") || "",
   liveReceived: 0,      // events that came through the live channel (tests read it)
+  decisionsReceived: 0, // decisions on pending events that came through it (confirm:)
   liveConnected: false,
   loadedAt: Date.now(), // a reload would change it
   newest: 0,            // the newest event id shown
@@ -270,6 +271,7 @@ function labels(e) {
 function eventRow(e, fresh) {
   const tr = document.createElement("tr");
   tr.dataset.id = e.id;
+  tr.dataset.key = e.key;
   if (fresh) tr.className = "new";
   tr.append(text("td", e.id), text("td", fmtTime(e.capture_ns)), text("td", e.edge + " / " + e.stream),
             text("td", e.seq), text("td", e.severity, "sev-" + e.severity), stateCell(e), text("td", e.rule),
@@ -365,6 +367,7 @@ function onMessage(block) {
     if (line.startsWith("event: ")) type = line.slice(7);
     else if (line.startsWith("data: ")) data += line.slice(6);
   }
+  if (type === "state" && data) return onDecided(JSON.parse(data));
   if (type !== "event" || !data) return;
   const e = JSON.parse(data);
   vigil.liveReceived++;
@@ -377,6 +380,17 @@ function onMessage(block) {
     while (body.rows.length > MAX_ROWS) body.deleteRow(-1);
     vigil.oldest = Number(body.rows[body.rows.length - 1].dataset.id);
     $("#older").hidden = false;
+  }
+}
+
+// A pending event was decided (confirm:): its row's state changes where it is shown.
+function onDecided(d) {
+  vigil.decisionsReceived++;
+  for (const tr of $("#events tbody").rows) {
+    if (tr.dataset.key !== d.key) continue;
+    const cell = tr.querySelector("td[class^='state-']");
+    if (cell) cell.replaceWith(stateCell(d));
+    tr.classList.add("decided");
   }
 }
 
