@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <unordered_set>
 #include <tuple>
 
 #include "vigil/aggregator/store.h"
@@ -195,6 +196,9 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
     }
     std::string on;
     if (pm.GetOneOf("on", &on, {"stored", "confirmed"})) sink.route.on_confirmed = on == "confirmed";
+    if (pm.Get("once_per_track", &sink.route.once_per_track) && sink.route.once_per_track && !sink.route.on_confirmed) {
+      pm.Error("once_per_track", "needs on: confirmed (one alert per confirmed object)");
+    }
     if (std::optional<ConfigMap> r = pm.Map("retry")) {
       r->Get("initial_ms", &sink.retry.initial_ms, int64_t{1}, int64_t{3600000});
       r->Get("max_ms", &sink.retry.max_ms, int64_t{1}, int64_t{86400000});
@@ -358,6 +362,39 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
   std::unique_ptr<Confirmer> confirmer;           // `confirm:` on
   std::vector<EventDecision> second_unstored;     // the second model's decisions not stored yet (a failed commit)
+  // Tracks some confirmed event already carried (once_per_track sinks alert on the first), the newest kMaxAlerted.
+  std::unordered_set<int64_t> alerted;
+  std::deque<int64_t> alerted_order;
+  static constexpr size_t kMaxAlerted = 100000;
+
+  // Before a transaction: confirmed verdicts and decisions are marked new_track when one of their tracks was never
+  // in a confirmed event; `added` lists the tracks this marked (UnmarkTracks takes them back if it fails).
+  void MarkNewTracks(std::vector<EventVerdict>& verdicts, std::vector<EventDecision>& decisions,
+                     std::vector<int64_t>* added) {
+    auto mark = [&](const std::vector<int64_t>& ids) {
+      bool fresh = false;
+      for (int64_t id : ids) {
+        if (id == 0 || !alerted.insert(id).second) continue;
+        fresh = true;
+        added->push_back(id);
+        alerted_order.push_back(id);
+        if (alerted_order.size() > kMaxAlerted) {
+          alerted.erase(alerted_order.front());
+          alerted_order.pop_front();
+        }
+      }
+      return fresh;
+    };
+    for (EventVerdict& v : verdicts) {
+      if (v.state == EventState::kConfirmed) v.new_track = mark(v.track_ids);
+    }
+    for (EventDecision& d : decisions) {
+      if (d.state == EventState::kConfirmed) d.new_track = mark(d.tracks);
+    }
+  }
+  void UnmarkTracks(const std::vector<int64_t>& added) {
+    for (int64_t id : added) alerted.erase(id);  // alerted_order keeps them: erased again harmlessly when evicted
+  }
   std::map<std::string, uint64_t> current_epochs;  // edge → the epoch granted last (confirmation feeds only those)
   std::set<std::string> warned_classes;  // push routes' classes an edge's model lacks, said once
 
@@ -408,8 +445,13 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       if (p.verdict == nullptr || p.verdict->state != EventState::kConfirmed || p.verdict->track_ids.empty()) continue;
       EventVerdict& v = verdicts[static_cast<size_t>(p.verdict - verdicts.data())];
       const transport::Report& r = *p.report;
-      handoff->push_back({EventDecision{r.edge, r.stream, r.run, r.seq_first, EventState::kConfirmed, v.reason, {}},
-                          r.detections.size()});
+      std::vector<int64_t> tracks;
+      for (int64_t id : v.track_ids) {
+        if (id != 0 && std::find(tracks.begin(), tracks.end(), id) == tracks.end()) tracks.push_back(id);
+      }
+      handoff->push_back(
+          {EventDecision{r.edge, r.stream, r.run, r.seq_first, EventState::kConfirmed, v.reason, {}, std::move(tracks)},
+           r.detections.size()});
       v.state = EventState::kPending;
       v.reason = StrCat("awaiting the second model; ", v.reason);
     }
@@ -452,10 +494,14 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::vector<EventDecision> fresh = second->TakeDecisions();
     for (EventDecision& d : fresh) second_unstored.push_back(std::move(d));
     if (second_unstored.empty()) return;
+    std::vector<EventVerdict> no_verdicts;
+    std::vector<int64_t> marked;
+    MarkNewTracks(no_verdicts, second_unstored, &marked);
     DecisionResult decided;
     const int64_t now_wall = NowNs();
     StatusOr<std::vector<ApplyResult>> r = store->Apply({}, now_wall, second_unstored, &decided);
     if (!r.ok()) {
+      UnmarkTracks(marked);
       StorageFailed(r.status());
       spdlog::error("aggregator: storing {} decisions of the second model failed (tried again): {}",
                     second_unstored.size(), std::string(r.status().message()));
@@ -768,6 +814,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::vector<EventVerdict> no_verdicts;
     std::vector<std::pair<EventDecision, size_t>> handoff;
     RouteToSecondModel(none, no_verdicts, decisions, &handoff);
+    std::vector<int64_t> marked;
+    MarkNewTracks(no_verdicts, decisions, &marked);
     DecisionResult decided;
     StatusOr<std::vector<ApplyResult>> r = store->Apply({}, NowNs(), decisions, &decided);
     if (!r.ok()) return r.status();
@@ -789,6 +837,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::vector<EventVerdict> no_verdicts;
     std::vector<std::pair<EventDecision, size_t>> handoff;
     RouteToSecondModel(none, no_verdicts, decisions, &handoff);
+    std::vector<int64_t> marked;
+    MarkNewTracks(no_verdicts, decisions, &marked);
     if (decisions.empty()) {
       confirmer->Commit();
       HandOff(handoff);
@@ -800,6 +850,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     StatusOr<std::vector<ApplyResult>> r = store->Apply({}, now_wall, decisions, &decided);
     if (!r.ok()) {
       confirmer->Rollback();
+      UnmarkTracks(marked);
       StorageFailed(r.status());
       spdlog::error("aggregator: storing {} decisions on pending events failed (tried again): {}", decisions.size(),
                     std::string(r.status().message()));
@@ -967,6 +1018,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::vector<EventVerdict> verdicts;
     std::vector<EventDecision> decisions;
     std::vector<std::pair<EventDecision, size_t>> handoff;  // to the second model once committed
+    std::vector<int64_t> marked;                             // tracks first confirmed by this batch
     if (confirmer) {
       const auto c0 = std::chrono::steady_clock::now();
       confirmer->Begin();
@@ -984,6 +1036,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       }
       decisions = confirmer->TakeDecisions();
       RouteToSecondModel(reports, verdicts, decisions, &handoff);
+      MarkNewTracks(verdicts, decisions, &marked);
       confirm_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -1003,6 +1056,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         PublishDecisions(decisions, decided, now);
       } else {
         confirmer->Rollback();
+        UnmarkTracks(marked);
       }
     }
     if (!results.ok()) {

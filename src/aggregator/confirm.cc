@@ -50,6 +50,7 @@ struct Confirmer::Stream {
   struct Pending {
     std::vector<int64_t> tracks;  // its live tracks
     std::string reason;           // the latest word on it
+    std::vector<int64_t> all;     // every track it had
   };
   std::map<std::pair<uint64_t, uint64_t>, Pending> pending;                         // (run, seq) →
   std::unordered_map<int64_t, std::vector<std::pair<uint64_t, uint64_t>>> by_track;  // track → its pending events
@@ -126,6 +127,15 @@ int64_t Tick(S& s, uint64_t run, int64_t pts_ns, int64_t capture_ns) {
   s.last_pts_ns = pts_ns;
   s.last_capture_ns = capture_ns;
   return s.clock_ns;
+}
+
+// The non-zero ids of `track_of`, each once.
+std::vector<int64_t> TrackIds(const std::vector<int64_t>& track_of) {
+  std::vector<int64_t> out;
+  for (int64_t id : track_of) {
+    if (id != 0 && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  }
+  return out;
 }
 
 // "track 7 (person): " + what.
@@ -240,8 +250,9 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
       std::erase(bt->second, key);
       if (bt->second.empty()) s.by_track.erase(bt);
     }
+    std::vector<int64_t> all = std::move(it->second.all);
     s.pending.erase(it);
-    decisions_.push_back({edge, stream, key.first, key.second, state, std::move(reason)});
+    decisions_.push_back({edge, stream, key.first, key.second, state, std::move(reason), {}, std::move(all)});
     ++(state == EventState::kConfirmed ? stats_.decided_confirmed : stats_.decided_rejected);
   };
   if (detections != nullptr) {
@@ -300,7 +311,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
       verdict->state = EventState::kConfirmed;
       verdict->reason = std::move(v.reason);
       if (resumed_pending) {
-        decisions_.push_back({edge, stream, run, seq, EventState::kConfirmed, verdict->reason});
+        decisions_.push_back({edge, stream, run, seq, EventState::kConfirmed, verdict->reason, {}, TrackIds(up->track_of)});
         ++stats_.decided_confirmed;
       } else {
         ++stats_.stored_confirmed;
@@ -320,7 +331,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
     verdict->state = EventState::kRejected;
     verdict->reason = buf;
     if (resumed_pending) {
-      decisions_.push_back({edge, stream, run, seq, EventState::kRejected, verdict->reason});
+      decisions_.push_back({edge, stream, run, seq, EventState::kRejected, verdict->reason, {}, {}});
       ++stats_.decided_rejected;
     } else {
       ++stats_.stored_rejected;
@@ -331,7 +342,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
   verdict->reason = pending_reason;
   if (!resumed_pending) ++stats_.stored_pending;
   const auto key = std::make_pair(run, seq);
-  s.pending[key] = {tracked, pending_reason};
+  s.pending[key] = {tracked, pending_reason, tracked};
   for (int64_t id : tracked) s.by_track[id].push_back(key);
 }
 
@@ -341,7 +352,13 @@ void Confirmer::Expire(int64_t now_ns) {
     if (now_ns - sp->last_fed_now < idle || (sp->pending.empty() && sp->tracker.tracks().empty())) continue;
     Stream& s = StreamOf(key.first, key.second, sp->last_fed_now);  // saved for a rollback; keeps its idle time
     // Rules a track met by now confirm it; the rest are judged as ended.
-    std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::pair<EventState, std::string>>> out;
+    struct Out {
+      std::pair<uint64_t, uint64_t> key;
+      EventState state;
+      std::string reason;
+      std::vector<int64_t> tracks;
+    };
+    std::vector<Out> out;
     for (auto& [ek, p] : s.pending) {
       EventState state = EventState::kRejected;
       std::string reason;
@@ -358,11 +375,13 @@ void Confirmer::Expire(int64_t now_ns) {
         reason = About(id, label, v.reason);
       }
       if (reason.empty()) reason = p.reason;
-      out.push_back({ek, {state, StrCat(reason, state == EventState::kRejected ? "; the stream went silent" : "")}});
+      out.push_back({ek, state, StrCat(reason, state == EventState::kRejected ? "; the stream went silent" : ""),
+                     p.all});
     }
-    for (auto& [ek, d] : out) {
-      decisions_.push_back({key.first, key.second, ek.first, ek.second, d.first, std::move(d.second)});
-      ++(d.first == EventState::kConfirmed ? stats_.decided_confirmed : stats_.decided_rejected);
+    for (Out& o : out) {
+      decisions_.push_back({key.first, key.second, o.key.first, o.key.second, o.state, std::move(o.reason), {},
+                            std::move(o.tracks)});
+      ++(o.state == EventState::kConfirmed ? stats_.decided_confirmed : stats_.decided_rejected);
     }
     s.pending.clear();
     s.by_track.clear();

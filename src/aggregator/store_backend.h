@@ -60,8 +60,13 @@ std::string LabelOf(const std::vector<std::string>* names, int64_t id);
 
 // Whether `route` queues an event when it is stored in `state` (store.h, Push routes); a decision that confirms an
 // event queues it for the routes with on_confirmed.
-inline bool QueuesWhenStored(const PushRoute& route, EventState state) {
+inline bool QueuesWhenStored(const PushRoute& route, EventState state, bool new_track) {
+  if (route.once_per_track && !new_track) return false;
   return !route.on_confirmed || state == EventState::kConfirmed;
+}
+// Whether `route` queues an event a decision confirms.
+inline bool QueuesWhenDecided(const PushRoute& route, const EventDecision& d) {
+  return route.on_confirmed && (!route.once_per_track || d.new_track);
 }
 
 // The event columns every event query of both engines selects, in the order EventFromRow reads them (aliases: e the

@@ -1024,7 +1024,10 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
       const std::string severity(transport::ToString(r.severity));
       const EventState state = batch[i].verdict != nullptr ? batch[i].verdict->state : EventState::kConfirmed;
       for (const PushRoute& route : routes_) {
-        if (!QueuesWhenStored(route, state) || !RouteMatches(route, r.edge, r.stream, severity, labels)) continue;
+        if (!QueuesWhenStored(route, state, batch[i].verdict != nullptr && batch[i].verdict->new_track) ||
+            !RouteMatches(route, r.edge, r.stream, severity, labels)) {
+          continue;
+        }
         o_sink.AddText(route.sink);
         o_event.Add(id);
         ++results[i].pushes_queued;
@@ -1200,6 +1203,7 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
     bool confirmed = false;
     std::string severity, edge, stream;
     std::vector<std::string> labels;
+    size_t index = 0;  // its decision
   };
   std::map<int64_t, Decided> done;
   for (int i = 0; i < PQntuples(dr.get()); ++i) {
@@ -1210,7 +1214,10 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
     d.stream = Text(dr.get(), i, 4);
     if (!PQgetisnull(dr.get(), i, 5)) d.labels.push_back(Text(dr.get(), i, 5));
     const int64_t ix = Int(dr.get(), i, 6);  // 1-based: WITH ORDINALITY
-    if (ix >= 1 && static_cast<size_t>(ix) <= decided.applied.size()) decided.applied[static_cast<size_t>(ix - 1)] = 1;
+    if (ix >= 1 && static_cast<size_t>(ix) <= decided.applied.size()) {
+      decided.applied[static_cast<size_t>(ix - 1)] = 1;
+      d.index = static_cast<size_t>(ix - 1);
+    }
   }
   decided.skipped = decisions.size() - done.size();
   Array o_sink, o_event;
@@ -1221,7 +1228,9 @@ Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_n
     }
     ++decided.confirmed;
     for (const PushRoute& route : routes_) {
-      if (!route.on_confirmed || !RouteMatches(route, d.edge, d.stream, d.severity, d.labels)) continue;
+      if (!QueuesWhenDecided(route, decisions[d.index]) || !RouteMatches(route, d.edge, d.stream, d.severity, d.labels)) {
+        continue;
+      }
       o_sink.AddText(route.sink);
       o_event.Add(id);
       ++decided.pushes_queued;

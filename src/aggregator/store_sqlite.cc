@@ -543,7 +543,10 @@ struct SqliteImpl {
       // The push outbox, in the event's transaction: stored ⇔ queued for every sink that takes it.
       const std::string severity(transport::ToString(r.severity));
       for (const PushRoute& route : routes) {
-        if (!QueuesWhenStored(route, state) || !RouteMatches(route, r.edge, r.stream, severity, labels)) continue;
+        if (!QueuesWhenStored(route, state, p.verdict != nullptr && p.verdict->new_track) ||
+            !RouteMatches(route, r.edge, r.stream, severity, labels)) {
+          continue;
+        }
         VIGIL_RETURN_IF_ERROR(insert_outbox.Bind(route.sink, event_id, now_ns).Run());
         ++res.pushes_queued;
       }
@@ -612,7 +615,7 @@ struct SqliteImpl {
     }
     event_labels.Reset();
     for (const PushRoute& route : routes) {
-      if (!route.on_confirmed || !RouteMatches(route, d.edge, d.stream, severity, labels)) continue;
+      if (!QueuesWhenDecided(route, d) || !RouteMatches(route, d.edge, d.stream, severity, labels)) continue;
       VIGIL_RETURN_IF_ERROR(insert_outbox.Bind(route.sink, event_id, now_ns).Run());
       ++out.pushes_queued;
     }

@@ -254,6 +254,13 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
   EXPECT_NE(bad.find("confirm.rules.k"), std::string::npos) << bad;
   EXPECT_NE(bad.find("4 is above m (2)"), std::string::npos) << bad;
   EXPECT_NE(bad.find("push[0].on"), std::string::npos) << bad;
+  const std::string once = std::string(
+      ParseAggregatorConfig("auth: {required: false}\npush:\n  - name: a\n    webhook: {url: 'http://x'}\n"
+                            "    once_per_track: true\n",
+                            "agg.yaml")
+          .status()
+          .message());
+  EXPECT_NE(once.find("push[0].once_per_track: needs on: confirmed"), std::string::npos) << once;
   EXPECT_NE(bad.find("confirm.classifier: missing required key 'model'"), std::string::npos) << bad;
   EXPECT_NE(bad.find("confirm.classifier.device: 'tpu' is not cpu or cuda:N"), std::string::npos) << bad;
   EXPECT_NE(bad.find("confirm.classifier.reject: 'a' is in both confirm and reject"), std::string::npos) << bad;
@@ -952,7 +959,10 @@ TEST_F(AggregatorTest, WithConfirmationEventsAreDecidedByTheirTracksAndPendingOn
   alarms.route = {.sink = "alarms", .on_confirmed = true};
   alarms.webhook = {.sink = "alarms", .url = "http://127.0.0.1:1/refused"};
   alarms.retry = {.initial_ms = 60000, .max_ms = 60000, .max_attempts = 100};
-  config_.push = {alarms};
+  PushSinkConfig pager = alarms;  // one alert per object followed
+  pager.route.sink = pager.webhook.sink = "pager";
+  pager.route.once_per_track = true;
+  config_.push = {alarms, pager};
   auto agg = StartAggregator();
   ASSERT_TRUE(agg);
   config_.listen_port = agg->listen_port();
@@ -1013,6 +1023,7 @@ TEST_F(AggregatorTest, WithConfirmationEventsAreDecidedByTheirTracksAndPendingOn
   EXPECT_NE(metrics.find("vigil_aggregator_event_states_total{at=\"decided\",state=\"rejected\"} 1\n"), std::string::npos);
   EXPECT_NE(metrics.find("vigil_aggregator_events_pending 2\n"), std::string::npos);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 3) << "the door's three, nothing else";
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'pager'"), 1) << "the door's one person, once";
 
   // A restart: yard's two pending events are resumed from the store; the next frame confirms them.
   agg->Stop();
@@ -1031,6 +1042,7 @@ TEST_F(AggregatorTest, WithConfirmationEventsAreDecidedByTheirTracksAndPendingOn
   // The rebuilt track has a new id, past the largest stored (never one another track had).
   EXPECT_EQ(yard[2]["detections"][0]["track_id"], 4);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 6);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'pager'"), 2) << "and the yard's person";
   EXPECT_EQ(Query("SELECT COUNT(*) FROM events WHERE state = 'pending'"), 0);
 }
 

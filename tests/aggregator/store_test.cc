@@ -582,6 +582,36 @@ TEST_P(StoreTest, EventStatesAreStoredAndDecidedOnceAndConfirmationQueuesItsPush
   EXPECT_EQ(Query("SELECT COUNT(*) FROM events"), 4);
 }
 
+// A route with once_per_track queues only confirmations marked new_track (the first confirmed event of a track), when
+// stored or decided.
+TEST_P(StoreTest, AOncePerTrackRouteQueuesOnlyTheFirstConfirmationOfATrack) {
+  StoreOptions o;
+  o.routes = {{.sink = "pager", .on_confirmed = true, .once_per_track = true}, {.sink = "all", .on_confirmed = true}};
+  StatusOr<std::unique_ptr<Store>> opened = Store::Open(path_, o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Store& s = **opened;
+  ASSERT_EQ(Admit(s, 0).epoch, 1u);
+  const Report e0 = Event(0, 100), e1 = Event(1, 110), e2 = Event(2, 120);
+  EventVerdict first{EventState::kConfirmed, "track 3", {3, 0}};
+  first.new_track = true;
+  const EventVerdict again{EventState::kConfirmed, "track 3", {3, 0}};
+  const EventVerdict pending{EventState::kPending, "track 4", {4, 0}};
+  std::vector<PendingReport> batch = {{&e0, &kNames, &first}, {&e1, &kNames, &again}, {&e2, &kNames, &pending}};
+  StatusOr<std::vector<ApplyResult>> r = s.Apply(batch, 1000);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].pushes_queued, 2);
+  EXPECT_EQ((*r)[1].pushes_queued, 1) << "not the pager: its track was alerted";
+  EXPECT_EQ((*r)[2].pushes_queued, 0);
+  EventDecision decided{"edge-1", "cam0", 1, 2, EventState::kConfirmed, "track 4", {}, {4}};
+  decided.new_track = true;
+  DecisionResult d;
+  r = s.Apply({}, 2000, std::vector<EventDecision>{decided}, &d);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(d.pushes_queued, 2);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'pager'"), 2);
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'all'"), 3);
+}
+
 TEST_P(StoreTest, EventsQueryFiltersAndReturnsDetections) {
   auto s = Open();
   ASSERT_TRUE(s);

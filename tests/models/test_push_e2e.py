@@ -130,11 +130,13 @@ def test_with_confirmation_the_pager_gets_only_confirmed_events_across_an_aggreg
     `on: confirmed` (the pager) gets exactly the events confirmed, a sink `on: stored` (the MES) every event; the
     aggregator is SIGKILLed mid-run (its pending events resumed from the store) and nothing stays pending once the
     stream is silent for idle_s."""
-    mes, pager = Endpoint(fail_first=0), Endpoint(fail_first=0)
+    mes, pager, once = Endpoint(fail_first=0), Endpoint(fail_first=0), Endpoint(fail_first=0)
     port = free_port()
     extra = (f"push:\n  - name: mes\n    webhook: {{url: 'http://127.0.0.1:{mes.port}/mes'}}\n"
              f"  - name: pager\n    webhook: {{url: 'http://127.0.0.1:{pager.port}/page'}}\n"
              f"    route: {{classes: [person]}}\n    on: confirmed\n"
+             f"  - name: once\n    webhook: {{url: 'http://127.0.0.1:{once.port}/once'}}\n"
+             f"    on: confirmed\n    once_per_track: true\n"
              f"confirm:\n  rules: {{k: 3, m: 5, min_duration_s: 0.2}}\n  idle_s: 1\n")
     agg = Aggregator(tmp_path, port, extra, pg=engine)
     agg.start()
@@ -158,18 +160,31 @@ def test_with_confirmation_the_pager_gets_only_confirmed_events_across_an_aggreg
         agg.kill(signal.SIGTERM)
         mes.close()
         pager.close()
+        once.close()
     assert_accounted_once(agg.db, "vtest", FRAMES)
     assert len(keys) > 20, f"only {len(keys)} events"
     assert states.get("confirmed", 0) > len(keys) // 2, f"people walk through most of the clip: {states}"
     assert set(pager.accepted()) == confirmed, "the pager got an event that was not confirmed (or missed one)"
     assert set(mes.accepted()) == keys
+    # once_per_track: one alert per object followed — as many as the tracks that confirmed an event (each at most
+    # once; the aggregator's kill may have rebuilt a track under a new id, which alerts once more).
+    with once.lock:
+        bodies = [b for _, status, b in once.requests if status == 200]
+    first_tracks = [{d["track_id"] for d in b["detections"] if d["track_id"] > 0} for b in bodies]
+    assert all(first_tracks), "an alert without a track"
+    confirmed_tracks = {t for (t,) in query(
+        agg.db, "SELECT DISTINCT d.track_id FROM detections d JOIN events e ON e.id = d.event_id "
+                "WHERE e.state = 'confirmed' AND d.track_id > 0")}
+    assert 0 < len(bodies) <= len(confirmed_tracks), (len(bodies), len(confirmed_tracks))
+    assert len(bodies) < len(confirmed) // 3, f"{len(bodies)} alerts for {len(confirmed)} confirmed frames"
     tracked = query(agg.db, "SELECT COUNT(DISTINCT d.event_id) FROM detections d JOIN events e ON e.id = d.event_id "
                             "WHERE e.state = 'confirmed' AND d.track_id > 0")[0][0]
     assert tracked >= len(confirmed) - 5, f"{tracked} of {len(confirmed)} confirmed events carry a track id"
     with pager.lock:
         body = next(b for _, status, b in pager.requests if status == 200)
     assert body["state"] == "confirmed" and body["state_reason"].startswith("track "), body["state_reason"]
-    print(f"confirmation: {len(keys)} events, states {states}, {len(confirmed)} paged")
+    print(f"confirmation: {len(keys)} events, states {states}, {len(confirmed)} paged, {len(bodies)} alerts once per "
+          f"track ({len(confirmed_tracks)} tracks confirmed)")
 
 
 def test_a_webhook_that_never_recovers_fills_the_dead_letters_and_a_replay_sends_them(vtest200, tmp_path):
