@@ -1177,13 +1177,19 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     res.set_header("Cache-Control", "no-cache");
     auto cursor = std::make_shared<int64_t>(since);
     auto decided_cursor = std::make_shared<uint64_t>(0);  // decisions from the connection on
+    auto opened = std::make_shared<bool>(false);
     {
       std::lock_guard lock(live_mu);
       *decided_cursor = decided_seq;
     }
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, cursor, decided_cursor](size_t, httplib::DataSink& sink) {
+        [this, cursor, decided_cursor, opened](size_t, httplib::DataSink& sink) {
+          if (!*opened) {  // says the channel is open: what is stored or decided from now on comes here
+            *opened = true;
+            static constexpr char kOpen[] = ": open\n\n";
+            if (!sink.write(kOpen, sizeof kOpen - 1)) return false;
+          }
           uint64_t version;
           {
             std::lock_guard lock(live_mu);

@@ -988,6 +988,30 @@ TEST_F(AggregatorTest, WithConfirmationEventsAreDecidedByTheirTracksAndPendingOn
     r.detections.clear();
     return r;
   };
+  // The live channel, from now on: the decisions come as `event: state`.
+  std::mutex live_mu;
+  std::string live;
+  std::atomic<bool> live_done{false};
+  std::thread reader([&, port = agg->http_port()] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30, 0);
+    c.Get("/api/events/live", [&](const char* data, size_t n) {
+      std::lock_guard lock(live_mu);
+      live.append(data, n);
+      return !live_done.load();
+    });
+  });
+  // However the test ends, the channel ends (the aggregator stops) and the reader is joined.
+  auto join_reader = [&](void*) {
+    live_done = true;
+    if (agg) agg->Stop();
+    reader.join();
+  };
+  std::unique_ptr<void, decltype(join_reader)> reader_guard(&reader, join_reader);
+  ASSERT_TRUE(Eventually([&] {  // open before the reports: it carries what happens from then on
+    std::lock_guard lock(live_mu);
+    return live.starts_with(": open\n\n");
+  }));
   {
     RawEdge edge(agg->listen_port());
     ASSERT_TRUE(edge.Hello("edge-1", 0, {"person"}, {{"door", 1}, {"glint", 1}, {"dim", 1}, {"yard", 1}}));
@@ -1024,9 +1048,31 @@ TEST_F(AggregatorTest, WithConfirmationEventsAreDecidedByTheirTracksAndPendingOn
   EXPECT_NE(metrics.find("vigil_aggregator_events_pending 2\n"), std::string::npos);
   EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'alarms'"), 3) << "the door's three, nothing else";
   EXPECT_EQ(Query("SELECT COUNT(*) FROM push_outbox WHERE sink = 'pager'"), 1) << "the door's one person, once";
+  EXPECT_TRUE(Eventually([&] {
+    std::lock_guard lock(live_mu);
+    return live.find("\"key\":\"edge-1/glint/1/0\"") != std::string::npos;
+  }));
+  live_done = true;
+  {
+    std::lock_guard lock(live_mu);
+    std::map<std::string, json> decided;  // key → its `event: state` message
+    static constexpr std::string_view kState = "event: state\ndata: ";
+    for (size_t at = 0; (at = live.find(kState, at)) != std::string::npos;) {
+      at += kState.size();
+      const json d = json::parse(live.substr(at, live.find("\n\n", at) - at));
+      decided[d["key"]] = d;
+    }
+    ASSERT_EQ(decided.size(), 3u) << live;  // door 0 and 1 confirmed, glint 0 rejected (the rest: stored decided)
+    EXPECT_EQ(decided["edge-1/door/1/0"]["state"], "confirmed");
+    EXPECT_EQ(decided["edge-1/door/1/1"]["state"], "confirmed");
+    EXPECT_EQ(decided["edge-1/glint/1/0"]["state"], "rejected");
+    EXPECT_EQ(decided["edge-1/glint/1/0"]["state_reason"],
+              "track 2 (person): ended tentative, matched in 1 of 2 consecutive frames");
+    EXPECT_GT(decided["edge-1/door/1/0"]["decided_ns"].get<int64_t>(), 0);
+  }
+  reader_guard.reset();  // stops the aggregator: the channel ends
 
   // A restart: yard's two pending events are resumed from the store; the next frame confirms them.
-  agg->Stop();
   agg.reset();
   agg = StartAggregator();
   ASSERT_TRUE(agg);
