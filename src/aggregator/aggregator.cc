@@ -809,19 +809,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         after.since_id = page.back().id;
       }
     }
-    std::vector<EventDecision> decisions = confirmer->TakeDecisions();
-    std::vector<PendingReport> none;
-    std::vector<EventVerdict> no_verdicts;
-    std::vector<std::pair<EventDecision, size_t>> handoff;
-    RouteToSecondModel(none, no_verdicts, decisions, &handoff);
-    std::vector<int64_t> marked;
-    MarkNewTracks(no_verdicts, decisions, &marked);
-    DecisionResult decided;
-    StatusOr<std::vector<ApplyResult>> r = store->Apply({}, NowNs(), decisions, &decided);
-    if (!r.ok()) return r.status();
-    confirmer->Commit();
-    HandOff(handoff);
-    CountDecided(decided);
+    VIGIL_ASSIGN_OR_RETURN(DecisionResult decided, StoreConfirmerDecisions());
     spdlog::info("aggregator: confirmation resumed {} pending events of {} streams: {} confirmed, {} rejected at once",
                  resumed, first_pending.size(), decided.confirmed, decided.rejected);
     return absl::OkStatus();
@@ -832,6 +820,17 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   void ExpireTracks() {
     confirmer->Begin();
     confirmer->Expire(SteadyNowNs());
+    StatusOr<DecisionResult> d = StoreConfirmerDecisions();
+    if (!d.ok()) {
+      StorageFailed(d.status());
+      spdlog::error("aggregator: storing decisions on pending events failed (tried again): {}",
+                    std::string(d.status().message()));
+    }
+  }
+
+  // The Confirmer's decisions outside a report batch (after its Begin): routed to the second model, marked for
+  // once-per-track sinks, stored in a transaction of their own, then committed — or, when that fails, rolled back.
+  StatusOr<DecisionResult> StoreConfirmerDecisions() {
     std::vector<EventDecision> decisions = confirmer->TakeDecisions();
     std::vector<PendingReport> none;
     std::vector<EventVerdict> no_verdicts;
@@ -839,30 +838,24 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     RouteToSecondModel(none, no_verdicts, decisions, &handoff);
     std::vector<int64_t> marked;
     MarkNewTracks(no_verdicts, decisions, &marked);
-    if (decisions.empty()) {
-      confirmer->Commit();
-      HandOff(handoff);
-      UpdateConfirmGauges();  // tracks of silent streams ended without pending events
-      return;
-    }
     DecisionResult decided;
-    const int64_t now_wall = NowNs();
-    StatusOr<std::vector<ApplyResult>> r = store->Apply({}, now_wall, decisions, &decided);
-    if (!r.ok()) {
-      confirmer->Rollback();
-      UnmarkTracks(marked);
-      StorageFailed(r.status());
-      spdlog::error("aggregator: storing {} decisions on pending events failed (tried again): {}", decisions.size(),
-                    std::string(r.status().message()));
-      return;
+    if (!decisions.empty()) {
+      const int64_t now_wall = NowNs();
+      StatusOr<std::vector<ApplyResult>> r = store->Apply({}, now_wall, decisions, &decided);
+      if (!r.ok()) {
+        confirmer->Rollback();
+        UnmarkTracks(marked);
+        return r.status();
+      }
+      PublishDecisions(decisions, decided, now_wall);
     }
     confirmer->Commit();
     HandOff(handoff);
-    CountDecided(decided);
-    PublishDecisions(decisions, decided, now_wall);
+    CountDecided(decided);  // and the gauges: tracks may have ended without a decision
     if (decided.pushes_queued > 0) {
       for (auto& p : pushers) p->Wake();
     }
+    return decided;
   }
 
   void Prune() {
