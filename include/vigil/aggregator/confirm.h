@@ -10,7 +10,8 @@
 //       - {streams: [..], classes: [..], k, m, min_duration_s, min_travel_px}   # a missing list: any
 //     idle_s: 5                                    # a stream silent this long ends its tracks (0.1..3600). Default: 5
 //     classifier: {model, ...}                     # optional: the second model on the event's crops (classifier.h)
-// Without `confirm:` every event is stored confirmed ("no confirmation configured") and nothing is tracked.
+// Without `confirm:` every event is stored confirmed (an empty reason) and nothing is tracked. With `classifier:`
+// what the tracker confirms is stored pending and decided by the second model (the aggregator's SecondStage).
 //
 // How an event is decided. Per stream one Tracker (tracking.h) is fed, in storage order, with the frames the edge
 // reported: an event frame with its detections, a progress range as frames without any (the object was not
