@@ -25,6 +25,8 @@
 #   sanitize  compute-sanitizer memcheck over a representative subset of the GPU tests
 #   models    fp16/fp32 detections on real images vs ONNX Runtime (tools/gpu/check_models.py)
 #   bench     vigil-engine vs PyTorch eager / torch.compile (tools/gpu/bench_torch.py), YOLOv8n first
+#   classify  the aggregator's second model (issue 20): `vigil model classify` on cuda:0 vs the CPU backend on crops
+#             of the sample pictures, two classifier exports built there (tools/gpu/check_classifier.py), ms per crop
 #   placement `vigil-engine bench placement --json`: host->device copies from pageable, pinned and
 #             NUMA-local pinned memory (issue 5's benchmark)
 #   streams   `vigil bench streams` (the edge pipeline against an in-process aggregator): the largest number
@@ -140,7 +142,7 @@ run() {
   # it did not write).
   local pack_results=0
   [ -z "$(ls -A "$OUT")" ] && pack_results=1
-  local stages="${*:-export tests sanitize models bench placement streams video nvdec edge snapshots ipc ucx product profile}" failed=0
+  local stages="${*:-export tests sanitize models classify bench placement streams video nvdec edge snapshots ipc ucx product profile}" failed=0
   mkdir -p /tmp/vl "$DEV/bin" && tar -xJf "$DEV/libs.tar.xz" -C /tmp/vl && tar -xJf "$DEV/bin.tar.xz" -C "$DEV/bin"
   [ -f "$DEV/ucx.tar.xz" ] && tar -xJf "$DEV/ucx.tar.xz" -C /tmp  # /tmp/ucx: PyPI libucx-cu13 (the `ucx` stage only)
   local cudnn
@@ -181,6 +183,8 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
       bench) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \
           --models "$DEV/models" --out "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1 || rc=$? ;;
       placement) timeout "$lim" "$DEV/bin/vigil-engine" bench placement --json >"$OUT/placement.json" 2>"$OUT/placement.log" || rc=$? ;;
+      classify) timeout "$lim" python3 "$ROOT/tools/gpu/check_classifier.py" --vigil "$DEV/bin/vigil" --images "$DEV/images" \
+          --out "$OUT/classify.json" >"$OUT/classify.log" 2>&1 || rc=$? ;;
       streams|nvdec|edge|snapshots|ipc|ucx|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
       video) timeout "$lim" "$DEV/bin/vigil_video_tests" --gtest_filter="${VIDEO_FILTER:-GpuDecode.*:Hwaccel.*}" \
           --gtest_output="json:$OUT/video.json" >"$OUT/video.log" 2>&1 || rc=$? ;;
