@@ -367,8 +367,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   std::deque<int64_t> alerted_order;
   static constexpr size_t kMaxAlerted = 100000;
 
-  // Before a transaction: confirmed verdicts and decisions are marked new_track when one of their tracks was never
-  // in a confirmed event; `added` lists the tracks this marked (UnmarkTracks takes them back if it fails).
+  // Before a transaction: confirmed verdicts and decisions are marked new_track when the track that confirmed them
+  // confirmed nothing before; `added` lists the tracks this marked (UnmarkTracks takes them back if it fails).
   void MarkNewTracks(std::vector<EventVerdict>& verdicts, std::vector<EventDecision>& decisions,
                      std::vector<int64_t>* added) {
     auto mark = [&](const std::vector<int64_t>& ids) {
@@ -386,7 +386,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       return fresh;
     };
     for (EventVerdict& v : verdicts) {
-      if (v.state == EventState::kConfirmed) v.new_track = mark(v.track_ids);
+      if (v.state == EventState::kConfirmed) v.new_track = mark({v.confirmed_by});
     }
     for (EventDecision& d : decisions) {
       if (d.state == EventState::kConfirmed) d.new_track = mark(d.tracks);
@@ -445,12 +445,10 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       if (p.verdict == nullptr || p.verdict->state != EventState::kConfirmed || p.verdict->track_ids.empty()) continue;
       EventVerdict& v = verdicts[static_cast<size_t>(p.verdict - verdicts.data())];
       const transport::Report& r = *p.report;
-      std::vector<int64_t> tracks;
-      for (int64_t id : v.track_ids) {
-        if (id != 0 && std::find(tracks.begin(), tracks.end(), id) == tracks.end()) tracks.push_back(id);
-      }
+      std::vector<int64_t> by;
+      if (v.confirmed_by != 0) by.push_back(v.confirmed_by);
       handoff->push_back(
-          {EventDecision{r.edge, r.stream, r.run, r.seq_first, EventState::kConfirmed, v.reason, {}, std::move(tracks)},
+          {EventDecision{r.edge, r.stream, r.run, r.seq_first, EventState::kConfirmed, v.reason, {}, std::move(by)},
            r.detections.size()});
       v.state = EventState::kPending;
       v.reason = StrCat("awaiting the second model; ", v.reason);

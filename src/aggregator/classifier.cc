@@ -68,6 +68,30 @@ StatusOr<std::unique_ptr<Classifier>> Classifier::Load(const ClassifierConfig& c
       for (int64_t k = 0; k < classes; ++k) c->labels_.push_back(StrCat("class ", k));
     }
   }
+  // A confirm / reject / relabel class the model does not have could never decide anything: said at start.
+  auto known = [&](const std::string& label) {
+    return std::find(c->labels_.begin(), c->labels_.end(), label) != c->labels_.end();
+  };
+  auto some = [&] {
+    std::string listed;
+    for (size_t k = 0; k < c->labels_.size() && k < 8; ++k) listed += (k ? ", " : "") + c->labels_[k];
+    return c->labels_.size() > 8 ? StrCat(listed, ", … (", c->labels_.size(), " in all)") : listed;
+  };
+  for (const auto& [key, list] : {std::pair<const char*, const std::vector<std::string>*>{"confirm", &config.confirm},
+                                  {"reject", &config.reject}}) {
+    for (const std::string& l : *list) {
+      if (!known(l)) {
+        return absl::InvalidArgumentError(
+            StrCat("confirm.classifier.", key, ": '", l, "' is not a class of ", config.model, " (", some(), ")"));
+      }
+    }
+  }
+  for (const auto& [from, to] : config.relabel) {
+    if (!known(from)) {
+      return absl::InvalidArgumentError(
+          StrCat("confirm.classifier.relabel: '", from, "' is not a class of ", config.model, " (", some(), ")"));
+    }
+  }
   return c;
 #endif
 }

@@ -50,7 +50,6 @@ struct Confirmer::Stream {
   struct Pending {
     std::vector<int64_t> tracks;  // its live tracks
     std::string reason;           // the latest word on it
-    std::vector<int64_t> all;     // every track it had
   };
   std::map<std::pair<uint64_t, uint64_t>, Pending> pending;                         // (run, seq) →
   std::unordered_map<int64_t, std::vector<std::pair<uint64_t, uint64_t>>> by_track;  // track → its pending events
@@ -127,15 +126,6 @@ int64_t Tick(S& s, uint64_t run, int64_t pts_ns, int64_t capture_ns) {
   s.last_pts_ns = pts_ns;
   s.last_capture_ns = capture_ns;
   return s.clock_ns;
-}
-
-// The non-zero ids of `track_of`, each once.
-std::vector<int64_t> TrackIds(const std::vector<int64_t>& track_of) {
-  std::vector<int64_t> out;
-  for (int64_t id : track_of) {
-    if (id != 0 && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
-  }
-  return out;
 }
 
 // "track 7 (person): " + what.
@@ -241,7 +231,8 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
     v.reason = About(t.id, label, v.reason);
     return v;
   };
-  auto decide = [&](std::pair<uint64_t, uint64_t> key, EventState state, std::string reason) {
+  // `by`: the track that confirmed it (0 for a rejection).
+  auto decide = [&](std::pair<uint64_t, uint64_t> key, EventState state, std::string reason, int64_t by) {
     auto it = s.pending.find(key);
     if (it == s.pending.end()) return;
     for (int64_t other : it->second.tracks) {
@@ -250,9 +241,9 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
       std::erase(bt->second, key);
       if (bt->second.empty()) s.by_track.erase(bt);
     }
-    std::vector<int64_t> all = std::move(it->second.all);
     s.pending.erase(it);
-    decisions_.push_back({edge, stream, key.first, key.second, state, std::move(reason), {}, std::move(all)});
+    decisions_.push_back({edge, stream, key.first, key.second, state, std::move(reason), {},
+                          by != 0 ? std::vector<int64_t>{by} : std::vector<int64_t>{}});
     ++(state == EventState::kConfirmed ? stats_.decided_confirmed : stats_.decided_rejected);
   };
   if (detections != nullptr) {
@@ -277,7 +268,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
         if (it == s.pending.end()) continue;
         std::erase(it->second.tracks, t.id);
         it->second.reason = why;
-        if (it->second.tracks.empty()) decide(key, EventState::kRejected, why);
+        if (it->second.tracks.empty()) decide(key, EventState::kRejected, why, 0);
       }
     }
     s.labels.erase(t.id);
@@ -294,7 +285,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
     auto bt = s.by_track.find(id);
     if (bt == s.by_track.end()) continue;
     const std::vector<std::pair<uint64_t, uint64_t>> keys = bt->second;
-    for (const auto& key : keys) decide(key, EventState::kConfirmed, reason);
+    for (const auto& key : keys) decide(key, EventState::kConfirmed, reason, id);
   }
   if (verdict == nullptr) return;
   // This frame's event.
@@ -310,8 +301,9 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
     if (v.kind == TrackVerdict::kConfirmed) {
       verdict->state = EventState::kConfirmed;
       verdict->reason = std::move(v.reason);
+      verdict->confirmed_by = id;
       if (resumed_pending) {
-        decisions_.push_back({edge, stream, run, seq, EventState::kConfirmed, verdict->reason, {}, TrackIds(up->track_of)});
+        decisions_.push_back({edge, stream, run, seq, EventState::kConfirmed, verdict->reason, {}, {id}});
         ++stats_.decided_confirmed;
       } else {
         ++stats_.stored_confirmed;
@@ -342,7 +334,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
   verdict->reason = pending_reason;
   if (!resumed_pending) ++stats_.stored_pending;
   const auto key = std::make_pair(run, seq);
-  s.pending[key] = {tracked, pending_reason, tracked};
+  s.pending[key] = {tracked, pending_reason};
   for (int64_t id : tracked) s.by_track[id].push_back(key);
 }
 
@@ -356,12 +348,13 @@ void Confirmer::Expire(int64_t now_ns) {
       std::pair<uint64_t, uint64_t> key;
       EventState state;
       std::string reason;
-      std::vector<int64_t> tracks;
+      int64_t by;  // the track that confirmed it
     };
     std::vector<Out> out;
     for (auto& [ek, p] : s.pending) {
       EventState state = EventState::kRejected;
       std::string reason;
+      int64_t by = 0;
       for (int64_t id : p.tracks) {
         const Track* t = s.tracker.Find(id);
         if (t == nullptr) continue;
@@ -370,17 +363,17 @@ void Confirmer::Expire(int64_t now_ns) {
         if (v.kind == TrackVerdict::kConfirmed && t->state != TrackState::kTentative) {
           state = EventState::kConfirmed;
           reason = About(id, label, v.reason);
+          by = id;
           break;
         }
         reason = About(id, label, v.reason);
       }
       if (reason.empty()) reason = p.reason;
-      out.push_back({ek, state, StrCat(reason, state == EventState::kRejected ? "; the stream went silent" : ""),
-                     p.all});
+      out.push_back({ek, state, StrCat(reason, state == EventState::kRejected ? "; the stream went silent" : ""), by});
     }
     for (Out& o : out) {
       decisions_.push_back({key.first, key.second, o.key.first, o.key.second, o.state, std::move(o.reason), {},
-                            std::move(o.tracks)});
+                            o.by != 0 ? std::vector<int64_t>{o.by} : std::vector<int64_t>{}});
       ++(o.state == EventState::kConfirmed ? stats_.decided_confirmed : stats_.decided_rejected);
     }
     s.pending.clear();

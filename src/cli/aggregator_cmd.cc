@@ -72,7 +72,7 @@ void AddAggregatorCommand(CLI::App& app, int* exit_code) {
                   "peer_timeout_ms, "
                   "push [{name, webhook {url, timeout_ms, token_file|token_env, ca_file} | mqtt {broker, topic_prefix, "
                   "client_id, username, password_file|password_env, ca_file, timeout_ms}, route {edges, streams, "
-                  "classes, min_severity}, on (stored|confirmed), retry {initial_ms, max_ms, max_attempts}}], "
+                  "classes, min_severity}, on (stored|confirmed), once_per_track, retry {initial_ms, max_ms, max_attempts}}], "
                   "confirm {tracker {high_score, low_score, new_track_score, match_iou, low_match_iou, min_hits, "
                   "max_lost_s}, rules {k, m, min_duration_s, min_travel_px}, overrides [{streams, classes, k, m, "
                   "min_duration_s, min_travel_px}], idle_s, classifier {model, device, threads, labels, normalize "

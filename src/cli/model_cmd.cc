@@ -261,8 +261,9 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   classify->add_option("--model", cls.model, "ONNX classifier: input [1, 3, H, W] RGB, output [1, C]")->required();
   classify->add_option("images", cls_images, "JPEG pictures (e.g. crops the edge sent)")->required();
   classify->add_option("--device", cls.device, "cpu, or cuda:N")->capture_default_str();
-  classify->add_option("--labels", cls.labels, "class names by index (default: the model's names, else class N)")
-      ->delimiter(',');
+  static std::string cls_labels;
+  classify->add_option("--labels", cls_labels,
+                       "class names by index, comma-separated: a,b,c (default: the model's names, else class N)");
   classify->add_option("--normalize", cls_normalize, "unit: pixel / 255; imagenet: (pixel / 255 - mean) / std")
       ->check(CLI::IsMember({"unit", "imagenet"}))
       ->capture_default_str();
@@ -271,6 +272,12 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   classify->add_flag("--json", cls_json, "print JSON (every class's probability)");
   classify->callback([exit_code] {
     cls.imagenet = cls_normalize == "imagenet";
+    cls.labels.clear();
+    for (size_t at = 0; !cls_labels.empty() && at <= cls_labels.size();) {
+      const size_t comma = std::min(cls_labels.find(',', at), cls_labels.size());
+      cls.labels.push_back(cls_labels.substr(at, comma - at));
+      at = comma + 1;
+    }
     *exit_code = Classify(cls, cls_images, cls_json, cls_save);
   });
 #endif

@@ -77,6 +77,19 @@ TEST_F(ClassifierTest, LabelsComeFromTheConfigOrAreNumberedAndABadModelIsNamed) 
   EXPECT_EQ(two.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(two.message().find("confirm.classifier.labels: 2 names for a model of 3 classes"), std::string::npos) << two;
   c.labels.clear();
+  c.confirm = {"class 0"};
+  c.reject = {"purple"};  // not a class of the model: it could never decide
+  const Status purple = Classifier::Load(c).status();
+  EXPECT_EQ(purple.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(purple.message().find("confirm.classifier.reject: 'purple' is not a class of"), std::string::npos) << purple;
+  EXPECT_NE(purple.message().find("(class 0, class 1, class 2)"), std::string::npos) << purple;
+  c.reject = {"class 2"};
+  c.confirm = {"class 0"};
+  c.relabel = {{"class 9", "x"}};
+  EXPECT_NE(Classifier::Load(c).status().message().find("relabel: 'class 9' is not a class"), std::string::npos);
+  c.confirm.clear();
+  c.reject.clear();
+  c.relabel.clear();
   c.model = (dir_ / "missing.onnx").string();
   const Status missing = Classifier::Load(c).status();
   EXPECT_FALSE(missing.ok());

@@ -97,6 +97,7 @@ TEST(ConfirmerTest, AWalkingPersonIsConfirmedAtTheFrameItsTrackMeetsTheRulesAndT
   EXPECT_EQ(v.state, EventState::kConfirmed);
   EXPECT_EQ(v.reason, met);
   EXPECT_EQ(v.track_ids, (std::vector<int64_t>{1}));
+  EXPECT_EQ(v.confirmed_by, 1);
   const std::vector<EventDecision> d = r.Decisions();
   ASSERT_EQ(d.size(), 2u);
   for (uint64_t seq : {0, 1}) {
@@ -106,6 +107,7 @@ TEST(ConfirmerTest, AWalkingPersonIsConfirmedAtTheFrameItsTrackMeetsTheRulesAndT
     EXPECT_EQ(d[seq].stream, "cam0");
     EXPECT_EQ(d[seq].state, EventState::kConfirmed);
     EXPECT_EQ(d[seq].reason, met);
+    EXPECT_EQ(d[seq].tracks, std::vector<int64_t>{1}) << "the track that confirmed it";
   }
   const ConfirmStats st = r.confirmer.stats();
   EXPECT_EQ(st.stored_pending, 2u);
@@ -278,6 +280,9 @@ TEST(ConfirmerTest, OverridesPickRulesByStreamAndClass) {
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(d[0].seq, 0u);
   EXPECT_EQ(d[1].seq, 1u);
+  // Frame 0 had the person (track 1, never confirmed) and the car: the car confirmed it, and only the car is named.
+  EXPECT_EQ(d[0].tracks, std::vector<int64_t>{2});
+  EXPECT_EQ(v.confirmed_by, 2);
   // Another stream: the default rules (1 of 1) confirm a car at its second frame (min_hits 2).
   Report other = Event(0, {Person(400, 0.9f, 2)});
   other.stream = "cam1";

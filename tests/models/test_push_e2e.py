@@ -176,6 +176,9 @@ def test_with_confirmation_the_pager_gets_only_confirmed_events_across_an_aggreg
         agg.db, "SELECT DISTINCT d.track_id FROM detections d JOIN events e ON e.id = d.event_id "
                 "WHERE e.state = 'confirmed' AND d.track_id > 0")}
     assert 0 < len(bodies) <= len(confirmed_tracks), (len(bodies), len(confirmed_tracks))
+    # Each alert is the first event its confirming track (named first in the reason) confirmed: never one twice.
+    confirming = [int(b["state_reason"].split(" ")[1]) for b in bodies]
+    assert len(set(confirming)) == len(confirming), f"a track alerted twice: {sorted(confirming)}"
     assert len(bodies) < len(confirmed) // 3, f"{len(bodies)} alerts for {len(confirmed)} confirmed frames"
     tracked = query(agg.db, "SELECT COUNT(DISTINCT d.event_id) FROM detections d JOIN events e ON e.id = d.event_id "
                             "WHERE e.state = 'confirmed' AND d.track_id > 0")[0][0]

@@ -77,8 +77,8 @@ struct PushRoute {
   std::vector<std::string> classes;  // labels: the event has a detection of one of them
   std::string min_severity;          // "" (any) / "info" / "warning" / "critical": the event's severity at least this
   bool on_confirmed = false;         // queue the event once it is confirmed (else: when it is stored, any state)
-  // With on_confirmed: only an event confirmed as the first of one of its tracks (EventVerdict / EventDecision
-  // new_track): one alert per object followed, not one per frame.
+  // With on_confirmed: only the first event each track confirms (EventVerdict / EventDecision new_track): one alert
+  // per object followed, not one per frame; an object that never confirms an event never alerts.
   bool once_per_track = false;
 };
 
@@ -125,7 +125,8 @@ struct EventVerdict {
   std::string reason;              // why (stored as events.state_reason); may be empty
   std::vector<int64_t> track_ids;  // per detection of the report (same order), 0 = none; empty: none tracked.
                                    // REQUIRES: empty or one per detection
-  bool new_track = false;          // confirmed, and the first confirmed event of one of its tracks (once_per_track)
+  int64_t confirmed_by = 0;        // confirmed: the track that confirmed it (0: none, e.g. not tracked)
+  bool new_track = false;          // confirmed, and the first event its confirming track confirmed (once_per_track)
 };
 
 // What the second model said about one detection of an event (confirm.h, classifier).
@@ -143,8 +144,8 @@ struct EventDecision {
   EventState state = EventState::kConfirmed;  // REQUIRES: kConfirmed or kRejected
   std::string reason;
   std::vector<DetectionUpdate> detections;    // applied with the decision (before its push routes are matched)
-  std::vector<int64_t> tracks;                // the event's tracks (informational; the aggregator's new_track)
-  bool new_track = false;                     // confirmed as the first of one of its tracks (once_per_track)
+  std::vector<int64_t> tracks;                // confirmed: the track that confirmed it (the aggregator's new_track)
+  bool new_track = false;                     // the first event its confirming track confirmed (once_per_track)
 };
 
 // What the decisions given to one Apply did.
