@@ -39,8 +39,11 @@
 //                 &limit=N (1..10000, default 100)
 //                 → {"events":[{id, edge, stream, run, seq, epoch, capture_ns, pts_ns, publish_ns,
 //                   stored_ns, severity, rule, width, height, state, state_reason, decided_ns,
-//                   detections:[{class_id, label, score, box:[x1,y1,x2,y2], track_id}]}],
+//                   detections:[{class_id, label, score, box:[x1,y1,x2,y2], track_id, second_label,
+//                   second_score}]}],
 //                   "next_since_seq": last id (or since_seq)}
+//   /api/events/live  Server-Sent Events: `: open`, then `event: event` per stored event and `event: state` per
+//                 decision on a pending event (confirm.h); the dashboard's push channel (dashboard/openapi.json)
 //   /api/dead_letters ?sink=NAME &limit=N (1..10000, default 100) → {"dead_letters":[{sink, attempts, last_error,
 //                 dead_ns, event: {as /api/events}}]}, newest first: events a push sink refused or never took
 //   POST /api/dead_letters/replay ?sink=NAME → {"sink", "replayed": N}: that sink's dead letters go back into its
@@ -89,6 +92,8 @@
 //   vigil_aggregator_events_pending                                 gauge: events waiting for their tracks
 //   vigil_aggregator_tracks                                         gauge: live tracks (every stream)
 //   vigil_aggregator_confirm_seconds                                histogram: tracking a batch of reports
+//   vigil_aggregator_second_model_total{result=confirmed|rejected|no_opinion|no_crops|crops|crop_errors}
+//                                                                   counter: the second model (classifier.h)
 //
 // Thread-safety: Start/Stop/Kill from one controlling thread; the accessors from any thread.
 #pragma once
