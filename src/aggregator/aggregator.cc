@@ -393,7 +393,12 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
   }
   void UnmarkTracks(const std::vector<int64_t>& added) {
-    for (int64_t id : added) alerted.erase(id);  // alerted_order keeps them: erased again harmlessly when evicted
+    // They are the newest entries of alerted_order (nothing was marked since): taken off its back, so a later
+    // eviction of a stale entry cannot erase the same id marked again.
+    for (auto it = added.rbegin(); it != added.rend(); ++it) {
+      alerted.erase(*it);
+      if (!alerted_order.empty() && alerted_order.back() == *it) alerted_order.pop_back();
+    }
   }
   std::map<std::string, uint64_t> current_epochs;  // edge → the epoch granted last (confirmation feeds only those)
   std::set<std::string> warned_classes;  // push routes' classes an edge's model lacks, said once
