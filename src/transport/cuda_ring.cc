@@ -132,6 +132,12 @@ class CudaRingMapping final : public RingMapping {
       void* p = nullptr;
       VIGIL_RETURN_IF_ERROR(CudaStatus(cudaHostGetDevicePointer(&p, m->publisher_, 0), StrCat(where, ": publisher")));
       m->publisher_dev_ = static_cast<char*>(p);
+      m->slots_ = offer.slots;
+      m->slot_bytes_ = offer.slot_bytes;
+      auto* words = reinterpret_cast<unsigned long long*>(m->shared_dev_);
+      m->layout_ = PublisherLayout{static_cast<char*>(m->ring_), m->shared_dev_ + m->mirror_offset_,
+                                   words + kSignalsOffset / 8, words + offsetof(ControlHeader, ring_ready) / 8,
+                                   offer.slots, offer.slot_bytes};
     }
     return std::unique_ptr<RingMapping>(std::move(m));
   }
@@ -149,10 +155,16 @@ class CudaRingMapping final : public RingMapping {
     std::atomic_thread_fence(std::memory_order_release);
     auto* words = reinterpret_cast<unsigned long long*>(shared_dev_);
     if (publisher_ != nullptr) {
-      return Post(PublishJob{static_cast<char*>(ring_) + offset, shared_dev_ + mirror_offset_ + offset,
-                             static_cast<const char*>(rows), cpu_signal ? nullptr : words + signal_offset / 8,
-                             words + offsetof(ControlHeader, ring_ready) / 8, RoundUp8(host_bytes) / 8, rows_offset,
-                             row_bytes / 8, value, seq + 1},
+      // The publisher derives the slot's places from seq (one job per slot, in order) and puts the rows right
+      // after the host part, as RingWriter lays a slot out.
+      if (seq != posted_ || offset != (seq % slots_) * slot_bytes_ || signal_offset != SignalOffset(seq, slots_) ||
+          (!cpu_signal && rows_offset != RoundUp8(host_bytes)) || host_bytes >= (size_t{1} << 27) ||
+          row_bytes >= (size_t{1} << 27) || reinterpret_cast<uintptr_t>(rows) > kJobAddressMask) {
+        return absl::InternalError(StrCat("cuda_ipc: slot ", seq, " does not fit the resident publisher's layout"));
+      }
+      const unsigned long long tag = JobTag(posted_, capacity_) << 48;
+      const unsigned long long sizes = (RoundUp8(host_bytes) / 8) | (row_bytes / 8) << 24;
+      return Post(value, (cpu_signal ? 0 : reinterpret_cast<uintptr_t>(rows)) | tag, sizes | tag,
                   cpu_signal ? nullptr : ready_event);
     }
     return CudaStatus(LaunchPublishSlot(static_cast<char*>(ring_) + offset, shared_dev_ + mirror_offset_ + offset,
@@ -177,8 +189,9 @@ class CudaRingMapping final : public RingMapping {
   PublisherControl* control() const { return reinterpret_cast<PublisherControl*>(publisher_); }
   PublishJob* jobs() const { return reinterpret_cast<PublishJob*>(publisher_ + sizeof(PublisherControl)); }
 
-  // Hands `job` to the resident publisher, launching one when the last has left (ring_kernels.h).
-  Status Post(PublishJob job, void* ready_event) {
+  // Hands the next job to the resident publisher (its words as ring_kernels.h's PublishJob, tags included),
+  // launching one when the last has left (ring_kernels.h).
+  Status Post(unsigned long long value, unsigned long long rows, unsigned long long sizes, void* ready_event) {
     if (ready_event != nullptr) {
       // The resident kernel cannot wait for an event: the rows must be complete before the job is posted.
       // (The edge's rows are: its host copy was read after the same batch's synchronisation.)
@@ -202,14 +215,17 @@ class CudaRingMapping final : public RingMapping {
       }
       std::this_thread::yield();
     }
-    jobs()[posted_ % capacity_] = job;
+    PublishJob& j = jobs()[posted_ % capacity_];
+    Ref(j.rows).store(rows, std::memory_order_relaxed);
+    Ref(j.sizes).store(sizes, std::memory_order_relaxed);
+    Ref(j.value).store(value, std::memory_order_release);  // last: with the mirror's host part before it
     Ref(c->posted).store(++posted_, std::memory_order_release);
     std::atomic_thread_fence(std::memory_order_seq_cst);  // Dekker: our `posted` before reading its `state`
     if (Ref(c->state).load(std::memory_order_acquire) == generation_ << 1) {
       ++generation_;
       auto* dev = reinterpret_cast<PublisherControl*>(publisher_dev_);
       VIGIL_RETURN_IF_ERROR(CudaStatus(LaunchPublisher(dev, reinterpret_cast<const PublishJob*>(dev + 1), capacity_,
-                                                       generation_, linger_ns_, stream_),
+                                                       layout_, generation_, linger_ns_, stream_),
                                        "cuda_ipc: publisher kernel"));
       PublisherLaunches().fetch_add(1, std::memory_order_relaxed);
     }
@@ -228,6 +244,8 @@ class CudaRingMapping final : public RingMapping {
   char* publisher_dev_ = nullptr;
   uint32_t capacity_ = 0;
   uint64_t linger_ns_ = 0;
+  PublisherLayout layout_{};
+  uint64_t slots_ = 0, slot_bytes_ = 0;
   uint64_t posted_ = 0;      // jobs posted (the host's copy of control()->posted)
   uint64_t generation_ = 0;  // launches made
 };
