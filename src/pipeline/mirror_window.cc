@@ -13,7 +13,7 @@ MirrorWindow::MirrorWindow(std::vector<std::string> streams, size_t frames_per_s
 
 void MirrorWindow::Forget(PerStream& s,
                           std::map<std::pair<uint64_t, uint64_t>, replication::MirroredFrame>::iterator it) {
-  s.stats.bytes -= it->second.jpeg.size();
+  s.stats.bytes -= it->second.bytes();
   s.frames.erase(it);
 }
 
@@ -35,7 +35,7 @@ void MirrorWindow::Add(replication::MirroredFrame frame) {
   }
   const std::pair<uint64_t, uint64_t> key{frame.run, frame.seq};
   if (auto old = s.frames.find(key); old != s.frames.end()) Forget(s, old);
-  s.stats.bytes += frame.jpeg.size();
+  s.stats.bytes += frame.bytes();
   s.frames.emplace(key, std::move(frame));
   while (s.frames.size() > frames_per_stream_) {
     Forget(s, s.frames.begin());

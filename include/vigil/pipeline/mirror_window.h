@@ -32,7 +32,7 @@ struct MirrorWindowStats {
   uint64_t evicted = 0;   // dropped for room (frames_per_stream)
   uint64_t acked = 0;     // dropped by Follow: acknowledged, or of another run
   size_t held = 0;        // frames held now
-  size_t bytes = 0;       // their JPEG bytes
+  size_t bytes = 0;       // their bytes (JPEG, or raw pixels from a frame ring)
 };
 
 class MirrorWindow {

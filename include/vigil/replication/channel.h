@@ -67,7 +67,11 @@ struct MirroredFrame {
   int64_t capture_ns = 0;  // CLOCK_REALTIME ns
   int64_t pts_ns = 0;      // the stream's presentation time
   uint32_t width = 0, height = 0;  // pixels
-  std::string jpeg;        // the picture (video/jpeg.h)
+  std::string jpeg;        // the picture (video/jpeg.h), over the channel; or, from a frame ring
+                           // (frame_ring.h), empty and the raw pixels in bgr:
+  std::vector<uint8_t> bgr;  // 8-bit BGR, `height` rows of `stride` bytes (video/frame.h's host form)
+  uint32_t stride = 0;       // bytes per row of bgr
+  size_t bytes() const { return jpeg.size() + bgr.size(); }
 };
 
 // The largest mirrored picture the channel carries (bytes of JPEG): a larger one is refused by MirrorFrame.
