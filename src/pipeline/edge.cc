@@ -32,6 +32,7 @@
 #include "vigil/pipeline/rules.h"
 #include "vigil/pipeline/standby_gate.h"
 #include "vigil/pipeline/workers.h"
+#include "vigil/replication/frame_ring.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/courier.h"
 #include "vigil/pipeline/snapshotter.h"
@@ -46,6 +47,22 @@
 
 namespace vigil::pipeline {
 namespace {
+
+// A ring's raw picture (MirroredFrame::bgr, rows of `stride`) as a host Frame of unpadded rows (identity and
+// times set by the caller).
+video::Frame FrameOfRaw(const replication::MirroredFrame& m) {
+  video::Frame frame;
+  frame.width = static_cast<int>(m.width);
+  frame.height = static_cast<int>(m.height);
+  frame.stride = static_cast<int>(m.width) * 3;
+  frame.bgr.resize(static_cast<size_t>(frame.stride) * m.height);
+  for (uint32_t y = 0; y < m.height; ++y) {
+    std::memcpy(frame.bgr.data() + static_cast<size_t>(y) * frame.stride, m.bgr.data() + size_t{y} * m.stride,
+                static_cast<size_t>(frame.stride));
+  }
+  return frame;
+}
+
 
 using std::chrono::milliseconds;
 
@@ -108,6 +125,9 @@ class Edge final : public transport::CourierHandler {
   // by the channel until the aggregator acknowledges it.
   // Set before the ledger opens (before Run, or in after_load).
   void set_primary_channel(replication::PrimaryChannel* channel) { primary_channel_.store(channel); }
+  // With replication.mirror_via shm: the primary's picture ring (not owned; outlives Run). While a standby has a
+  // ring mapped, live pictures go there raw (under the same lock) instead of as JPEGs over the channel.
+  void set_frame_publisher(replication::FramePublisher* frames) { frame_publisher_.store(frames); }
   // A standby's window of the primary's mirrored live pictures (filled while it waits): at the takeover those
   // the aggregator lacks are processed again. Set before Run.
   void set_mirror_window(std::shared_ptr<MirrorWindow> window) { window_ = std::move(window); }
@@ -211,6 +231,10 @@ class Edge final : public transport::CourierHandler {
   video::SourceOptions SourceOptionsOf(size_t index) const;
   video::StreamReaderOptions ReaderOptionsOf(size_t index, bool gated);
   std::optional<replication::MirroredFrame> MirrorPicture(size_t index, const video::Frame& f);  // reader thread
+  // The raw picture for the same-host ring (null: no ring mapped now, or not mirrored); a GPU picture downloaded.
+  const video::Frame* RawForRing(size_t index, const video::Frame& f, video::Frame* downloaded);  // reader thread
+  // Writes `m` (seq and run set) to the picture ring; counts the outcome. REQUIRES mirror_mu_.
+  void WriteToRing(size_t index, const replication::MirroredFrame& m, const uint8_t* bgr, size_t stride);
   void StartFollowing();  // a warm standby, before the takeover
   void WarmUpEngines();   // one batch of 1 and one of max_batch through every worker's detector
   void AssignDevices();
@@ -230,6 +254,8 @@ class Edge final : public transport::CourierHandler {
 
   const EdgeConfig& config_;
   std::atomic<replication::PrimaryChannel*> primary_channel_{nullptr};  // set_primary_channel
+  std::atomic<replication::FramePublisher*> frame_publisher_{nullptr};  // set_frame_publisher
+  uint64_t ring_sessions_seen_ = 0, ring_refused_seen_ = 0;             // Periodic: its counters' last values
   std::mutex mirror_mu_;  // a live picture's Number + MirrorFrame against the ledger's PublishLedger (order)
   std::shared_ptr<MirrorWindow> window_;  // set_mirror_window (a standby)
   bool register_numa_ = true;
@@ -333,13 +359,16 @@ Status Edge::OpenStreams() {
     s.lost_on_restart = &reg_.GetCounter("vigil_edge_frames_lost_on_restart_total",
                                          "Seqs a previous instance numbered and never delivered (reported as lost)", labels);
     s.mirrored = &reg_.GetCounter("vigil_edge_mirror_frames_total",
-                                  "Live pictures kept for the standby as JPEG (replication.mirror_frames; sent to a paired one, kept until "
-                                  "acknowledged for one that pairs later)", labels);
+                                  "Live pictures mirrored for the standby (replication.mirror_frames): as JPEG on the channel (sent to "
+                                  "a paired one, kept until acknowledged for one that pairs later), or raw into a same-host standby's "
+                                  "ring (mirror_via shm)", labels);
     s.mirrored_bytes = &reg_.GetCounter("vigil_edge_mirror_bytes_total",
-                                        "JPEG bytes of the live pictures sent to the paired standby", labels);
+                                        "Bytes of the live pictures mirrored: JPEG, or raw pixels into the ring", labels);
     s.mirror_skipped = &reg_.GetCounter(
         "vigil_edge_mirror_frames_skipped_total",
-        "Live pictures not mirrored: the picture did not encode, or its JPEG is larger than the channel carries", labels);
+        "Live pictures not mirrored: the picture did not encode, its JPEG is larger than the channel carries, or the "
+        "standby's ring had no free slot or too small a slot",
+        labels);
     s.replayed = &reg_.GetCounter("vigil_edge_takeover_replayed_frames_total",
                                   "Mirrored pictures processed again after a takeover (the old primary's, not stored)",
                                   labels);
@@ -604,10 +633,30 @@ bool Edge::WaitAdmitted() {
       // are kept on the channel now, before any is processed (a kill halfway through must not lose the rest).
       if (replication::PrimaryChannel* ch = primary_channel_.load(); ch != nullptr && config_.replication.mirror_frames) {
         std::lock_guard lock(mirror_mu_);
+        replication::FramePublisher* ring = frame_publisher_.load();
         for (const replication::MirroredFrame& m : s.replay) {
-          if (ch->MirrorFrame(m)) {
+          if (!m.bgr.empty() && ring != nullptr && ring->active()) {
+            WriteToRing(i, m, m.bgr.data(), m.stride);
+            continue;
+          }
+          replication::MirroredFrame jpeg;
+          if (m.jpeg.empty()) {  // a raw picture and no ring mapped now: the channel carries JPEGs
+            StatusOr<std::string> encoded = video::JpegAvailable()
+                                                ? video::EncodeJpeg(FrameOfRaw(m), config_.replication.jpeg_quality)
+                                                : StatusOr<std::string>(absl::UnimplementedError("no libturbojpeg"));
+            if (encoded.ok()) {
+              jpeg = m;
+              jpeg.bgr = {};
+              jpeg.stride = 0;
+              jpeg.jpeg = std::move(*encoded);
+            }
+          }
+          const replication::MirroredFrame& out = m.jpeg.empty() ? jpeg : m;
+          if (!out.jpeg.empty() && ch->MirrorFrame(out)) {
             s.mirrored->Inc();
-            s.mirrored_bytes->Inc(static_cast<double>(m.jpeg.size()));
+            s.mirrored_bytes->Inc(static_cast<double>(out.jpeg.size()));
+          } else {
+            s.mirror_skipped->Inc();
           }
         }
       }
@@ -652,6 +701,25 @@ video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
   ro.on_frame = [this, i, gated](video::Frame& f) {
     if (gated && gate_->Admit(i, streams_[i].live, f.seq) != StandbyGate::Verdict::kPass) return false;
     uint64_t seq = 0;
+    // A standby on this host with a ring mapped (mirror_via shm) gets the raw picture: numbered and written to
+    // the ring under mirror_mu_, like the channel's JPEG below.
+    video::Frame downloaded;
+    if (const video::Frame* raw = RawForRing(i, f, &downloaded)) {
+      std::lock_guard lock(mirror_mu_);
+      if (!ledger_->Number(i, f.seq, &seq)) return false;
+      replication::MirroredFrame m;
+      m.stream = streams_[i].config.id;
+      m.run = streams_[i].run;
+      m.seq = seq;
+      m.capture_ns = f.capture_time_ns;
+      m.pts_ns = f.pts_ns;
+      m.width = static_cast<uint32_t>(raw->width);
+      m.height = static_cast<uint32_t>(raw->height);
+      WriteToRing(i, m, raw->bgr.data(), static_cast<size_t>(raw->stride));
+      f.seq = seq;
+      f.run = streams_[i].run;
+      return true;
+    }
     // A primary with a standby paired mirrors each live picture: encoded first (outside any lock), then numbered
     // and queued on the channel under mirror_mu_, which the ledger's mirrored states also take — so no state
     // that counts this seq reaches the standby before its picture.
@@ -685,6 +753,42 @@ video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
     }
   };
   return ro;
+}
+
+const video::Frame* Edge::RawForRing(size_t i, const video::Frame& f, video::Frame* downloaded) {
+  Stream& s = streams_[i];
+  replication::FramePublisher* ring = frame_publisher_.load();
+  if (!s.live || !config_.replication.mirror_frames || ring == nullptr || !ring->active()) return nullptr;
+  if (!f.device) return &f;
+  *downloaded = f;  // shares the GPU picture; the download fills a host copy
+  if (Status st = video::DownloadBgr(*downloaded); !st.ok()) {
+    s.mirror_skipped->Inc();
+    if (!std::exchange(s.mirror_error_logged, true)) {
+      spdlog::error("stream '{}': a picture cannot be mirrored to the standby: {}", s.config.id,
+                    std::string(st.message()));
+    }
+    return nullptr;  // the channel's path tries (and counts) it
+  }
+  return downloaded;
+}
+
+void Edge::WriteToRing(size_t i, const replication::MirroredFrame& m, const uint8_t* bgr, size_t stride) {
+  Stream& s = streams_[i];
+  const int64_t t0 = SteadyNs();
+  Status st = frame_publisher_.load()->Write(m, bgr, stride);
+  stages_.mirror->Observe(static_cast<double>(SteadyNs() - t0) * 1e-9);
+  if (st.ok()) {
+    s.mirrored->Inc();
+    s.mirrored_bytes->Inc(static_cast<double>(stride) * m.height);
+    return;
+  }
+  // Not mirrored (counted): a standby behind (every slot unread), gone, or a picture larger than its slots. A
+  // takeover reports such a seq lost if the aggregator never stored it.
+  s.mirror_skipped->Inc();
+  if (!absl::IsResourceExhausted(st) && !std::exchange(s.mirror_error_logged, true)) {
+    spdlog::error("stream '{}': a picture is not mirrored to the standby's ring: {}", s.config.id,
+                  std::string(st.message()));
+  }
 }
 
 // A live picture as the standby gets it (seq and run set by the caller), when this edge is a primary mirroring
@@ -821,7 +925,9 @@ bool Edge::FeedReplay(size_t index) {
     const replication::MirroredFrame& m = replay[k];
     video::Frame frame;
     const int64_t t0 = SteadyNs();
-    if (Status st = video::DecodeJpeg(m.jpeg, &frame); !st.ok()) {
+    if (!m.bgr.empty()) {  // a raw picture from the same-host ring: nothing to decode
+      frame = FrameOfRaw(m);
+    } else if (Status st = video::DecodeJpeg(m.jpeg, &frame); !st.ok()) {
       spdlog::error("stream '{}': mirrored picture seq {} cannot be processed again: {}", s.config.id, m.seq,
                     std::string(st.message()));
       Dropped(s, "mirror_error").Inc();
@@ -1024,6 +1130,17 @@ void Edge::Periodic(bool force) {
   const int64_t now = SteadyNs();
   if (!force && now - last_periodic_ns_ < 100'000'000) return;
   last_periodic_ns_ = now;
+  if (replication::FramePublisher* ring = frame_publisher_.load()) {
+    const replication::FramePublisherStats fs = ring->stats();
+    reg_.GetGauge("vigil_edge_mirror_ring_mapped", "1 while a same-host standby's picture ring is mapped (mirror_via shm)")
+        .Set(fs.active ? 1 : 0);
+    metrics::Counter& sessions =
+        reg_.GetCounter("vigil_edge_mirror_ring_sessions_total", "Standby picture rings mapped (authenticated standbys)");
+    sessions.Inc(static_cast<double>(fs.sessions - std::exchange(ring_sessions_seen_, fs.sessions)));
+    metrics::Counter& refused = reg_.GetCounter("vigil_edge_mirror_ring_refused_total",
+                                                "Connections to the picture ring's socket refused (token, uid, ring)");
+    refused.Inc(static_cast<double>(fs.refused - std::exchange(ring_refused_seen_, fs.refused)));
+  }
   if (replication::PrimaryChannel* ch = primary_channel_.load(); ch != nullptr && config_.replication.mirror_frames) {
     // The mirrored pictures the channel keeps for a standby until the aggregator acknowledges them.
     const replication::PrimaryChannelStats cs = ch->stats();
@@ -1525,10 +1642,16 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
   for (int cycle = 0;; ++cycle) {
     Edge edge(config, stop, registry);
     edge.set_register_numa(cycle == 0);
+    std::unique_ptr<replication::FramePublisher> frames;  // mirror_via shm: the standby's ring (before channel:
+                                                           // the channel's offer uses it)
     std::unique_ptr<replication::PrimaryChannel> channel;
     // Serve the channel and mirror every persisted ledger state: before the ledger opens.
     auto become_primary = [&]() -> Status {
-      VIGIL_ASSIGN_OR_RETURN(channel, StartPrimaryChannel(config, digest));
+      if (rc.mirror_frames && rc.mirror_via == ReplicationConfig::MirrorVia::kShm && !frames) {
+        VIGIL_ASSIGN_OR_RETURN(frames, ListenForFrameRing(config));
+        edge.set_frame_publisher(frames.get());
+      }
+      VIGIL_ASSIGN_OR_RETURN(channel, StartPrimaryChannel(config, digest, frames.get()));
       edge.set_primary_channel(channel.get());
       role("primary").Set(1);
       role("standby").Set(0);

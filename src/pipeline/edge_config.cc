@@ -239,14 +239,31 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
                         : warm == "none" ? ReplicationConfig::WarmSources::kNone
                                          : ReplicationConfig::WarmSources::kFiles;
     }
-    std::string mirror = video::JpegAvailable() ? "live" : "none";
-    if (r->GetOneOf("mirror_frames", &mirror, {"live", "none"}) && mirror == "live" && !video::JpegAvailable()) {
-      r->Error("mirror_frames", "live needs libturbojpeg, and this vigil was built without it (VIGIL_WITH_TURBOJPEG; "
-                                "Debian libturbojpeg0-dev): use none");
+    std::string via = "channel";
+    if (r->GetOneOf("mirror_via", &via, {"channel", "shm"})) {
+      rc.mirror_via = via == "shm" ? ReplicationConfig::MirrorVia::kShm : ReplicationConfig::MirrorVia::kChannel;
     }
-    rc.mirror_frames = mirror == "live" && video::JpegAvailable();
+    const bool shm = rc.mirror_via == ReplicationConfig::MirrorVia::kShm;
+    std::string mirror = video::JpegAvailable() || shm ? "live" : "none";
+    if (r->GetOneOf("mirror_frames", &mirror, {"live", "none"}) && mirror == "live" && !video::JpegAvailable() &&
+        !shm) {
+      r->Error("mirror_frames", "live needs libturbojpeg, and this vigil was built without it (VIGIL_WITH_TURBOJPEG; "
+                                "Debian libturbojpeg0-dev): use none, or mirror_via: shm for a standby on this host");
+    }
+    rc.mirror_frames = mirror == "live" && (video::JpegAvailable() || shm);
     r->Get("jpeg_quality", &rc.jpeg_quality, 1, 100);
     r->Get("mirror_window", &rc.mirror_window, 1, 100000);
+    r->Get("mirror_socket", &rc.mirror_socket);
+    r->Get("mirror_slots", &rc.mirror_slots, 2, 4096);
+    r->Get("mirror_slot_mb", &rc.mirror_slot_mb, 1, 1024);
+    if (!shm) {
+      for (const char* k : {"mirror_socket", "mirror_slots", "mirror_slot_mb"}) {
+        if (r->Has(k)) r->Error(k, "belongs to the same-host picture ring (mirror_via: shm)");
+      }
+    }
+    if (r->Has("mirror_socket") && (rc.mirror_socket.empty() || rc.mirror_socket.size() > 100)) {
+      r->Error("mirror_socket", "a Unix socket path of 1..100 bytes");
+    }
     if (std::optional<ConfigMap> d = r->Map("detector")) {
       std::string kind = "fixed";
       d->GetOneOf("kind", &kind, {"fixed", "phi"});

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -70,8 +71,27 @@ StatusOr<replication::PairDigest> PairDigestOf(const EdgeConfig& config) {
   return replication::ComputePairDigest({t.model_path, t.settings, t.streams, t.rules});
 }
 
+StatusOr<std::unique_ptr<replication::FramePublisher>> ListenForFrameRing(const EdgeConfig& config) {
+  std::string path = config.replication.mirror_socket;
+  if (path.empty()) {  // in the state_dir, which the edge creates anyway (the ledger opens it later)
+    std::error_code ec;
+    const std::filesystem::path dir = std::filesystem::absolute(config.state_dir, ec).lexically_normal();
+    std::filesystem::create_directories(dir, ec);
+    path = (dir / "frames.sock").string();
+  }
+  replication::FramePublisherOptions o;
+  o.socket = path;
+  StatusOr<std::unique_ptr<replication::FramePublisher>> p = replication::FramePublisher::Listen(o);
+  if (!p.ok()) {
+    return Status(p.status().code(),
+                  StrCat("replication.mirror_socket '", path, "' (the picture ring): ", p.status().message()));
+  }
+  return p;
+}
+
 StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const EdgeConfig& config,
-                                                                           const replication::PairDigest& digest) {
+                                                                           const replication::PairDigest& digest,
+                                                                           replication::FramePublisher* frames) {
   replication::PrimaryChannelOptions o;
   o.listen = config.replication.listen;
   o.tls = TlsOf(config.replication);
@@ -82,6 +102,9 @@ StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const
   size_t live = 0;
   for (const StreamConfig& sc : config.streams) live += video::IsLiveUri(sc.source) ? 1 : 0;
   o.max_retained_frames = std::max<size_t>(1, live * static_cast<size_t>(config.replication.mirror_window));
+  if (frames != nullptr) {
+    o.frames_offer = [frames] { return replication::FramesOffer{frames->socket(), frames->NewToken()}; };
+  }
   return replication::PrimaryChannel::Start(std::move(o));
 }
 
@@ -210,6 +233,29 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     }
     spdlog::info("replication: standby '{}' of edge '{}' paired with primary '{}'; mirroring its ledger into {}",
                  rc.node, config.edge, (*ch)->primary_node(), store->where());
+    // The same-host picture ring (mirror_via shm), when the primary offers one.
+    std::unique_ptr<replication::FrameRing> ring;
+    if (rc.mirror_via == ReplicationConfig::MirrorVia::kShm && on_frame && !(*ch)->frames_offer().socket.empty()) {
+      replication::FrameRingOptions ro;
+      ro.socket = (*ch)->frames_offer().socket;
+      ro.token = (*ch)->frames_offer().token;
+      ro.slots = static_cast<uint32_t>(rc.mirror_slots);
+      ro.slot_bytes = static_cast<size_t>(rc.mirror_slot_mb) << 20;
+      ro.on_frame = on_frame;
+      StatusOr<std::unique_ptr<replication::FrameRing>> r = replication::FrameRing::Connect(std::move(ro), milliseconds(2000));
+      if (r.ok()) {
+        ring = std::move(*r);
+        spdlog::info("replication: standby '{}' gets the primary's pictures raw through its ring ({} slots of {} MiB, "
+                     "offered over {})",
+                     rc.node, rc.mirror_slots, rc.mirror_slot_mb, (*ch)->frames_offer().socket);
+      } else {
+        spdlog::warn("replication: standby '{}': no picture ring ({}); pictures come over the channel as JPEGs",
+                     rc.node, std::string(r.status().message()));
+      }
+    } else if (rc.mirror_via == ReplicationConfig::MirrorVia::kShm && on_frame) {
+      spdlog::warn("replication: standby '{}': the primary offers no picture ring (its mirror_via is not shm); "
+                   "pictures come over the channel as JPEGs", rc.node);
+    }
     // Paired: wait for the stream's end or the detector's suspicion.
     Takeover t;
     {
@@ -250,6 +296,10 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     }
     (*ch)->Stop();
     t.decided_ns = SteadyNs();
+    if (ring) {
+      ring->Drain();  // every picture the primary wrote, before the window is taken
+      ring.reset();
+    }
     {
       std::lock_guard lock(shared->mu);
       t.ledger_states = shared->ledger_states;

@@ -21,6 +21,7 @@
 #include "vigil/pipeline/edge_config.h"
 #include "vigil/pipeline/ledger.h"
 #include "vigil/replication/channel.h"
+#include "vigil/replication/frame_ring.h"
 #include "vigil/replication/pair.h"
 
 namespace vigil::pipeline {
@@ -28,9 +29,15 @@ namespace vigil::pipeline {
 // The pair digest of `config` (PairTextsOf). Errors: ComputePairDigest's, naming the model file.
 StatusOr<replication::PairDigest> PairDigestOf(const EdgeConfig& config);
 
-// The primary's channel for `config.replication`. Errors: PrimaryChannel::Start's.
+// The primary's channel for `config.replication`; `frames` (not owned, outlives the channel; may be null): the
+// picture ring offered to each paired standby with a fresh token. Errors: PrimaryChannel::Start's.
 StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const EdgeConfig& config,
-                                                                           const replication::PairDigest& digest);
+                                                                           const replication::PairDigest& digest,
+                                                                           replication::FramePublisher* frames = nullptr);
+
+// The primary's same-host picture ring for `config.replication` (mirror_via shm): its socket at mirror_socket
+// or <state_dir>/frames.sock, made absolute. Errors: FramePublisher::Listen's, naming the path.
+StatusOr<std::unique_ptr<replication::FramePublisher>> ListenForFrameRing(const EdgeConfig& config);
 
 // `inner` whose every successful Save is also published on `channel` (not owned; outlives the store), under
 // `order` (not owned; may be null): the lock under which the edge numbers a live picture and queues it on the
@@ -54,6 +61,10 @@ StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDi
 // judged gone. `on_mirrored` (may be empty) gets every mirrored ledger state after it was saved, on the
 // channel's reader thread (a warm standby's readers follow the cursors in it); `on_frame` (may be empty) every
 // mirrored live picture, on the same thread, in the order sent (a MirrorWindow keeps them); both must be quick.
+// With mirror_via shm and a primary that offers a picture ring, the standby creates and hands it the ring
+// (frame_ring.h; on failure, logged, pictures keep coming over the channel): `on_frame` then also gets the ring's
+// pictures, on the ring's thread, and at the takeover every picture the primary wrote is read before this
+// returns.
 // Errors: FailedPrecondition (the primary refused to pair: the message says what differs), the state_dir's
 // errors, Cancelled (`stop` became true before a takeover, or the primary finished every stream: nothing to
 // take over). A primary stopped on purpose (Finished without streams_done) is taken over at once.

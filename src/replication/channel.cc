@@ -268,6 +268,11 @@ class PrimaryService final : public v1::Replication::Service {
     spdlog::info("replication: standby '{}' ({}) paired with primary '{}' of edge '{}'", node, peer, opt_.node, opt_.edge);
     v1::PrimaryMessage paired;
     paired.mutable_paired()->set_node(opt_.node);
+    if (opt_.frames_offer) {
+      const FramesOffer offer = opt_.frames_offer();
+      paired.mutable_paired()->set_frames_socket(offer.socket);
+      paired.mutable_paired()->set_frames_token(offer.token);
+    }
     grpc::Status end = grpc::Status::OK;
     std::mutex write_mu;  // one Write at a time: heartbeat answers (this thread) and ledger states (sender)
     bool over = false;    // GUARDED_BY(mu_) the stream is ending: the sender stops
@@ -388,7 +393,7 @@ class PrimaryService final : public v1::Replication::Service {
   bool MirrorFrame(MirroredFrame frame) {
     {
       std::lock_guard lock(mu_);
-      if (frame.jpeg.size() > kMaxMirroredJpegBytes) {
+      if (frame.jpeg.empty() || frame.jpeg.size() > kMaxMirroredJpegBytes) {  // the channel carries JPEGs only
         ++stats_.frames_refused;
         return false;
       }
@@ -552,6 +557,8 @@ class GrpcStandbyChannel final : public StandbyChannel {
       return absl::UnavailableError(StrCat(where, ": answered Pair with neither Paired nor Refused"));
     }
     primary_node_ = reply.paired().node();
+    frames_offer_.socket = reply.paired().frames_socket().substr(0, 200);
+    frames_offer_.token = reply.paired().frames_token().substr(0, 64);
     spdlog::info("replication: paired with primary '{}' at {} (edge '{}')", primary_node_, opt_.primary, opt_.edge);
     reader_ = std::thread([this] { ReadLoop(); });
     heartbeats_ = std::thread([this] { HeartbeatLoop(); });
@@ -559,6 +566,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
   }
 
   const std::string& primary_node() const override { return primary_node_; }
+  const FramesOffer& frames_offer() const override { return frames_offer_; }
   uint64_t heartbeats_answered() const override { return answered_.load(); }
   uint64_t frames_received() const override { return frames_.load(); }
 
@@ -635,6 +643,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
   grpc::ClientContext ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::StandbyMessage, v1::PrimaryMessage>> stream_;
   std::string primary_node_;
+  FramesOffer frames_offer_;
   std::atomic<uint64_t> answered_{0};
   std::atomic<uint64_t> frames_{0};
   std::mutex mu_;

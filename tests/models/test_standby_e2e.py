@@ -569,7 +569,7 @@ def test_an_inference_stall_on_the_primary_makes_it_step_down_and_the_standby_ta
 
 
 def camera_pair(tmp: Path, agg: Aggregator, url: str, warm_sources: str | None = None,
-                mirror_frames: str | None = None) -> Pair:
+                mirror_frames: str | None = None, mirror_via: str | None = None) -> Pair:
     """The pair of Pair on one live stream from `url` (not real-time paced: a camera paces itself)."""
     pair = Pair(tmp, Path("/nonexistent"), agg)
     for node in ("node-a", "node-b"):
@@ -579,11 +579,14 @@ def camera_pair(tmp: Path, agg: Aggregator, url: str, warm_sources: str | None =
             text = text.replace("  role: ", f"  warm_sources: {warm_sources}\n  role: ", 1)
         if mirror_frames:
             text = text.replace("  role: ", f"  mirror_frames: {mirror_frames}\n  role: ", 1)
+        if mirror_via:
+            text = text.replace("  role: ", f"  mirror_via: {mirror_via}\n  role: ", 1)
         cfg.write_text(text)
     return pair
 
 
-def one_client_camera_pair(tmp: Path, mirror_frames: str | None = None) -> tuple[Aggregator, Camera, Pair]:
+def one_client_camera_pair(tmp: Path, mirror_frames: str | None = None,
+                           mirror_via: str | None = None) -> tuple[Aggregator, Camera, Pair]:
     """A started aggregator, a started one-client Camera and the camera_pair on it (not started)."""
     if not shutil.which("ffmpeg"):
         pytest.skip("ffmpeg not available")
@@ -591,7 +594,7 @@ def one_client_camera_pair(tmp: Path, mirror_frames: str | None = None) -> tuple
     agg.start()
     camera = Camera(tmp)
     camera.start()
-    return agg, camera, camera_pair(tmp, agg, camera.url, mirror_frames=mirror_frames)
+    return agg, camera, camera_pair(tmp, agg, camera.url, mirror_frames=mirror_frames, mirror_via=mirror_via)
 
 
 def frame_rows(db: Path) -> list[tuple]:
@@ -666,13 +669,15 @@ def test_a_live_camera_continues_the_same_run_on_the_standby_and_the_missed_time
           f"{gap * 1000:.0f} ms of camera time missed")
 
 
-def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_got_stored(tmp_path):
-    """mirror_frames: live (the default): the primary sends every camera picture it numbers to the standby as a
-    JPEG. Its inference stalls (VIGIL_FAULT_INFERENCE) and it is SIGKILLed 1.5 s into the stall, holding about 15
-    numbered pictures it never got stored (in its queues, or dropped for a full queue with the drop mark still
-    pending). The standby processes those pictures again from its mirror window: nothing is reported lost, every
-    seq of the run is stored exactly once, the old primary's pictures by the new epoch."""
-    agg, camera, pair = one_client_camera_pair(tmp_path)
+@pytest.mark.parametrize("via", ["channel", "shm"])
+def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_got_stored(tmp_path, via):
+    """mirror_frames: live (the default): the primary sends every camera picture it numbers to the standby — as a
+    JPEG over the channel (mirror_via: channel, the default), or raw into the standby's shared-memory ring on this
+    host (mirror_via: shm, issue 17). Its inference stalls (VIGIL_FAULT_INFERENCE) and it is SIGKILLed 1.5 s into
+    the stall, holding about 15 numbered pictures it never got stored (in its queues, or dropped for a full queue
+    with the drop mark still pending). The standby processes those pictures again from its mirror window: nothing
+    is reported lost, every seq of the run is stored exactly once, the old primary's pictures by the new epoch."""
+    agg, camera, pair = one_client_camera_pair(tmp_path, mirror_via=via)
     pair.start("node-a", env={"VIGIL_FAULT_INFERENCE": "stall:60:2500"})  # < step_down.stall_ms (3000)
     pair.start("node-b")
     try:
@@ -688,6 +693,8 @@ def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_
     rows = assert_one_run_without_gaps(agg.db)
     assert [r for r in rows if r[2] == 4] == [], "a seq was reported lost though its picture was mirrored"
     m = read_metrics(tmp_path / "node-b.prom")
+    ring = "gets the primary's pictures raw through its ring" in pair.log("node-b")
+    assert ring == (via == "shm"), pair.log("node-b")[-3000:]
     assert metric(m, "vigil_edge_frames_lost_on_restart_total", stream="vtest") == 0
     replayed = metric(m, "vigil_edge_takeover_replayed_frames_total", stream="vtest")
     assert replayed >= 10, f"only {replayed} mirrored pictures processed again (10 fps x 1.5 s of stall)"

@@ -447,6 +447,32 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
     EXPECT_EQ(m->replication.jpeg_quality, 60);
     EXPECT_EQ(m->replication.mirror_window, 32);
   }
+  // The same-host picture ring (issue 17): off by default; its keys only with mirror_via shm.
+  EXPECT_EQ(p->replication.mirror_via, ReplicationConfig::MirrorVia::kChannel);
+  {
+    StatusOr<EdgeConfig> m = ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n" +
+                                                 "  mirror_via: shm\n  mirror_slots: 16\n  mirror_slot_mb: 25\n"
+                                                 "  mirror_socket: /run/vigil/frames.sock\n" + tls,
+                                             "edge.yaml");
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->replication.mirror_via, ReplicationConfig::MirrorVia::kShm);
+    EXPECT_TRUE(m->replication.mirror_frames);  // raw pictures need no libturbojpeg
+    EXPECT_EQ(m->replication.mirror_slots, 16);
+    EXPECT_EQ(m->replication.mirror_slot_mb, 25);
+    EXPECT_EQ(m->replication.mirror_socket, "/run/vigil/frames.sock");
+  }
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
+                                        "  mirror_slots: 16\n" + tls, "edge.yaml").status())
+                .find("replication.mirror_slots: belongs to the same-host picture ring (mirror_via: shm)"),
+            std::string::npos);
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
+                                        "  mirror_via: shm\n  mirror_slots: 1\n" + tls, "edge.yaml").status())
+                .find("mirror_slots"),
+            std::string::npos);
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
+                                        "  mirror_via: ipc\n" + tls, "edge.yaml").status())
+                .find("mirror_via"),
+            std::string::npos);
   EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
                                         "  jpeg_quality: 101\n" + tls, "edge.yaml").status())
                 .find("jpeg_quality"),

@@ -135,6 +135,36 @@ TEST_F(ChannelTest, TheSameDigestPairsAndHeartbeatsFlowBothWays) {
   EXPECT_EQ(primary->stats().paired, 2u);
 }
 
+TEST_F(ChannelTest, EachPairingGetsThePictureRingOfferedThen) {
+  Ends primary_ends, standby_ends;
+  PrimaryChannelOptions o = PrimaryOptions();
+  std::atomic<int> offers{0};
+  o.frames_offer = [&offers] {
+    const int n = ++offers;
+    return FramesOffer{"/run/vigil/frames.sock", std::string(32, static_cast<char>('a' + n))};
+  };
+  StatusOr<std::unique_ptr<PrimaryChannel>> primary = PrimaryChannel::Start(std::move(o));
+  ASSERT_TRUE(primary.ok()) << primary.status();
+  StatusOr<std::unique_ptr<StandbyChannel>> standby =
+      StandbyChannel::Pair(Standby((*primary)->port(), &standby_ends), kLong);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  EXPECT_EQ((*standby)->frames_offer().socket, "/run/vigil/frames.sock");
+  EXPECT_EQ((*standby)->frames_offer().token, std::string(32, 'b'));
+  (*standby)->Stop();
+  ASSERT_TRUE(Eventually([&] { return !(*primary)->stats().standby_connected; }));
+  StatusOr<std::unique_ptr<StandbyChannel>> again =
+      StandbyChannel::Pair(Standby((*primary)->port(), &standby_ends), kLong);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->frames_offer().token, std::string(32, 'c'));  // a fresh token per pairing
+  // A primary without a ring offers none.
+  Ends other_ends;
+  auto plain = StartPrimary(&other_ends);
+  ASSERT_TRUE(plain);
+  StatusOr<std::unique_ptr<StandbyChannel>> s2 = StandbyChannel::Pair(Standby(plain->port(), &standby_ends), kLong);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  EXPECT_TRUE((*s2)->frames_offer().socket.empty());
+}
+
 TEST_F(ChannelTest, TheLedgerIsMirroredOnPairingAndOnEveryChange) {
   Ends primary_ends, standby_ends;
   auto primary = StartPrimary(&primary_ends);

@@ -177,6 +177,21 @@ struct ReplicationConfig {
   bool mirror_frames = true;
   int jpeg_quality = 85;
   int mirror_window = 256;
+  // mirror_via: channel (default) — the JPEGs above over the replication channel, to a standby on any host;
+  // shm — a standby on the same host maps a ring of raw pictures (replication/frame_ring.h): the primary copies
+  // each live picture's BGR pixels into it (no JPEG encode; a GPU-decoded picture is downloaded first) and the
+  // standby keeps them raw (mirror_window pictures per stream of width × height × 3 bytes each: size it for
+  // that). The standby owns the ring: mirror_slots (2..4096) slots of mirror_slot_mb (1..1024) MiB, a slot
+  // per picture; a picture larger than a slot, or one that finds every slot unread, is not mirrored (counted,
+  // vigil_edge_mirror_frames_skipped_total). The primary serves the ring's Unix socket at mirror_socket
+  // (default <state_dir>/frames.sock, made absolute), offered to each paired standby with a fresh token over
+  // the channel's TLS; while no ring is mapped (the standby on another host, or not yet connected) pictures
+  // go over the channel as JPEGs.
+  enum class MirrorVia { kChannel, kShm };
+  MirrorVia mirror_via = MirrorVia::kChannel;
+  std::string mirror_socket;
+  int mirror_slots = 8;
+  int mirror_slot_mb = 8;
 };
 
 struct EdgeConfig {

@@ -5,7 +5,8 @@
 // primary answers Paired when the edge ids and the digests agree and no other standby is paired, otherwise
 // Refused with the reason (DescribeMismatch's sentence for a digest mismatch) and ends the stream. Only a
 // peer whose certificate is signed by the pair's CA (`tls.ca_file`) gets past the TLS handshake: an
-// unauthenticated peer learns nothing, not even the primary's digest.
+// unauthenticated peer learns nothing, not even the primary's digest. A primary with a same-host picture ring
+// (frame_ring.h) names its socket and a fresh token for this standby in Paired (frames_offer).
 // Heartbeats: after pairing the standby sends one every `heartbeat_interval`; the primary answers each at
 // once (echo_ns = the standby's sent_ns). Each side calls its `on_heartbeat` with the arrival time (steady
 // clock, ns) — the input of a FailureDetector (failure_detector.h) — and `on_end` once with why the stream
@@ -77,6 +78,12 @@ struct MirroredFrame {
 // The largest mirrored picture the channel carries (bytes of JPEG): a larger one is refused by MirrorFrame.
 inline constexpr size_t kMaxMirroredJpegBytes = 32u << 20;
 
+// A primary's same-host picture ring (frame_ring.h), offered to a standby in Paired: the Unix socket and the
+// token of this pairing. Empty socket: none.
+struct FramesOffer {
+  std::string socket, token;
+};
+
 struct PrimaryChannelOptions {
   std::string listen = "0.0.0.0:7420";  // host:port; port 0 = any free port (port() tells)
   ChannelTls tls;
@@ -88,6 +95,9 @@ struct PrimaryChannelOptions {
   std::function<void(int64_t)> on_heartbeat;
   std::function<void(const Status&)> on_end;
   size_t max_retained_frames = 256;  // mirrored frames kept until acknowledged, at most (≥ 1)
+  // Called at each pairing, before Paired is sent: the picture ring offered to that standby (optional;
+  // FramePublisher::NewToken makes the token).
+  std::function<FramesOffer()> frames_offer;
 };
 
 struct PrimaryChannelStats {
@@ -97,7 +107,7 @@ struct PrimaryChannelStats {
   uint64_t ledger_states_sent = 0;
   uint64_t frames_sent = 0;        // mirrored frames written to the stream (to every standby paired so far)
   uint64_t frame_bytes_sent = 0;   // their JPEG bytes
-  uint64_t frames_refused = 0;     // MirrorFrame calls with a picture larger than kMaxMirroredJpegBytes
+  uint64_t frames_refused = 0;     // MirrorFrame calls without a JPEG or with one larger than kMaxMirroredJpegBytes
   uint64_t frames_evicted = 0;     // kept frames dropped for room before they were acknowledged
   size_t frames_retained = 0;      // kept now (not yet acknowledged)
   size_t retained_bytes = 0;       // their JPEG bytes
@@ -114,8 +124,8 @@ class PrimaryChannel {
   virtual PrimaryChannelStats stats() const = 0;  // thread-safe
   // The ledger's records now (thread-safe; cheap: stored, sent by the stream's own thread).
   virtual void PublishLedger(std::vector<MirroredStream> streams) = 0;
-  // Keeps `frame` for the standby (see "Frame mirroring" above); false: refused, larger than
-  // kMaxMirroredJpegBytes (frames_refused). Thread-safe; never blocks on the standby.
+  // Keeps `frame` for the standby (see "Frame mirroring" above); false: refused, no JPEG (a raw picture goes
+  // through a frame ring, frame_ring.h) or larger than kMaxMirroredJpegBytes (frames_refused). Thread-safe; never blocks on the standby.
   virtual bool MirrorFrame(MirroredFrame frame) = 0;
   // The aggregator stored `stream`'s run `run` through seq `through`: the frames kept for it at or below are
   // dropped (and so are those of older runs). Thread-safe.
@@ -151,6 +161,7 @@ class StandbyChannel {
                                                         std::chrono::milliseconds timeout);
   virtual ~StandbyChannel() = default;
   virtual const std::string& primary_node() const = 0;  // from Paired
+  virtual const FramesOffer& frames_offer() const = 0;   // from Paired (socket empty: no picture ring)
   virtual uint64_t heartbeats_answered() const = 0;      // thread-safe
   virtual uint64_t frames_received() const = 0;          // mirrored frames; thread-safe
   virtual void Stop() = 0;                               // idempotent
