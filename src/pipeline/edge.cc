@@ -33,6 +33,7 @@
 #include "vigil/pipeline/standby_gate.h"
 #include "vigil/pipeline/workers.h"
 #include "vigil/replication/frame_ring.h"
+#include "transport/device_memory.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/courier.h"
 #include "vigil/pipeline/snapshotter.h"
@@ -47,6 +48,29 @@
 
 namespace vigil::pipeline {
 namespace {
+
+// A picture from a ring in GPU memory (MirroredFrame::gpu, packed NV12) as a device Frame: the planes stay where
+// the standby copied them (`keepalive` holds them); copy_to_host lets DownloadBgr (snapshots, a CPU engine) read them.
+video::Frame FrameOfGpu(const replication::MirroredFrame& m) {
+  video::Frame frame;
+  frame.width = static_cast<int>(m.width);
+  frame.height = static_cast<int>(m.height);
+  const std::shared_ptr<const replication::MirroredGpuPicture> pic = m.gpu;
+  video::DeviceFrame d;
+  d.device = pic->device;
+  d.y = pic->data;
+  d.uv = pic->data + static_cast<size_t>(m.width) * m.height;
+  d.y_pitch = static_cast<int>(m.width);
+  d.uv_pitch = static_cast<int>(2 * ((m.width + 1) / 2));
+  d.matrix = static_cast<video::YuvMatrix>(pic->matrix);
+  d.full_range = pic->full_range;
+  d.keepalive = std::const_pointer_cast<replication::MirroredGpuPicture>(pic);
+  d.copy_to_host = [pic](uint8_t* dst) {
+    return transport::device_memory::CopyToHost(dst, pic->data, pic->bytes, pic->device);
+  };
+  frame.device = std::move(d);
+  return frame;
+}
 
 // A ring's raw picture (MirroredFrame::bgr, rows of `stride`) as a host Frame of unpadded rows (identity and
 // times set by the caller).
@@ -233,8 +257,10 @@ class Edge final : public transport::CourierHandler {
   std::optional<replication::MirroredFrame> MirrorPicture(size_t index, const video::Frame& f);  // reader thread
   // The raw picture for the same-host ring (null: no ring mapped now, or not mirrored); a GPU picture downloaded.
   const video::Frame* RawForRing(size_t index, const video::Frame& f, video::Frame* downloaded);  // reader thread
-  // Writes `m` (seq and run set) to the picture ring; counts the outcome. REQUIRES mirror_mu_.
-  void WriteToRing(size_t index, const replication::MirroredFrame& m, const uint8_t* bgr, size_t stride);
+  // Writes `m` (seq and run set) to the picture ring — host pixels `bgr`, or `device` (a ring in GPU memory) —
+  // and counts the outcome. REQUIRES mirror_mu_.
+  void WriteToRing(size_t index, const replication::MirroredFrame& m, const uint8_t* bgr, size_t stride,
+                   const video::DeviceFrame* device = nullptr);
   void StartFollowing();  // a warm standby, before the takeover
   void WarmUpEngines();   // one batch of 1 and one of max_batch through every worker's detector
   void AssignDevices();
@@ -635,18 +661,23 @@ bool Edge::WaitAdmitted() {
         std::lock_guard lock(mirror_mu_);
         replication::FramePublisher* ring = frame_publisher_.load();
         for (const replication::MirroredFrame& m : s.replay) {
-          if (!m.bgr.empty() && ring != nullptr && ring->active()) {
-            WriteToRing(i, m, m.bgr.data(), m.stride);
+          if (ring != nullptr && ring->active() && (!m.bgr.empty() || (m.gpu && ring->in_gpu_memory()))) {
+            const video::Frame g = m.gpu ? FrameOfGpu(m) : video::Frame{};
+            WriteToRing(i, m, m.bgr.data(), m.stride, m.gpu ? &*g.device : nullptr);
             continue;
           }
           replication::MirroredFrame jpeg;
-          if (m.jpeg.empty()) {  // a raw picture and no ring mapped now: the channel carries JPEGs
-            StatusOr<std::string> encoded = video::JpegAvailable()
-                                                ? video::EncodeJpeg(FrameOfRaw(m), config_.replication.jpeg_quality)
-                                                : StatusOr<std::string>(absl::UnimplementedError("no libturbojpeg"));
+          if (m.jpeg.empty()) {  // a raw picture and no ring (or a host one) mapped now: the channel carries JPEGs
+            video::Frame host = m.gpu ? FrameOfGpu(m) : FrameOfRaw(m);
+            Status down = video::DownloadBgr(host);
+            StatusOr<std::string> encoded =
+                !down.ok() ? StatusOr<std::string>(down)
+                : video::JpegAvailable() ? video::EncodeJpeg(host, config_.replication.jpeg_quality)
+                                         : StatusOr<std::string>(absl::UnimplementedError("no libturbojpeg"));
             if (encoded.ok()) {
               jpeg = m;
               jpeg.bgr = {};
+              jpeg.gpu.reset();
               jpeg.stride = 0;
               jpeg.jpeg = std::move(*encoded);
             }
@@ -715,7 +746,7 @@ video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
       m.pts_ns = f.pts_ns;
       m.width = static_cast<uint32_t>(raw->width);
       m.height = static_cast<uint32_t>(raw->height);
-      WriteToRing(i, m, raw->bgr.data(), static_cast<size_t>(raw->stride));
+      WriteToRing(i, m, raw->bgr.data(), static_cast<size_t>(raw->stride), raw->device ? &*raw->device : nullptr);
       f.seq = seq;
       f.run = streams_[i].run;
       return true;
@@ -759,7 +790,7 @@ const video::Frame* Edge::RawForRing(size_t i, const video::Frame& f, video::Fra
   Stream& s = streams_[i];
   replication::FramePublisher* ring = frame_publisher_.load();
   if (!s.live || !config_.replication.mirror_frames || ring == nullptr || !ring->active()) return nullptr;
-  if (!f.device) return &f;
+  if (!f.device || ring->in_gpu_memory()) return &f;  // a GPU picture into a GPU ring: device to device
   *downloaded = f;  // shares the GPU picture; the download fills a host copy
   if (Status st = video::DownloadBgr(*downloaded); !st.ok()) {
     s.mirror_skipped->Inc();
@@ -772,14 +803,30 @@ const video::Frame* Edge::RawForRing(size_t i, const video::Frame& f, video::Fra
   return downloaded;
 }
 
-void Edge::WriteToRing(size_t i, const replication::MirroredFrame& m, const uint8_t* bgr, size_t stride) {
+void Edge::WriteToRing(size_t i, const replication::MirroredFrame& m, const uint8_t* bgr, size_t stride,
+                       const video::DeviceFrame* device) {
   Stream& s = streams_[i];
   const int64_t t0 = SteadyNs();
-  Status st = frame_publisher_.load()->Write(m, bgr, stride);
+  Status st;
+  double bytes = static_cast<double>(stride) * m.height;
+  if (device != nullptr) {
+    replication::FramePublisher::DevicePicture p;
+    p.device = device->device;
+    p.y = device->y;
+    p.uv = device->uv;
+    p.y_pitch = static_cast<size_t>(device->y_pitch);
+    p.uv_pitch = static_cast<size_t>(device->uv_pitch);
+    p.matrix = static_cast<int>(device->matrix);
+    p.full_range = device->full_range;
+    st = frame_publisher_.load()->WriteDevice(m, p);
+    bytes = static_cast<double>(m.width) * m.height * 1.5;
+  } else {
+    st = frame_publisher_.load()->Write(m, bgr, stride);
+  }
   stages_.mirror->Observe(static_cast<double>(SteadyNs() - t0) * 1e-9);
   if (st.ok()) {
     s.mirrored->Inc();
-    s.mirrored_bytes->Inc(static_cast<double>(stride) * m.height);
+    s.mirrored_bytes->Inc(bytes);
     return;
   }
   // Not mirrored (counted): a standby behind (every slot unread), gone, or a picture larger than its slots. A
@@ -925,7 +972,9 @@ bool Edge::FeedReplay(size_t index) {
     const replication::MirroredFrame& m = replay[k];
     video::Frame frame;
     const int64_t t0 = SteadyNs();
-    if (!m.bgr.empty()) {  // a raw picture from the same-host ring: nothing to decode
+    if (m.gpu) {  // from a ring in GPU memory: stays there (the engine's GPU stages read it)
+      frame = FrameOfGpu(m);
+    } else if (!m.bgr.empty()) {  // a raw picture from the same-host ring: nothing to decode
       frame = FrameOfRaw(m);
     } else if (Status st = video::DecodeJpeg(m.jpeg, &frame); !st.ok()) {
       spdlog::error("stream '{}': mirrored picture seq {} cannot be processed again: {}", s.config.id, m.seq,

@@ -256,8 +256,15 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     r->Get("mirror_socket", &rc.mirror_socket);
     r->Get("mirror_slots", &rc.mirror_slots, 2, 4096);
     r->Get("mirror_slot_mb", &rc.mirror_slot_mb, 1, 1024);
+    if (r->Get("mirror_memory", &rc.mirror_memory) && rc.mirror_memory != "host") {
+      if (rc.mirror_memory == "cuda") rc.mirror_memory = "cuda:0";
+      const std::string n = rc.mirror_memory.rfind("cuda:", 0) == 0 ? rc.mirror_memory.substr(5) : "";
+      if (n.empty() || n.size() > 3 || n.find_first_not_of("0123456789") != std::string::npos) {
+        r->Error("mirror_memory", "host, cuda or cuda:N");
+      }
+    }
     if (!shm) {
-      for (const char* k : {"mirror_socket", "mirror_slots", "mirror_slot_mb"}) {
+      for (const char* k : {"mirror_socket", "mirror_slots", "mirror_slot_mb", "mirror_memory"}) {
         if (r->Has(k)) r->Error(k, "belongs to the same-host picture ring (mirror_via: shm)");
       }
     }

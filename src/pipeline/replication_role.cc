@@ -241,13 +241,14 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
       ro.token = (*ch)->frames_offer().token;
       ro.slots = static_cast<uint32_t>(rc.mirror_slots);
       ro.slot_bytes = static_cast<size_t>(rc.mirror_slot_mb) << 20;
+      ro.memory = rc.mirror_memory;
       ro.on_frame = on_frame;
       StatusOr<std::unique_ptr<replication::FrameRing>> r = replication::FrameRing::Connect(std::move(ro), milliseconds(2000));
       if (r.ok()) {
         ring = std::move(*r);
-        spdlog::info("replication: standby '{}' gets the primary's pictures raw through its ring ({} slots of {} MiB, "
-                     "offered over {})",
-                     rc.node, rc.mirror_slots, rc.mirror_slot_mb, (*ch)->frames_offer().socket);
+        spdlog::info("replication: standby '{}' gets the primary's pictures raw through its ring ({} slots of {} MiB in "
+                     "{} memory, offered over {})",
+                     rc.node, rc.mirror_slots, rc.mirror_slot_mb, rc.mirror_memory, (*ch)->frames_offer().socket);
       } else {
         spdlog::warn("replication: standby '{}': no picture ring ({}); pictures come over the channel as JPEGs",
                      rc.node, std::string(r.status().message()));

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "transport/device_memory.h"
 #include "transport/ring.h"  // SharedMemory
 #include "vigil/transport/auth.h"
 #include "vigil/transport/unix_socket.h"
@@ -23,7 +24,9 @@ using transport::ring::SharedMemory;
 
 constexpr uint64_t kRingMagic = 0x314d524652474956ull;  // "VIGRFRM1"
 constexpr uint32_t kSlotMagic = 0x5446524d;              // "MRFT"
-constexpr uint32_t kFormatBgr24 = 1;
+constexpr uint32_t kFormatBgr24 = 1, kFormatNv12 = 2;
+constexpr uint32_t kMemoryHost = 0, kMemoryCuda = 1;
+constexpr size_t kGpuHostSlot = 4096;  // a ring in GPU memory: the host slots hold only the headers
 constexpr uint32_t kHelloMagic = 0x52464756;              // "VGFR"
 constexpr uint32_t kVersion = 1;
 constexpr size_t kSignals = 256;                          // the signal words' offset in the control block
@@ -32,8 +35,9 @@ constexpr uint32_t kMaxSide = 16384;
 
 struct Control {
   uint64_t magic;
-  uint32_t slots, pad;
-  uint64_t slot_bytes;
+  uint32_t slots, memory;  // memory: kMemoryHost, or kMemoryCuda (pixels in the GPU slots)
+  uint64_t slot_bytes;     // host slots
+  uint64_t gpu_slot_bytes;  // GPU slots (memory cuda)
   alignas(64) uint64_t consumed;  // slots released by the standby (a count)
   alignas(64) uint64_t closed;    // 1: the standby is gone; the primary stops writing
 };
@@ -46,6 +50,7 @@ struct FrameSlot {
   int64_t capture_ns, pts_ns;
   uint32_t width, height, stride, stream_len;
   uint64_t bytes;
+  uint32_t matrix, full_range;  // NV12: video::YuvMatrix, 1 = full range
   char stream[kMaxStream];
 };
 constexpr size_t kSlotHeader = (sizeof(FrameSlot) + 63) & ~size_t{63};
@@ -81,14 +86,19 @@ void Put(std::string* out, T v) {
   out->append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
-// The standby's hello: magic, version, token, slots, slot_bytes, the shared-memory name.
+// The standby's hello: magic, version, token, slots, slot_bytes, memory, gpu_slot_bytes, the lengths of the
+// shared-memory name, the GPU's PCI bus id and its IPC handle; then those three.
 struct Hello {
   std::string token;
   uint32_t slots = 0;
   uint64_t slot_bytes = 0;
-  std::string name;
+  uint32_t memory = kMemoryHost;
+  uint64_t gpu_slot_bytes = 0;
+  std::string name, bus_id, handle;
 };
-constexpr size_t kHelloFixed = 4 + 4 + kFrameTokenBytes + 4 + 8 + 2;
+constexpr size_t kHelloFixed = 4 + 4 + kFrameTokenBytes + 4 + 8 + 4 + 8 + 2 + 2 + 2;
+
+size_t Nv12Bytes(uint32_t w, uint32_t h) { return size_t{w} * h + 2 * size_t{(w + 1) / 2} * ((h + 1) / 2); }
 
 class Publisher final : public FramePublisher {
  public:
@@ -121,29 +131,85 @@ class Publisher final : public FramePublisher {
 
   Status Write(const MirroredFrame& f, const uint8_t* bgr, size_t stride) override {
     std::lock_guard lock(mu_);
+    VIGIL_RETURN_IF_ERROR(Usable());
+    const size_t bytes = size_t{f.height} * stride;
+    if (f.stream.size() > kMaxStream || f.width == 0 || f.height == 0 || f.width > kMaxSide || f.height > kMaxSide ||
+        stride < size_t{f.width} * 3 || stride > size_t{kMaxSide} * 4 ||
+        (gpu_ ? bytes > gpu_slot_bytes_ : kSlotHeader + bytes > slot_bytes_)) {
+      ++stats_.too_large;
+      return absl::InvalidArgumentError(StrCat("frame ring: picture ", f.width, "x", f.height, " (stream '",
+                                               f.stream.substr(0, 64), "') does not fit a slot of ",
+                                               gpu_ ? gpu_slot_bytes_ : slot_bytes_, " bytes"));
+    }
+    VIGIL_RETURN_IF_ERROR(HaveFreeSlot());
+    if (gpu_) {  // uploaded as it is (a picture decoded on the CPU)
+      Status st = transport::device_memory::Copy2D(GpuSlot(), stride, bgr, stride, stride, f.height, gpu_device_);
+      if (!st.ok()) return Lost(st);
+    }
+    return Commit(f, kFormatBgr24, static_cast<uint32_t>(stride), bytes, 0, false, gpu_ ? nullptr : bgr);
+  }
+
+  Status WriteDevice(const MirroredFrame& f, const FramePublisher::DevicePicture& p) override {
+    std::lock_guard lock(mu_);
+    VIGIL_RETURN_IF_ERROR(Usable());
+    if (!gpu_) return absl::FailedPreconditionError("frame ring: the standby's ring is in host memory");
+    const size_t bytes = Nv12Bytes(f.width, f.height);
+    const size_t uv_row = 2 * size_t{(f.width + 1) / 2};
+    if (f.stream.size() > kMaxStream || f.width == 0 || f.height == 0 || f.width > kMaxSide || f.height > kMaxSide ||
+        p.y_pitch < f.width || p.uv_pitch < uv_row || bytes > gpu_slot_bytes_) {
+      ++stats_.too_large;
+      return absl::InvalidArgumentError(StrCat("frame ring: NV12 picture ", f.width, "x", f.height, " (stream '",
+                                               f.stream.substr(0, 64), "') does not fit a GPU slot of ",
+                                               gpu_slot_bytes_, " bytes"));
+    }
+    VIGIL_RETURN_IF_ERROR(HaveFreeSlot());
+    auto* dst = static_cast<uint8_t*>(GpuSlot());
+    Status st = transport::device_memory::Copy2D(dst, f.width, p.y, p.y_pitch, f.width, f.height, p.device);
+    if (st.ok()) {
+      st = transport::device_memory::Copy2D(dst + size_t{f.width} * f.height, uv_row, p.uv, p.uv_pitch, uv_row,
+                                            (f.height + 1) / 2, p.device);
+    }
+    if (!st.ok()) return Lost(st);
+    return Commit(f, kFormatNv12, f.width, bytes, static_cast<uint32_t>(p.matrix), p.full_range, nullptr);
+  }
+
+  bool in_gpu_memory() const override {
+    std::lock_guard lock(mu_);
+    return gpu_ != nullptr;
+  }
+
+ private:
+  // REQUIRES mu_ for the helpers below.
+  Status Usable() {
     if (ring_ == nullptr) return absl::UnavailableError("frame ring: no standby ring mapped");
-    char* base = ring_->data();
-    if (Word(base, offsetof(Control, closed)).load(std::memory_order_acquire) != 0) {
+    if (Word(ring_->data(), offsetof(Control, closed)).load(std::memory_order_acquire) != 0) {
       EndSession("the standby closed its ring");
       return absl::UnavailableError("frame ring: the standby closed its ring");
     }
-    const size_t bytes = size_t{f.height} * stride;
-    if (f.stream.size() > kMaxStream || f.width == 0 || f.height == 0 || f.width > kMaxSide || f.height > kMaxSide ||
-        stride < size_t{f.width} * 3 || stride > size_t{kMaxSide} * 4 || kSlotHeader + bytes > slot_bytes_) {
-      ++stats_.too_large;
-      return absl::InvalidArgumentError(StrCat("frame ring: picture ", f.width, "x", f.height, " (stream '",
-                                               f.stream.substr(0, 64), "') does not fit a slot of ", slot_bytes_,
-                                               " bytes"));
-    }
-    const uint64_t consumed = Word(base, offsetof(Control, consumed)).load(std::memory_order_acquire);
+    return absl::OkStatus();
+  }
+  Status HaveFreeSlot() {
+    const uint64_t consumed = Word(ring_->data(), offsetof(Control, consumed)).load(std::memory_order_acquire);
     if (next_ - consumed >= slots_) {
       ++stats_.ring_full;
       return absl::ResourceExhaustedError(StrCat("frame ring: all ", slots_, " slots unread (the standby is behind)"));
     }
+    return absl::OkStatus();
+  }
+  void* GpuSlot() const { return static_cast<char*>(gpu_->data()) + (next_ % slots_) * gpu_slot_bytes_; }
+  Status Lost(const Status& st) {  // a CUDA error: the session is not trusted any more
+    const std::string why = StrCat("frame ring: copy into the standby's GPU ring: ", st.message());
+    EndSession(why.c_str());
+    return absl::UnavailableError(why);
+  }
+  // The slot's header (and, host memory, its pixels from `host_pixels`), then its signal.
+  Status Commit(const MirroredFrame& f, uint32_t format, uint32_t stride, size_t bytes, uint32_t matrix,
+                bool full_range, const uint8_t* host_pixels) {
+    char* base = ring_->data();
     char* slot = base + SlotsOffset(slots_) + (next_ % slots_) * slot_bytes_;
     FrameSlot h{};
     h.magic = kSlotMagic;
-    h.format = kFormatBgr24;
+    h.format = format;
     h.ring_seq = next_;
     h.run = f.run;
     h.seq = f.seq;
@@ -151,12 +217,14 @@ class Publisher final : public FramePublisher {
     h.pts_ns = f.pts_ns;
     h.width = f.width;
     h.height = f.height;
-    h.stride = static_cast<uint32_t>(stride);
+    h.stride = stride;
     h.stream_len = static_cast<uint32_t>(f.stream.size());
     h.bytes = bytes;
+    h.matrix = matrix;
+    h.full_range = full_range ? 1 : 0;
     std::memcpy(h.stream, f.stream.data(), f.stream.size());
     std::memcpy(slot, &h, sizeof h);
-    std::memcpy(slot + kSlotHeader, bgr, bytes);
+    if (host_pixels != nullptr) std::memcpy(slot + kSlotHeader, host_pixels, bytes);
     if (corrupt_next_ > 0) {
       --corrupt_next_;
       reinterpret_cast<FrameSlot*>(slot)->stride = 1;  // the test hook: a header that fails its check
@@ -168,6 +236,8 @@ class Publisher final : public FramePublisher {
     return absl::OkStatus();
   }
 
+
+ public:
   FramePublisherStats stats() const override {
     std::lock_guard lock(mu_);
     FramePublisherStats s = stats_;
@@ -185,6 +255,7 @@ class Publisher final : public FramePublisher {
     if (ring_ == nullptr) return;
     spdlog::info("frame ring {}: session ends: {}", socket_, why);
     ring_.reset();
+    gpu_.reset();
     if (conn_) conn_->Shutdown();
     conn_.reset();
   }
@@ -221,7 +292,12 @@ class Publisher final : public FramePublisher {
     h.token.assign(p + 8, kFrameTokenBytes);
     std::memcpy(&h.slots, p + 8 + kFrameTokenBytes, 4);
     std::memcpy(&h.slot_bytes, p + 12 + kFrameTokenBytes, 8);
-    std::memcpy(&name_len, p + 20 + kFrameTokenBytes, 2);
+    uint16_t bus_len = 0, handle_len = 0;
+    std::memcpy(&h.memory, p + 20 + kFrameTokenBytes, 4);
+    std::memcpy(&h.gpu_slot_bytes, p + 24 + kFrameTokenBytes, 8);
+    std::memcpy(&name_len, p + 32 + kFrameTokenBytes, 2);
+    std::memcpy(&bus_len, p + 34 + kFrameTokenBytes, 2);
+    std::memcpy(&handle_len, p + 36 + kFrameTokenBytes, 2);
     if (magic != kHelloMagic || version != kVersion) {
       Refuse(*c, "not a frame-ring hello (or another version)");
       return;
@@ -235,18 +311,26 @@ class Publisher final : public FramePublisher {
       Refuse(*c, "wrong token (only the standby paired over the replication channel may map a ring)");
       return;
     }
-    if (name_len == 0 || name_len > 200) {
-      Refuse(*c, "bad shared-memory name");
+    if (name_len == 0 || name_len > 200 || bus_len > 64 || handle_len > 256) {
+      Refuse(*c, "bad shared-memory name, bus id or handle length");
       return;
     }
     h.name.resize(name_len);
-    if (Status st = ReadExactly(*c, h.name.data(), name_len, deadline); !st.ok()) {
-      Refuse(*c, StrCat("no ring name: ", st.message()));
-      return;
+    h.bus_id.resize(bus_len);
+    h.handle.resize(handle_len);
+    for (std::string* part : {&h.name, &h.bus_id, &h.handle}) {
+      if (Status st = ReadExactly(*c, part->data(), part->size(), deadline); !st.ok()) {
+        Refuse(*c, StrCat("a short hello: ", st.message()));
+        return;
+      }
     }
-    if (h.slots < 2 || h.slots > 4096 || h.slot_bytes < (64u << 10) || h.slot_bytes > (size_t{1} << 30) ||
-        h.slot_bytes % 8 != 0) {
-      Refuse(*c, StrCat(h.slots, " slots of ", h.slot_bytes, " bytes is outside the limits"));
+    const bool cuda = h.memory == kMemoryCuda;
+    if (h.slots < 2 || h.slots > 4096 || (h.memory != kMemoryHost && !cuda) ||
+        (cuda ? h.slot_bytes != kGpuHostSlot || h.gpu_slot_bytes < (64u << 10) ||
+                    h.gpu_slot_bytes > (size_t{1} << 30) || h.gpu_slot_bytes % 8 != 0
+              : h.slot_bytes < (64u << 10) || h.slot_bytes > (size_t{1} << 30) || h.slot_bytes % 8 != 0)) {
+      Refuse(*c, StrCat(h.slots, " slots of ", cuda ? h.gpu_slot_bytes : h.slot_bytes, " bytes (memory ", h.memory,
+                        ") is outside the limits"));
       return;
     }
     StatusOr<std::unique_ptr<SharedMemory>> ring = SharedMemory::Open(h.name, RingBytes(h.slots, h.slot_bytes));
@@ -256,9 +340,26 @@ class Publisher final : public FramePublisher {
     }
     const auto* ctl = reinterpret_cast<const Control*>((*ring)->data());
     if (Word((*ring)->data(), 0).load(std::memory_order_acquire) != kRingMagic || ctl->slots != h.slots ||
-        ctl->slot_bytes != h.slot_bytes) {
+        ctl->slot_bytes != h.slot_bytes || ctl->memory != h.memory || ctl->gpu_slot_bytes != h.gpu_slot_bytes) {
       Refuse(*c, "the ring's control block does not match the hello");
       return;
+    }
+    std::unique_ptr<transport::device_memory::IpcMemory> gpu;
+    int gpu_device = -1;
+    if (cuda) {
+      gpu_device = transport::device_memory::DeviceOfBusId(h.bus_id);
+      if (gpu_device < 0) {
+        Refuse(*c, StrCat("the ring's GPU ", h.bus_id, " is not visible to the primary (CUDA_VISIBLE_DEVICES, or a build "
+                          "without CUDA)"));
+        return;
+      }
+      StatusOr<std::unique_ptr<transport::device_memory::IpcMemory>> opened =
+          transport::device_memory::OpenIpc(h.handle, gpu_device);
+      if (!opened.ok()) {
+        Refuse(*c, std::string(opened.status().message()));
+        return;
+      }
+      gpu = std::move(*opened);
     }
     std::string ok;
     Put<uint8_t>(&ok, 0);
@@ -268,13 +369,17 @@ class Publisher final : public FramePublisher {
     EndSession("another ring mapped");
     if (!c->Write(ok, milliseconds(1000)).ok()) return;
     ring_ = std::move(*ring);
+    gpu_ = std::move(gpu);
+    gpu_device_ = gpu_device;
+    gpu_slot_bytes_ = h.gpu_slot_bytes;
     conn_ = std::move(c);
     slots_ = h.slots;
     slot_bytes_ = h.slot_bytes;
     next_ = Word(ring_->data(), offsetof(Control, consumed)).load(std::memory_order_acquire);
     ++stats_.sessions;
-    spdlog::info("frame ring {}: mapped the standby's ring {} ({} slots of {} KiB) for {}", socket_, h.name, slots_,
-                 slot_bytes_ >> 10, conn_->peer());
+    spdlog::info("frame ring {}: mapped the standby's ring {} ({} slots of {} KiB in {}) for {}", socket_, h.name,
+                 slots_, (cuda ? gpu_slot_bytes_ : slot_bytes_) >> 10,
+                 cuda ? StrCat("GPU memory on ", h.bus_id) : std::string("host memory"), conn_->peer());
   }
 
   void Serve() {
@@ -306,6 +411,9 @@ class Publisher final : public FramePublisher {
   mutable std::mutex mu_;
   std::string token_;                       // GUARDED_BY(mu_)
   std::unique_ptr<SharedMemory> ring_;      // GUARDED_BY(mu_)
+  std::unique_ptr<transport::device_memory::IpcMemory> gpu_;  // GUARDED_BY(mu_) the GPU slots (memory cuda)
+  int gpu_device_ = -1;                     // GUARDED_BY(mu_)
+  size_t gpu_slot_bytes_ = 0;               // GUARDED_BY(mu_)
   std::unique_ptr<transport::Connection> conn_;  // GUARDED_BY(mu_)
   uint32_t slots_ = 0;                      // GUARDED_BY(mu_)
   size_t slot_bytes_ = 0;                   // GUARDED_BY(mu_)
@@ -316,8 +424,10 @@ class Publisher final : public FramePublisher {
 
 class Ring final : public FrameRing {
  public:
-  Ring(FrameRingOptions o, std::unique_ptr<SharedMemory> shm, std::unique_ptr<transport::Connection> conn)
-      : opt_(std::move(o)), shm_(std::move(shm)), conn_(std::move(conn)) {
+  Ring(FrameRingOptions o, std::unique_ptr<SharedMemory> shm,
+       std::unique_ptr<transport::device_memory::ExportedMemory> gpu, std::unique_ptr<transport::Connection> conn)
+      : opt_(std::move(o)), shm_(std::move(shm)), gpu_(std::move(gpu)), conn_(std::move(conn)),
+        host_slot_(gpu_ ? kGpuHostSlot : opt_.slot_bytes) {
     thread_ = std::thread([this] {
       while (!stop_.load()) {
         if (ReadAvailable() == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
@@ -344,15 +454,16 @@ class Ring final : public FrameRing {
     size_t n = 0;
     for (;; ++n) {
       if (Word(base, SignalOf(next_, opt_.slots)).load(std::memory_order_acquire) != next_ + 1) return n;
-      const char* slot = base + SlotsOffset(opt_.slots) + (next_ % opt_.slots) * opt_.slot_bytes;
+      const char* slot = base + SlotsOffset(opt_.slots) + (next_ % opt_.slots) * host_slot_;
       FrameSlot h;
       std::memcpy(&h, slot, sizeof h);  // a private copy: the primary shares the memory
-      const std::string bad = Check(h);
+      std::string bad = Check(h);
+      MirroredFrame f;
+      if (bad.empty()) bad = TakePixels(h, slot, &f);
       if (!bad.empty()) {
         ++stats_.rejected;
         spdlog::warn("frame ring: slot {} rejected: {} (that picture is not kept)", next_, bad);
       } else {
-        MirroredFrame f;
         f.stream.assign(h.stream, h.stream_len);
         f.run = h.run;
         f.seq = h.seq;
@@ -360,9 +471,6 @@ class Ring final : public FrameRing {
         f.pts_ns = h.pts_ns;
         f.width = h.width;
         f.height = h.height;
-        f.stride = h.stride;
-        f.bgr.assign(reinterpret_cast<const uint8_t*>(slot) + kSlotHeader,
-                     reinterpret_cast<const uint8_t*>(slot) + kSlotHeader + h.bytes);
         ++stats_.received;
         stats_.bytes += h.bytes;
         if (opt_.on_frame) opt_.on_frame(std::move(f));
@@ -372,16 +480,54 @@ class Ring final : public FrameRing {
     }
   }
 
+  // The slot's pixels into `f` (a private copy); "" or why not.
+  std::string TakePixels(const FrameSlot& h, const char* slot, MirroredFrame* f) {
+    f->stride = h.stride;
+    if (!gpu_) {
+      f->bgr.assign(reinterpret_cast<const uint8_t*>(slot) + kSlotHeader,
+                    reinterpret_cast<const uint8_t*>(slot) + kSlotHeader + h.bytes);
+      return {};
+    }
+    const int device = gpu_->device();
+    const char* src = static_cast<const char*>(gpu_->data()) + (next_ % opt_.slots) * opt_.slot_bytes;
+    if (h.format == kFormatBgr24) {  // a picture the primary decoded on the CPU: kept in host memory
+      f->bgr.resize(h.bytes);
+      Status st = transport::device_memory::CopyToHost(f->bgr.data(), src, h.bytes, device);
+      return st.ok() ? std::string() : std::string(st.message());
+    }
+    StatusOr<std::unique_ptr<transport::device_memory::Buffer>> buf =
+        transport::device_memory::AllocatePooled(device, h.bytes);
+    if (!buf.ok()) return std::string(buf.status().message());
+    Status st = transport::device_memory::Copy2D((*buf)->data(), h.bytes, src, h.bytes, h.bytes, 1, device);
+    if (!st.ok()) return std::string(st.message());
+    auto pic = std::make_shared<MirroredGpuPicture>();
+    pic->device = device;
+    pic->data = static_cast<const uint8_t*>((*buf)->data());
+    pic->bytes = h.bytes;
+    pic->matrix = static_cast<int>(h.matrix);
+    pic->full_range = h.full_range != 0;
+    pic->owner = std::shared_ptr<transport::device_memory::Buffer>(std::move(*buf));
+    f->gpu = std::move(pic);
+    return {};
+  }
+
   std::string Check(const FrameSlot& h) const {
-    if (h.magic != kSlotMagic || h.format != kFormatBgr24) return "bad slot magic or format";
+    if (h.magic != kSlotMagic || (h.format != kFormatBgr24 && h.format != kFormatNv12) ||
+        (h.format == kFormatNv12 && !gpu_)) {
+      return "bad slot magic or format";
+    }
     if (h.ring_seq != next_) return StrCat("slot of ring seq ", h.ring_seq, ", expected ", next_);
     if (h.width == 0 || h.height == 0 || h.width > kMaxSide || h.height > kMaxSide) {
       return StrCat("picture size ", h.width, "x", h.height);
     }
-    if (h.stride < size_t{h.width} * 3 || h.bytes != uint64_t{h.height} * h.stride ||
-        kSlotHeader + h.bytes > opt_.slot_bytes) {
+    const size_t room = gpu_ ? opt_.slot_bytes : opt_.slot_bytes - kSlotHeader;
+    const bool sizes_ok = h.format == kFormatNv12
+                              ? h.stride == h.width && h.bytes == Nv12Bytes(h.width, h.height) && h.matrix <= 4 &&
+                                    h.full_range <= 1
+                              : h.stride >= size_t{h.width} * 3 && h.bytes == uint64_t{h.height} * h.stride;
+    if (!sizes_ok || h.bytes > room) {
       return StrCat("stride ", h.stride, " and ", h.bytes, " bytes do not match ", h.width, "x", h.height,
-                    " in a slot of ", opt_.slot_bytes);
+                    " in a slot of ", room);
     }
     if (h.stream_len == 0 || h.stream_len > kMaxStream) return "bad stream id length";
     for (uint32_t i = 0; i < h.stream_len; ++i) {
@@ -392,7 +538,9 @@ class Ring final : public FrameRing {
 
   const FrameRingOptions opt_;
   std::unique_ptr<SharedMemory> shm_;
+  std::unique_ptr<transport::device_memory::ExportedMemory> gpu_;  // memory cuda: the pixels' slots
   std::unique_ptr<transport::Connection> conn_;
+  const size_t host_slot_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   mutable std::mutex mu_;
@@ -417,13 +565,25 @@ StatusOr<std::unique_ptr<FrameRing>> FrameRing::Connect(FrameRingOptions o, mill
     return absl::InvalidArgumentError(StrCat("frame ring: slot_bytes ", o.slot_bytes, " (64 KiB..1 GiB, a multiple of 8)"));
   }
   if (o.token.size() != kFrameTokenBytes) return absl::InvalidArgumentError("frame ring: the token is not 32 bytes");
+  std::unique_ptr<transport::device_memory::ExportedMemory> gpu;
+  std::string bus_id;
+  if (o.memory != "host") {
+    const std::string n = o.memory.rfind("cuda:", 0) == 0 ? o.memory.substr(5) : "";
+    if (n.empty() || n.size() > 3 || n.find_first_not_of("0123456789") != std::string::npos) {
+      return absl::InvalidArgumentError(StrCat("frame ring memory '", o.memory, "': host or cuda:N"));
+    }
+    VIGIL_ASSIGN_OR_RETURN(gpu, transport::device_memory::AllocateExported(std::stoi(n), size_t{o.slots} * o.slot_bytes));
+    bus_id = transport::device_memory::BusIdOf(gpu->device());
+  }
+  const size_t host_slot = gpu ? kGpuHostSlot : o.slot_bytes;
   const auto deadline = Clock::now() + timeout;
-  VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemory> shm,
-                         SharedMemory::Create("frames", RingBytes(o.slots, o.slot_bytes)));
+  VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemory> shm, SharedMemory::Create("frames", RingBytes(o.slots, host_slot)));
   std::memset(shm->data(), 0, SlotsOffset(o.slots));
   auto* ctl = reinterpret_cast<Control*>(shm->data());
   ctl->slots = o.slots;
-  ctl->slot_bytes = o.slot_bytes;
+  ctl->memory = gpu ? kMemoryCuda : kMemoryHost;
+  ctl->slot_bytes = host_slot;
+  ctl->gpu_slot_bytes = gpu ? o.slot_bytes : 0;
   Word(shm->data(), 0).store(kRingMagic, std::memory_order_release);
   std::unique_ptr<transport::Dialer> dialer = transport::MakeUnixDialer(o.socket);
   VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<transport::Connection> c, dialer->Dial(timeout));
@@ -432,9 +592,16 @@ StatusOr<std::unique_ptr<FrameRing>> FrameRing::Connect(FrameRingOptions o, mill
   Put<uint32_t>(&hello, kVersion);
   hello += o.token;
   Put<uint32_t>(&hello, o.slots);
-  Put<uint64_t>(&hello, o.slot_bytes);
+  Put<uint64_t>(&hello, host_slot);
+  Put<uint32_t>(&hello, gpu ? kMemoryCuda : kMemoryHost);
+  Put<uint64_t>(&hello, gpu ? o.slot_bytes : 0);
+  const std::string handle = gpu ? gpu->handle() : std::string();
   Put<uint16_t>(&hello, static_cast<uint16_t>(shm->name().size()));
+  Put<uint16_t>(&hello, static_cast<uint16_t>(bus_id.size()));
+  Put<uint16_t>(&hello, static_cast<uint16_t>(handle.size()));
   hello += shm->name();
+  hello += bus_id;
+  hello += handle;
   const auto left = [&] { return std::max(milliseconds(1), std::chrono::ceil<milliseconds>(deadline - Clock::now())); };
   VIGIL_RETURN_IF_ERROR(c->Write(hello, left()));
   char head[3];
@@ -449,7 +616,7 @@ StatusOr<std::unique_ptr<FrameRing>> FrameRing::Connect(FrameRingOptions o, mill
     return absl::UnavailableError(StrCat("frame ring ", o.socket, ": refused: ", why));
   }
   shm->Unlink();  // mapped by both: the name is no longer needed, the memory goes with the last mapping
-  return std::unique_ptr<FrameRing>(new Ring(std::move(o), std::move(shm), std::move(c)));
+  return std::unique_ptr<FrameRing>(new Ring(std::move(o), std::move(shm), std::move(gpu), std::move(c)));
 }
 
 }  // namespace vigil::replication

@@ -284,7 +284,128 @@ class CudaBuffer final : public Buffer {
   size_t bytes_;
 };
 
+class PooledBuffer final : public Buffer {
+ public:
+  PooledBuffer(int device, void* data, size_t bytes) : device_(device), data_(data), bytes_(bytes) {}
+  ~PooledBuffer() override {
+    cudaSetDevice(device_);
+    cudaFreeAsync(data_, cudaStreamPerThread);  // stream-ordered: no device-wide synchronisation
+    cudaGetLastError();
+  }
+  void* data() const override { return data_; }
+  size_t size() const override { return bytes_; }
+  int device() const override { return device_; }
+
+ private:
+  int device_;
+  void* data_;
+  size_t bytes_;
+};
+
+class CudaIpcMemory final : public IpcMemory {
+ public:
+  CudaIpcMemory(int device, void* data) : device_(device), data_(data) {}
+  ~CudaIpcMemory() override {
+    cudaSetDevice(device_);
+    cudaIpcCloseMemHandle(data_);
+    cudaGetLastError();
+  }
+  void* data() const override { return data_; }
+
+ private:
+  int device_;
+  void* data_;
+};
+
+class CudaExportedMemory final : public ExportedMemory {
+ public:
+  CudaExportedMemory(int device, void* data, size_t bytes, std::string handle)
+      : device_(device), data_(data), bytes_(bytes), handle_(std::move(handle)) {}
+  ~CudaExportedMemory() override {
+    cudaSetDevice(device_);
+    cudaFree(data_);
+    cudaGetLastError();
+  }
+  void* data() const override { return data_; }
+  size_t size() const override { return bytes_; }
+  int device() const override { return device_; }
+  std::string handle() const override { return handle_; }
+
+ private:
+  int device_;
+  void* data_;
+  size_t bytes_;
+  std::string handle_;
+};
+
 }  // namespace
+
+StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int device, size_t bytes) {
+  VIGIL_RETURN_IF_ERROR(Use(device));
+  void* p = nullptr;
+  VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(cudaMallocAsync(&p, bytes, cudaStreamPerThread),
+                                         StrCat("cudaMallocAsync ", bytes, " bytes on cuda:", device)));
+  if (Status st = cuda::CudaStatus(cudaStreamSynchronize(cudaStreamPerThread), "cudaMallocAsync"); !st.ok()) {
+    cudaFreeAsync(p, cudaStreamPerThread);
+    return st;
+  }
+  return std::unique_ptr<Buffer>(new PooledBuffer(device, p, bytes));
+}
+
+Status Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows, int device) {
+  VIGIL_RETURN_IF_ERROR(Use(device));
+  VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(
+      cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, cudaStreamPerThread), "cudaMemcpy2DAsync"));
+  return cuda::CudaStatus(cudaStreamSynchronize(cudaStreamPerThread), "cudaMemcpy2DAsync (synchronize)");
+}
+
+int DeviceOfBusId(const std::string& bus_id) {
+  int d = -1;
+  if (bus_id.empty() || cudaDeviceGetByPCIBusId(&d, bus_id.c_str()) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+
+std::string BusIdOf(int device) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return id;
+}
+
+StatusOr<std::unique_ptr<IpcMemory>> OpenIpc(const std::string& handle, int device) {
+  if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
+    return absl::InvalidArgumentError(StrCat("a CUDA IPC handle of ", handle.size(), " bytes"));
+  }
+  VIGIL_RETURN_IF_ERROR(Use(device));
+  cudaIpcMemHandle_t h{};
+  std::memcpy(&h, handle.data(), sizeof h);
+  void* p = nullptr;
+  const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(StrCat("cudaIpcOpenMemHandle on cuda:", device, ": ", cudaGetErrorName(e),
+                                         " (a container needs --ipc=host and a shared PID namespace)"));
+  }
+  return std::unique_ptr<IpcMemory>(new CudaIpcMemory(device, p));
+}
+
+StatusOr<std::unique_ptr<ExportedMemory>> AllocateExported(int device, size_t bytes) {
+  VIGIL_RETURN_IF_ERROR(Use(device));
+  void* p = nullptr;
+  VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(cudaMalloc(&p, bytes), StrCat("cudaMalloc ", bytes, " bytes on cuda:", device)));
+  cudaIpcMemHandle_t h{};
+  if (Status st = cuda::CudaStatus(cudaIpcGetMemHandle(&h, p), "cudaIpcGetMemHandle"); !st.ok()) {
+    cudaFree(p);
+    return st;
+  }
+  return std::unique_ptr<ExportedMemory>(
+      new CudaExportedMemory(device, p, bytes, std::string(reinterpret_cast<const char*>(&h), sizeof h)));
+}
 
 bool Available() { return true; }
 

@@ -26,5 +26,13 @@ Status Use(int) { return NoCuda(); }
 Status WaitReady(void* event) { return event == nullptr ? absl::OkStatus() : NoCuda(); }
 StatusOr<std::unique_ptr<Buffer>> Allocate(int, size_t) { return NoCuda(); }
 Status CopyToHost(void*, const void*, size_t, int) { return NoCuda(); }
+StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int, size_t) { return NoCuda(); }
+Status Copy2D(void*, size_t, const void*, size_t, size_t, size_t, int) { return NoCuda(); }
+int DeviceOfBusId(const std::string&) { return -1; }
+std::string BusIdOf(int) { return {}; }
+StatusOr<std::unique_ptr<IpcMemory>> OpenIpc(const std::string&, int) {
+  return absl::UnavailableError("device memory from another process: this vigil was built without CUDA");
+}
+StatusOr<std::unique_ptr<ExportedMemory>> AllocateExported(int, size_t) { return NoCuda(); }
 
 }  // namespace vigil::transport::device_memory

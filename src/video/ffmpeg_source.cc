@@ -796,14 +796,39 @@ namespace vigil::video {
 Status DownloadBgr(Frame& frame) {
   if (!frame.device) return absl::OkStatus();
   const int64_t t0 = internal::SteadyNowNs();
-  const auto* hw = static_cast<const AVFrame*>(frame.device->keepalive.get());
   const std::string who = StrCat("stream '", frame.stream_id, "' frame ", frame.seq);
-  if (hw == nullptr) return absl::InvalidArgumentError(StrCat(who, ": device frame without its FFmpeg frame"));
-  StatusOr<internal::AVFramePtr> host = internal::HostPicture(*hw);
-  if (!host.ok()) return Annotate(host.status(), who);
   std::vector<uint8_t> bgr(size_t(frame.height) * size_t(frame.width) * 3);
   thread_local internal::BgrConverter converter;
-  VIGIL_RETURN_IF_ERROR(Annotate(converter.Convert(**host, frame.width, bgr.data()), who));
+  if (frame.device->copy_to_host) {
+    // Packed NV12 from the frame's owner, converted as a Source's NV12 picture is (same libswscale path).
+    const int w = frame.width, h = frame.height, uv_row = 2 * ((w + 1) / 2);
+    std::vector<uint8_t> nv12(size_t(w) * h + size_t(uv_row) * ((h + 1) / 2));
+    VIGIL_RETURN_IF_ERROR(Annotate(frame.device->copy_to_host(nv12.data()), who));
+    internal::AVFramePtr host(av_frame_alloc());
+    if (!host) return absl::ResourceExhaustedError(StrCat(who, ": av_frame_alloc"));
+    host->format = AV_PIX_FMT_NV12;
+    host->width = w;
+    host->height = h;
+    host->data[0] = nv12.data();
+    host->data[1] = nv12.data() + size_t(w) * h;
+    host->linesize[0] = w;
+    host->linesize[1] = uv_row;
+    host->color_range = frame.device->full_range ? AVCOL_RANGE_JPEG : AVCOL_RANGE_MPEG;
+    switch (frame.device->matrix) {
+      case YuvMatrix::kBt709: host->colorspace = AVCOL_SPC_BT709; break;
+      case YuvMatrix::kFcc: host->colorspace = AVCOL_SPC_FCC; break;
+      case YuvMatrix::kSmpte240m: host->colorspace = AVCOL_SPC_SMPTE240M; break;
+      case YuvMatrix::kBt2020: host->colorspace = AVCOL_SPC_BT2020_NCL; break;
+      default: host->colorspace = AVCOL_SPC_SMPTE170M; break;
+    }
+    VIGIL_RETURN_IF_ERROR(Annotate(converter.Convert(*host, frame.width, bgr.data()), who));
+  } else {
+    const auto* hw = static_cast<const AVFrame*>(frame.device->keepalive.get());
+    if (hw == nullptr) return absl::InvalidArgumentError(StrCat(who, ": device frame without its FFmpeg frame"));
+    StatusOr<internal::AVFramePtr> host = internal::HostPicture(*hw);
+    if (!host.ok()) return Annotate(host.status(), who);
+    VIGIL_RETURN_IF_ERROR(Annotate(converter.Convert(**host, frame.width, bgr.data()), who));
+  }
   frame.bgr = std::move(bgr);
   frame.stride = frame.width * 3;
   frame.device.reset();

@@ -460,7 +460,23 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
     EXPECT_EQ(m->replication.mirror_slots, 16);
     EXPECT_EQ(m->replication.mirror_slot_mb, 25);
     EXPECT_EQ(m->replication.mirror_socket, "/run/vigil/frames.sock");
+    EXPECT_EQ(m->replication.mirror_memory, "host");
   }
+  {
+    StatusOr<EdgeConfig> m = ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n" +
+                                                 "  mirror_via: shm\n  mirror_memory: cuda\n" + tls,
+                                             "edge.yaml");
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->replication.mirror_memory, "cuda:0");
+  }
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n"
+                                        "  mirror_via: shm\n  mirror_memory: gpu0\n" + tls, "edge.yaml").status())
+                .find("replication.mirror_memory"),
+            std::string::npos);
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n"
+                                        "  mirror_memory: cuda:0\n" + tls, "edge.yaml").status())
+                .find("belongs to the same-host picture ring"),
+            std::string::npos);
   EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
                                         "  mirror_slots: 16\n" + tls, "edge.yaml").status())
                 .find("replication.mirror_slots: belongs to the same-host picture ring (mirror_via: shm)"),

@@ -249,6 +249,12 @@ TEST(FrameRingOptions, BadOptionsAreRefusedNamed) {
   o.token = std::string(kFrameTokenBytes, 'x');
   StatusOr<std::unique_ptr<FrameRing>> none = FrameRing::Connect(o, milliseconds(100));  // nobody listens there
   EXPECT_TRUE(absl::IsUnavailable(none.status())) << none.status();
+  o.memory = "gpu";
+  EXPECT_TRUE(absl::IsInvalidArgument(FrameRing::Connect(o, milliseconds(100)).status()));
+  o.memory = "cuda:99";  // no such GPU (or no CUDA in this build): said before anything is dialled
+  StatusOr<std::unique_ptr<FrameRing>> gpu = FrameRing::Connect(o, milliseconds(100));
+  ASSERT_FALSE(gpu.ok());
+  EXPECT_NE(gpu.status().message().find("cuda"), std::string_view::npos) << gpu.status();
 }
 
 }  // namespace

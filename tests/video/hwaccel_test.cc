@@ -6,9 +6,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -211,6 +213,64 @@ TEST(Hwaccel, DownloadBgrLeavesHostFramesAlone) {
   Frame orphan;  // a device part without FFmpeg's frame behind it
   orphan.device = DeviceFrame{};
   EXPECT_EQ(DownloadBgr(orphan).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A device frame whose owner copies its planes (a hot standby's mirrored picture, not a Source's): DownloadBgr
+// converts the packed NV12 it gives in the frame's matrix and range. Uniform chroma (no interpolation at play),
+// luma 16..233 across the picture; expected values from BT.601 / BT.709 by hand (libswscale's fixed-point
+// coefficients land within 3 levels of the exact formula).
+TEST(Hwaccel, DownloadBgrConvertsAnOwnersPlanes) {
+  const int w = 8, h = 4;
+  const uint8_t cb = 90, cr = 200;
+  auto make = [&](YuvMatrix matrix, bool full) {
+    Frame f;
+    f.width = w;
+    f.height = h;
+    DeviceFrame d;
+    d.matrix = matrix;
+    d.full_range = full;
+    d.copy_to_host = [&](uint8_t* dst) {
+      for (int i = 0; i < w * h; ++i) dst[i] = static_cast<uint8_t>(16 + (i % w) * 31);  // 16..233
+      for (int i = 0; i < w * h / 2; i += 2) {
+        dst[w * h + i] = cb;
+        dst[w * h + i + 1] = cr;
+      }
+      return absl::OkStatus();
+    };
+    f.device = d;
+    return f;
+  };
+  for (const auto& [matrix, kr, kb] : {std::tuple{YuvMatrix::kBt601, 0.299, 0.114},
+                                       std::tuple{YuvMatrix::kBt709, 0.2126, 0.0722}}) {
+    for (bool full : {false, true}) {
+      Frame f = make(matrix, full);
+      ASSERT_TRUE(DownloadBgr(f).ok());
+      ASSERT_FALSE(f.device);
+      ASSERT_EQ(f.stride, w * 3);
+      const double kg = 1 - kr - kb;
+      for (int x = 0; x < w; ++x) {
+        const int yv = 16 + x * 31;
+        const double y = full ? yv / 255.0 : (yv - 16) / 219.0;
+        const double pb = full ? (cb - 128) / 255.0 : (cb - 128) / 224.0;
+        const double pr = full ? (cr - 128) / 255.0 : (cr - 128) / 224.0;
+        const double r = y + 2 * (1 - kr) * pr, b = y + 2 * (1 - kb) * pb;
+        const double g = y - (2 * kb * (1 - kb) * pb + 2 * kr * (1 - kr) * pr) / kg;
+        auto clamp = [](double v) { return std::clamp(static_cast<int>(std::lround(v * 255)), 0, 255); };
+        for (int row = 0; row < h; ++row) {
+          const uint8_t* px = f.bgr.data() + row * f.stride + x * 3;
+          EXPECT_NEAR(px[0], clamp(b), 3) << "x " << x << " full " << full << " kr " << kr;
+          EXPECT_NEAR(px[1], clamp(g), 3) << "x " << x << " full " << full << " kr " << kr;
+          EXPECT_NEAR(px[2], clamp(r), 3) << "x " << x << " full " << full << " kr " << kr;
+        }
+      }
+    }
+  }
+  Frame failing = make(YuvMatrix::kBt601, false);
+  failing.device->copy_to_host = [](uint8_t*) { return absl::InternalError("the GPU is gone"); };
+  const Status st = DownloadBgr(failing);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(st.message().find("the GPU is gone"), std::string_view::npos) << st;
+  EXPECT_TRUE(failing.device.has_value()) << "left unchanged";
 }
 
 // GPU machine only: 1080p H.264 decoded by NVDEC into device frames. All 40 frames are held until the end,

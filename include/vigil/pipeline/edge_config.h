@@ -189,9 +189,14 @@ struct ReplicationConfig {
   // go over the channel as JPEGs.
   enum class MirrorVia { kChannel, kShm };
   MirrorVia mirror_via = MirrorVia::kChannel;
+  // mirror_memory (the standby's): host, or cuda:N — the ring's pixels in GPU N's memory (CUDA IPC): the primary
+  // copies a GPU-decoded (NVDEC) picture into it device to device as NV12 (no download, no host copy; 3 MiB at
+  // 1080p), a CPU-decoded one as BGR; the standby keeps NV12 pictures on that GPU and processes them there at a
+  // takeover. Needs both processes on one host with the GPU visible to both (peer access for two GPUs).
   std::string mirror_socket;
   int mirror_slots = 8;
   int mirror_slot_mb = 8;
+  std::string mirror_memory = "host";
 };
 
 struct EdgeConfig {

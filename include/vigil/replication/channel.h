@@ -61,6 +61,19 @@ struct MirroredStream {
   bool operator==(const MirroredStream&) const = default;
 };
 
+// A mirrored picture on the standby's GPU (a frame ring in GPU memory, frame_ring.h): NV12, packed — the luma
+// plane `height` rows of `width` bytes at data, then the chroma plane (height + 1) / 2 rows of 2 × ((width + 1) / 2)
+// bytes of (Cb, Cr) pairs at data + width × height (video/frame.h DeviceFrame with pitches width and
+// 2 × ((width + 1) / 2)). `matrix` is a video::YuvMatrix value. `owner` keeps the device memory; read-only.
+struct MirroredGpuPicture {
+  int device = 0;
+  const uint8_t* data = nullptr;  // device pointer
+  size_t bytes = 0;
+  int matrix = 0;
+  bool full_range = false;
+  std::shared_ptr<void> owner;
+};
+
 // One mirrored live picture (replication.proto MirroredFrame).
 struct MirroredFrame {
   std::string stream;
@@ -72,7 +85,8 @@ struct MirroredFrame {
                            // (frame_ring.h), empty and the raw pixels in bgr:
   std::vector<uint8_t> bgr;  // 8-bit BGR, `height` rows of `stride` bytes (video/frame.h's host form)
   uint32_t stride = 0;       // bytes per row of bgr
-  size_t bytes() const { return jpeg.size() + bgr.size(); }
+  std::shared_ptr<const MirroredGpuPicture> gpu;  // or, from a ring in GPU memory, the picture there
+  size_t bytes() const { return jpeg.size() + bgr.size() + (gpu ? gpu->bytes : 0); }
 };
 
 // The largest mirrored picture the channel carries (bytes of JPEG): a larger one is refused by MirrorFrame.

@@ -5,6 +5,11 @@
 // `slots` slots of `slot_bytes` bytes each, behind a control block — so the pictures in it outlive the primary
 // (a takeover reads what a killed primary wrote). The primary maps it and writes; the standby reads each slot
 // once, copies the picture out (its MirrorWindow keeps it) and releases the slot (`consumed`), in order.
+// Memory "cuda:N": the pixels live in `slots` GPU slots of `slot_bytes` on the standby's GPU N (cudaMalloc,
+// exported with CUDA IPC; the shared memory holds only the headers and signals). The primary opens them
+// (on that GPU; a picture on another GPU goes over peer access) and copies a GPU-decoded NV12 picture device to
+// device (WriteDevice: no host copy anywhere), or uploads a host picture as BGR; the standby copies each
+// picture into a buffer of its own on the same GPU (MirroredFrame::gpu; a BGR one to host memory).
 //
 // Authentication: the primary listens on a Unix-domain socket (transport/unix_socket.h: SO_PEERCRED, only the
 // uids allowed, by default its own). Over the mutually authenticated replication channel (channel.h) it gives
@@ -13,9 +18,10 @@
 // time), so a process that did not pass the channel's TLS learns nothing and writes nothing. One standby at a
 // time: a new token ends the session of the previous one.
 //
-// Slot layout: FrameSlot header (magic, the picture's identity and times, width, height, stride, bytes, the
-// stream id), then `bytes` bytes of 8-bit BGR pixels (video/frame.h's host form: `height` rows of `stride`
-// bytes). The signal word of slot seq % slots becomes seq + 1 once the slot is complete (release order); the
+// Slot layout: FrameSlot header (magic, format, the picture's identity and times, width, height, stride, bytes,
+// the YUV matrix and range, the stream id), then — host memory — `bytes` bytes of pixels: 8-bit BGR
+// (video/frame.h's host form: `height` rows of `stride` bytes), or — GPU memory — those pixels or packed NV12
+// (MirroredGpuPicture's layout) in the GPU slot. The signal word of slot seq % slots becomes seq + 1 once the slot is complete (release order); the
 // standby checks every header (magic, sizes against the slot, a stream id of printable characters, the
 // picture's own size) and rejects (counts, skips) a slot that fails.
 //
@@ -70,10 +76,26 @@ class FramePublisher {
   virtual std::string NewToken() = 0;
   // Whether a ring is mapped (a Write may succeed).
   virtual bool active() const = 0;
-  // Copies `frame`'s metadata and `bgr` (height rows of `stride` bytes, stride ≥ 3 × width) into the next slot
-  // and signals it. Errors: Unavailable (no ring mapped; the standby went away), ResourceExhausted (every slot
-  // unread), InvalidArgument (a picture or stream id that does not fit a slot).
+  // Copies `frame`'s metadata and `bgr` (host memory: height rows of `stride` bytes, stride ≥ 3 × width) into the
+  // next slot and signals it. Errors: Unavailable (no ring mapped; the standby went away; a CUDA copy failed,
+  // which ends the session), ResourceExhausted (every slot unread), InvalidArgument (a picture or stream id that
+  // does not fit a slot).
   virtual Status Write(const MirroredFrame& frame, const uint8_t* bgr, size_t stride) = 0;
+  // A picture in GPU memory (video/frame.h DeviceFrame: NV12 planes, pitches in bytes, `matrix` a video::YuvMatrix
+  // value), complete when called. Copied device to device into the next GPU slot (synchronously), then signalled.
+  struct DevicePicture {
+    int device = 0;
+    const uint8_t* y = nullptr;
+    const uint8_t* uv = nullptr;
+    size_t y_pitch = 0, uv_pitch = 0;
+    int matrix = 0;
+    bool full_range = false;
+  };
+  // Errors: as Write, and FailedPrecondition when the mapped ring is in host memory (download the picture and
+  // Write it).
+  virtual Status WriteDevice(const MirroredFrame& frame, const DevicePicture& picture) = 0;
+  // Whether the mapped ring is in GPU memory (WriteDevice takes pictures).
+  virtual bool in_gpu_memory() const = 0;
   virtual FramePublisherStats stats() const = 0;
   // The test hook: the next n slots written get a header that fails the standby's check.
   virtual void CorruptNextSlotsForTesting(int n) = 0;
@@ -84,7 +106,8 @@ struct FrameRingOptions {
   std::string token;   // the token Paired gave
   uint32_t slots = 8;            // 2..4096
   size_t slot_bytes = 8u << 20;  // 64 KiB..1 GiB, a multiple of 8: the largest picture + the header
-  // Each picture read, in slot order, with `bgr` and `stride` set (jpeg empty).
+  std::string memory = "host";   // "host", or "cuda:N": the slots' pixels in GPU N's memory (CUDA builds)
+  // Each picture read, in slot order, with `bgr` and `stride` set, or `gpu` (jpeg empty).
   std::function<void(MirroredFrame&&)> on_frame;
 };
 
@@ -99,7 +122,8 @@ class FrameRing {
  public:
   // Creates the ring, dials `socket` and offers it with the token; returns once the primary mapped it.
   // Errors: InvalidArgument (options), Unavailable (no socket there — another host —, refused: the primary's
-  // reason, shared memory), DeadlineExceeded.
+  // reason, shared memory), DeadlineExceeded, Unimplemented / Internal (memory cuda: no CUDA in this build, the
+  // allocation).
   static StatusOr<std::unique_ptr<FrameRing>> Connect(FrameRingOptions options, std::chrono::milliseconds timeout);
   virtual ~FrameRing() = default;  // stops reading; tells the primary (closed) and unlinks the ring
   // Reads every slot complete now (on the caller's thread, after the reader's current one): a takeover calls it

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,6 +95,11 @@ struct DeviceFrame {
   YuvMatrix matrix = YuvMatrix::kBt601;
   bool full_range = false;     // true: full range ("JPEG"/"pc"); false: studio swing ("MPEG"/"tv")
   std::shared_ptr<void> keepalive;  // owns FFmpeg's frame; opaque to consumers
+  // A device frame not made by a Source (a hot standby's mirrored picture, replication/frame_ring.h): its owner
+  // gives, instead of FFmpeg's frame, a copy of the planes to host memory — `dst` gets the luma plane packed
+  // (height rows of width bytes), then the chroma plane packed ((height + 1) / 2 rows of 2 × ((width + 1) / 2)
+  // bytes). DownloadBgr uses it. Empty for a Source's frames.
+  std::function<Status(uint8_t* dst)> copy_to_host;
 };
 
 struct Frame {
@@ -116,9 +122,10 @@ struct Frame {
 // converts it to BGR exactly as a CPU-decoded picture of the stream is converted (same libswscale path,
 // matrix and range: the result equals the CPU decode wherever the decoded Y'CbCr samples do), fills
 // `bgr` and `stride`, resets `device` and adds the time taken to decode_ns. A host frame is left as it is.
+// A device frame with copy_to_host (not a Source's) is copied with it and converted the same way.
 // Errors (the message names the stream and seq; the frame is left unchanged): Internal (the copy from the
 // GPU failed), ResourceExhausted (no host memory), InvalidArgument (`device` without FFmpeg's frame in
-// keepalive, i.e. not made by a Source).
+// keepalive and without copy_to_host).
 // Thread-safety: any thread; distinct Frames concurrently (not the same Frame).
 Status DownloadBgr(Frame& frame);
 
