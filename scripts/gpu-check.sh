@@ -53,6 +53,12 @@
 #             on LD_LIBRARY_PATH): ucx_info, `vigil bench transport --memory device` over ucx (rows sent from GPU
 #             memory, received into the aggregator's), tcp and cuda_ipc, ucx_perftest of the same UCX (am/tag
 #             latency, host and CUDA memory, 4 KB), and the edge/aggregator kill run over [ucx, tcp] (ucx.json)
+#   standby   hot standby on one GPU (issue 17; tools/gpu/standby_gpu.py): primary and standby `vigil edge` as two
+#             processes on cuda:0, STANDBY_STREAMS (32) live cameras (H.264 MPEG-TS over TCP from a server in the
+#             tool, .device/media/vtest_1080p30.ts) decoded by NVDEC, STANDBY_KILLS (10) SIGKILLs of the current
+#             primary (each restarted to rejoin as the standby): takeover times, lost / stored-twice frames, the
+#             mirroring cost on the primary; per STANDBY_MIRRORS (shm-gpu channel: the picture ring in GPU memory,
+#             then JPEGs over the channel). Needs .device/certs (pair certificates: `pack` makes them with openssl)
 #   product   the product under load (issue 13's benchmark): `vigil aggregator` + `vigil edge` as processes
 #             with N NVDEC streams of the clip in real time, N in PRODUCT_STREAMS, the dynamic-batch YOLOv8n
 #             (PRODUCT_MODEL=int8: the shared int8 one, batch 1) in fp16 (tools/gpu/edge_sweep.py:
@@ -117,6 +123,17 @@ pack() {
   [ -f "$vtest" ] && ffmpeg -loglevel error -y -stream_loop 1 -i "$vtest" -vf "setpts=N/(30*TB),scale=1920:1080" \
     -r 30 -frames:v 900 -c:v libx264 -preset fast -profile:v high -bf 0 -g 60 -b:v 2500k -maxrate 2500k \
     -bufsize 5M -pix_fmt yuv420p "$DEV/media/vtest_1080p30.mp4"
+  # The same clip as MPEG-TS for `standby`'s live cameras (a stream a client can join mid-way).
+  [ -f "$DEV/media/vtest_1080p30.mp4" ] && ffmpeg -loglevel error -y -i "$DEV/media/vtest_1080p30.mp4" -c copy \
+    -f mpegts "$DEV/media/vtest_1080p30.ts"
+  # The hot standby pair's certificates for `standby` (one CA, one certificate per node, 2 days).
+  if command -v openssl >/dev/null; then
+    local py=python3
+    [ -x "$build/venv/bin/python" ] && py="$build/venv/bin/python"
+    PYTHONPATH="$ROOT/tests/models" "$py" -c 'import sys, pathlib; from test_standby_e2e import make_pair_certs
+make_pair_certs(pathlib.Path(sys.argv[1]))' "$DEV/certs" 2>/dev/null ||
+      echo "note: no pair certificates (tests/models needs pytest to import; run scripts/test-venv.sh)"
+  fi
   # UCX with CUDA transports for the `ucx` stage: PyPI libucx-cu13's libraries, modules and tools (~7 MB).
   if [ ! -f "$DEV/ucx.tar.xz" ]; then
     local uw=/tmp/vigil-ucx-wheel
@@ -185,7 +202,7 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
       placement) timeout "$lim" "$DEV/bin/vigil-engine" bench placement --json >"$OUT/placement.json" 2>"$OUT/placement.log" || rc=$? ;;
       classify) timeout "$lim" python3 "$ROOT/tools/gpu/check_classifier.py" --vigil "$DEV/bin/vigil" --images "$DEV/images" \
           --out "$OUT/classify.json" >"$OUT/classify.log" 2>&1 || rc=$? ;;
-      streams|nvdec|edge|snapshots|ipc|ucx|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
+      streams|nvdec|edge|snapshots|ipc|ucx|standby|product|profile) timeout "$lim" bash "$ROOT/scripts/gpu-check.sh" "$stage" >"$OUT/$stage.log" 2>&1 || rc=$? ;;
       video) timeout "$lim" "$DEV/bin/vigil_video_tests" --gtest_filter="${VIDEO_FILTER:-GpuDecode.*:Hwaccel.*}" \
           --gtest_output="json:$OUT/video.json" >"$OUT/video.log" 2>&1 || rc=$? ;;
       *) echo "unknown stage '$stage'" >&2; rc=2 ;;
@@ -591,6 +608,23 @@ ucx() {
   return $rc
 }
 
+# `standby`: primary and standby on one GPU, live NVDEC cameras, SIGKILLs of the primary (tools/gpu/standby_gpu.py).
+standby() {
+  local rc=0 model="$DEV/models/yolov8n_coco_640_int8dyn.onnx" ts="$DEV/media/vtest_1080p30.ts" mirror n
+  [ -f "$model" ] || model=$(yolov8n)
+  [ -f "$ts" ] || { echo "standby: no $ts (pack makes it)"; return 1; }
+  [ -f "$DEV/certs/ca.pem" ] || { echo "standby: no $DEV/certs (pack makes them)"; return 1; }
+  for n in ${STANDBY_STREAMS:-32}; do
+    for mirror in ${STANDBY_MIRRORS:-shm-gpu channel}; do
+      python3 "$ROOT/tools/gpu/standby_gpu.py" --vigil "$DEV/bin/vigil" --model "$model" --clip-ts "$ts" \
+        --certs "$DEV/certs" --streams "$n" --kills "${STANDBY_KILLS:-10}" --mirror "$mirror" --batch 32 --workers 2 \
+        ${STANDBY_ARGS:-} >"$OUT/standby-$mirror-n$n.json" 2>"$OUT/standby-$mirror-n$n.err" || rc=1
+      tail -n 1 "$OUT/standby-$mirror-n$n.json"
+    done
+  done
+  return $rc
+}
+
 # `product`: the edge and the aggregator as processes with N NVDEC streams, then `vigil bench streams` (the same
 # pipeline in one process) at the same N.
 product() {
@@ -651,7 +685,7 @@ profile() {
 case "$mode" in
   pack) pack ;;
   run) run "$@" ;;
-  streams|nvdec|edge|snapshots|ipc|ucx|product|profile) "$mode" ;;
-  *) echo "usage: $0 pack | run [export tests sanitize models bench placement streams video nvdec edge snapshots ipc ucx product profile]" >&2
+  streams|nvdec|edge|snapshots|ipc|ucx|standby|product|profile) "$mode" ;;
+  *) echo "usage: $0 pack | run [export tests sanitize models bench placement streams video nvdec edge snapshots ipc ucx standby product profile]" >&2
      exit 2 ;;
 esac

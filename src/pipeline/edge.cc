@@ -832,7 +832,9 @@ void Edge::WriteToRing(size_t i, const replication::MirroredFrame& m, const uint
   // Not mirrored (counted): a standby behind (every slot unread), gone, or a picture larger than its slots. A
   // takeover reports such a seq lost if the aggregator never stored it.
   s.mirror_skipped->Inc();
-  if (!absl::IsResourceExhausted(st) && !std::exchange(s.mirror_error_logged, true)) {
+  // A full ring (the standby behind) and a session that ended (the ring's own log says so) are not this stream's
+  // errors; a picture that does not fit, or a failed copy, is — logged once per stream.
+  if (!absl::IsResourceExhausted(st) && !absl::IsUnavailable(st) && !std::exchange(s.mirror_error_logged, true)) {
     spdlog::error("stream '{}': a picture is not mirrored to the standby's ring: {}", s.config.id,
                   std::string(st.message()));
   }

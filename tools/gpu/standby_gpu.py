@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Hot standby on one GPU (issue 17): `vigil edge` as primary and standby, two processes on the same GPU, N live
+cameras decoded by NVDEC, SIGKILLs of the current primary; what is lost, what is stored twice, how long each
+takeover takes, what mirroring costs the primary.
+
+Method: a camera server in this process serves --clip-ts (H.264 in MPEG-TS), looped, to every client of each of
+N TCP ports at the clip's own bit rate (a live camera: a client joins at the current position; cameras serve
+two clients, so the standby keeps its connection: warm_sources: all). `vigil aggregator` (SQLite) and the pair
+(node-a starts as primary, node-b as standby; model on --device in --precision, `hwaccel: cuda`, mutual TLS with
+--certs, heartbeat 100 ms × 3 misses) with `replication.mirror_via` / `mirror_memory` from --mirror:
+  shm-gpu  the standby's picture ring in GPU memory (NV12 device to device, CUDA IPC),
+  shm      the ring in shared host memory (the primary downloads each picture, copies BGR),
+  channel  JPEGs over the replication channel.
+After both paired and --warmup-s, the primary's /metrics gives the mirroring cost over --measure-s (its
+`mirror` stage per picture, bytes per second, CPU). Then --kills times: SIGKILL the current primary, wait for
+the other node's log line "takeover ... complete: first report stored N ms after the primary's last contact",
+restart the killed node (it rejoins as the standby), wait until it paired, --interval-s, next. At the end both
+stop (SIGTERM) and the aggregator's database is read: per stream, every seq of its run once (the frames table's
+primary key) from 0 up with no gap; seqs reported lost (kind 4); events stored twice.
+Prints one JSON object. Test tooling: never part of vigil.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import sqlite3
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port: int) -> dict:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    out: dict = {}
+    for line in text.splitlines():
+        m = re.match(r"([a-zA-Z_:][\w:]*)(\{.*\})? (\S+)$", line)
+        if m:
+            out[(m.group(1), frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")))] = float(m.group(3))
+    return out
+
+
+def total(metrics: dict, name: str, **want) -> float:
+    return sum(v for (n, labels), v in metrics.items()
+               if n == name and all((k, str(x)) in labels for k, x in want.items()))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+class Cameras:
+    """N TCP ports, each a live camera: every client gets the clip from the current position (188-byte aligned),
+    paced at the clip's bit rate, looped."""
+
+    def __init__(self, clip: Path, n: int, seconds: float):
+        self.data = clip.read_bytes()
+        self.rate = len(self.data) / seconds  # bytes per second
+        self.t0 = time.monotonic()
+        self.stop = threading.Event()
+        self.ports = []
+        self.socks = []
+        for _ in range(n):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", 0))
+            s.listen(8)
+            s.settimeout(0.2)
+            self.socks.append(s)
+            self.ports.append(s.getsockname()[1])
+            threading.Thread(target=self.accept, args=(s,), daemon=True).start()
+
+    def accept(self, s: socket.socket):
+        while not self.stop.is_set():
+            try:
+                c, _ = s.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c: socket.socket):
+        n = len(self.data)
+        pos = int((time.monotonic() - self.t0) * self.rate) % n // 188 * 188
+        sent_t, sent = time.monotonic(), 0
+        try:
+            while not self.stop.is_set():
+                due = int((time.monotonic() - sent_t) * self.rate) - sent
+                if due < 188 * 64:
+                    time.sleep(0.01)
+                    continue
+                due = due // 188 * 188
+                while due > 0:
+                    k = min(due, n - pos)
+                    c.sendall(self.data[pos:pos + k])
+                    pos = (pos + k) % n
+                    sent += k
+                    due -= k
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.stop.set()
+        for s in self.socks:
+            s.close()
+
+
+def node_yaml(args, d: Path, node: str, role: str, listen: int, peer: int, agg_port: int, http: int,
+              ports: list[int]) -> Path:
+    mirror = {"shm-gpu": f"  mirror_via: shm\n  mirror_memory: {args.device}\n  mirror_slots: {args.slots}\n"
+                         f"  mirror_slot_mb: {args.slot_mb}\n",
+              "shm": f"  mirror_via: shm\n  mirror_slots: {args.slots}\n  mirror_slot_mb: {args.slot_mb_host}\n",
+              "channel": ""}[args.mirror]
+    streams = "".join(f"  - {{id: cam{i:03d}, source: 'tcp://127.0.0.1:{p}'}}\n" for i, p in enumerate(ports))
+    cfg = d / f"{node}.yaml"
+    cfg.write_text(
+        f"edge: standby-gpu\naggregator: 127.0.0.1:{agg_port}\n"
+        f"model: {{path: {args.model}, device: {args.device}, workers: {args.workers}"
+        f"{', precision: ' + args.precision if args.device != 'cpu' else ''}}}\n"
+        f"batching: {{max_batch: {args.batch}, max_wait_ms: {args.max_wait_ms}}}\n"
+        f"progress_flush_ms: 200\nhttp_port: {http}\nstate_dir: {d}/state-{node}\n"
+        f"transport: {{max_outbox: 1000000, key_file: {d}/edge.key}}\nhwaccel: {args.hwaccel}\n"
+        f"replication:\n  role: {role}\n  listen: 127.0.0.1:{listen}\n  peer: 127.0.0.1:{peer}\n  node: {node}\n"
+        f"  heartbeat_ms: 100\n  detector: {{kind: fixed, misses: 3}}\n  warm_sources: all\n"
+        f"  mirror_window: {args.window}\n{mirror}"
+        f"  tls: {{cert_file: {args.certs}/{node}.pem, key_file: {args.certs}/{node}.key, ca_file: {args.certs}/ca.pem}}\n"
+        f"streams:\n{streams}")
+    return cfg
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vigil", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--clip-ts", required=True, type=Path)
+    ap.add_argument("--clip-seconds", type=float, default=30.0)
+    ap.add_argument("--certs", required=True, type=Path, help="ca.pem, node-a.{pem,key}, node-b.{pem,key}")
+    ap.add_argument("--streams", type=int, default=32)
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--interval-s", type=float, default=3.0)
+    ap.add_argument("--warmup-s", type=float, default=8.0)
+    ap.add_argument("--measure-s", type=float, default=10.0)
+    ap.add_argument("--mirror", choices=["shm-gpu", "shm", "channel"], default="shm-gpu")
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--precision", default="fp16")
+    ap.add_argument("--hwaccel", default="cuda", help="cpu for a dry run on a machine without a GPU")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--max-wait-ms", type=int, default=5)
+    ap.add_argument("--slots", type=int, default=64)
+    ap.add_argument("--slot-mb", type=int, default=4)        # NV12 1080p: 3.1 MB
+    ap.add_argument("--slot-mb-host", type=int, default=8)   # BGR 1080p: 6.2 MB
+    ap.add_argument("--window", type=int, default=64)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/standby-gpu"))
+    ap.add_argument("--start-timeout-s", type=float, default=240)
+    args = ap.parse_args()
+    d = args.work / f"{args.mirror}-n{args.streams}"
+    subprocess.run(["rm", "-rf", str(d)], check=True)
+    d.mkdir(parents=True)
+    key = secrets.token_hex(32)
+    (d / "edge.key").write_text(key + "\n")
+    (d / "keys.yaml").write_text(f"standby-gpu: {key}\n")
+    for f in ("edge.key", "keys.yaml"):
+        (d / f).chmod(0o600)
+    agg_port, agg_http = free_port(), free_port()
+    (d / "agg.yaml").write_text(f"listen: 127.0.0.1:{agg_port}\nhttp: 127.0.0.1:{agg_http}\ndb: {d}/vigil.db\n"
+                                f"queue_max: 1000000\nauth: {{keys_file: {d}/keys.yaml}}\n")
+    cams = Cameras(args.clip_ts, args.streams, args.clip_seconds)
+    chan = {"node-a": free_port(), "node-b": free_port()}
+    http = {"node-a": free_port(), "node-b": free_port()}
+    cfg = {"node-a": node_yaml(args, d, "node-a", "primary", chan["node-a"], chan["node-b"], agg_port, http["node-a"],
+                               cams.ports),
+           "node-b": node_yaml(args, d, "node-b", "standby", chan["node-b"], chan["node-a"], agg_port, http["node-b"],
+                               cams.ports)}
+    procs: dict[str, subprocess.Popen] = {}
+    logs = {n: d / f"{n}.log" for n in cfg}
+
+    def start(node: str):
+        procs[node] = subprocess.Popen([args.vigil, "--log-level", "info", "edge", "--config", str(cfg[node]),
+                                        "--shutdown-timeout-ms", "60000"],
+                                       stdout=open(logs[node], "ab"), stderr=subprocess.STDOUT)
+
+    def log(node: str) -> str:
+        return logs[node].read_text(errors="replace") if logs[node].exists() else ""
+
+    def paired(node: str) -> int:
+        return log(node).count("of edge 'standby-gpu' paired with primary")
+
+    def takeovers() -> list[int]:
+        return [int(m) for n in cfg for m in
+                re.findall(r"first report stored (\d+) ms after the primary's last contact", log(n))]
+
+    def wait(pred, timeout: float, what: str):
+        t = time.monotonic()
+        while time.monotonic() - t < timeout:
+            if pred():
+                return
+            for n, p in procs.items():
+                if p.poll() is not None and p.returncode not in (-9,):
+                    raise RuntimeError(f"{n} exited {p.returncode}: {log(n)[-3000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"timed out waiting for {what}")
+
+    agg = subprocess.Popen([args.vigil, "aggregator", "--config", str(d / "agg.yaml")],
+                           stdout=open(d / "agg.out", "wb"), stderr=open(d / "agg.log", "wb"))
+    result: dict = {"streams": args.streams, "mirror": args.mirror, "kills_asked": args.kills}
+    t_start = time.monotonic()
+    try:
+        time.sleep(1.0)
+        start("node-a")
+        wait(lambda: re.search(r"epoch \d+, \d+ streams", log("node-a")), args.start_timeout_s, "node-a's streams")
+        start("node-b")
+        wait(lambda: paired("node-b") >= 1, args.start_timeout_s, "node-b to pair")
+        wait(lambda: all(total(scrape(http["node-a"]), "vigil_edge_frames_total", stream=f"cam{i:03d}") > 0
+                         for i in range(args.streams)), args.start_timeout_s, "every camera's first frame")
+        result["startup_s"] = round(time.monotonic() - t_start, 1)
+        ring = "gets the primary's pictures raw through its ring" in log("node-b")
+        result["ring_mapped"] = ring
+        time.sleep(args.warmup_s)
+        m0, c0, s0, w0 = scrape(http["node-a"]), cpu_seconds(procs["node-a"].pid), cpu_seconds(procs["node-b"].pid), time.monotonic()
+        time.sleep(args.measure_s)
+        m1, c1, s1, w1 = scrape(http["node-a"]), cpu_seconds(procs["node-a"].pid), cpu_seconds(procs["node-b"].pid), time.monotonic()
+        secs = w1 - w0
+        delta = lambda name, **l: total(m1, name, **l) - total(m0, name, **l)  # noqa: E731
+        frames = delta("vigil_edge_frames_total")
+        mirrored = delta("vigil_edge_mirror_frames_total")
+        result["steady"] = {
+            "seconds": round(secs, 1),
+            "frames_per_s": round(frames / secs, 1),
+            "fps_per_stream_min": round(min(delta("vigil_edge_frames_total", stream=f"cam{i:03d}")
+                                            for i in range(args.streams)) / secs, 2),
+            "mirrored_per_s": round(mirrored / secs, 1),
+            "mirror_skipped": delta("vigil_edge_mirror_frames_skipped_total"),
+            "mirror_mb_per_s_per_stream": round(delta("vigil_edge_mirror_bytes_total") / secs / 1e6 / args.streams, 2),
+            "mirror_stage_ms_mean": round(1e3 * delta("vigil_edge_stage_seconds_sum", stage="mirror") /
+                                          max(delta("vigil_edge_stage_seconds_count", stage="mirror"), 1), 4),
+            "primary_cpu_cores": round((c1 - c0) / secs, 2),
+            "standby_cpu_cores": round((s1 - s0) / secs, 2),
+            "primary_cpu_ms_per_frame": round(1e3 * (c1 - c0) / max(frames, 1), 3),
+        }
+        primary, standby = "node-a", "node-b"
+        kills = []
+        for k in range(args.kills):
+            before = len(takeovers())
+            paired_before = paired(primary)
+            procs[primary].kill()
+            procs[primary].wait(timeout=30)
+            t_kill = time.monotonic()
+            wait(lambda: len(takeovers()) > before, 60, f"takeover {k + 1}")
+            kills.append({"kill": k + 1, "detected_s": round(time.monotonic() - t_kill, 2)})
+            start(primary)  # rejoins as the standby of the new primary
+            wait(lambda: paired(primary) > paired_before, args.start_timeout_s, f"{primary} to rejoin as standby")
+            primary, standby = standby, primary
+            time.sleep(args.interval_s)
+        times = sorted(takeovers())
+        result["takeover_ms"] = times
+        if times:
+            result["takeover_ms_p50"] = times[len(times) // 2]
+            result["takeover_ms_p99"] = times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))]
+            result["takeover_ms_max"] = times[-1]
+        result["kills"] = len(kills)
+        result["replayed"] = sum(int(x) for n in cfg for x in
+                                 re.findall(r"processing (\d+) mirrored picture\(s\) of the old primary again", log(n)))
+    except Exception as e:  # noqa: BLE001 - reported, the databases still read
+        result["error"] = str(e)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        agg.send_signal(signal.SIGTERM)
+        try:
+            agg.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            agg.kill()
+        cams.close()
+    db = sqlite3.connect(d / "vigil.db")
+    per = db.execute("SELECT s.stream, f.run, COUNT(*), MIN(f.seq), MAX(f.seq), "
+                     "SUM(CASE WHEN f.kind = 4 THEN 1 ELSE 0 END) FROM frames f JOIN streams s ON s.id = f.stream_id "
+                     "GROUP BY s.stream, f.run").fetchall()
+    dup_events = db.execute("SELECT COUNT(*) FROM (SELECT 1 FROM events GROUP BY stream_id, run, seq "
+                            "HAVING COUNT(*) > 1)").fetchone()[0]
+    gaps = [(s, run, n, lo, hi) for s, run, n, lo, hi, _ in per if (lo, hi) != (0, n - 1)]
+    result["db"] = {
+        "streams": len({r[0] for r in per}), "runs": len(per), "frames": sum(r[2] for r in per),
+        "lost": sum(r[5] for r in per), "gaps": gaps[:10], "events_stored_twice": dup_events,
+    }
+    result["ok"] = ("error" not in result and result["db"]["lost"] == 0 and not gaps and dup_events == 0
+                    and result["db"]["runs"] == args.streams and result.get("kills") == args.kills
+                    and (args.mirror == "channel" or result.get("ring_mapped", False)))
+    for n in cfg:
+        result[f"{n}_log_tail"] = log(n).splitlines()[-4:]
+    print(json.dumps(result, indent=1))
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
