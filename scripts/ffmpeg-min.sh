@@ -10,8 +10,8 @@
 # msmpeg4v3 (vtest.avi), mjpeg, with the NVDEC hwaccels for h264 and hevc (FFmpeg's CUDA hwcontext,
 # nv-codec-headers from Debian's libffmpeg-nvenc-dev: the driver's libcuda/libnvcuvid are loaded at run time);
 # the libx264 and mpeg4 encoders and the mp4/avi muxers (video::VideoWriter, the tests' clips); libswscale;
-# the file protocol; nothing autodetected (no VAAPI, VDPAU, X11, zlib); no network protocols (the GPU machine
-# reads files). Assembly on (nasm), as in Debian's build, so CPU decoding is as fast as the packaged one.
+# the file and tcp protocols (tcp: live cameras served on loopback for the hot standby's GPU runs, MPEG-TS over
+# TCP); nothing autodetected (no VAAPI, VDPAU, X11, zlib). Assembly on (nasm), as in Debian's build, so CPU decoding is as fast as the packaged one.
 # Needs: apt deb-src entries for bookworm (added here if missing), dpkg-dev, nasm, libx264-dev,
 # libffmpeg-nvenc-dev. Takes ~4 min on 2 cores.
 set -euo pipefail
@@ -37,9 +37,9 @@ if ! ls "$work"/src/configure >/dev/null 2>&1; then
 fi
 cd "$work/src"
 ./configure --prefix="$dest" --enable-shared --disable-static --disable-programs --disable-doc \
-  --disable-avdevice --disable-avfilter --disable-postproc --disable-swresample --disable-network \
+  --disable-avdevice --disable-avfilter --disable-postproc --disable-swresample \
   --disable-autodetect --disable-everything --enable-gpl --enable-libx264 --enable-ffnvcodec --enable-cuda --enable-nvdec \
-  --enable-protocol=file --enable-demuxer=mov,matroska,avi,h264,hevc,mpegts \
+  --enable-protocol=file,tcp --enable-demuxer=mov,matroska,avi,h264,hevc,mpegts \
   --enable-decoder=h264,hevc,mpeg4,msmpeg4v3,mjpeg --enable-parser=h264,hevc,mpeg4video,mjpeg \
   --enable-hwaccel=h264_nvdec,hevc_nvdec --enable-bsf=null,h264_mp4toannexb,hevc_mp4toannexb \
   --enable-encoder=libx264,mpeg4 --enable-muxer=mp4,mov,avi >"$work/configure.log"

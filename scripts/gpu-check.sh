@@ -618,6 +618,7 @@ standby() {
     for mirror in ${STANDBY_MIRRORS:-shm-gpu channel}; do
       python3 "$ROOT/tools/gpu/standby_gpu.py" --vigil "$DEV/bin/vigil" --model "$model" --clip-ts "$ts" \
         --certs "$DEV/certs" --streams "$n" --kills "${STANDBY_KILLS:-10}" --mirror "$mirror" --batch 32 --workers 2 \
+        --keep-logs "$OUT/standby-logs" \
         ${STANDBY_ARGS:-} >"$OUT/standby-$mirror-n$n.json" 2>"$OUT/standby-$mirror-n$n.err" || rc=1
       tail -n 1 "$OUT/standby-$mirror-n$n.json"
     done

@@ -169,6 +169,7 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--work", type=Path, default=Path("/tmp/standby-gpu"))
     ap.add_argument("--start-timeout-s", type=float, default=240)
+    ap.add_argument("--keep-logs", type=Path, help="copy the nodes' and the aggregator's logs here (xz)")
     args = ap.parse_args()
     d = args.work / f"{args.mirror}-n{args.streams}"
     subprocess.run(["rm", "-rf", str(d)], check=True)
@@ -310,6 +311,11 @@ def main() -> int:
                     and (args.mirror == "channel" or result.get("ring_mapped", False)))
     for n in cfg:
         result[f"{n}_log_tail"] = log(n).splitlines()[-4:]
+    if args.keep_logs:
+        args.keep_logs.mkdir(parents=True, exist_ok=True)
+        for f in (*logs.values(), d / "agg.log"):
+            if f.exists():
+                subprocess.run(["xz", "-c", str(f)], stdout=open(args.keep_logs / f"{args.mirror}-n{args.streams}-{f.name}.xz", "wb"))
     print(json.dumps(result, indent=1))
     return 0 if result["ok"] else 1
 
