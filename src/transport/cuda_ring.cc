@@ -345,10 +345,6 @@ StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int device, size_t bytes) {
   void* p = nullptr;
   VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(cudaMallocAsync(&p, bytes, cudaStreamPerThread),
                                          StrCat("cudaMallocAsync ", bytes, " bytes on cuda:", device)));
-  if (Status st = cuda::CudaStatus(cudaStreamSynchronize(cudaStreamPerThread), "cudaMallocAsync"); !st.ok()) {
-    cudaFreeAsync(p, cudaStreamPerThread);
-    return st;
-  }
   return std::unique_ptr<Buffer>(new PooledBuffer(device, p, bytes));
 }
 

@@ -40,7 +40,8 @@ StatusOr<std::unique_ptr<Buffer>> Allocate(int device, size_t bytes);
 Status CopyToHost(void* dst, const void* src, size_t bytes, int device);
 
 // Like Allocate, from the device's stream-ordered pool (cudaMallocAsync): freeing never synchronises the device
-// (a buffer released while inference runs does not stall it). Ready for any stream when returned.
+// (a buffer released while inference runs does not stall it). Usable at once by work on the calling thread's
+// stream (Copy2D from the same thread: in order) and, once that synchronised, by any stream.
 StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int device, size_t bytes);
 
 // A rectangle of `width` bytes × `rows`: dst (row pitch dpitch) ← src (row pitch spitch), host or device memory

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import os
 import re
 import secrets
@@ -137,7 +138,7 @@ def node_yaml(args, d: Path, node: str, role: str, listen: int, peer: int, agg_p
         f"progress_flush_ms: 200\nhttp_port: {http}\nstate_dir: {d}/state-{node}\n"
         f"transport: {{max_outbox: 1000000, key_file: {d}/edge.key}}\nhwaccel: {args.hwaccel}\n"
         f"replication:\n  role: {role}\n  listen: 127.0.0.1:{listen}\n  peer: 127.0.0.1:{peer}\n  node: {node}\n"
-        f"  heartbeat_ms: 100\n  detector: {{kind: fixed, misses: 3}}\n  warm_sources: all\n"
+        f"  heartbeat_ms: {args.heartbeat_ms}\n  detector: {{kind: fixed, misses: 3}}\n  warm_sources: all\n"
         f"  mirror_window: {args.window}\n{mirror}"
         f"  tls: {{cert_file: {args.certs}/{node}.pem, key_file: {args.certs}/{node}.key, ca_file: {args.certs}/ca.pem}}\n"
         f"streams:\n{streams}")
@@ -153,6 +154,7 @@ def main() -> int:
     ap.add_argument("--certs", required=True, type=Path, help="ca.pem, node-a.{pem,key}, node-b.{pem,key}")
     ap.add_argument("--streams", type=int, default=32)
     ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--heartbeat-ms", type=int, default=100, help="replication.heartbeat_ms (3 misses)")
     ap.add_argument("--interval-s", type=float, default=3.0)
     ap.add_argument("--warmup-s", type=float, default=8.0)
     ap.add_argument("--measure-s", type=float, default=10.0)
@@ -220,7 +222,8 @@ def main() -> int:
 
     agg = subprocess.Popen([args.vigil, "aggregator", "--config", str(d / "agg.yaml")],
                            stdout=open(d / "agg.out", "wb"), stderr=open(d / "agg.log", "wb"))
-    result: dict = {"streams": args.streams, "mirror": args.mirror, "kills_asked": args.kills}
+    result: dict = {"streams": args.streams, "mirror": args.mirror, "kills_asked": args.kills,
+                    "heartbeat_ms": args.heartbeat_ms}
     t_start = time.monotonic()
     try:
         time.sleep(1.0)
@@ -228,8 +231,16 @@ def main() -> int:
         wait(lambda: re.search(r"epoch \d+, \d+ streams", log("node-a")), args.start_timeout_s, "node-a's streams")
         start("node-b")
         wait(lambda: paired("node-b") >= 1, args.start_timeout_s, "node-b to pair")
-        wait(lambda: all(total(scrape(http["node-a"]), "vigil_edge_frames_total", stream=f"cam{i:03d}") > 0
-                         for i in range(args.streams)), args.start_timeout_s, "every camera's first frame")
+        def every_camera_seen() -> bool:
+            try:
+                m = scrape(http["node-a"])
+            except OSError:
+                return False
+            return all(total(m, "vigil_edge_frames_total", stream=f"cam{i:03d}") > 0 for i in range(args.streams))
+        wait(every_camera_seen, args.start_timeout_s, "every camera's first frame")
+        if takeovers() or "takes over edge" in log("node-b"):
+            raise RuntimeError("node-b took over before any kill (a false takeover under load: heartbeat_ms "
+                               f"{args.heartbeat_ms} x 3 misses)")
         result["startup_s"] = round(time.monotonic() - t_start, 1)
         ring = "gets the primary's pictures raw through its ring" in log("node-b")
         result["ring_mapped"] = ring
@@ -315,7 +326,7 @@ def main() -> int:
         args.keep_logs.mkdir(parents=True, exist_ok=True)
         for f in (*logs.values(), d / "agg.log"):
             if f.exists():
-                subprocess.run(["xz", "-c", str(f)], stdout=open(args.keep_logs / f"{args.mirror}-n{args.streams}-{f.name}.xz", "wb"))
+                (args.keep_logs / f"{args.mirror}-n{args.streams}-{f.name}.xz").write_bytes(lzma.compress(f.read_bytes()))
     print(json.dumps(result, indent=1))
     return 0 if result["ok"] else 1
 
