@@ -104,6 +104,7 @@ struct Stream {
   bool live = false;
   bool first_frame_seen = false;  // Feed's thread
   bool mirror_error_logged = false;  // the reader's thread
+  bool ring_size_logged = false;     // the reader's thread
   uint64_t run = 0;  // set once the ledger is admitted, before the reader starts
   std::deque<std::pair<uint64_t, int64_t>> unacked;  // (seq, source_steady_ns) of reported frames; stats_mu_
   uint64_t frames = 0;               // GUARDED_BY(stats_mu_)
@@ -790,7 +791,19 @@ const video::Frame* Edge::RawForRing(size_t i, const video::Frame& f, video::Fra
   Stream& s = streams_[i];
   replication::FramePublisher* ring = frame_publisher_.load();
   if (!s.live || !config_.replication.mirror_frames || ring == nullptr || !ring->active()) return nullptr;
-  if (!f.device || ring->in_gpu_memory()) return &f;  // a GPU picture into a GPU ring: device to device
+  // A picture larger than the standby's slots goes over the channel as a JPEG (said once per stream).
+  const bool nv12 = f.device && ring->in_gpu_memory();
+  const size_t w = static_cast<size_t>(f.width), h = static_cast<size_t>(f.height);
+  const size_t need = nv12 ? w * h + 2 * ((w + 1) / 2) * ((h + 1) / 2) : w * h * 3;
+  if (const size_t room = ring->slot_capacity(); need > room) {
+    if (!std::exchange(s.ring_size_logged, true)) {
+      spdlog::error("stream '{}': its {}x{} pictures ({} bytes) do not fit the standby's ring slots ({} bytes: raise "
+                    "replication.mirror_slot_mb on the standby to at least {}); they go over the channel as JPEGs",
+                    s.config.id, w, h, need, room, (need + 4096 + (1u << 20) - 1) >> 20);
+    }
+    return nullptr;
+  }
+  if (!f.device || nv12) return &f;  // a GPU picture into a GPU ring: device to device
   *downloaded = f;  // shares the GPU picture; the download fills a host copy
   if (Status st = video::DownloadBgr(*downloaded); !st.ok()) {
     s.mirror_skipped->Inc();
@@ -1674,6 +1687,12 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
     return edge.Run(options);
   }
   VIGIL_ASSIGN_OR_RETURN(replication::PairDigest digest, PairDigestOf(config));
+  if (rc.mirror_via == ReplicationConfig::MirrorVia::kShm && rc.mirror_memory != "host") {
+    // The ring this node creates whenever it is the standby: its GPU must be there (said now, not at a pairing).
+    if (Status st = transport::CheckRingDevice(rc.mirror_memory); !st.ok()) {
+      return Status(st.code(), StrCat("replication.mirror_memory ", rc.mirror_memory, ": ", st.message()));
+    }
+  }
   auto role = [&registry](const char* r) -> metrics::Gauge& {
     return registry.GetGauge("vigil_edge_replication_role", "1 on this edge's current replication role", {{"role", r}});
   };

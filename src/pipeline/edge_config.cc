@@ -263,6 +263,9 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
         r->Error("mirror_memory", "host, cuda or cuda:N");
       }
     }
+    if (shm && r->Has("mirror_frames") && !rc.mirror_frames) {
+      r->Error("mirror_via", "shm mirrors pictures: it needs mirror_frames: live (none mirrors nothing)");
+    }
     if (!shm) {
       for (const char* k : {"mirror_socket", "mirror_slots", "mirror_slot_mb", "mirror_memory"}) {
         if (r->Has(k)) r->Error(k, "belongs to the same-host picture ring (mirror_via: shm)");

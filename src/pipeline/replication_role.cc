@@ -73,11 +73,13 @@ StatusOr<replication::PairDigest> PairDigestOf(const EdgeConfig& config) {
 
 StatusOr<std::unique_ptr<replication::FramePublisher>> ListenForFrameRing(const EdgeConfig& config) {
   std::string path = config.replication.mirror_socket;
+  std::error_code ec;
   if (path.empty()) {  // in the state_dir, which the edge creates anyway (the ledger opens it later)
-    std::error_code ec;
     const std::filesystem::path dir = std::filesystem::absolute(config.state_dir, ec).lexically_normal();
     std::filesystem::create_directories(dir, ec);
     path = (dir / "frames.sock").string();
+  } else {  // offered to the standby as it is: a path relative to this process's directory would not reach it
+    path = std::filesystem::absolute(path, ec).lexically_normal().string();
   }
   replication::FramePublisherOptions o;
   o.socket = path;
@@ -253,6 +255,9 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
         spdlog::warn("replication: standby '{}': no picture ring ({}); pictures come over the channel as JPEGs",
                      rc.node, std::string(r.status().message()));
       }
+    } else if (rc.mirror_via != ReplicationConfig::MirrorVia::kShm && !(*ch)->frames_offer().socket.empty()) {
+      spdlog::info("replication: the primary offers a picture ring; standby '{}' has mirror_via: channel, so pictures "
+                   "come over the channel as JPEGs (mirror_via: shm on this node maps the ring)", rc.node);
     } else if (rc.mirror_via == ReplicationConfig::MirrorVia::kShm && on_frame) {
       spdlog::warn("replication: standby '{}': the primary offers no picture ring (its mirror_via is not shm); "
                    "pictures come over the channel as JPEGs", rc.node);

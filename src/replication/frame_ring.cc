@@ -178,6 +178,12 @@ class Publisher final : public FramePublisher {
     return gpu_ != nullptr;
   }
 
+  size_t slot_capacity() const override {
+    std::lock_guard lock(mu_);
+    if (ring_ == nullptr) return 0;
+    return gpu_ ? gpu_slot_bytes_ : slot_bytes_ - kSlotHeader;
+  }
+
  private:
   // REQUIRES mu_ for the helpers below.
   Status Usable() {

@@ -94,7 +94,7 @@ StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& 
       const size_t slash = path.rfind('/');
       return absl::UnavailableError(StrCat("unix socket '", path, "': the directory '",
                                            slash == std::string::npos ? "." : path.substr(0, slash),
-                                           "' does not exist (create it, e.g. mkdir -p, with the aggregator's owner)"));
+                                           "' does not exist (create it, e.g. mkdir -p, as the user that runs this process)"));
     }
     return absl::UnavailableError(StrCat("unix socket '", path, "': ", rc != 0 ? "bind" : "listen", ": ", net::Errno(err)));
   }

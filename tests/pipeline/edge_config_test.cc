@@ -486,6 +486,10 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
                 .find("mirror_slots"),
             std::string::npos);
   EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
+                                        "  mirror_via: shm\n  mirror_frames: none\n" + tls, "edge.yaml").status())
+                .find("it needs mirror_frames: live"),
+            std::string::npos);
+  EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
                                         "  mirror_via: ipc\n" + tls, "edge.yaml").status())
                 .find("mirror_via"),
             std::string::npos);

@@ -96,6 +96,9 @@ class FramePublisher {
   virtual Status WriteDevice(const MirroredFrame& frame, const DevicePicture& picture) = 0;
   // Whether the mapped ring is in GPU memory (WriteDevice takes pictures).
   virtual bool in_gpu_memory() const = 0;
+  // The most pixel bytes a picture may have in the mapped ring's slots (0: none mapped): BGR height × stride, or
+  // NV12 width × height × 1.5 (rounded up) for WriteDevice.
+  virtual size_t slot_capacity() const = 0;
   virtual FramePublisherStats stats() const = 0;
   // The test hook: the next n slots written get a header that fails the standby's check.
   virtual void CorruptNextSlotsForTesting(int n) = 0;
