@@ -1689,8 +1689,13 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
   VIGIL_ASSIGN_OR_RETURN(replication::PairDigest digest, PairDigestOf(config));
   if (rc.mirror_via == ReplicationConfig::MirrorVia::kShm && rc.mirror_memory != "host") {
     // The ring this node creates whenever it is the standby: its GPU must be there (said now, not at a pairing).
-    if (Status st = transport::CheckRingDevice(rc.mirror_memory); !st.ok()) {
-      return Status(st.code(), StrCat("replication.mirror_memory ", rc.mirror_memory, ": ", st.message()));
+    // Only counted: a CUDA context made here, before FFmpeg's, would make NVDEC refuse the device.
+    const int device = std::stoi(rc.mirror_memory.substr(5));
+    const int visible = transport::device_memory::VisibleDevices();
+    if (device >= visible) {
+      return absl::FailedPreconditionError(
+          StrCat("replication.mirror_memory ", rc.mirror_memory, ": no such GPU here (", visible, " visible",
+                 transport::device_memory::Available() ? "" : "; this vigil was built without CUDA", ")"));
     }
   }
   auto role = [&registry](const char* r) -> metrics::Gauge& {

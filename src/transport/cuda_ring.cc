@@ -405,6 +405,15 @@ StatusOr<std::unique_ptr<ExportedMemory>> AllocateExported(int device, size_t by
 
 bool Available() { return true; }
 
+int VisibleDevices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 Status Use(int device) {
   return cuda::CudaStatus(cudaSetDevice(device), StrCat("cudaSetDevice(", device, ")"));
 }

@@ -22,6 +22,7 @@ Status NoCuda() { return absl::UnimplementedError("device memory: this vigil was
 }  // namespace
 
 bool Available() { return false; }
+int VisibleDevices() { return 0; }
 Status Use(int) { return NoCuda(); }
 Status WaitReady(void* event) { return event == nullptr ? absl::OkStatus() : NoCuda(); }
 StatusOr<std::unique_ptr<Buffer>> Allocate(int, size_t) { return NoCuda(); }

@@ -20,6 +20,9 @@ namespace vigil::transport::device_memory {
 // Whether this build has CUDA (a GPU may still be absent).
 bool Available();
 
+// How many CUDA devices this process sees (0 without CUDA or a driver). Creates no CUDA context.
+int VisibleDevices();
+
 // Makes CUDA device `device` current on the calling thread (its primary context).
 Status Use(int device);
 
