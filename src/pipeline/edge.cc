@@ -794,7 +794,7 @@ const video::Frame* Edge::RawForRing(size_t i, const video::Frame& f, video::Fra
   // A picture larger than the standby's slots goes over the channel as a JPEG (said once per stream).
   const bool nv12 = f.device && ring->in_gpu_memory();
   const size_t w = static_cast<size_t>(f.width), h = static_cast<size_t>(f.height);
-  const size_t need = nv12 ? w * h + 2 * ((w + 1) / 2) * ((h + 1) / 2) : w * h * 3;
+  const size_t need = nv12 ? replication::PackedNv12Bytes(w, h) : w * h * 3;
   if (const size_t room = ring->slot_capacity(); need > room) {
     if (!std::exchange(s.ring_size_logged, true)) {
       spdlog::error("stream '{}': its {}x{} pictures ({} bytes) do not fit the standby's ring slots ({} bytes: raise "

@@ -98,8 +98,6 @@ struct Hello {
 };
 constexpr size_t kHelloFixed = 4 + 4 + kFrameTokenBytes + 4 + 8 + 4 + 8 + 2 + 2 + 2;
 
-size_t Nv12Bytes(uint32_t w, uint32_t h) { return size_t{w} * h + 2 * size_t{(w + 1) / 2} * ((h + 1) / 2); }
-
 class Publisher final : public FramePublisher {
  public:
   Publisher(std::unique_ptr<transport::UnixListener> listener, std::string socket)
@@ -153,7 +151,7 @@ class Publisher final : public FramePublisher {
     std::lock_guard lock(mu_);
     VIGIL_RETURN_IF_ERROR(Usable());
     if (!gpu_) return absl::FailedPreconditionError("frame ring: the standby's ring is in host memory");
-    const size_t bytes = Nv12Bytes(f.width, f.height);
+    const size_t bytes = PackedNv12Bytes(f.width, f.height);
     const size_t uv_row = 2 * size_t{(f.width + 1) / 2};
     if (f.stream.size() > kMaxStream || f.width == 0 || f.height == 0 || f.width > kMaxSide || f.height > kMaxSide ||
         p.y_pitch < f.width || p.uv_pitch < uv_row || bytes > gpu_slot_bytes_) {
@@ -527,10 +525,10 @@ class Ring final : public FrameRing {
       return StrCat("picture size ", h.width, "x", h.height);
     }
     const size_t room = gpu_ ? opt_.slot_bytes : opt_.slot_bytes - kSlotHeader;
-    const bool sizes_ok = h.format == kFormatNv12
-                              ? h.stride == h.width && h.bytes == Nv12Bytes(h.width, h.height) && h.matrix <= 4 &&
-                                    h.full_range <= 1
-                              : h.stride >= size_t{h.width} * 3 && h.bytes == uint64_t{h.height} * h.stride;
+    const bool sizes_ok =
+        h.format == kFormatNv12
+            ? h.stride == h.width && h.bytes == PackedNv12Bytes(h.width, h.height) && h.matrix <= 4 && h.full_range <= 1
+            : h.stride >= size_t{h.width} * 3 && h.bytes == uint64_t{h.height} * h.stride;
     if (!sizes_ok || h.bytes > room) {
       return StrCat("stride ", h.stride, " and ", h.bytes, " bytes do not match ", h.width, "x", h.height,
                     " in a slot of ", room);

@@ -266,12 +266,19 @@ StatusOr<std::unique_ptr<RingMapping>> MapCudaRing(const RingOffer& offer, char*
 namespace vigil::transport::device_memory {
 namespace {
 
+// cudaMalloc'd (Allocate) or from the stream-ordered pool (AllocatePooled: freed with cudaFreeAsync, no
+// device-wide synchronisation).
 class CudaBuffer final : public Buffer {
  public:
-  CudaBuffer(int device, void* data, size_t bytes) : device_(device), data_(data), bytes_(bytes) {}
+  CudaBuffer(int device, void* data, size_t bytes, bool pooled)
+      : device_(device), data_(data), bytes_(bytes), pooled_(pooled) {}
   ~CudaBuffer() override {
     cudaSetDevice(device_);
-    cudaFree(data_);
+    if (pooled_) {
+      cudaFreeAsync(data_, cudaStreamPerThread);
+    } else {
+      cudaFree(data_);
+    }
     cudaGetLastError();
   }
   void* data() const override { return data_; }
@@ -282,24 +289,7 @@ class CudaBuffer final : public Buffer {
   int device_;
   void* data_;
   size_t bytes_;
-};
-
-class PooledBuffer final : public Buffer {
- public:
-  PooledBuffer(int device, void* data, size_t bytes) : device_(device), data_(data), bytes_(bytes) {}
-  ~PooledBuffer() override {
-    cudaSetDevice(device_);
-    cudaFreeAsync(data_, cudaStreamPerThread);  // stream-ordered: no device-wide synchronisation
-    cudaGetLastError();
-  }
-  void* data() const override { return data_; }
-  size_t size() const override { return bytes_; }
-  int device() const override { return device_; }
-
- private:
-  int device_;
-  void* data_;
-  size_t bytes_;
+  bool pooled_;
 };
 
 class CudaIpcMemory final : public IpcMemory {
@@ -345,7 +335,7 @@ StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int device, size_t bytes) {
   void* p = nullptr;
   VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(cudaMallocAsync(&p, bytes, cudaStreamPerThread),
                                          StrCat("cudaMallocAsync ", bytes, " bytes on cuda:", device)));
-  return std::unique_ptr<Buffer>(new PooledBuffer(device, p, bytes));
+  return std::unique_ptr<Buffer>(new CudaBuffer(device, p, bytes, /*pooled=*/true));
 }
 
 Status Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows, int device) {
@@ -427,7 +417,7 @@ StatusOr<std::unique_ptr<Buffer>> Allocate(int device, size_t bytes) {
   VIGIL_RETURN_IF_ERROR(Use(device));
   void* p = nullptr;
   VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(cudaMalloc(&p, bytes), StrCat("cudaMalloc ", bytes, " bytes on cuda:", device)));
-  return std::unique_ptr<Buffer>(new CudaBuffer(device, p, bytes));
+  return std::unique_ptr<Buffer>(new CudaBuffer(device, p, bytes, /*pooled=*/false));
 }
 
 Status CopyToHost(void* dst, const void* src, size_t bytes, int device) {

@@ -271,7 +271,9 @@ TEST(FrameRingGpu, Nv12PicturesGoDeviceToDeviceAndArriveBitForBit) {
     EXPECT_EQ(fnv, w.fnv) << "seq " << s << ": the pixels differ";
     EXPECT_EQ(matrix, w.matrix) << "seq " << s;
     EXPECT_EQ(full, w.full) << "seq " << s;
-    if (w.kind == "gpu") EXPECT_EQ(device, 0);
+    if (w.kind == "gpu") {
+      EXPECT_EQ(device, 0);
+    }
   }
   const std::string drained = standby->Next("drained ");
   unsigned long long received = 0, rejected = 9;

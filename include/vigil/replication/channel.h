@@ -35,6 +35,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,6 +66,11 @@ struct MirroredStream {
 // plane `height` rows of `width` bytes at data, then the chroma plane (height + 1) / 2 rows of 2 × ((width + 1) / 2)
 // bytes of (Cb, Cr) pairs at data + width × height (video/frame.h DeviceFrame with pitches width and
 // 2 × ((width + 1) / 2)). `matrix` is a video::YuvMatrix value. `owner` keeps the device memory; read-only.
+// Bytes of a packed NV12 picture of width × height (the layout below).
+inline size_t PackedNv12Bytes(size_t width, size_t height) {
+  return width * height + 2 * ((width + 1) / 2) * ((height + 1) / 2);
+}
+
 struct MirroredGpuPicture {
   int device = 0;
   const uint8_t* data = nullptr;  // device pointer
