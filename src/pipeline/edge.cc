@@ -188,6 +188,15 @@ class Edge final : public transport::CourierHandler {
     on_unhealthy_ = std::move(f);
     health_bounds_ = bounds;
   }
+  // A handover's flush (any thread, while the Edge lives): publishes every mark the ledger still holds
+  // (drop marks of failed batches, a progress range) and waits until the aggregator acknowledged everything
+  // handed to the outbox so far, so the standby resumes after them instead of doing those frames again. What
+  // is recorded meanwhile is not waited for. false: `timeout` passed (or the edge is not publishing).
+  bool FlushForHandover(std::chrono::milliseconds timeout) {
+    if (!publishing_.load(std::memory_order_acquire)) return false;
+    ledger_->Tick(/*force=*/true);
+    return ledger_->outbox().WaitCompleted(ledger_->outbox().next_id(), timeout);
+  }
 
   // ---- transport::CourierHandler (courier threads) ----
   transport::Hello MakeHello() override {
@@ -1745,7 +1754,18 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
           }
           step_downs.Inc();
           spdlog::error("replication: '{}' steps down: {}; its standby takes over", rc.node, why);
-          stepping_down = std::thread([ch = channel.get(), why] { ch->Finish(/*streams_done=*/false, why); });
+          stepping_down = std::thread([ch = channel.get(), why, &edge, &rc] {
+            // What this primary decided (the failed batches' drop marks) is stored before the standby
+            // resumes from the aggregator's cursor; bounded: an unreachable aggregator must not hold the
+            // handover (the standby needs it too, and would then re-process those frames instead).
+            const auto bound = std::chrono::milliseconds(1000);
+            if (!edge.FlushForHandover(bound)) {
+              spdlog::warn("replication: '{}' hands over with reports not yet acknowledged after {} ms: the "
+                           "standby processes their frames again",
+                           rc.node, bound.count());
+            }
+            ch->Finish(/*streams_done=*/false, why);
+          });
         },
         HealthBounds{rc.step_down_stall_ms, rc.step_down_errors});
     EdgeRunOptions o = options;

@@ -125,6 +125,13 @@ bool Outbox::WaitEmpty(milliseconds timeout) const {
   return WaitFor(cv_, lock, timeout, [&] { return stats_.pending == 0; });
 }
 
+bool Outbox::WaitCompleted(uint64_t id, milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  auto completed = [&] { return (pending_.empty() ? next_id_ : pending_.front()->id) >= id; };
+  WaitFor(cv_, lock, timeout, [&] { return closed_ || completed(); });
+  return completed();
+}
+
 void Outbox::Close() {
   std::lock_guard lock(mu_);
   closed_ = true;

@@ -938,6 +938,27 @@ TEST(OutboxTest, CompletesOutOfOrderAndFreesTheDonePrefix) {
 }
 
 
+TEST(OutboxTest, WaitCompletedWaitsForTheMessagesBeforeAnIdOnly) {
+  Outbox outbox(8);
+  Report r;
+  r.stream = "s";
+  for (uint64_t seq = 0; seq < 3; ++seq) {
+    r.seq_first = r.seq_last = seq;
+    ASSERT_TRUE(outbox.Push(r, milliseconds(0)).ok());
+  }
+  EXPECT_TRUE(outbox.WaitCompleted(0, milliseconds(0)));   // nothing before id 0
+  EXPECT_FALSE(outbox.WaitCompleted(2, milliseconds(1)));  // 0 and 1 pending
+  EXPECT_TRUE(outbox.Complete("s", 0, 1, true));
+  EXPECT_FALSE(outbox.WaitCompleted(2, milliseconds(1)));  // 0 still pending: completion out of order is not enough
+  // A waiter is woken by the completion of the message it waits for (the later one 2 stays pending).
+  std::thread acker([&] { EXPECT_TRUE(outbox.Complete("s", 0, 0, false)); });
+  EXPECT_TRUE(outbox.WaitCompleted(2, kLong));
+  acker.join();
+  EXPECT_FALSE(outbox.WaitCompleted(3, milliseconds(0)));
+  outbox.Close();
+  EXPECT_FALSE(outbox.WaitCompleted(3, kLong));  // Close wakes the waiter; 2 is still pending
+}
+
 // ---- cuda_ipc (cuda_ipc.h) with its ring in shared host memory (the CPU machines; the GPU runs use cuda:N) --
 
 std::string SocketPath(const std::string& name) {

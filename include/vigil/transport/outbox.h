@@ -92,6 +92,9 @@ class Outbox {
   bool WaitBeyond(uint64_t id, std::chrono::milliseconds timeout) const;
   // Waits until nothing is pending; false when the timeout passed first.
   bool WaitEmpty(std::chrono::milliseconds timeout) const;
+  // Waits until every message with id < `id` is completed (acked or rejected), whatever was pushed after
+  // them; false when the timeout passed first or the outbox was closed with one still pending.
+  bool WaitCompleted(uint64_t id, std::chrono::milliseconds timeout) const;
   // Makes Push fail with Cancelled and wakes every waiter. Pending messages stay readable. Idempotent.
   void Close();
   bool closed() const;
