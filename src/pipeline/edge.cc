@@ -31,6 +31,7 @@
 #include "vigil/pipeline/placement.h"
 #include "vigil/pipeline/rules.h"
 #include "vigil/pipeline/standby_gate.h"
+#include "vigil/pipeline/takeover_timeline.h"
 #include "vigil/pipeline/workers.h"
 #include "vigil/replication/frame_ring.h"
 #include "transport/device_memory.h"
@@ -161,6 +162,9 @@ class Edge final : public transport::CourierHandler {
   // A standby: the primary's last contact (steady ns) once it took over, 0 before. Each live stream's first
   // frame after it measures the camera time the takeover missed (frames no node numbered). Set before Run.
   void set_takeover_contact(std::shared_ptr<const std::atomic<int64_t>> contact) { takeover_contact_ = std::move(contact); }
+  // A standby's takeover, step by step (the caller starts it and marks the steps before Run's own): logged and
+  // exported (vigil_edge_takeover_phase_seconds) when the first report is stored.
+  TakeoverTimeline& takeover_timeline() { return timeline_; }
   // A hot standby (set before Run): the streams are opened before options.after_load (the wait for the
   // primary to fail) and the replayable ones read through a StandbyGate up to the cursor FollowMirrored passes,
   // so the takeover resumes where the aggregator's cursor is instead of decoding from the start; with
@@ -206,12 +210,24 @@ class Edge final : public transport::CourierHandler {
     return h;
   }
   void OnWelcome(const transport::Welcome& w, std::string_view link) override {
-    ledger_->Admit(w);
+    timeline_.Mark(TakeoverTimeline::kWelcomed, SteadyNs());
+    ledger_->Admit(w);  // with the state write that lets pictures be numbered
+    timeline_.Mark(TakeoverTimeline::kDurable, SteadyNs());
     epoch_gauge_->Set(static_cast<double>(w.epoch));
     spdlog::info("edge '{}': admitted by the aggregator over {} with epoch {}", config_.edge, link, w.epoch);
   }
   void OnAck(const transport::Ack& a) override {
     ledger_->OnAck(a);
+    if (timeline_.started() && !timeline_.Seconds(TakeoverTimeline::kStored)) {
+      // The takeover is complete when the first frame this node processed is stored (a lost or drop mark
+      // stored before it is not a detection).
+      std::unique_lock lock(takeover_mu_);
+      if (first_processed_ && a.stream == first_processed_->stream && a.run == first_processed_->run &&
+          a.seq_first <= first_processed_->seq && first_processed_->seq <= a.seq_last) {
+        lock.unlock();
+        if (timeline_.Mark(TakeoverTimeline::kStored, SteadyNs())) LogTakeoverTimeline();
+      }
+    }
     if (a.contiguous_through >= 0 && config_.replication.mirror_frames) {
       // The mirrored pictures the aggregator has now are not kept for a standby any longer.
       if (replication::PrimaryChannel* ch = primary_channel_.load()) {
@@ -286,6 +302,7 @@ class Edge final : public transport::CourierHandler {
   void SampleLinks(const transport::CourierStats& cs);
   void WatchForStall(int64_t now, int active, const transport::OutboxStats& os, const transport::CourierStats& cs);
   void WatchHealth(int64_t now);
+  void LogTakeoverTimeline();  // once the takeover's first report is stored
   Status InjectFault();  // VIGIL_FAULT_INFERENCE, on a worker thread before each batch
 
   const EdgeConfig& config_;
@@ -337,6 +354,13 @@ class Edge final : public transport::CourierHandler {
   int fault_ms_ = 0;
   std::atomic<uint64_t> batches_started_{0};
   std::shared_ptr<const std::atomic<int64_t>> takeover_contact_;  // set_takeover_contact
+  TakeoverTimeline timeline_;                                       // takeover_timeline()
+  struct FrameId {
+    std::string stream;
+    uint64_t run = 0, seq = 0;
+  };
+  std::mutex takeover_mu_;
+  std::optional<FrameId> first_processed_;  // GUARDED_BY(takeover_mu_) the takeover's first detected frame
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   bool http_started_ = false;                // Run's thread: a standby's server runs from before its wait
@@ -983,6 +1007,7 @@ void Edge::StartReaders() {
     s.read->DoNotPaceThrough(r.skip_through.value_or(0));
   }
   if (gate_) gate_->Open();  // the ledger is admitted: held pictures go on to it
+  timeline_.Mark(TakeoverTimeline::kResumed, SteadyNs());
 }
 
 // A takeover's mirrored pictures (Stream::replay, seq order), decoded and pushed before the source's. One that
@@ -1030,7 +1055,10 @@ bool Edge::FeedReplay(size_t index) {
 bool Edge::PushToPool(size_t index, video::Frame frame) {
   if (frames_pushed_.load() == frames_done_.load()) last_batch_ns_ = SteadyNs();
   ++frames_pushed_;
-  if (pool_->Push(index, {index, std::move(frame)})) return true;
+  if (pool_->Push(index, {index, std::move(frame)})) {
+    timeline_.Mark(TakeoverTimeline::kFed, SteadyNs());
+    return true;
+  }
   --frames_pushed_;
   return false;
 }
@@ -1121,6 +1149,11 @@ void Edge::OnBatch(BatchResult& r) {
       ledger_->Dropped(item.stream, item.frame.seq, "detect_error");
     }
     return;
+  }
+  if (timeline_.started() && !r.items.empty() && timeline_.Mark(TakeoverTimeline::kDetected, SteadyNs())) {
+    std::lock_guard lock(takeover_mu_);
+    const video::Frame& f = r.items.front().frame;
+    first_processed_ = FrameId{streams_[r.items.front().stream].config.id, f.run, f.seq};
   }
   metrics::Histogram& decode_stage = *stages_.decode;
   metrics::Histogram& queue_stage = *stages_.queue;
@@ -1296,6 +1329,28 @@ void Edge::Periodic(bool force) {
 
 // The edge's own health (a primary steps down on it): inference stalled with frames waiting, or failing
 // batch after batch. Reported once per Run.
+void Edge::LogTakeoverTimeline() {
+  for (size_t i = 0; i < TakeoverTimeline::kPhases; ++i) {
+    const auto p = static_cast<TakeoverTimeline::Phase>(i);
+    if (std::optional<double> s = timeline_.Seconds(p)) {
+      reg_.GetGauge("vigil_edge_takeover_phase_seconds",
+                    "The last takeover, step by step: seconds from the old primary's last contact to each step "
+                    "(pipeline/takeover_timeline.h)",
+                    {{"phase", TakeoverTimeline::Name(p)}})
+          .Set(*s);
+    }
+  }
+  const double stored_s = timeline_.Seconds(TakeoverTimeline::kStored).value_or(0);
+  reg_.GetGauge("vigil_edge_takeover_seconds",
+                "The primary's last contact to the first frame this edge processed stored, last takeover")
+      .Set(stored_s);
+  spdlog::warn("replication: takeover of edge '{}' complete: first report stored {} ms after the primary's last "
+               "contact",
+               config_.edge, static_cast<int64_t>(stored_s * 1000));
+  spdlog::info("edge '{}': takeover timeline, ms after the old primary's last contact: {}", config_.edge,
+               timeline_.Format());
+}
+
 void Edge::WatchHealth(int64_t now) {
   if (!on_unhealthy_ || unhealthy_reported_) return;
   HealthSample sample;
@@ -1572,6 +1627,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
   }
   // The state dir is locked before anything else touches it: a second edge on it stops here.
   VIGIL_RETURN_IF_ERROR(OpenLedger(class_names_));
+  timeline_.Mark(TakeoverTimeline::kLedger, SteadyNs());
   if (!warm_) VIGIL_RETURN_IF_ERROR(OpenStreams());
   if (!config_.streams.empty() && std::none_of(streams_.begin(), streams_.end(), [](const Stream& st) {
         return st.source != nullptr || st.reader != nullptr;
@@ -1713,8 +1769,9 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
   metrics::Counter& takeovers = registry.GetCounter("vigil_edge_takeovers_total", "Takeovers of this standby");
   metrics::Counter& rejoins =
       registry.GetCounter("vigil_edge_rejoins_total", "Times this primary was fenced and rejoined as the standby");
-  metrics::Gauge& takeover_s = registry.GetGauge(
-      "vigil_edge_takeover_seconds", "The primary's last contact to the first report this edge got stored, last takeover");
+  // vigil_edge_takeover_seconds and _phase_seconds: the Edge sets them (LogTakeoverTimeline); scrapeable at 0.
+  registry.GetGauge("vigil_edge_takeover_seconds",
+                    "The primary's last contact to the first frame this edge processed stored, last takeover");
   metrics::Counter& step_downs =
       registry.GetCounter("vigil_edge_step_downs_total", "Times this primary found itself unhealthy and handed over");
   bool standby = rc.role == ReplicationConfig::Role::kStandby;
@@ -1774,10 +1831,8 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
     } else {
       role("primary").Set(0);
       role("standby").Set(1);
-      // The primary's last contact once taken over (the takeover's and the camera gap's start); `timed`: the
-      // takeover's time was logged (at the first ack).
+      // The primary's last contact once taken over (the takeover's and the camera gap's start).
       auto contact = std::make_shared<std::atomic<int64_t>>(0);
-      auto timed = std::make_shared<std::atomic<bool>>(false);
       edge.set_takeover_contact(contact);
       if (rc.warm_sources != ReplicationConfig::WarmSources::kNone) {
         edge.set_warm_standby(/*cameras=*/rc.warm_sources == ReplicationConfig::WarmSources::kAll);
@@ -1803,6 +1858,9 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
                                                std::move(on_frame)));
         takeovers.Inc();
         contact->store(t.last_contact_ns);
+        edge.takeover_timeline().Start(t.last_contact_ns);
+        edge.takeover_timeline().Mark(TakeoverTimeline::kDecided, t.decided_ns);
+        edge.takeover_timeline().Mark(TakeoverTimeline::kDrained, SteadyNs());
         spdlog::warn("replication: '{}' is now the primary of edge '{}' ({} ms after the primary's last contact)",
                      rc.node, config.edge, (t.decided_ns - t.last_contact_ns) / 1'000'000);
         // The takeover goes on even when the channel cannot be served: publishing matters more than a standby.
@@ -1811,18 +1869,8 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
           role("primary").Set(1);
           role("standby").Set(0);
         }
+        edge.takeover_timeline().Mark(TakeoverTimeline::kServing, SteadyNs());
         return absl::OkStatus();
-      };
-      o.on_acked = [inner = options.on_acked, contact, timed, &takeover_s, &config](const transport::Ack& a) {
-        const int64_t lost = contact->load();
-        if (lost != 0 && !timed->exchange(true)) {
-          const int64_t ms = (SteadyNs() - lost) / 1'000'000;
-          takeover_s.Set(static_cast<double>(ms) / 1000.0);
-          spdlog::warn("replication: takeover of edge '{}' complete: first report stored {} ms after the primary's "
-                       "last contact",
-                       config.edge, ms);
-        }
-        if (inner) inner(a);
       };
     }
     Status st = edge.Run(o);

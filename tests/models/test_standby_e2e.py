@@ -172,7 +172,19 @@ def test_the_standby_takes_over_after_a_sigkill_and_every_frame_is_stored_once(v
     assert metric(metrics, "vigil_edge_takeovers_total") == 1
     assert metric(metrics, "vigil_edge_replication_role", role="primary") == 1
     assert abs(metric(metrics, "vigil_edge_takeover_seconds") * 1000 - took_ms) <= 1
-    print(f"takeover: first report of the standby stored {took_ms} ms after the primary's last contact")
+    # The takeover step by step: every step reached, in the order the path takes them (the Welcome's state write
+    # and the streams' resumption both follow the Welcome), the last one the time above.
+    m = re.search(r"takeover timeline, ms after the old primary's last contact: (.*)", log)
+    assert m, log[-3000:]
+    steps = {k: float(v) for k, v in (p.rsplit(" ", 1) for p in m.group(1).split(", "))}
+    assert list(steps) == ["decided", "drained", "serving", "ledger", "welcomed", "durable", "resumed", "fed",
+                           "detected", "stored"], m.group(0)
+    order = ["decided", "drained", "serving", "ledger", "welcomed", "resumed", "fed", "detected", "stored"]
+    assert [steps[k] for k in order] == sorted(steps[k] for k in order), m.group(0)
+    assert steps["durable"] >= steps["welcomed"] and steps["stored"] >= took_ms - 1, m.group(0)
+    for k, v in steps.items():
+        assert abs(metric(metrics, "vigil_edge_takeover_phase_seconds", phase=k) * 1000 - v) <= 0.1, k
+    print(f"takeover: first report of the standby stored {took_ms} ms after the primary's last contact; {m.group(1)}")
 
 
 def test_a_standby_with_other_rules_is_refused_and_says_what_differs(vtest200, tmp_path):

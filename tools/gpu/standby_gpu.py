@@ -4,7 +4,7 @@ cameras decoded by NVDEC, SIGKILLs of the current primary; what is lost, what is
 takeover takes, what mirroring costs the primary.
 
 Method: a camera server in this process serves --clip-ts (H.264 in MPEG-TS), looped, to every client of each of
-N TCP ports at the clip's own bit rate (a live camera: a client joins at the current position; cameras serve
+N TCP ports, each picture's bytes at the picture's time (a live camera: a client joins at the current picture; cameras serve
 two clients, so the standby keeps its connection: warm_sources: all). `vigil aggregator` (SQLite) and the pair
 (node-a starts as primary, node-b as standby; model on --device in --precision, `hwaccel: cuda`, mutual TLS with
 --certs, heartbeat 100 ms × 3 misses) with `replication.mirror_via` / `mirror_memory` from --mirror:
@@ -65,13 +65,43 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-class Cameras:
-    """N TCP ports, each a live camera: every client gets the clip from the current position (188-byte aligned),
-    paced at the clip's bit rate, looped."""
+def ts_frames(data: bytes) -> list[tuple[int, float]]:
+    """(byte offset, decode time in s) of every video PES start in an MPEG-TS clip: a camera sends each picture
+    when it is taken, so the server sends the bytes of picture k at its time (DTS, else PTS)."""
+    out = []
+    for off in range(0, len(data) - 187, 188):
+        p = data[off:off + 188]
+        if p[0] != 0x47 or not p[1] & 0x40:  # sync byte; payload_unit_start_indicator
+            continue
+        afc = (p[3] >> 4) & 3
+        i = 4 + (1 + p[4] if afc & 2 else 0)
+        if not afc & 1 or i + 19 > 188 or p[i:i + 3] != b"\0\0\1" or not 0xE0 <= p[i + 3] <= 0xEF:
+            continue
+        flags = p[i + 7] >> 6
+        if not flags & 2:
+            continue
+        t = p[i + 14:i + 19] if flags == 3 else p[i + 9:i + 14]  # DTS when present, else PTS
+        ticks = ((t[0] >> 1) & 7) << 30 | t[1] << 22 | (t[2] >> 1) << 15 | t[3] << 7 | t[4] >> 1
+        out.append((off, ticks / 90000.0))
+    return out
 
-    def __init__(self, clip: Path, n: int, seconds: float):
+
+class Cameras:
+    """N TCP ports, each a live camera: every client joins at the current picture and gets each picture's bytes
+    at the picture's time (the clip's DTS), looped — as a camera sends a frame when it is taken (a server pacing
+    bytes at the average bit rate would spread a keyframe over hundreds of ms and delay every frame after it)."""
+
+    def __init__(self, clip: Path, n: int):
         self.data = clip.read_bytes()
-        self.rate = len(self.data) / seconds  # bytes per second
+        frames = ts_frames(self.data)
+        if len(frames) < 2:
+            raise ValueError(f"{clip}: no video PES with timestamps found (an MPEG-TS clip is needed)")
+        t0 = frames[0][1]
+        step = (frames[-1][1] - t0) / (len(frames) - 1)
+        self.period = frames[-1][1] - t0 + step  # one pass of the clip, s
+        # (start offset, end offset, time in the pass) per picture; the bytes before the first PES go with it.
+        self.frames = [(0 if k == 0 else off, frames[k + 1][0] if k + 1 < len(frames) else len(self.data), t - t0)
+                       for k, (off, t) in enumerate(frames)]
         self.t0 = time.monotonic()
         self.stop = threading.Event()
         self.ports = []
@@ -95,22 +125,20 @@ class Cameras:
             threading.Thread(target=self.serve, args=(c,), daemon=True).start()
 
     def serve(self, c: socket.socket):
-        n = len(self.data)
-        pos = int((time.monotonic() - self.t0) * self.rate) % n // 188 * 188
-        sent_t, sent = time.monotonic(), 0
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        elapsed = time.monotonic() - self.t0
+        lap = int(elapsed // self.period)
+        k = next((i for i, f in enumerate(self.frames) if f[2] >= elapsed - lap * self.period), 0)
         try:
             while not self.stop.is_set():
-                due = int((time.monotonic() - sent_t) * self.rate) - sent
-                if due < 188 * 64:
-                    time.sleep(0.01)
-                    continue
-                due = due // 188 * 188
-                while due > 0:
-                    k = min(due, n - pos)
-                    c.sendall(self.data[pos:pos + k])
-                    pos = (pos + k) % n
-                    sent += k
-                    due -= k
+                start, end, at = self.frames[k]
+                wait = self.t0 + lap * self.period + at - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                c.sendall(self.data[start:end])
+                k += 1
+                if k == len(self.frames):
+                    k, lap = 0, lap + 1
         except OSError:
             pass
         finally:
@@ -150,7 +178,6 @@ def main() -> int:
     ap.add_argument("--vigil", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--clip-ts", required=True, type=Path)
-    ap.add_argument("--clip-seconds", type=float, default=30.0)
     ap.add_argument("--certs", required=True, type=Path, help="ca.pem, node-a.{pem,key}, node-b.{pem,key}")
     ap.add_argument("--streams", type=int, default=32)
     ap.add_argument("--kills", type=int, default=10)
@@ -184,7 +211,7 @@ def main() -> int:
     agg_port, agg_http = free_port(), free_port()
     (d / "agg.yaml").write_text(f"listen: 127.0.0.1:{agg_port}\nhttp: 127.0.0.1:{agg_http}\ndb: {d}/vigil.db\n"
                                 f"queue_max: 1000000\nauth: {{keys_file: {d}/keys.yaml}}\n")
-    cams = Cameras(args.clip_ts, args.streams, args.clip_seconds)
+    cams = Cameras(args.clip_ts, args.streams)
     chan = {"node-a": free_port(), "node-b": free_port()}
     http = {"node-a": free_port(), "node-b": free_port()}
     cfg = {"node-a": node_yaml(args, d, "node-a", "primary", chan["node-a"], chan["node-b"], agg_port, http["node-a"],
@@ -223,6 +250,7 @@ def main() -> int:
     agg = subprocess.Popen([args.vigil, "aggregator", "--config", str(d / "agg.yaml")],
                            stdout=open(d / "agg.out", "wb"), stderr=open(d / "agg.log", "wb"))
     result: dict = {"streams": args.streams, "mirror": args.mirror, "kills_asked": args.kills,
+                    "clip": {"pictures": len(cams.frames), "period_s": round(cams.period, 2)},
                     "heartbeat_ms": args.heartbeat_ms}
     t_start = time.monotonic()
     try:
@@ -286,6 +314,19 @@ def main() -> int:
             result["takeover_ms_p50"] = times[len(times) // 2]
             result["takeover_ms_p99"] = times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))]
             result["takeover_ms_max"] = times[-1]
+        # Each takeover step by step (the new primary's "takeover timeline" line): where the time goes.
+        lines = [m for n in cfg for m in re.findall(r"takeover timeline, ms after the old primary's last contact: (.*)",
+                                                    log(n))]
+        steps = [{k: (None if v == "-" else float(v)) for k, v in (p.rsplit(" ", 1) for p in ln.split(", "))}
+                 for ln in lines]
+        result["timelines"] = steps
+        if steps:
+            phases = {}
+            for k in steps[0]:
+                v = sorted(x[k] for x in steps if x.get(k) is not None)
+                if v:
+                    phases[k] = {"p50": v[len(v) // 2], "max": v[-1]}
+            result["phase_ms"] = phases
         result["kills"] = len(kills)
         result["replayed"] = sum(int(x) for n in cfg for x in
                                  re.findall(r"processing (\d+) mirrored picture\(s\) of the old primary again", log(n)))
