@@ -182,6 +182,11 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=32)
     ap.add_argument("--kills", type=int, default=10)
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="replication.heartbeat_ms (3 misses)")
+    ap.add_argument("--stops", type=int, default=0, help="SIGSTOPs of the primary after the kills (a false "
+                    "suspicion: the standby takes over, the old primary is resumed after --stop-ms, fenced, rejoins)")
+    ap.add_argument("--stop-ms", type=int, default=1500)
+    ap.add_argument("--soak-s", type=float, default=0.0, help="after the measurement: this long at full load, "
+                    "counting takeovers nobody asked for")
     ap.add_argument("--interval-s", type=float, default=3.0)
     ap.add_argument("--warmup-s", type=float, default=8.0)
     ap.add_argument("--measure-s", type=float, default=10.0)
@@ -232,9 +237,15 @@ def main() -> int:
     def paired(node: str) -> int:
         return log(node).count("of edge 'standby-gpu' paired with primary")
 
+    def takeovers_of(node: str) -> list[int]:
+        return [int(m) for m in re.findall(r"first report stored (\d+) ms after the primary's last contact", log(node))]
+
     def takeovers() -> list[int]:
-        return [int(m) for n in cfg for m in
-                re.findall(r"first report stored (\d+) ms after the primary's last contact", log(n))]
+        return [t for n in cfg for t in takeovers_of(n)]
+
+    def timelines_of(node: str) -> list[dict]:
+        return [{k: (None if v == "-" else float(v)) for k, v in (p.rsplit(" ", 1) for p in ln.split(", "))}
+                for ln in re.findall(r"takeover timeline, ms after the old primary's last contact: (.*)", log(node))]
 
     def wait(pred, timeout: float, what: str):
         t = time.monotonic()
@@ -294,40 +305,72 @@ def main() -> int:
             "standby_cpu_cores": round((s1 - s0) / secs, 2),
             "primary_cpu_ms_per_frame": round(1e3 * (c1 - c0) / max(frames, 1), 3),
         }
+        if args.soak_s > 0:
+            # Full load, nothing done to either node: any takeover now is a false one.
+            time.sleep(args.soak_s)
+            result["soak"] = {"seconds": args.soak_s,
+                              "false_takeovers": sum(log(n).count("takes over edge") for n in cfg),
+                              "heartbeat_ms": args.heartbeat_ms}
         primary, standby = "node-a", "node-b"
-        kills = []
-        for k in range(args.kills):
-            before = len(takeovers())
+        kills, stops = [], []
+
+        def fault(kind: str, k: int) -> dict:
+            """SIGKILL or SIGSTOP the current primary; the standby's takeover: its time and its timeline."""
+            nonlocal primary, standby
+            seen, steps_seen = len(takeovers_of(standby)), len(timelines_of(standby))
             paired_before = paired(primary)
-            procs[primary].kill()
-            procs[primary].wait(timeout=30)
-            t_kill = time.monotonic()
-            wait(lambda: len(takeovers()) > before, 60, f"takeover {k + 1}")
-            kills.append({"kill": k + 1, "detected_s": round(time.monotonic() - t_kill, 2)})
-            start(primary)  # rejoins as the standby of the new primary
+            t0 = time.monotonic()
+            if kind == "kill":
+                procs[primary].kill()
+                procs[primary].wait(timeout=30)
+            else:
+                procs[primary].send_signal(signal.SIGSTOP)
+            wait(lambda: len(takeovers_of(standby)) > seen and len(timelines_of(standby)) > steps_seen, 60,
+                 f"takeover after {kind} {k}")
+            took = takeovers_of(standby)[seen]
+            steps = timelines_of(standby)[steps_seen:steps_seen + 1]
+            if kind == "kill":
+                start(primary)  # rejoins as the standby of the new primary
+            else:
+                time.sleep(max(0.0, t0 + args.stop_ms / 1000 - time.monotonic()))
+                procs[primary].send_signal(signal.SIGCONT)  # fenced at its next report: rejoins as the standby
             wait(lambda: paired(primary) > paired_before, args.start_timeout_s, f"{primary} to rejoin as standby")
             primary, standby = standby, primary
             time.sleep(args.interval_s)
-        times = sorted(takeovers())
-        result["takeover_ms"] = times
-        if times:
-            result["takeover_ms_p50"] = times[len(times) // 2]
-            result["takeover_ms_p99"] = times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))]
-            result["takeover_ms_max"] = times[-1]
-        # Each takeover step by step (the new primary's "takeover timeline" line): where the time goes.
-        lines = [m for n in cfg for m in re.findall(r"takeover timeline, ms after the old primary's last contact: (.*)",
-                                                    log(n))]
-        steps = [{k: (None if v == "-" else float(v)) for k, v in (p.rsplit(" ", 1) for p in ln.split(", "))}
-                 for ln in lines]
-        result["timelines"] = steps
-        if steps:
+            return {"n": k, "takeover_ms": took, "timeline": steps[0] if steps else None}
+
+        for k in range(args.kills):
+            kills.append(fault("kill", k + 1))
+        for k in range(args.stops):
+            stops.append(fault("stop", k + 1))
+
+        def summary(events: list[dict]) -> dict:
+            times = sorted(e["takeover_ms"] for e in events)
+            out = {"takeover_ms": times}
+            if times:
+                out["p50"] = times[len(times) // 2]
+                out["p99"] = times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))]
+                out["max"] = times[-1]
+            # Each takeover step by step (the new primary's "takeover timeline" line): where the time goes.
+            steps = [e["timeline"] for e in events if e["timeline"]]
             phases = {}
-            for k in steps[0]:
-                v = sorted(x[k] for x in steps if x.get(k) is not None)
+            for key in (steps[0] if steps else {}):
+                v = sorted(x[key] for x in steps if x.get(key) is not None)
                 if v:
-                    phases[k] = {"p50": v[len(v) // 2], "max": v[-1]}
-            result["phase_ms"] = phases
+                    phases[key] = {"p50": v[len(v) // 2], "max": v[-1]}
+            out["phase_ms"] = phases
+            out["timelines"] = steps
+            return out
+
+        result["kill"] = summary(kills)
+        if stops:
+            result["stop"] = summary(stops)
+        # The headline numbers: the SIGKILL takeovers.
+        for key in ("p50", "p99", "max"):
+            if key in result["kill"]:
+                result[f"takeover_ms_{key}"] = result["kill"][key]
         result["kills"] = len(kills)
+        result["stops"] = len(stops)
         result["replayed"] = sum(int(x) for n in cfg for x in
                                  re.findall(r"processing (\d+) mirrored picture\(s\) of the old primary again", log(n)))
     except Exception as e:  # noqa: BLE001 - reported, the databases still read
@@ -360,6 +403,7 @@ def main() -> int:
     }
     result["ok"] = ("error" not in result and result["db"]["lost"] == 0 and not gaps and dup_events == 0
                     and result["db"]["runs"] == args.streams and result.get("kills") == args.kills
+                    and result.get("stops") == args.stops and result.get("soak", {}).get("false_takeovers", 0) == 0
                     and (args.mirror == "channel" or result.get("ring_mapped", False)))
     for n in cfg:
         result[f"{n}_log_tail"] = log(n).splitlines()[-4:]
