@@ -188,6 +188,8 @@ def main() -> int:
     ap.add_argument("--soak-s", type=float, default=0.0, help="after the measurement: this long at full load, "
                     "counting takeovers nobody asked for")
     ap.add_argument("--interval-s", type=float, default=3.0)
+    ap.add_argument("--budget-s", type=float, default=0.0, help="no new kill or stop once this long has passed since "
+                    "the start (the run then ends with what it did: a device call's time limit)")
     ap.add_argument("--warmup-s", type=float, default=8.0)
     ap.add_argument("--measure-s", type=float, default=10.0)
     ap.add_argument("--mirror", choices=["shm-gpu", "shm", "channel"], default="shm-gpu")
@@ -339,9 +341,19 @@ def main() -> int:
             time.sleep(args.interval_s)
             return {"n": k, "takeover_ms": took, "timeline": steps[0] if steps else None}
 
+        def time_left() -> bool:
+            if args.budget_s > 0 and time.monotonic() - t_start > args.budget_s:
+                result["budget_ended"] = True
+                return False
+            return True
+
         for k in range(args.kills):
+            if not time_left():
+                break
             kills.append(fault("kill", k + 1))
         for k in range(args.stops):
+            if not time_left():
+                break
             stops.append(fault("stop", k + 1))
 
         def summary(events: list[dict]) -> dict:
