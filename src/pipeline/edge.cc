@@ -123,7 +123,9 @@ struct Stream {
   metrics::Counter* mirrored_bytes = nullptr;  // … their JPEG bytes
   metrics::Counter* mirror_skipped = nullptr;  // live pictures not mirrored: the JPEG failed or was too large
   metrics::Counter* replayed = nullptr;        // mirrored pictures processed again after a takeover
-  std::vector<replication::MirroredFrame> replay;  // a takeover's mirrored pictures, fed before the source's
+  // A takeover's mirrored pictures, fed before the source's (shared with the thread that keeps them for this
+  // node's own standby: MirrorReplays).
+  std::shared_ptr<const std::vector<replication::MirroredFrame>> replay;
   metrics::Counter* dropped[std::size(kDropReasons)] = {};
   metrics::Counter* events[4] = {};  // by transport::Severity
   metrics::Gauge* fps = nullptr;
@@ -293,6 +295,7 @@ class Edge final : public transport::CourierHandler {
   Status LoadWorkers();
   void Feed(size_t index);
   bool FeedReplay(size_t index);  // false: stopped (what was left became drop marks)
+  void MirrorReplays();           // replay_jobs_, on replay_mirror_
   bool PushToPool(size_t index, video::Frame frame);
   void OnBatch(BatchResult& r);
   void SaveFrame(const Stream& s, const video::Frame& f);
@@ -355,6 +358,10 @@ class Edge final : public transport::CourierHandler {
   std::atomic<uint64_t> batches_started_{0};
   std::shared_ptr<const std::atomic<int64_t>> takeover_contact_;  // set_takeover_contact
   TakeoverTimeline timeline_;                                       // takeover_timeline()
+  // A takeover's replayed pictures still to keep for this node's own standby (WaitAdmitted fills it; Run's
+  // replay_mirror_ thread works through it while the streams run).
+  std::vector<std::pair<size_t, std::shared_ptr<const std::vector<replication::MirroredFrame>>>> replay_jobs_;
+  std::thread replay_mirror_;
   struct FrameId {
     std::string stream;
     uint64_t run = 0, seq = 0;
@@ -687,43 +694,13 @@ bool Edge::WaitAdmitted() {
     s.lost_on_restart->Inc(static_cast<double>(r.lost));
     if (window_ && s.live) {
       // The old primary's pictures the aggregator lacks: Feed processes them before the camera's next ones.
-      s.replay = window_->Take(s.config.id, s.run, r.replay);
+      s.replay = std::make_shared<const std::vector<replication::MirroredFrame>>(
+          window_->Take(s.config.id, s.run, r.replay));
       s.replayed->Inc(static_cast<double>(r.replay.size()));
-      // This node's own standby (once one pairs) needs these pictures as much as this node did: all of them
-      // are kept on the channel now, before any is processed (a kill halfway through must not lose the rest).
-      if (replication::PrimaryChannel* ch = primary_channel_.load(); ch != nullptr && config_.replication.mirror_frames) {
-        std::lock_guard lock(mirror_mu_);
-        replication::FramePublisher* ring = frame_publisher_.load();
-        for (const replication::MirroredFrame& m : s.replay) {
-          if (ring != nullptr && ring->active() && (!m.bgr.empty() || (m.gpu && ring->in_gpu_memory()))) {
-            const video::Frame g = m.gpu ? FrameOfGpu(m) : video::Frame{};
-            WriteToRing(i, m, m.bgr.data(), m.stride, m.gpu ? &*g.device : nullptr);
-            continue;
-          }
-          replication::MirroredFrame jpeg;
-          if (m.jpeg.empty()) {  // a raw picture and no ring (or a host one) mapped now: the channel carries JPEGs
-            video::Frame host = m.gpu ? FrameOfGpu(m) : FrameOfRaw(m);
-            Status down = video::DownloadBgr(host);
-            StatusOr<std::string> encoded =
-                !down.ok() ? StatusOr<std::string>(down)
-                : video::JpegAvailable() ? video::EncodeJpeg(host, config_.replication.jpeg_quality)
-                                         : StatusOr<std::string>(absl::UnimplementedError("no libturbojpeg"));
-            if (encoded.ok()) {
-              jpeg = m;
-              jpeg.bgr = {};
-              jpeg.gpu.reset();
-              jpeg.stride = 0;
-              jpeg.jpeg = std::move(*encoded);
-            }
-          }
-          const replication::MirroredFrame& out = m.jpeg.empty() ? jpeg : m;
-          if (!out.jpeg.empty() && ch->MirrorFrame(out)) {
-            s.mirrored->Inc();
-            s.mirrored_bytes->Inc(static_cast<double>(out.jpeg.size()));
-          } else {
-            s.mirror_skipped->Inc();
-          }
-        }
+      // This node's own standby (once one pairs) needs those the aggregator has not stored yet as much as this
+      // node did: MirrorReplays keeps them on the channel, off the takeover's path.
+      if (!s.replay->empty() && primary_channel_.load() != nullptr && config_.replication.mirror_frames) {
+        replay_jobs_.emplace_back(i, s.replay);
       }
       if (!r.replay.empty()) {
         spdlog::warn("stream '{}': processing {} mirrored picture(s) of the old primary again (seqs {}..{})",
@@ -1010,12 +987,63 @@ void Edge::StartReaders() {
   timeline_.Mark(TakeoverTimeline::kResumed, SteadyNs());
 }
 
+// A takeover's replayed pictures, kept for this node's own standby (once one pairs it needs those the aggregator
+// has not stored as much as this node did): written to its ring when one is mapped, else JPEG-encoded for the
+// channel. On its own thread while the streams run — ~15 ms per 1080p picture downloaded and encoded, dozens
+// per takeover, which on the takeover's path delayed the first report by a second. A picture the aggregator
+// stored meanwhile is not needed any more (most are: they are processed first). The window this opens — a
+// standby pairing within it and this node killed before the picture is kept — reports that seq lost; pairing
+// takes seconds, the thread tens of ms per stream.
+void Edge::MirrorReplays() {
+  replication::PrimaryChannel* ch = primary_channel_.load();
+  for (const auto& [i, frames] : replay_jobs_) {
+    Stream& s = streams_[i];
+    for (const replication::MirroredFrame& m : *frames) {
+      if (Stopping() || ch == nullptr) return;
+      if (const std::optional<uint64_t> stored = ledger_->acked_through(i); stored && *stored >= m.seq) continue;
+      replication::FramePublisher* ring = frame_publisher_.load();
+      if (ring != nullptr && ring->active() && (!m.bgr.empty() || (m.gpu && ring->in_gpu_memory()))) {
+        const video::Frame g = m.gpu ? FrameOfGpu(m) : video::Frame{};
+        std::lock_guard lock(mirror_mu_);
+        WriteToRing(i, m, m.bgr.data(), m.stride, m.gpu ? &*g.device : nullptr);
+        continue;
+      }
+      replication::MirroredFrame jpeg;
+      if (m.jpeg.empty()) {  // a raw picture and no ring (or a host one) mapped now: the channel carries JPEGs
+        video::Frame host = m.gpu ? FrameOfGpu(m) : FrameOfRaw(m);
+        Status down = video::DownloadBgr(host);
+        StatusOr<std::string> encoded =
+            !down.ok() ? StatusOr<std::string>(down)
+            : video::JpegAvailable() ? video::EncodeJpeg(host, config_.replication.jpeg_quality)
+                                     : StatusOr<std::string>(absl::UnimplementedError("no libturbojpeg"));
+        if (encoded.ok()) {
+          jpeg = m;
+          jpeg.bgr = {};
+          jpeg.gpu.reset();
+          jpeg.stride = 0;
+          jpeg.jpeg = std::move(*encoded);
+        }
+      }
+      const replication::MirroredFrame& out = m.jpeg.empty() ? jpeg : m;
+      std::lock_guard lock(mirror_mu_);
+      if (!out.jpeg.empty() && ch->MirrorFrame(out)) {
+        s.mirrored->Inc();
+        s.mirrored_bytes->Inc(static_cast<double>(out.jpeg.size()));
+      } else {
+        s.mirror_skipped->Inc();
+      }
+    }
+  }
+}
+
 // A takeover's mirrored pictures (Stream::replay, seq order), decoded and pushed before the source's. One that
 // does not decode becomes a drop mark (mirror_error): its seq was kept out of the lost ranges for it.
 bool Edge::FeedReplay(size_t index) {
   Stream& s = streams_[index];
-  std::vector<replication::MirroredFrame> replay = std::move(s.replay);
-  s.replay.clear();
+  const std::shared_ptr<const std::vector<replication::MirroredFrame>> shared = std::move(s.replay);
+  s.replay.reset();
+  static const std::vector<replication::MirroredFrame> kNone;
+  const std::vector<replication::MirroredFrame>& replay = shared ? *shared : kNone;
   size_t k = 0;
   for (; k < replay.size() && !Stopping(); ++k) {
     const replication::MirroredFrame& m = replay[k];
@@ -1664,7 +1692,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
 
   std::vector<std::thread> feeders;
   for (size_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].reader || !streams_[i].replay.empty()) ++active_;
+    if (streams_[i].reader || (streams_[i].replay && !streams_[i].replay->empty())) ++active_;
   }
   // Inference on the pool's threads, each bound to its device's cores (its OpenMP team, created from it,
   // inherits that); the ledger and the rules on the sink thread.
@@ -1683,8 +1711,10 @@ Status Edge::Run(const EdgeRunOptions& options) {
                [this](size_t, size_t) { placement_->PlaceThread(ThreadRole::kWorker); },
                [this] { placement_->PlaceThread(ThreadRole::kSink); });
   if (active_ == 0) pool_->Close();
+  if (!replay_jobs_.empty()) replay_mirror_ = std::thread([this] { MirrorReplays(); });
   for (size_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].reader || !streams_[i].replay.empty()) {  // a camera that did not open still gets its replay
+    if (streams_[i].reader || (streams_[i].replay && !streams_[i].replay->empty())) {  // a camera that did not open
+                                                                                        // still gets its replay
       feeders.emplace_back([this, i] {
         placement_->PlaceThread(ThreadRole::kFeed, i);
         Feed(i);
@@ -1715,6 +1745,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
   }
   pool_->Join();
   for (std::thread& t : feeders) t.join();
+  if (replay_mirror_.joinable()) replay_mirror_.join();
   // Flush every mark, then wait for the acks (bounded), retrying marks held for lack of room.
   ledger_->Tick(/*force=*/true);
   bool flushed = fenced_.load();

@@ -158,6 +158,53 @@ TEST(StreamLedger, ALiveStreamNumbersAboveItsHighWaterMarkAndReportsWhatWasLost)
   EXPECT_EQ(seq, 20u) << "no picture is skipped and no seq reused";
 }
 
+// A store whose writes fail (a full or read-only disk): what it loaded was written before.
+class UnwritableStore : public StateStore {
+ public:
+  explicit UnwritableStore(std::vector<StreamRecord> records) : records_(std::move(records)) {}
+  StatusOr<std::vector<StreamRecord>> Load() override { return records_; }
+  Status Save(const std::vector<StreamRecord>&) override { return absl::UnavailableError("disk full"); }
+  std::string where() const override { return "unwritable"; }
+
+ private:
+  std::vector<StreamRecord> records_;
+};
+
+std::unique_ptr<StreamLedger> OpenOn(std::unique_ptr<StateStore> store, FakeClock* clock) {
+  LedgerOptions o;
+  o.clock = clock;
+  o.store = std::move(store);
+  o.persist_interval = 1h;
+  o.replayable_wait = 0ms;
+  StatusOr<std::unique_ptr<StreamLedger>> l = StreamLedger::Open(std::move(o), {Camera("cam")});
+  EXPECT_TRUE(l.ok()) << l.status();
+  return std::move(*l);
+}
+
+TEST(StreamLedger, AResumedRunNumbersAtOnceANewRunOnlyOnceItIsOnDisk) {
+  FakeClock clock;
+  uint64_t seq = 0;
+  {
+    // A takeover or a restart resumes run 5, which the store holds already: its pictures are numbered without
+    // waiting for the state write (here it even fails; the writer retries).
+    auto l = OpenOn(std::make_unique<UnwritableStore>(std::vector<StreamRecord>{{"cam", "rtsp://10.0.0.1/cam", 5, 11, 20}}),
+                    &clock);
+    l->Admit({6, {{"cam", 5, 14, 14}}});
+    ASSERT_TRUE(l->Number(0, 0, &seq));
+    EXPECT_EQ(seq, 20u);
+    EXPECT_EQ(l->counters(0).not_numbered, 0u);
+    EXPECT_GE(l->counters(0).persist_failures, 1u);
+  }
+  {
+    // A new run must reach the disk first: a crash would otherwise start yet another run for the same pictures.
+    auto l = OpenOn(std::make_unique<UnwritableStore>(std::vector<StreamRecord>{}), &clock);
+    l->Admit({6, {}});
+    EXPECT_EQ(l->resume(0).kind, StreamResume::kNewRun);
+    EXPECT_FALSE(l->Number(0, 0, &seq));
+    EXPECT_EQ(l->counters(0).not_numbered, 1u);
+  }
+}
+
 TEST(StreamLedger, ALiveStreamWhoseHighWaterMarkLagsTheAggregatorNumbersAboveTheHighestStored) {
   Fixture f;
   f.Seed({{"cam", "rtsp://10.0.0.1/cam", 5, 11, 20}});  // persisted lazily: the dead instance got further

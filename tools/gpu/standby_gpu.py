@@ -266,6 +266,27 @@ def main() -> int:
                     "clip": {"pictures": len(cams.frames), "period_s": round(cams.period, 2)},
                     "heartbeat_ms": args.heartbeat_ms}
     t_start = time.monotonic()
+    events: list[tuple[float, str]] = []  # (s since start, what the run did or saw)
+    samples: list[tuple[float, str, float]] = []  # (s, node, frames processed so far) of whichever node is primary
+    sampling = threading.Event()
+
+    def sample():
+        """Every 0.25 s the primary's processed frames: a dip in its rate names a stall (and when it was)."""
+        while not sampling.is_set():
+            for n in cfg:
+                p = procs.get(n)
+                if p is None or p.poll() is not None:
+                    continue
+                try:
+                    m = urllib.request.urlopen(f"http://127.0.0.1:{http[n]}/metrics", timeout=0.5).read().decode()
+                except OSError:
+                    continue
+                if re.search(r'^vigil_edge_replication_role\{role="primary"\} 1', m, re.M):
+                    done = sum(float(x) for x in re.findall(r"^vigil_edge_frames_total\{[^}]*\} (\S+)", m, re.M))
+                    samples.append((time.monotonic() - t_start, n, done))
+            time.sleep(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
     try:
         time.sleep(1.0)
         start("node-a")
@@ -283,6 +304,7 @@ def main() -> int:
             raise RuntimeError("node-b took over before any kill (a false takeover under load: heartbeat_ms "
                                f"{args.heartbeat_ms} x 3 misses)")
         result["startup_s"] = round(time.monotonic() - t_start, 1)
+        sampler.start()
         ring = "gets the primary's pictures raw through its ring" in log("node-b")
         result["ring_mapped"] = ring
         time.sleep(args.warmup_s)
@@ -322,6 +344,7 @@ def main() -> int:
             seen, steps_seen = len(takeovers_of(standby)), len(timelines_of(standby))
             paired_before = paired(primary)
             t0 = time.monotonic()
+            events.append((round(t0 - t_start, 2), f"{kind} {primary}"))
             if kind == "kill":
                 procs[primary].kill()
                 procs[primary].wait(timeout=30)
@@ -330,13 +353,16 @@ def main() -> int:
             wait(lambda: len(takeovers_of(standby)) > seen and len(timelines_of(standby)) > steps_seen, 60,
                  f"takeover after {kind} {k}")
             took = takeovers_of(standby)[seen]
+            events.append((round(time.monotonic() - t_start, 2), f"{standby} took over ({took} ms)"))
             steps = timelines_of(standby)[steps_seen:steps_seen + 1]
             if kind == "kill":
                 start(primary)  # rejoins as the standby of the new primary
             else:
                 time.sleep(max(0.0, t0 + args.stop_ms / 1000 - time.monotonic()))
                 procs[primary].send_signal(signal.SIGCONT)  # fenced at its next report: rejoins as the standby
+            events.append((round(time.monotonic() - t_start, 2), f"{primary} {'restarted' if kind == 'kill' else 'resumed'}"))
             wait(lambda: paired(primary) > paired_before, args.start_timeout_s, f"{primary} to rejoin as standby")
+            events.append((round(time.monotonic() - t_start, 2), f"{primary} paired as standby"))
             primary, standby = standby, primary
             time.sleep(args.interval_s)
             return {"n": k, "takeover_ms": took, "timeline": steps[0] if steps else None}
@@ -388,6 +414,21 @@ def main() -> int:
     except Exception as e:  # noqa: BLE001 - reported, the databases still read
         result["error"] = str(e)
     finally:
+        sampling.set()
+        # Stalls: 1 s windows in which the primary processed under half of what its cameras deliver.
+        want = args.streams * len(cams.frames) / cams.period
+        dips = []
+        for k in range(len(samples)):
+            t, n, done = samples[k]
+            j = k
+            while j + 1 < len(samples) and samples[j + 1][1] == n and samples[j + 1][0] - t < 1.0:
+                j += 1
+            if j > k and samples[j][0] - t >= 0.7:
+                rate = (samples[j][2] - done) / (samples[j][0] - t)
+                if rate < want / 2 and (not dips or t - dips[-1]["t"] >= 1.0):
+                    dips.append({"t": round(t, 2), "node": n, "fps": round(rate)})
+        result["primary_dips"] = dips
+        result["events"] = events
         for p in procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
