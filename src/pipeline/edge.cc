@@ -122,6 +122,7 @@ struct Stream {
   metrics::Counter* mirrored = nullptr;        // live pictures handed to the standby (primary)
   metrics::Counter* mirrored_bytes = nullptr;  // … their JPEG bytes
   metrics::Counter* mirror_skipped = nullptr;  // live pictures not mirrored: the JPEG failed or was too large
+  metrics::Counter* unpaired_evicted = nullptr;  // kept raw with no standby paired, dropped for room unstored
   metrics::Counter* replayed = nullptr;        // mirrored pictures processed again after a takeover
   // A takeover's mirrored pictures, fed before the source's (shared with the thread that keeps them for this
   // node's own standby: MirrorReplays).
@@ -220,6 +221,16 @@ class Edge final : public transport::CourierHandler {
   }
   void OnAck(const transport::Ack& a) override {
     ledger_->OnAck(a);
+    if (a.contiguous_through >= 0 && config_.replication.mirror_frames) {
+      // Stored: no standby will need these kept pictures.
+      std::lock_guard lock(mirror_mu_);
+      for (size_t i = 0; i < unpaired_.size(); ++i) {
+        if (streams_[i].config.id != a.stream) continue;
+        std::erase_if(unpaired_[i], [&](const replication::MirroredFrame& m) {
+          return m.run < a.run || (m.run == a.run && m.seq <= static_cast<uint64_t>(a.contiguous_through));
+        });
+      }
+    }
     if (timeline_.started() && !timeline_.Seconds(TakeoverTimeline::kStored)) {
       // The takeover is complete when the first frame this node processed is stored (a lost or drop mark
       // stored before it is not a detection).
@@ -295,7 +306,11 @@ class Edge final : public transport::CourierHandler {
   Status LoadWorkers();
   void Feed(size_t index);
   bool FeedReplay(size_t index);  // false: stopped (what was left became drop marks)
-  void MirrorReplays();           // replay_jobs_, on replay_mirror_
+  // A live picture copied raw for unpaired_ (a GPU one device to device, packed NV12); nullopt when the copy
+  // failed (counted as mirror_skipped).
+  std::optional<replication::MirroredFrame> RawCopy(size_t index, const video::Frame& f);
+  bool Unpaired(size_t index) const;  // a live stream of a primary that mirrors, with no standby paired now
+  void MirrorKept(std::vector<std::pair<size_t, std::deque<replication::MirroredFrame>>> kept);
   bool PushToPool(size_t index, video::Frame frame);
   void OnBatch(BatchResult& r);
   void SaveFrame(const Stream& s, const video::Frame& f);
@@ -358,10 +373,12 @@ class Edge final : public transport::CourierHandler {
   std::atomic<uint64_t> batches_started_{0};
   std::shared_ptr<const std::atomic<int64_t>> takeover_contact_;  // set_takeover_contact
   TakeoverTimeline timeline_;                                       // takeover_timeline()
-  // A takeover's replayed pictures still to keep for this node's own standby (WaitAdmitted fills it; Run's
-  // replay_mirror_ thread works through it while the streams run).
-  std::vector<std::pair<size_t, std::shared_ptr<const std::vector<replication::MirroredFrame>>>> replay_jobs_;
-  std::thread replay_mirror_;
+  // A primary's live pictures kept raw while no standby is paired, per stream in seq order until the aggregator
+  // stored them (OnAck), at most mirror_window each: a standby that pairs gets those still unstored
+  // (Periodic hands them to kept_flush_). GUARDED_BY(mirror_mu_).
+  std::vector<std::deque<replication::MirroredFrame>> unpaired_;
+  std::thread kept_flush_;  // Periodic's (Run's thread only)
+  std::atomic<bool> kept_flush_running_{false};
   struct FrameId {
     std::string stream;
     uint64_t run = 0, seq = 0;
@@ -436,6 +453,10 @@ Status Edge::OpenStreams() {
         "Live pictures not mirrored: the picture did not encode, its JPEG is larger than the channel carries, or the "
         "standby's ring had no free slot or too small a slot",
         labels);
+    s.unpaired_evicted = &reg_.GetCounter(
+        "vigil_edge_mirror_unpaired_evicted_total",
+        "Live pictures kept raw while no standby was paired, dropped for room (mirror_window) before they were stored",
+        labels);
     s.replayed = &reg_.GetCounter("vigil_edge_takeover_replayed_frames_total",
                                   "Mirrored pictures processed again after a takeover (the old primary's, not stored)",
                                   labels);
@@ -471,6 +492,8 @@ Status Edge::OpenStreams() {
     }
     streams_.push_back(std::move(s));
   }
+  std::lock_guard lock(mirror_mu_);
+  unpaired_.resize(streams_.size());
   return absl::OkStatus();
 }
 
@@ -698,9 +721,10 @@ bool Edge::WaitAdmitted() {
           window_->Take(s.config.id, s.run, r.replay));
       s.replayed->Inc(static_cast<double>(r.replay.size()));
       // This node's own standby (once one pairs) needs those the aggregator has not stored yet as much as this
-      // node did: MirrorReplays keeps them on the channel, off the takeover's path.
+      // node did: kept raw like this primary's own pictures (no work on the takeover's path).
       if (!s.replay->empty() && primary_channel_.load() != nullptr && config_.replication.mirror_frames) {
-        replay_jobs_.emplace_back(i, s.replay);
+        std::lock_guard lock(mirror_mu_);
+        for (const replication::MirroredFrame& m : *s.replay) unpaired_[i].push_back(m);
       }
       if (!r.replay.empty()) {
         spdlog::warn("stream '{}': processing {} mirrored picture(s) of the old primary again (seqs {}..{})",
@@ -766,6 +790,25 @@ video::StreamReaderOptions Edge::ReaderOptionsOf(size_t i, bool gated) {
     // and queued on the channel under mirror_mu_, which the ledger's mirrored states also take — so no state
     // that counts this seq reaches the standby before its picture.
     std::optional<replication::MirroredFrame> picture = MirrorPicture(i, f);
+    if (!picture && Unpaired(i)) {
+      // No standby paired: the picture kept raw (one copy, no encode) until stored, for one that pairs.
+      std::optional<replication::MirroredFrame> raw = RawCopy(i, f);
+      std::lock_guard lock(mirror_mu_);
+      if (!ledger_->Number(i, f.seq, &seq)) return false;
+      if (raw) {
+        raw->run = streams_[i].run;
+        raw->seq = seq;
+        std::deque<replication::MirroredFrame>& kept = unpaired_[i];
+        kept.push_back(std::move(*raw));
+        while (kept.size() > static_cast<size_t>(std::max(1, config_.replication.mirror_window))) {
+          kept.pop_front();
+          streams_[i].unpaired_evicted->Inc();
+        }
+      }
+      f.seq = seq;
+      f.run = streams_[i].run;
+      return true;
+    }
     if (picture) {
       std::lock_guard lock(mirror_mu_);
       if (!ledger_->Number(i, f.seq, &seq)) return false;
@@ -863,13 +906,75 @@ void Edge::WriteToRing(size_t i, const replication::MirroredFrame& m, const uint
   }
 }
 
+bool Edge::Unpaired(size_t i) const {
+  replication::PrimaryChannel* ch = primary_channel_.load();
+  return streams_[i].live && config_.replication.mirror_frames && ch != nullptr && !ch->stats().standby_connected;
+}
+
+std::optional<replication::MirroredFrame> Edge::RawCopy(size_t i, const video::Frame& f) {
+  Stream& s = streams_[i];
+  replication::MirroredFrame m;
+  m.stream = s.config.id;
+  m.capture_ns = f.capture_time_ns;
+  m.pts_ns = f.pts_ns;
+  m.width = static_cast<uint32_t>(f.width);
+  m.height = static_cast<uint32_t>(f.height);
+  const size_t w = m.width, h = m.height;
+  const int64_t t0 = SteadyNs();
+  Status st;
+  if (f.device) {
+    const video::DeviceFrame& d = *f.device;
+    const size_t bytes = replication::PackedNv12Bytes(w, h), uv_row = 2 * ((w + 1) / 2);
+    StatusOr<std::unique_ptr<transport::device_memory::Buffer>> buf =
+        transport::device_memory::AllocatePooled(d.device, bytes);
+    st = buf.status();
+    if (st.ok()) {
+      uint8_t* dst = static_cast<uint8_t*>((*buf)->data());
+      st = transport::device_memory::Copy2D(dst, w, d.y, static_cast<size_t>(d.y_pitch), w, h, d.device);
+      if (st.ok()) {
+        st = transport::device_memory::Copy2D(dst + w * h, uv_row, d.uv, static_cast<size_t>(d.uv_pitch), uv_row,
+                                              (h + 1) / 2, d.device);
+      }
+    }
+    if (st.ok()) {
+      auto pic = std::make_shared<replication::MirroredGpuPicture>();
+      pic->device = d.device;
+      pic->data = static_cast<const uint8_t*>((*buf)->data());
+      pic->bytes = bytes;
+      pic->matrix = static_cast<int>(d.matrix);
+      pic->full_range = d.full_range;
+      pic->owner = std::shared_ptr<transport::device_memory::Buffer>(std::move(*buf));
+      m.gpu = std::move(pic);
+    }
+  } else {
+    m.stride = static_cast<uint32_t>(w * 3);
+    m.bgr.resize(size_t{m.stride} * h);
+    for (size_t y = 0; y < h; ++y) {
+      std::memcpy(m.bgr.data() + y * m.stride, f.bgr.data() + y * static_cast<size_t>(f.stride), m.stride);
+    }
+  }
+  stages_.mirror->Observe(static_cast<double>(SteadyNs() - t0) * 1e-9);  // this primary's mirroring cost now
+  if (st.ok()) return m;
+  s.mirror_skipped->Inc();
+  if (!std::exchange(s.mirror_error_logged, true)) {
+    spdlog::error("stream '{}': a picture cannot be kept for a standby: {}", s.config.id, std::string(st.message()));
+  }
+  return std::nullopt;
+}
+
 // A live picture as the standby gets it (seq and run set by the caller), when this edge is a primary mirroring
 // frames; nullopt otherwise. A picture that cannot be encoded is counted (mirror_skipped) and logged once per
 // stream.
 std::optional<replication::MirroredFrame> Edge::MirrorPicture(size_t i, const video::Frame& f) {
   Stream& s = streams_[i];
-  // Encoded whether or not a standby is paired now: one that pairs later gets the unacknowledged pictures.
-  if (!s.live || !config_.replication.mirror_frames || primary_channel_.load() == nullptr) return std::nullopt;
+  replication::PrimaryChannel* ch = primary_channel_.load();
+  if (!s.live || !config_.replication.mirror_frames || ch == nullptr) return std::nullopt;
+  // Only while a standby is paired. Encoding every picture for one that may pair later cost a primary left
+  // alone (its standby killed and restarting) a download and a JPEG encode per 1080p picture, ~15 ms of CPU:
+  // at 32 cameras the whole machine, its inference starved for seconds (H200 run of issue 17). What this
+  // gives up: a standby that pairs does not get the pictures numbered before it paired and not yet stored
+  // (~ the ack latency, tens of ms of pictures): a takeover within that time reports those seqs lost.
+  if (!ch->stats().standby_connected) return std::nullopt;
   const int64_t t0 = SteadyNs();
   StatusOr<std::string> jpeg = absl::InternalError("not encoded");
   if (f.device) {
@@ -987,18 +1092,14 @@ void Edge::StartReaders() {
   timeline_.Mark(TakeoverTimeline::kResumed, SteadyNs());
 }
 
-// A takeover's replayed pictures, kept for this node's own standby (once one pairs it needs those the aggregator
-// has not stored as much as this node did): written to its ring when one is mapped, else JPEG-encoded for the
-// channel. On its own thread while the streams run — ~15 ms per 1080p picture downloaded and encoded, dozens
-// per takeover, which on the takeover's path delayed the first report by a second. A picture the aggregator
-// stored meanwhile is not needed any more (most are: they are processed first). The window this opens — a
-// standby pairing within it and this node killed before the picture is kept — reports that seq lost; pairing
-// takes seconds, the thread tens of ms per stream.
-void Edge::MirrorReplays() {
+// A standby just paired: the pictures this primary kept while it had none (its own and a takeover's replayed
+// ones) that the aggregator has not stored yet, to its ring when one is mapped, else JPEG-encoded for the
+// channel (~15 ms per 1080p picture: on its own thread, never on a reader's or the takeover's path).
+void Edge::MirrorKept(std::vector<std::pair<size_t, std::deque<replication::MirroredFrame>>> kept) {
   replication::PrimaryChannel* ch = primary_channel_.load();
-  for (const auto& [i, frames] : replay_jobs_) {
+  for (const auto& [i, frames] : kept) {
     Stream& s = streams_[i];
-    for (const replication::MirroredFrame& m : *frames) {
+    for (const replication::MirroredFrame& m : frames) {
       if (Stopping() || ch == nullptr) return;
       if (const std::optional<uint64_t> stored = ledger_->acked_through(i); stored && *stored >= m.seq) continue;
       replication::FramePublisher* ring = frame_publisher_.load();
@@ -1006,6 +1107,11 @@ void Edge::MirrorReplays() {
         const video::Frame g = m.gpu ? FrameOfGpu(m) : video::Frame{};
         std::lock_guard lock(mirror_mu_);
         WriteToRing(i, m, m.bgr.data(), m.stride, m.gpu ? &*g.device : nullptr);
+        continue;
+      }
+      if (!ch->stats().standby_connected) {  // gone again: kept for the next one
+        std::lock_guard lock(mirror_mu_);
+        unpaired_[i].push_back(m);
         continue;
       }
       replication::MirroredFrame jpeg;
@@ -1264,6 +1370,26 @@ void Edge::Periodic(bool force) {
   const int64_t now = SteadyNs();
   if (!force && now - last_periodic_ns_ < 100'000'000) return;
   last_periodic_ns_ = now;
+  // A standby paired: the pictures kept while there was none go to it (one flush at a time).
+  if (replication::PrimaryChannel* ch = primary_channel_.load(); ch != nullptr && config_.replication.mirror_frames &&
+                                                                  !kept_flush_running_.load() &&
+                                                                  ch->stats().standby_connected) {
+    std::vector<std::pair<size_t, std::deque<replication::MirroredFrame>>> kept;
+    {
+      std::lock_guard lock(mirror_mu_);
+      for (size_t i = 0; i < unpaired_.size(); ++i) {
+        if (!unpaired_[i].empty()) kept.emplace_back(i, std::exchange(unpaired_[i], {}));
+      }
+    }
+    if (!kept.empty()) {
+      if (kept_flush_.joinable()) kept_flush_.join();  // the last flush: done (kept_flush_running_)
+      kept_flush_running_ = true;
+      kept_flush_ = std::thread([this, kept = std::move(kept)]() mutable {
+        MirrorKept(std::move(kept));
+        kept_flush_running_ = false;
+      });
+    }
+  }
   if (replication::FramePublisher* ring = frame_publisher_.load()) {
     const replication::FramePublisherStats fs = ring->stats();
     reg_.GetGauge("vigil_edge_mirror_ring_mapped", "1 while a same-host standby's picture ring is mapped (mirror_via shm)")
@@ -1711,7 +1837,6 @@ Status Edge::Run(const EdgeRunOptions& options) {
                [this](size_t, size_t) { placement_->PlaceThread(ThreadRole::kWorker); },
                [this] { placement_->PlaceThread(ThreadRole::kSink); });
   if (active_ == 0) pool_->Close();
-  if (!replay_jobs_.empty()) replay_mirror_ = std::thread([this] { MirrorReplays(); });
   for (size_t i = 0; i < streams_.size(); ++i) {
     if (streams_[i].reader || (streams_[i].replay && !streams_[i].replay->empty())) {  // a camera that did not open
                                                                                         // still gets its replay
@@ -1745,7 +1870,6 @@ Status Edge::Run(const EdgeRunOptions& options) {
   }
   pool_->Join();
   for (std::thread& t : feeders) t.join();
-  if (replay_mirror_.joinable()) replay_mirror_.join();
   // Flush every mark, then wait for the acks (bounded), retrying marks held for lack of room.
   ledger_->Tick(/*force=*/true);
   bool flushed = fenced_.load();
@@ -1757,6 +1881,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
   }
   FlushSnapshots(std::chrono::steady_clock::now() + milliseconds(2000));
   Periodic(true);
+  if (kept_flush_.joinable()) kept_flush_.join();  // Periodic's last (it returns at once once Stopping)
   const transport::OutboxStats os = ledger_->outbox().Stats();
   courier_->Close();
   ledger_->Close();  // the last state write

@@ -721,9 +721,12 @@ def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_
     # before the kill: then the aggregator kept those, once.)
     processed_again = [r for r in rows if first <= r[1] <= last and r[3] == 2 and r[2] in (1, 2)]
     assert len(processed_again) >= 3, [r for r in rows if first <= r[1] <= last]
-    # As the primary now (no standby paired), node-b keeps its own camera pictures until acknowledged, for a standby
-    # that pairs later: every picture it numbered (its own and the replayed ones), none evicted.
-    assert metric(m, "vigil_edge_mirror_frames_total", stream="vtest") >= 20 + replayed
+    # As the primary now with no standby paired, node-b keeps its pictures (its own and the replayed ones) raw
+    # until stored, for a standby that pairs — none is encoded for nobody (that starved a primary left alone on
+    # the GPU machine), none mirrored, none evicted, none skipped.
+    assert metric(m, "vigil_edge_mirror_frames_total", stream="vtest") == 0
+    assert metric(m, "vigil_edge_mirror_frames_skipped_total", stream="vtest") == 0
+    assert metric(m, "vigil_edge_mirror_unpaired_evicted_total", stream="vtest") == 0
     assert metric(m, "vigil_edge_mirror_frames_evicted_total") == 0
     assert ("vigil_edge_mirror_retained_frames", frozenset()) in m, "the kept pictures' gauge is exported"
     print(f"live takeover with mirrored pictures: {replayed} processed again (seqs {first}..{last}), "
