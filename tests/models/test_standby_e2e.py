@@ -733,6 +733,38 @@ def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_
           f"{len(processed_again)} stored by the new primary, 0 lost")
 
 
+def test_pictures_kept_while_no_standby_was_paired_reach_the_standby_that_pairs(tmp_path):
+    """A primary alone (its standby not started yet) keeps its camera pictures raw until the aggregator stored them
+    — it encodes none for nobody. Its inference stalls (VIGIL_FAULT_INFERENCE) before the standby starts, so the
+    pictures numbered since stay unstored; the standby pairs during the stall and gets them then (as JPEGs over
+    the channel); the primary is SIGKILLed: the standby processes those pictures again, nothing is lost."""
+    agg, camera, pair = one_client_camera_pair(tmp_path)
+    pair.start("node-a", env={"VIGIL_FAULT_INFERENCE": "stall:40:9000"})
+    try:
+        wait_for(lambda: "stalls 9000 ms" in pair.log("node-a"), 120, "the primary's inference stall")
+        stalled_at = time.monotonic()
+        pair.start("node-b")
+        wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
+        # The kept pictures go out within a metrics period (100 ms) of the pairing; a JPEG of 640x480 takes ~1 ms.
+        time.sleep(1.0)
+        assert "takes over" not in pair.log("node-b"), "the primary stepped down before the kill: cannot test"
+        assert time.monotonic() - stalled_at < 8.5, "the standby paired after the stall: cannot test"
+        kill_the_primary_of_a_one_client_camera(pair, camera, agg)
+    finally:
+        pair.kill_all()
+        camera.stop()
+        agg.kill(signal.SIGTERM)
+    rows = assert_one_run_without_gaps(agg.db)
+    assert [r for r in rows if r[2] == 4] == [], "a seq was reported lost though the primary kept its picture"
+    m = read_metrics(tmp_path / "node-b.prom")
+    replayed = metric(m, "vigil_edge_takeover_replayed_frames_total", stream="vtest")
+    # The stall began before node-b started: the pictures it got were numbered while none was paired.
+    assert replayed >= 10, f"only {replayed} kept pictures processed again (10 fps for the seconds node-b took)"
+    found = re.search(r"stream 'vtest': processing (\d+) mirrored picture\(s\) of the old primary again", pair.log("node-b"))
+    assert found and int(found.group(1)) == replayed, pair.log("node-b")[-3000:]
+    assert metric(m, "vigil_edge_frames_lost_on_restart_total", stream="vtest") == 0
+
+
 def test_a_warm_standby_keeps_its_camera_connection_through_the_takeover(tmp_path):
     """warm_sources: all, with a camera that serves two clients: the standby connects while it waits (every
     picture dropped), so at the takeover it needs no new connection: the camera sees no client after the kill,
