@@ -911,14 +911,20 @@ bool Edge::Unpaired(size_t i) const {
   return streams_[i].live && config_.replication.mirror_frames && ch != nullptr && !ch->stats().standby_connected;
 }
 
-std::optional<replication::MirroredFrame> Edge::RawCopy(size_t i, const video::Frame& f) {
-  Stream& s = streams_[i];
+// `f`'s identity and times as a MirroredFrame of `stream` (pixels, run and seq left to the caller).
+replication::MirroredFrame MirroredOf(const std::string& stream, const video::Frame& f) {
   replication::MirroredFrame m;
-  m.stream = s.config.id;
+  m.stream = stream;
   m.capture_ns = f.capture_time_ns;
   m.pts_ns = f.pts_ns;
   m.width = static_cast<uint32_t>(f.width);
   m.height = static_cast<uint32_t>(f.height);
+  return m;
+}
+
+std::optional<replication::MirroredFrame> Edge::RawCopy(size_t i, const video::Frame& f) {
+  Stream& s = streams_[i];
+  replication::MirroredFrame m = MirroredOf(s.config.id, f);
   const size_t w = m.width, h = m.height;
   const int64_t t0 = SteadyNs();
   Status st;
@@ -993,12 +999,7 @@ std::optional<replication::MirroredFrame> Edge::MirrorPicture(size_t i, const vi
     return std::nullopt;
   }
   stages_.mirror->Observe(static_cast<double>(SteadyNs() - t0) * 1e-9);
-  replication::MirroredFrame m;
-  m.stream = s.config.id;
-  m.capture_ns = f.capture_time_ns;
-  m.pts_ns = f.pts_ns;
-  m.width = static_cast<uint32_t>(f.width);
-  m.height = static_cast<uint32_t>(f.height);
+  replication::MirroredFrame m = MirroredOf(s.config.id, f);
   m.jpeg = std::move(*jpeg);
   return m;
 }
