@@ -124,9 +124,7 @@ struct Stream {
   metrics::Counter* mirror_skipped = nullptr;  // live pictures not mirrored: the JPEG failed or was too large
   metrics::Counter* unpaired_evicted = nullptr;  // kept raw with no standby paired, dropped for room unstored
   metrics::Counter* replayed = nullptr;        // mirrored pictures processed again after a takeover
-  // A takeover's mirrored pictures, fed before the source's (shared with the thread that keeps them for this
-  // node's own standby: MirrorReplays).
-  std::shared_ptr<const std::vector<replication::MirroredFrame>> replay;
+  std::vector<replication::MirroredFrame> replay;  // a takeover's mirrored pictures, fed before the source's
   metrics::Counter* dropped[std::size(kDropReasons)] = {};
   metrics::Counter* events[4] = {};  // by transport::Severity
   metrics::Gauge* fps = nullptr;
@@ -221,16 +219,6 @@ class Edge final : public transport::CourierHandler {
   }
   void OnAck(const transport::Ack& a) override {
     ledger_->OnAck(a);
-    if (a.contiguous_through >= 0 && config_.replication.mirror_frames) {
-      // Stored: no standby will need these kept pictures.
-      std::lock_guard lock(mirror_mu_);
-      for (size_t i = 0; i < unpaired_.size(); ++i) {
-        if (streams_[i].config.id != a.stream) continue;
-        std::erase_if(unpaired_[i], [&](const replication::MirroredFrame& m) {
-          return m.run < a.run || (m.run == a.run && m.seq <= static_cast<uint64_t>(a.contiguous_through));
-        });
-      }
-    }
     if (timeline_.started() && !timeline_.Seconds(TakeoverTimeline::kStored)) {
       // The takeover is complete when the first frame this node processed is stored (a lost or drop mark
       // stored before it is not a detection).
@@ -242,7 +230,17 @@ class Edge final : public transport::CourierHandler {
       }
     }
     if (a.contiguous_through >= 0 && config_.replication.mirror_frames) {
-      // The mirrored pictures the aggregator has now are not kept for a standby any longer.
+      // The mirrored pictures the aggregator has now are not kept for a standby any longer: on the channel,
+      // and those kept raw while none was paired.
+      {
+        std::lock_guard lock(mirror_mu_);
+        for (size_t i = 0; i < unpaired_.size(); ++i) {
+          if (streams_[i].config.id != a.stream) continue;
+          std::erase_if(unpaired_[i], [&](const replication::MirroredFrame& m) {
+            return m.run < a.run || (m.run == a.run && m.seq <= static_cast<uint64_t>(a.contiguous_through));
+          });
+        }
+      }
       if (replication::PrimaryChannel* ch = primary_channel_.load()) {
         ch->Acknowledge(a.stream, a.run, static_cast<uint64_t>(a.contiguous_through));
       }
@@ -717,14 +715,13 @@ bool Edge::WaitAdmitted() {
     s.lost_on_restart->Inc(static_cast<double>(r.lost));
     if (window_ && s.live) {
       // The old primary's pictures the aggregator lacks: Feed processes them before the camera's next ones.
-      s.replay = std::make_shared<const std::vector<replication::MirroredFrame>>(
-          window_->Take(s.config.id, s.run, r.replay));
+      s.replay = window_->Take(s.config.id, s.run, r.replay);
       s.replayed->Inc(static_cast<double>(r.replay.size()));
       // This node's own standby (once one pairs) needs those the aggregator has not stored yet as much as this
       // node did: kept raw like this primary's own pictures (no work on the takeover's path).
-      if (!s.replay->empty() && primary_channel_.load() != nullptr && config_.replication.mirror_frames) {
+      if (!s.replay.empty() && primary_channel_.load() != nullptr && config_.replication.mirror_frames) {
         std::lock_guard lock(mirror_mu_);
-        for (const replication::MirroredFrame& m : *s.replay) unpaired_[i].push_back(m);
+        unpaired_[i].insert(unpaired_[i].end(), s.replay.begin(), s.replay.end());
       }
       if (!r.replay.empty()) {
         spdlog::warn("stream '{}': processing {} mirrored picture(s) of the old primary again (seqs {}..{})",
@@ -977,9 +974,9 @@ std::optional<replication::MirroredFrame> Edge::MirrorPicture(size_t i, const vi
   if (!s.live || !config_.replication.mirror_frames || ch == nullptr) return std::nullopt;
   // Only while a standby is paired. Encoding every picture for one that may pair later cost a primary left
   // alone (its standby killed and restarting) a download and a JPEG encode per 1080p picture, ~15 ms of CPU:
-  // at 32 cameras the whole machine, its inference starved for seconds (H200 run of issue 17). What this
-  // gives up: a standby that pairs does not get the pictures numbered before it paired and not yet stored
-  // (~ the ack latency, tens of ms of pictures): a takeover within that time reports those seqs lost.
+  // at 32 cameras the whole machine, its inference starved for seconds (H200 run of issue 17). Unpaired, the
+  // reader keeps the picture raw instead (RawCopy, unpaired_); a standby that pairs gets those still unstored
+  // within a Periodic (MirrorKept): a kill in that ~100 ms reports their seqs lost.
   if (!ch->stats().standby_connected) return std::nullopt;
   const int64_t t0 = SteadyNs();
   StatusOr<std::string> jpeg = absl::InternalError("not encoded");
@@ -1147,10 +1144,8 @@ void Edge::MirrorKept(std::vector<std::pair<size_t, std::deque<replication::Mirr
 // does not decode becomes a drop mark (mirror_error): its seq was kept out of the lost ranges for it.
 bool Edge::FeedReplay(size_t index) {
   Stream& s = streams_[index];
-  const std::shared_ptr<const std::vector<replication::MirroredFrame>> shared = std::move(s.replay);
-  s.replay.reset();
-  static const std::vector<replication::MirroredFrame> kNone;
-  const std::vector<replication::MirroredFrame>& replay = shared ? *shared : kNone;
+  std::vector<replication::MirroredFrame> replay = std::move(s.replay);
+  s.replay.clear();
   size_t k = 0;
   for (; k < replay.size() && !Stopping(); ++k) {
     const replication::MirroredFrame& m = replay[k];
@@ -1482,8 +1477,7 @@ void Edge::Periodic(bool force) {
   WatchHealth(now);
 }
 
-// The edge's own health (a primary steps down on it): inference stalled with frames waiting, or failing
-// batch after batch. Reported once per Run.
+// The takeover's metrics and log lines (vigil_edge_takeover_seconds, _phase_seconds).
 void Edge::LogTakeoverTimeline() {
   for (size_t i = 0; i < TakeoverTimeline::kPhases; ++i) {
     const auto p = static_cast<TakeoverTimeline::Phase>(i);
@@ -1506,6 +1500,8 @@ void Edge::LogTakeoverTimeline() {
                timeline_.Format());
 }
 
+// The edge's own health (a primary steps down on it): inference stalled with frames waiting, or failing
+// batch after batch. Reported once per Run.
 void Edge::WatchHealth(int64_t now) {
   if (!on_unhealthy_ || unhealthy_reported_) return;
   HealthSample sample;
@@ -1819,7 +1815,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
 
   std::vector<std::thread> feeders;
   for (size_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].reader || (streams_[i].replay && !streams_[i].replay->empty())) ++active_;
+    if (streams_[i].reader || !streams_[i].replay.empty()) ++active_;
   }
   // Inference on the pool's threads, each bound to its device's cores (its OpenMP team, created from it,
   // inherits that); the ledger and the rules on the sink thread.
@@ -1839,8 +1835,7 @@ Status Edge::Run(const EdgeRunOptions& options) {
                [this] { placement_->PlaceThread(ThreadRole::kSink); });
   if (active_ == 0) pool_->Close();
   for (size_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].reader || (streams_[i].replay && !streams_[i].replay->empty())) {  // a camera that did not open
-                                                                                        // still gets its replay
+    if (streams_[i].reader || !streams_[i].replay.empty()) {  // a camera that did not open still gets its replay
       feeders.emplace_back([this, i] {
         placement_->PlaceThread(ThreadRole::kFeed, i);
         Feed(i);

@@ -634,6 +634,20 @@ def kill_the_primary_of_a_one_client_camera(pair: Pair, camera: Camera, agg: Agg
     stop_once_the_new_primary_stored(pair, agg.db)
 
 
+def assert_replayed_none_lost(pair: Pair, m: dict, at_least: int, why: str) -> tuple[float, int, int]:
+    """node-b's takeover processed again at least `at_least` mirrored pictures of stream vtest (its metric and its
+    log line agree) and reported none lost. Returns (replayed, first seq, last seq)."""
+    assert metric(m, "vigil_edge_frames_lost_on_restart_total", stream="vtest") == 0
+    replayed = metric(m, "vigil_edge_takeover_replayed_frames_total", stream="vtest")
+    assert replayed >= at_least, f"only {replayed} mirrored pictures processed again ({why})"
+    log_b = pair.log("node-b")
+    found = re.search(r"stream 'vtest': processing (\d+) mirrored picture\(s\) of the old primary again "
+                      r"\(seqs (\d+)\.\.(\d+)\)", log_b)
+    assert found, log_b[-3000:]
+    assert int(found.group(1)) == replayed
+    return replayed, int(found.group(2)), int(found.group(3))
+
+
 def assert_one_run_without_gaps(db: Path) -> list[tuple]:
     rows = frame_rows(db)
     assert {r[0] for r in rows} == {1}, "the standby must continue the primary's run"
@@ -707,15 +721,7 @@ def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_
     m = read_metrics(tmp_path / "node-b.prom")
     ring = "gets the primary's pictures raw through its ring" in pair.log("node-b")
     assert ring == (via == "shm"), pair.log("node-b")[-3000:]
-    assert metric(m, "vigil_edge_frames_lost_on_restart_total", stream="vtest") == 0
-    replayed = metric(m, "vigil_edge_takeover_replayed_frames_total", stream="vtest")
-    assert replayed >= 10, f"only {replayed} mirrored pictures processed again (10 fps x 1.5 s of stall)"
-    log_b = pair.log("node-b")
-    found = re.search(r"stream 'vtest': processing (\d+) mirrored picture\(s\) of the old primary again "
-                      r"\(seqs (\d+)\.\.(\d+)\)", log_b)
-    assert found, log_b[-3000:]
-    assert int(found.group(1)) == replayed
-    first, last = int(found.group(2)), int(found.group(3))
+    replayed, first, last = assert_replayed_none_lost(pair, m, 10, "10 fps x 1.5 s of stall")
     # The stalled batch's pictures and those queued behind it were processed by nobody else: the new primary
     # stored them. (Pictures the old primary dropped for its full queue may have had their drop marks stored
     # before the kill: then the aggregator kept those, once.)
@@ -757,12 +763,8 @@ def test_pictures_kept_while_no_standby_was_paired_reach_the_standby_that_pairs(
     rows = assert_one_run_without_gaps(agg.db)
     assert [r for r in rows if r[2] == 4] == [], "a seq was reported lost though the primary kept its picture"
     m = read_metrics(tmp_path / "node-b.prom")
-    replayed = metric(m, "vigil_edge_takeover_replayed_frames_total", stream="vtest")
     # The stall began before node-b started: the pictures it got were numbered while none was paired.
-    assert replayed >= 10, f"only {replayed} kept pictures processed again (10 fps for the seconds node-b took)"
-    found = re.search(r"stream 'vtest': processing (\d+) mirrored picture\(s\) of the old primary again", pair.log("node-b"))
-    assert found and int(found.group(1)) == replayed, pair.log("node-b")[-3000:]
-    assert metric(m, "vigil_edge_frames_lost_on_restart_total", stream="vtest") == 0
+    assert_replayed_none_lost(pair, m, 10, "kept pictures: 10 fps for the seconds node-b took")
 
 
 def test_a_warm_standby_keeps_its_camera_connection_through_the_takeover(tmp_path):

@@ -1,17 +1,18 @@
 // vigil/pipeline/takeover_timeline.h — where a hot standby's takeover spends its time (issue 17).
 //
-// A takeover's goal is measured from the old primary's last contact to the first report of the new primary
-// the aggregator stored. This records when each step on that path happened, so a slow takeover names its step:
+// A takeover's goal is measured from the old primary's last contact to the aggregator storing the first frame
+// the new primary processed. This records when each step on that path happened, so a slow takeover names its step:
 //   decided   the standby's failure detector (or the primary's Finished) decided
 //   drained   the picture ring drained and the standby's wait returned
 //   serving   this node serves the replication channel (and the picture ring) as the new primary
 //   ledger    the stream ledger (state dir) is open
 //   welcomed  the aggregator's Welcome arrived (this node's epoch issued)
-//   durable   the ledger's resumed state is written to disk (pictures are numbered only from then)
+//   durable   the Welcome applied and its state write done (a new run's pictures are numbered only from then;
+//             a resumed run's already from the Welcome)
 //   resumed   the streams resumed (the warm sources' gate opened)
 //   fed       the first picture (a mirrored one processed again, or a camera's) went to inference
 //   detected  the first inference batch completed
-//   stored    the first report was acknowledged (stored) by the aggregator
+//   stored    the aggregator acknowledged (stored) the report of the first frame this node processed
 // Times are steady-clock nanoseconds (SteadyNs); a phase not reached stays 0 and reads as "-".
 //
 // Thread-safety: Mark from any thread (the first mark of a phase wins; later ones are ignored); Start, Format
