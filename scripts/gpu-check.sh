@@ -57,8 +57,10 @@
 #             processes on cuda:0, STANDBY_STREAMS (32) live cameras (H.264 MPEG-TS over TCP from a server in the
 #             tool, .device/media/vtest_1080p30.ts) decoded by NVDEC, STANDBY_KILLS (10) SIGKILLs of the current
 #             primary (each restarted to rejoin as the standby): takeover times, lost / stored-twice frames, the
-#             mirroring cost on the primary; per STANDBY_RUNS entry mirror:streams[:heartbeat_ms] (default
-#             "shm-gpu:32 channel:32": the picture ring in GPU memory, then JPEGs over the channel; 100 ms). Needs .device/certs (pair certificates: `pack` makes them with openssl)
+#             mirroring cost on the primary; per STANDBY_RUNS entry mirror:streams[:heartbeat_ms[:kills[/stops]]]
+#             (default "shm-gpu:32 channel:32": the picture ring in GPU memory, then JPEGs over the channel; 100 ms;
+#             mirror "none" is the cost's baseline, nothing mirrored). Needs .device/certs (pair certificates: `pack`
+#             makes them with openssl)
 #   product   the product under load (issue 13's benchmark): `vigil aggregator` + `vigil edge` as processes
 #             with N NVDEC streams of the clip in real time, N in PRODUCT_STREAMS, the dynamic-batch YOLOv8n
 #             (PRODUCT_MODEL=int8: the shared int8 one, batch 1) in fp16 (tools/gpu/edge_sweep.py:
@@ -614,11 +616,14 @@ standby() {
   [ -f "$model" ] || model=$(yolov8n)
   [ -f "$ts" ] || { echo "standby: no $ts (pack makes it)"; return 1; }
   [ -f "$DEV/certs/ca.pem" ] || { echo "standby: no $DEV/certs (pack makes them)"; return 1; }
-  local run hb
-  for run in ${STANDBY_RUNS:-shm-gpu:32 channel:32}; do  # mirror:streams[:heartbeat_ms]
-    IFS=: read -r mirror n hb <<<"$run"
+  local run hb kills
+  # mirror:streams[:heartbeat_ms[:kills[/stops]]], e.g. shm-gpu:32:100:20/3 (kills default STANDBY_KILLS)
+  for run in ${STANDBY_RUNS:-shm-gpu:32 channel:32}; do
+    IFS=: read -r mirror n hb kills <<<"$run"
+    local stops=""
+    [[ "$kills" == */* ]] && { stops="--stops ${kills#*/}"; kills=${kills%%/*}; }
     python3 "$ROOT/tools/gpu/standby_gpu.py" --vigil "$DEV/bin/vigil" --model "$model" --clip-ts "$ts" \
-      --certs "$DEV/certs" --streams "$n" --kills "${STANDBY_KILLS:-10}" --mirror "$mirror" --batch 32 --workers 2 \
+      --certs "$DEV/certs" --streams "$n" --kills "${kills:-${STANDBY_KILLS:-10}}" $stops --mirror "$mirror" --batch 32 --workers 2 \
       --heartbeat-ms "${hb:-100}" --keep-logs "$OUT/standby-logs" \
       ${STANDBY_ARGS:-} >"$OUT/standby-$mirror-n$n.json" 2>"$OUT/standby-$mirror-n$n.err" || rc=1
     tail -n 1 "$OUT/standby-$mirror-n$n.json"

@@ -123,7 +123,9 @@ struct Stream {
   metrics::Counter* mirrored_bytes = nullptr;  // … their JPEG bytes
   metrics::Counter* mirror_skipped = nullptr;  // live pictures not mirrored: the JPEG failed or was too large
   metrics::Counter* unpaired_evicted = nullptr;  // kept raw with no standby paired, dropped for room unstored
-  metrics::Counter* replayed = nullptr;        // mirrored pictures processed again after a takeover
+  metrics::Counter* replayed = nullptr;        // the old primary's unstored pictures taken over (run or re-published)
+  metrics::Counter* republished = nullptr;     // … of which re-published from the old primary's mirrored results
+  metrics::Counter* results_mirrored = nullptr;  // processed pictures' detections handed to the channel (primary)
   std::vector<replication::MirroredFrame> replay;  // a takeover's mirrored pictures, fed before the source's
   metrics::Counter* dropped[std::size(kDropReasons)] = {};
   metrics::Counter* events[4] = {};  // by transport::Severity
@@ -311,6 +313,10 @@ class Edge final : public transport::CourierHandler {
   void MirrorKept(std::vector<std::pair<size_t, std::deque<replication::MirroredFrame>>> kept);
   bool PushToPool(size_t index, video::Frame frame);
   void OnBatch(BatchResult& r);
+  // One processed (or re-published) frame's detections through the ledger, its metrics, and — a live stream of a
+  // primary with replication.mirror_results — to the standby (the sink thread; FeedReplay for re-published ones).
+  StreamLedger::Recorded RecordFrame(size_t index, const FrameInfo& info, std::span<const detect::Detection> dets,
+                                     const detect::DeviceRows* rows, int64_t source_steady_ns);
   void SaveFrame(const Stream& s, const video::Frame& f);
   void Periodic(bool force);
   Status StartHttp();
@@ -456,8 +462,17 @@ Status Edge::OpenStreams() {
         "Live pictures kept raw while no standby was paired, dropped for room (mirror_window) before they were stored",
         labels);
     s.replayed = &reg_.GetCounter("vigil_edge_takeover_replayed_frames_total",
-                                  "Mirrored pictures processed again after a takeover (the old primary's, not stored)",
+                                  "The old primary's mirrored frames the aggregator lacked, taken over after a takeover: "
+                                  "processed again, or re-published from its mirrored results",
                                   labels);
+    s.republished = &reg_.GetCounter("vigil_edge_takeover_republished_results_total",
+                                     "Of the frames taken over, those whose detections were re-published from the old "
+                                     "primary's mirrored results (replication.mirror_results) instead of processed again",
+                                     labels);
+    s.results_mirrored = &reg_.GetCounter("vigil_edge_mirror_results_total",
+                                          "Processed live pictures whose detections were handed to the replication channel "
+                                          "(replication.mirror_results; kept until stored, for a standby)",
+                                          labels);
     for (size_t r = 0; r < std::size(kDropReasons); ++r) {
       s.dropped[r] = &reg_.GetCounter("vigil_edge_frames_dropped_total", "Frames numbered but not processed, by reason",
                                       {{"stream", sc.id}, {"reason", kDropReasons[r]}});
@@ -718,14 +733,21 @@ bool Edge::WaitAdmitted() {
       s.replay = window_->Take(s.config.id, s.run, r.replay);
       s.replayed->Inc(static_cast<double>(r.replay.size()));
       // This node's own standby (once one pairs) needs those the aggregator has not stored yet as much as this
-      // node did: kept raw like this primary's own pictures (no work on the takeover's path).
+      // node did: kept raw like this primary's own pictures (no work on the takeover's path). (A re-published
+      // result goes to that standby as this node's own result: RecordFrame.)
       if (!s.replay.empty() && primary_channel_.load() != nullptr && config_.replication.mirror_frames) {
         std::lock_guard lock(mirror_mu_);
-        unpaired_[i].insert(unpaired_[i].end(), s.replay.begin(), s.replay.end());
+        for (const replication::MirroredFrame& m : s.replay) {
+          if (m.has_picture()) unpaired_[i].push_back(m);
+        }
       }
       if (!r.replay.empty()) {
-        spdlog::warn("stream '{}': processing {} mirrored picture(s) of the old primary again (seqs {}..{})",
-                     s.config.id, r.replay.size(), r.replay.front(), r.replay.back());
+        const size_t with_results = static_cast<size_t>(
+            std::count_if(s.replay.begin(), s.replay.end(), [](const auto& m) { return m.result.has_value(); }));
+        spdlog::warn("stream '{}': processing {} mirrored picture(s) of the old primary again (seqs {}..{}): {} with "
+                     "the old primary's own results to re-publish, {} to run again",
+                     s.config.id, r.replay.size(), r.replay.front(), r.replay.back(), with_results,
+                     s.replay.size() - with_results);
       }
     }
   }
@@ -1040,6 +1062,34 @@ void Edge::WarmUpEngines() {
     };
     run(1);
     if (batch.size() > 1) run(batch.size());
+    // A worker that reads NVDEC pictures in place runs them through other kernels (NV12 letterbox, the rows kept
+    // on the device): those too, so a takeover's first batch of camera pictures loads nothing.
+    if (const int gpu = device_gpu_[pool_->worker_device(w)]; gpu >= 0) {
+      constexpr size_t kW = 1280, kH = 720;
+      const size_t bytes = replication::PackedNv12Bytes(kW, kH);
+      StatusOr<std::unique_ptr<transport::device_memory::Buffer>> buf = transport::device_memory::Allocate(gpu, bytes);
+      const std::vector<uint8_t> mid_grey(bytes, 128);
+      Status st = buf.ok() ? transport::device_memory::Copy2D((*buf)->data(), bytes, mid_grey.data(), bytes, bytes, 1, gpu)
+                           : buf.status();
+      if (st.ok()) {
+        detect::FrameRef f;
+        f.bgr = static_cast<const uint8_t*>((*buf)->data());
+        f.width = static_cast<int>(kW);
+        f.height = static_cast<int>(kH);
+        f.pitch = static_cast<int64_t>(kW);
+        f.memory = detect::FrameMemory::kDevice;
+        f.format = detect::PixelFormat::kNv12;
+        f.uv = f.bgr + kW * kH;
+        f.uv_pitch = static_cast<int64_t>(kW);
+        const std::vector<detect::FrameRef> frames(batch.size(), f);
+        std::vector<detect::DeviceRows> kept;
+        st = d.DetectFrames(frames, nullptr, &kept).status();
+      }
+      if (!st.ok()) {
+        spdlog::warn("edge '{}': warming worker {} up with NV12 pictures on cuda:{} failed: {}", config_.edge, w, gpu,
+                     std::string(st.message()));
+      }
+    }
   }
   spdlog::info("edge '{}': {} worker engine(s) warmed up in {} ms", config_.edge, pool_->num_workers(),
                (SteadyNs() - t0) / 1'000'000);
@@ -1147,8 +1197,28 @@ bool Edge::FeedReplay(size_t index) {
   std::vector<replication::MirroredFrame> replay = std::move(s.replay);
   s.replay.clear();
   size_t k = 0;
+  uint64_t republished = 0;
+  // The old primary's own results re-published (they need no engine), in seq order, as long as nothing of this
+  // stream waits in the pool: the ledger takes a stream's frames in seq order. A result after a picture that must
+  // run again (one the old primary dropped, or never processed) is re-published only when its picture is gone;
+  // otherwise its picture runs again, behind the one before it.
+  auto republish = [&](const replication::MirroredFrame& m) {
+    std::vector<detect::Detection> dets;
+    dets.reserve(m.result->detections.size());
+    for (const replication::MirroredDetection& d : m.result->detections) {
+      dets.push_back({d.x1, d.y1, d.x2, d.y2, d.score, d.class_id});
+    }
+    const FrameInfo info{m.seq, m.result->capture_ns, m.result->pts_ns, m.result->width, m.result->height};
+    RecordFrame(index, info, dets, nullptr, SteadyNs());
+    ++republished;
+  };
+  for (; k < replay.size() && replay[k].result && !Stopping(); ++k) republish(replay[k]);
   for (; k < replay.size() && !Stopping(); ++k) {
     const replication::MirroredFrame& m = replay[k];
+    if (!m.has_picture()) {
+      if (m.result) republish(m);
+      continue;
+    }
     video::Frame frame;
     const int64_t t0 = SteadyNs();
     if (m.gpu) {  // from a ring in GPU memory: stays there (the engine's GPU stages read it)
@@ -1175,6 +1245,10 @@ bool Edge::FeedReplay(size_t index) {
   for (size_t rest = k; rest < replay.size(); ++rest) {
     Dropped(s, "shutdown").Inc();
     ledger_->Dropped(index, replay[rest].seq, "shutdown");
+  }
+  if (republished > 0) {
+    s.republished->Inc(static_cast<double>(republished));
+    spdlog::info("stream '{}': re-published the old primary's own results for {} frame(s)", s.config.id, republished);
   }
   return k == replay.size();
 }
@@ -1284,6 +1358,14 @@ void Edge::OnBatch(BatchResult& r) {
     std::lock_guard lock(takeover_mu_);
     const video::Frame& f = r.items.front().frame;
     first_processed_ = FrameId{streams_[r.items.front().stream].config.id, f.run, f.seq};
+    // Where the first batch's time went ("detected" is the takeover's slowest step): its wait in the queue, and
+    // the worker's own stages.
+    const detect::DetectTiming& t = r.timing.front();
+    spdlog::info("takeover: first batch on worker {}: {} frames, waited {:.1f} ms in the queue, {:.1f} ms in the worker "
+                 "(preprocess {:.1f}, inference {:.1f}, postprocess {:.1f} ms of its first frame)",
+                 r.worker, r.items.size(), static_cast<double>(r.started_ns - f.source_steady_ns) * 1e-6,
+                 static_cast<double>(r.detected_ns - r.started_ns) * 1e-6, static_cast<double>(t.preprocess_ns) * 1e-6,
+                 static_cast<double>(t.inference_ns) * 1e-6, static_cast<double>(t.postprocess_ns) * 1e-6);
   }
   metrics::Histogram& decode_stage = *stages_.decode;
   metrics::Histogram& queue_stage = *stages_.queue;
@@ -1305,28 +1387,15 @@ void Edge::OnBatch(BatchResult& r) {
   engine_busy_->Inc(engine_ns * 1e-9);
   batch_frames_->Observe(static_cast<double>(r.items.size()));
   if (on_detected_) on_detected_(r);
-  metrics::Histogram& rules_stage = *stages_.rules;
-  metrics::Histogram& publish_stage = *stages_.publish;
   for (size_t i = 0; i < r.items.size(); ++i) {
     const video::Frame& f = r.items[i].frame;
     const size_t index = r.items[i].stream;
     Stream& s = streams_[index];
-    const int64_t r0 = SteadyNs();
     const FrameInfo info{f.seq, f.capture_time_ns, f.pts_ns, static_cast<uint32_t>(f.width),
                          static_cast<uint32_t>(f.height)};
-    const StreamLedger::Recorded rec =
-        ledger_->Record(index, info, r.detections[i], i < r.device_rows.size() ? &r.device_rows[i] : nullptr);
-    const double took = static_cast<double>(SteadyNs() - r0) * 1e-9;
-    rules_stage.Observe(took);
-    if (rec.published > 0) publish_stage.Observe(took);
-    if (rec.verdict.event) s.events[static_cast<int>(rec.verdict.severity)]->Inc();
-    {
-      std::lock_guard lock(stats_mu_);
-      s.unacked.emplace_back(f.seq, f.source_steady_ns);
-      if (s.unacked.size() > kMaxUnackedTimes) s.unacked.pop_front();  // acks stalled: forget the oldest
-      ++s.frames;
-    }
-    s.frames_total->Inc();
+    const StreamLedger::Recorded rec = RecordFrame(index, info, r.detections[i],
+                                                   i < r.device_rows.size() ? &r.device_rows[i] : nullptr,
+                                                   f.source_steady_ns);
     if (rec.verdict.event && snapshotter_ && s.config.snapshots.enabled) {
       // The frame moves to the snapshot thread (nothing reads it after this): no copy on this thread.
       Snapshotter::Job job;
@@ -1338,6 +1407,32 @@ void Edge::OnBatch(BatchResult& r) {
       snapshotter_->Offer(std::move(job));
     }
   }
+}
+
+StreamLedger::Recorded Edge::RecordFrame(size_t index, const FrameInfo& info, std::span<const detect::Detection> dets,
+                                         const detect::DeviceRows* rows, int64_t source_steady_ns) {
+  Stream& s = streams_[index];
+  const int64_t r0 = SteadyNs();
+  StreamLedger::Recorded rec = ledger_->Record(index, info, dets, rows);
+  const double took = static_cast<double>(SteadyNs() - r0) * 1e-9;
+  stages_.rules->Observe(took);
+  if (rec.published > 0) stages_.publish->Observe(took);
+  if (rec.verdict.event) s.events[static_cast<int>(rec.verdict.severity)]->Inc();
+  {
+    std::lock_guard lock(stats_mu_);
+    s.unacked.emplace_back(info.seq, source_steady_ns);
+    if (s.unacked.size() > kMaxUnackedTimes) s.unacked.pop_front();  // acks stalled: forget the oldest
+    ++s.frames;
+  }
+  s.frames_total->Inc();
+  replication::PrimaryChannel* ch = primary_channel_.load();
+  if (ch != nullptr && s.live && config_.replication.mirror_results) {
+    replication::MirroredResult m{s.config.id, s.run, info.seq, info.capture_ns, info.pts_ns, info.width, info.height, {}};
+    m.detections.reserve(dets.size());
+    for (const detect::Detection& d : dets) m.detections.push_back({d.x1, d.y1, d.x2, d.y2, d.score, d.class_id});
+    if (ch->MirrorResult(std::move(m))) s.results_mirrored->Inc();
+  }
+  return rec;
 }
 
 namespace {
@@ -2000,14 +2095,18 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
       o.after_load = [&, contact, window]() -> Status {
         PrewarmPlacement(config.placement);  // the topology discovery is not left on the takeover's path
         std::function<void(replication::MirroredFrame&&)> on_frame;
+        std::function<void(replication::MirroredResult&&)> on_result;
         if (window) on_frame = [window](replication::MirroredFrame&& f) { window->Add(std::move(f)); };
+        if (window && rc.mirror_results) {
+          on_result = [window](replication::MirroredResult&& r) { window->AddResult(std::move(r)); };
+        }
         VIGIL_ASSIGN_OR_RETURN(Takeover t, RunStandby(
                                                config, digest, stop,
                                                [&edge, window](const std::vector<StreamRecord>& r) {
                                                  if (window) window->Follow(r);
                                                  edge.FollowMirrored(r);
                                                },
-                                               std::move(on_frame)));
+                                               std::move(on_frame), std::move(on_result)));
         takeovers.Inc();
         contact->store(t.last_contact_ns);
         edge.takeover_timeline().Start(t.last_contact_ns);

@@ -251,6 +251,11 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
                                 "Debian libturbojpeg0-dev): use none, or mirror_via: shm for a standby on this host");
     }
     rc.mirror_frames = mirror == "live" && (video::JpegAvailable() || shm);
+    r->Get("mirror_results", &rc.mirror_results);
+    if (r->Has("mirror_results") && rc.mirror_results && !rc.mirror_frames) {
+      r->Error("mirror_results", "results are kept with their pictures' window: it needs mirror_frames: live");
+    }
+    rc.mirror_results = rc.mirror_results && rc.mirror_frames;
     r->Get("jpeg_quality", &rc.jpeg_quality, 1, 100);
     r->Get("mirror_window", &rc.mirror_window, 1, 100000);
     r->Get("mirror_socket", &rc.mirror_socket);

@@ -28,8 +28,7 @@ void MirrorWindow::Add(replication::MirroredFrame frame) {
   ++s.stats.received;
   // Acknowledged already (the ack's state overtook nothing: frames precede later states, but an ack can arrive
   // for a picture numbered earlier), or of a run the ledger left: not kept.
-  if ((s.run && frame.run < *s.run) ||
-      (s.run && frame.run == *s.run && s.acked_through && frame.seq <= *s.acked_through)) {
+  if (s.Stale(frame.run, frame.seq)) {
     ++s.stats.acked;
     return;
   }
@@ -42,6 +41,22 @@ void MirrorWindow::Add(replication::MirroredFrame frame) {
     ++s.stats.evicted;
   }
   s.stats.held = s.frames.size();
+}
+
+void MirrorWindow::AddResult(replication::MirroredResult result) {
+  std::lock_guard lock(mu_);
+  auto st = streams_.find(result.stream);
+  if (st == streams_.end()) {
+    ++unknown_;
+    return;
+  }
+  PerStream& s = st->second;
+  ++s.stats.results_received;
+  if (s.Stale(result.run, result.seq)) return;
+  const std::pair<uint64_t, uint64_t> key{result.run, result.seq};
+  s.results.insert_or_assign(key, std::move(result));
+  while (s.results.size() > frames_per_stream_) s.results.erase(s.results.begin());
+  s.stats.results_held = s.results.size();
 }
 
 void MirrorWindow::Follow(const std::vector<StreamRecord>& records) {
@@ -62,7 +77,9 @@ void MirrorWindow::Follow(const std::vector<StreamRecord>& records) {
         ++it;
       }
     }
+    std::erase_if(s.results, [&](const auto& kv) { return s.Stale(kv.first.first, kv.first.second); });
     s.stats.held = s.frames.size();
+    s.stats.results_held = s.results.size();
   }
 }
 
@@ -74,6 +91,12 @@ std::optional<MirroredSeqs> MirrorWindow::Seqs(const std::string& stream, uint64
   for (const auto& [key, frame] : st->second.frames) {
     if (key.first == run) out.seqs.push_back(key.second);
   }
+  const size_t pictures = out.seqs.size();
+  for (const auto& [key, result] : st->second.results) {
+    if (key.first == run) out.seqs.push_back(key.second);
+  }
+  std::inplace_merge(out.seqs.begin(), out.seqs.begin() + static_cast<std::ptrdiff_t>(pictures), out.seqs.end());
+  out.seqs.erase(std::unique(out.seqs.begin(), out.seqs.end()), out.seqs.end());
   if (out.seqs.empty()) return std::nullopt;
   return out;
 }
@@ -97,11 +120,28 @@ std::vector<replication::MirroredFrame> MirrorWindow::Take(const std::string& st
   PerStream& s = st->second;
   for (uint64_t q : seqs) {
     auto it = s.frames.find({run, q});
-    if (it != s.frames.end()) out.push_back(std::move(it->second));
+    auto r = s.results.find({run, q});
+    if (it == s.frames.end() && r == s.results.end()) continue;
+    if (it != s.frames.end()) {
+      out.push_back(std::move(it->second));
+    } else {  // only the result: enough to re-publish it
+      replication::MirroredFrame f;
+      f.stream = stream;
+      f.run = run;
+      f.seq = q;
+      f.capture_ns = r->second.capture_ns;
+      f.pts_ns = r->second.pts_ns;
+      f.width = r->second.width;
+      f.height = r->second.height;
+      out.push_back(std::move(f));
+    }
+    if (r != s.results.end()) out.back().result = std::move(r->second);
   }
   s.frames.clear();
+  s.results.clear();
   s.stats.held = 0;
   s.stats.bytes = 0;
+  s.stats.results_held = 0;
   return out;
 }
 

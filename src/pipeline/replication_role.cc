@@ -104,6 +104,7 @@ StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const
   size_t live = 0;
   for (const StreamConfig& sc : config.streams) live += video::IsLiveUri(sc.source) ? 1 : 0;
   o.max_retained_frames = std::max<size_t>(1, live * static_cast<size_t>(config.replication.mirror_window));
+  o.max_retained_results = o.max_retained_frames;
   if (frames != nullptr) {
     o.frames_offer = [frames] { return replication::FramesOffer{frames->socket(), frames->NewToken()}; };
   }
@@ -148,7 +149,8 @@ StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDi
 StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
                               const std::atomic<bool>& stop,
                               std::function<void(const std::vector<StreamRecord>&)> on_mirrored,
-                              std::function<void(replication::MirroredFrame&&)> on_frame) {
+                              std::function<void(replication::MirroredFrame&&)> on_frame,
+                              std::function<void(replication::MirroredResult&&)> on_result) {
   const ReplicationConfig& rc = config.replication;
   // The standby's own state_dir, locked while it waits: the primary's records land here.
   VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, OpenStateDir(config.state_dir));
@@ -205,6 +207,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
       shared->cv.notify_all();
     };
     so.on_frame = on_frame;
+    so.on_result = on_result;
     so.on_ledger = [shared, st, on_mirrored](const std::vector<replication::MirroredStream>& streams) {
       const std::vector<StreamRecord> records = FromMirrored(streams);
       Status saved = st->Save(records);  // on the channel's reader thread; st outlives the channel

@@ -64,13 +64,15 @@ StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDi
 // With mirror_via shm and a primary that offers a picture ring, the standby creates and hands it the ring
 // (frame_ring.h; on failure, logged, pictures keep coming over the channel): `on_frame` then also gets the ring's
 // pictures, on the ring's thread, and at the takeover every picture the primary wrote is read before this
-// returns.
+// returns. `on_result` (may be empty) gets every mirrored result (the primary's detections of a processed picture),
+// on the channel's reader thread.
 // Errors: FailedPrecondition (the primary refused to pair: the message says what differs), the state_dir's
 // errors, Cancelled (`stop` became true before a takeover, or the primary finished every stream: nothing to
 // take over). A primary stopped on purpose (Finished without streams_done) is taken over at once.
 StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairDigest& digest,
                               const std::atomic<bool>& stop,
                               std::function<void(const std::vector<StreamRecord>&)> on_mirrored = {},
-                              std::function<void(replication::MirroredFrame&&)> on_frame = {});
+                              std::function<void(replication::MirroredFrame&&)> on_frame = {},
+                              std::function<void(replication::MirroredResult&&)> on_result = {});
 
 }  // namespace vigil::pipeline

@@ -110,6 +110,43 @@ void ToProto(const MirroredFrame& f, v1::MirroredFrame* p) {
   p->set_jpeg(f.jpeg);
 }
 
+void ToProto(const MirroredResult& r, v1::MirroredResult* p) {
+  p->set_stream(r.stream);
+  p->set_run(r.run);
+  p->set_seq(r.seq);
+  p->set_capture_ns(r.capture_ns);
+  p->set_pts_ns(r.pts_ns);
+  p->set_width(r.width);
+  p->set_height(r.height);
+  p->mutable_boxes()->Reserve(static_cast<int>(5 * r.detections.size()));
+  p->mutable_classes()->Reserve(static_cast<int>(r.detections.size()));
+  for (const MirroredDetection& d : r.detections) {
+    for (float v : {d.x1, d.y1, d.x2, d.y2, d.score}) p->add_boxes(v);
+    p->add_classes(d.class_id);
+  }
+}
+
+// Null when the message does not hold together (boxes not 5 per class id, too many detections).
+std::optional<MirroredResult> FromProto(const v1::MirroredResult& p) {
+  if (p.boxes_size() != 5 * p.classes_size() || static_cast<size_t>(p.classes_size()) > kMaxMirroredDetections) {
+    return std::nullopt;
+  }
+  MirroredResult r;
+  r.stream = p.stream().substr(0, 256);
+  r.run = p.run();
+  r.seq = p.seq();
+  r.capture_ns = p.capture_ns();
+  r.pts_ns = p.pts_ns();
+  r.width = p.width();
+  r.height = p.height();
+  r.detections.resize(static_cast<size_t>(p.classes_size()));
+  for (int i = 0; i < p.classes_size(); ++i) {
+    const float* b = p.boxes().data() + 5 * i;
+    r.detections[static_cast<size_t>(i)] = {b[0], b[1], b[2], b[3], b[4], p.classes(i)};
+  }
+  return r;
+}
+
 MirroredFrame FromProto(v1::MirroredFrame* p) {
   MirroredFrame f;
   f.stream = p->stream().substr(0, 256);
@@ -281,21 +318,26 @@ class PrimaryService final : public v1::Replication::Service {
       sender = std::thread([&] {
         uint64_t sent = 0;           // the ledger version this standby has
         uint64_t next_frame = 0;     // the first ordinal this standby has not been sent
+        uint64_t next_result = 0;    // the same for results
         std::unique_lock lock(mu_);
         for (;;) {
           ledger_cv_.wait(lock, [&] {
             return over || ledger_version_ > sent || frames_.lower_bound(next_frame) != frames_.end() ||
-                   (finish_ && !finish_sent_);
+                   results_.lower_bound(next_result) != results_.end() || (finish_ && !finish_sent_);
           });
           if (over) return;
           v1::PrimaryMessage m;
           // Retained frames queued before the latest ledger state go first (a standby that pairs gets the
-          // unacknowledged ones from before it paired too); then the state; then later frames. Finished goes
-          // last, after the last state and every retained frame (a standby taking over can use them).
+          // unacknowledged ones from before it paired too); then the state; then later frames. A result goes
+          // after the frames queued before it. Finished goes last, after the last state and every retained frame
+          // and result (a standby taking over can use them).
           const auto next = frames_.lower_bound(next_frame);
+          const auto next_r = results_.lower_bound(next_result);
           const bool ledger_due = ledger_version_ > sent && (next == frames_.end() || next->first >= ledger_barrier_);
-          const bool frame_due = !ledger_due && next != frames_.end();
-          const bool finishing = !ledger_due && !frame_due;
+          const bool frame_due = !ledger_due && next != frames_.end() &&
+                                 (next_r == results_.end() || next->first < next_r->second.after_frames);
+          const bool result_due = !ledger_due && !frame_due && next_r != results_.end();
+          const bool finishing = !ledger_due && !frame_due && !result_due;
           size_t frame_bytes = 0;
           if (ledger_due) {
             ToProto(ledger_version_, ledger_, m.mutable_ledger());
@@ -304,6 +346,9 @@ class PrimaryService final : public v1::Replication::Service {
             frame_bytes = next->second.jpeg.size();
             ToProto(next->second, m.mutable_frame());  // a copy: kept until acknowledged
             next_frame = next->first + 1;
+          } else if (result_due) {
+            ToProto(next_r->second.result, m.mutable_result());
+            next_result = next_r->first + 1;
           } else {
             m.mutable_finished()->set_streams_done(*finish_);
             m.mutable_finished()->set_reason(finish_reason_);
@@ -322,6 +367,8 @@ class PrimaryService final : public v1::Replication::Service {
           } else if (frame_due) {
             ++stats_.frames_sent;
             stats_.frame_bytes_sent += frame_bytes;
+          } else if (result_due) {
+            ++stats_.results_sent;
           } else {
             ++stats_.ledger_states_sent;
           }
@@ -414,20 +461,51 @@ class PrimaryService final : public v1::Replication::Service {
     ledger_cv_.notify_all();
     return true;
   }
+  bool MirrorResult(MirroredResult result) {
+    {
+      std::lock_guard lock(mu_);
+      if (result.detections.size() > kMaxMirroredDetections) {
+        ++stats_.results_refused;
+        return false;
+      }
+      results_by_stream_[result.stream].push_back(results_queued_);
+      results_.emplace(results_queued_++, Retained{std::move(result), frames_queued_});
+      while (results_.size() > opt_.max_retained_results) {  // the oldest goes: the front of its stream's
+        auto oldest = results_.begin();
+        results_by_stream_[oldest->second.result.stream].pop_front();
+        results_.erase(oldest);
+        ++stats_.results_evicted;
+      }
+      stats_.results_retained = results_.size();
+    }
+    ledger_cv_.notify_all();
+    return true;
+  }
   void Acknowledge(const std::string& stream, uint64_t run, uint64_t through) {
     std::lock_guard lock(mu_);
-    auto it = by_stream_.find(stream);
-    if (it == by_stream_.end()) return;
-    std::deque<uint64_t>& of_stream = it->second;
-    while (!of_stream.empty()) {
-      auto f = frames_.find(of_stream.front());
-      if (f->second.run > run || (f->second.run == run && f->second.seq > through)) break;
-      retained_bytes_ -= f->second.jpeg.size();
-      frames_.erase(f);
-      of_stream.pop_front();
+    auto stored = [&](uint64_t r, uint64_t seq) { return r < run || (r == run && seq <= through); };
+    if (auto it = by_stream_.find(stream); it != by_stream_.end()) {
+      std::deque<uint64_t>& of_stream = it->second;
+      while (!of_stream.empty()) {
+        auto f = frames_.find(of_stream.front());
+        if (!stored(f->second.run, f->second.seq)) break;
+        retained_bytes_ -= f->second.jpeg.size();
+        frames_.erase(f);
+        of_stream.pop_front();
+      }
+    }
+    if (auto it = results_by_stream_.find(stream); it != results_by_stream_.end()) {
+      std::deque<uint64_t>& of_stream = it->second;
+      while (!of_stream.empty()) {
+        auto r = results_.find(of_stream.front());
+        if (!stored(r->second.result.run, r->second.result.seq)) break;
+        results_.erase(r);
+        of_stream.pop_front();
+      }
     }
     stats_.frames_retained = frames_.size();
     stats_.retained_bytes = retained_bytes_;
+    stats_.results_retained = results_.size();
   }
 
  private:
@@ -456,6 +534,15 @@ class PrimaryService final : public v1::Replication::Service {
   std::map<std::string, std::deque<uint64_t>, std::less<>> by_stream_;  // GUARDED_BY(mu_)
   size_t retained_bytes_ = 0;            // GUARDED_BY(mu_)
   uint64_t frames_queued_ = 0;           // GUARDED_BY(mu_) ordinals handed out
+  // Mirrored results kept until acknowledged, by their own ordinal; each goes out after the frames whose
+  // ordinal is below its after_frames (those queued before it).
+  struct Retained {
+    MirroredResult result;
+    uint64_t after_frames = 0;
+  };
+  std::map<uint64_t, Retained> results_;                                 // GUARDED_BY(mu_)
+  std::map<std::string, std::deque<uint64_t>, std::less<>> results_by_stream_;  // GUARDED_BY(mu_)
+  uint64_t results_queued_ = 0;          // GUARDED_BY(mu_)
   uint64_t ledger_barrier_ = 0;          // GUARDED_BY(mu_) frames with an ordinal below it precede ledger_
   std::optional<bool> finish_;           // GUARDED_BY(mu_) Finish(streams_done) was called
   std::string finish_reason_;            // GUARDED_BY(mu_)
@@ -471,6 +558,7 @@ class GrpcPrimaryChannel final : public PrimaryChannel {
   PrimaryChannelStats stats() const override { return service_->stats(); }
   void PublishLedger(std::vector<MirroredStream> streams) override { service_->PublishLedger(std::move(streams)); }
   bool MirrorFrame(MirroredFrame frame) override { return service_->MirrorFrame(std::move(frame)); }
+  bool MirrorResult(MirroredResult result) override { return service_->MirrorResult(std::move(result)); }
   void Acknowledge(const std::string& stream, uint64_t run, uint64_t through) override {
     service_->Acknowledge(stream, run, through);
   }
@@ -569,6 +657,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
   const FramesOffer& frames_offer() const override { return frames_offer_; }
   uint64_t heartbeats_answered() const override { return answered_.load(); }
   uint64_t frames_received() const override { return frames_.load(); }
+  uint64_t results_received() const override { return results_.load(); }
 
   void Stop() override {
     {
@@ -594,6 +683,17 @@ class GrpcStandbyChannel final : public StandbyChannel {
       if (m.has_frame()) {
         ++frames_;
         if (opt_.on_frame) opt_.on_frame(FromProto(m.mutable_frame()));
+        continue;
+      }
+      if (m.has_result()) {
+        std::optional<MirroredResult> r = FromProto(m.result());
+        if (!r) {
+          why = absl::InvalidArgumentError("the primary sent a mirrored result whose boxes and class ids do not match");
+          ctx_.TryCancel();
+          break;
+        }
+        ++results_;
+        if (opt_.on_result) opt_.on_result(std::move(*r));
         continue;
       }
       if (m.has_finished()) {
@@ -646,6 +746,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
   FramesOffer frames_offer_;
   std::atomic<uint64_t> answered_{0};
   std::atomic<uint64_t> frames_{0};
+  std::atomic<uint64_t> results_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;  // GUARDED_BY(mu_)
@@ -658,8 +759,8 @@ class GrpcStandbyChannel final : public StandbyChannel {
 StatusOr<std::unique_ptr<PrimaryChannel>> PrimaryChannel::Start(PrimaryChannelOptions options) {
   VIGIL_ASSIGN_OR_RETURN(Pems pems, LoadTls(options.tls));
   if (options.edge.empty()) return absl::InvalidArgumentError("replication: the primary channel needs the edge id");
-  if (options.max_retained_frames == 0) {
-    return absl::InvalidArgumentError("replication: max_retained_frames must be at least 1");
+  if (options.max_retained_frames == 0 || options.max_retained_results == 0) {
+    return absl::InvalidArgumentError("replication: max_retained_frames and max_retained_results must be at least 1");
   }
   const std::string listen = options.listen;
   grpc::SslServerCredentialsOptions so(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);

@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import struct
 import subprocess
 import threading
 import time
@@ -294,3 +295,97 @@ def stop(proc: subprocess.Popen | None, sig=signal.SIGTERM):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+PROTOCOL_HEADER = 16  # transport/protocol.h: body length at bytes 8..11, message type at 5
+REPORT, ACK = 2, 3   # protocol.h MessageType
+
+
+class ReportProxy:
+    """TCP proxy edge -> aggregator (test tooling) that reads the protocol's frames (16-byte header, body length at 8..11,
+    type at 5) in both directions. Modes, per direction, switchable any time:
+      acks:    'pass' | 'drop'             (aggregator -> edge Ack frames)
+      reports: 'pass' | 'hold' | 'drop'    (edge -> aggregator Report frames; 'hold' buffers them until
+                                            release(), which sends them on their connection)
+    Every other frame (Hello, Welcome, Reject, Heartbeat) always passes."""
+
+    def __init__(self, upstream_port: int):
+        self.upstream = upstream_port
+        self.acks, self.reports = "pass", "pass"
+        self.lock = threading.Lock()
+        self.held: list[tuple[socket.socket, bytes]] = []
+        self.dropped_reports = 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                edge, _ = self.sock.accept()
+            except OSError:
+                return
+            agg = socket.create_connection(("127.0.0.1", self.upstream))
+            with self.lock:
+                self.conns += [edge, agg]
+            threading.Thread(target=self._pump, args=(edge, agg, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(agg, edge, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, to_aggregator: bool):
+        buf = b""
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                buf += data
+                while len(buf) >= PROTOCOL_HEADER:
+                    length = struct.unpack_from("<I", buf, 8)[0]
+                    if len(buf) < PROTOCOL_HEADER + length:
+                        break
+                    frame, buf = buf[:PROTOCOL_HEADER + length], buf[PROTOCOL_HEADER + length:]
+                    kind = frame[5]
+                    with self.lock:
+                        if to_aggregator and kind == REPORT and self.reports == "hold":
+                            self.held.append((dst, frame))
+                            continue
+                        if to_aggregator and kind == REPORT and self.reports == "drop":
+                            self.dropped_reports += 1
+                            continue
+                        if not to_aggregator and kind == ACK and self.acks == "drop":
+                            continue
+                    dst.sendall(frame)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def release(self) -> int:
+        """Sends the held reports on their connections; returns how many went out."""
+        with self.lock:
+            held, self.held = self.held, []
+            self.reports = "pass"
+        sent = 0
+        for dst, frame in held:
+            try:
+                dst.sendall(frame)
+                sent += 1
+            except OSError:
+                pass
+        return sent
+
+    def close(self):
+        self.sock.close()
+        with self.lock:
+            for c in self.conns:
+                try:
+                    c.close()
+                except OSError:
+                    pass

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
-import struct
 import subprocess
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -28,106 +25,14 @@ from pathlib import Path
 import pytest
 
 from common import SHARED_DIR, THREADS, vigil_bin
-from edge_harness import Aggregator, Camera, free_port, parse_metrics, query, skip_without, stop
+from edge_harness import Aggregator, Camera, ReportProxy, free_port, parse_metrics, query, skip_without, stop
 
 MODEL = SHARED_DIR / "yolov8n_coco_640_int8dyn.onnx"
-HEADER = 16
-REPORT, ACK = 2, 3  # protocol.h MessageType
 
 
 @pytest.fixture(autouse=True)
 def needs():
     skip_without(MODEL, "ffmpeg")
-
-
-class Proxy:
-    """TCP proxy edge -> aggregator that reads the protocol's frames (16-byte header, body length at 8..11,
-    type at 5) in both directions. Modes, per direction, switchable any time:
-      acks:    'pass' | 'drop'             (aggregator -> edge Ack frames)
-      reports: 'pass' | 'hold' | 'drop'    (edge -> aggregator Report frames; 'hold' buffers them until
-                                            release(), which sends them on their connection)
-    Every other frame (Hello, Welcome, Reject, Heartbeat) always passes."""
-
-    def __init__(self, upstream_port: int):
-        self.upstream = upstream_port
-        self.acks, self.reports = "pass", "pass"
-        self.lock = threading.Lock()
-        self.held: list[tuple[socket.socket, bytes]] = []
-        self.dropped_reports = 0
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                edge, _ = self.sock.accept()
-            except OSError:
-                return
-            agg = socket.create_connection(("127.0.0.1", self.upstream))
-            with self.lock:
-                self.conns += [edge, agg]
-            threading.Thread(target=self._pump, args=(edge, agg, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(agg, edge, False), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, to_aggregator: bool):
-        buf = b""
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                buf += data
-                while len(buf) >= HEADER:
-                    length = struct.unpack_from("<I", buf, 8)[0]
-                    if len(buf) < HEADER + length:
-                        break
-                    frame, buf = buf[:HEADER + length], buf[HEADER + length:]
-                    kind = frame[5]
-                    with self.lock:
-                        if to_aggregator and kind == REPORT and self.reports == "hold":
-                            self.held.append((dst, frame))
-                            continue
-                        if to_aggregator and kind == REPORT and self.reports == "drop":
-                            self.dropped_reports += 1
-                            continue
-                        if not to_aggregator and kind == ACK and self.acks == "drop":
-                            continue
-                    dst.sendall(frame)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def release(self) -> int:
-        """Sends the held reports on their connections; returns how many went out."""
-        with self.lock:
-            held, self.held = self.held, []
-            self.reports = "pass"
-        sent = 0
-        for dst, frame in held:
-            try:
-                dst.sendall(frame)
-                sent += 1
-            except OSError:
-                pass
-        return sent
-
-    def close(self):
-        self.sock.close()
-        with self.lock:
-            for c in self.conns:
-                try:
-                    c.close()
-                except OSError:
-                    pass
 
 
 def edge_config(tmp: Path, name: str, port: int, source: str, state: str, extra_stream: str = "") -> Path:
@@ -181,7 +86,7 @@ def wait_for(what: str, cond, timeout=120, edge=None, log=None):
 def test_live_restart_continues_above_every_assigned_seq_and_reports_the_lost_ones(tmp_path):
     agg = Aggregator(tmp_path, free_port())
     agg.start()
-    proxy = Proxy(agg.port)
+    proxy = ReportProxy(agg.port)
     camera = Camera(tmp_path)
     camera.start()
     cfg = edge_config(tmp_path, "edge", proxy.port, camera.url, "state")
@@ -247,7 +152,7 @@ def test_live_restart_continues_above_every_assigned_seq_and_reports_the_lost_on
 def test_zombie_edge_is_fenced_and_nothing_of_its_session_is_stored_after_the_new_hello(tmp_path):
     agg = Aggregator(tmp_path, free_port(), extra="peer_timeout_ms: 120000\n")
     agg.start()
-    proxy = Proxy(agg.port)
+    proxy = ReportProxy(agg.port)
     camera_a, camera_b = Camera(tmp_path), Camera(tmp_path)
     camera_a.start()
     camera_b.start()

@@ -43,8 +43,8 @@ from pathlib import Path
 import pytest
 
 from common import THREADS, vigil_bin
-from edge_harness import (Aggregator, Camera, FanOutCamera, accept_each, free_port, loopback_listener, metric, query,
-                          read_metrics, stored_frames)
+from edge_harness import (Aggregator, Camera, FanOutCamera, ReportProxy, accept_each, free_port, loopback_listener,
+                          metric, query, read_metrics, stored_frames)
 from test_edge_e2e import FRAMES, MODEL, assert_accounted_once, vtest200  # noqa: F401 (fixture)
 
 
@@ -737,6 +737,50 @@ def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_
     assert ("vigil_edge_mirror_retained_frames", frozenset()) in m, "the kept pictures' gauge is exported"
     print(f"live takeover with mirrored pictures: {replayed} processed again (seqs {first}..{last}), "
           f"{len(processed_again)} stored by the new primary, 0 lost")
+
+
+def test_the_standby_re_publishes_the_dead_primarys_own_results_instead_of_running_its_pictures_again(tmp_path):
+    """replication.mirror_results (the default): the primary sends each processed camera picture's detections to
+    the standby beside the picture. Its reports are held on their way to the aggregator (a proxy), so for 2 s it
+    processes pictures that nobody stores; then it is SIGKILLed (the held reports die with its connection). The
+    standby re-publishes the old primary's own detections for those pictures instead of running them again:
+    nothing lost, every seq stored exactly once, all of them by the new epoch."""
+    agg, camera, pair = one_client_camera_pair(tmp_path)
+    proxy = ReportProxy(agg.port)
+    cfg = pair.cfg["node-a"]
+    cfg.write_text(cfg.read_text().replace(f"aggregator: 127.0.0.1:{agg.port}\n",
+                                           f"aggregator: 127.0.0.1:{proxy.port}\n", 1))
+    pair.start("node-a")
+    pair.start("node-b")
+    try:
+        wait_for(lambda: pair.paired("node-b") == 1, 120, "node-b to pair")
+        wait_for(lambda: len(frame_rows(agg.db)) >= 20, 120, "20 frames of the camera stored")
+        proxy.reports = "hold"
+        time.sleep(2.0)  # 10 fps: about 20 pictures processed, their reports held
+        kill_the_primary_of_a_one_client_camera(pair, camera, agg)
+    finally:
+        pair.kill_all()
+        camera.stop()
+        agg.kill(signal.SIGTERM)
+        proxy.close()
+    assert proxy.held, "no report was held: the primary published nothing in the 2 s"
+    rows = assert_one_run_without_gaps(agg.db)
+    assert [r for r in rows if r[2] == 4] == [], "a seq was reported lost though its result was mirrored"
+    m = read_metrics(tmp_path / "node-b.prom")
+    replayed, first, last = assert_replayed_none_lost(pair, m, 10, "10 fps x 2 s of held reports")
+    republished = metric(m, "vigil_edge_takeover_republished_results_total", stream="vtest")
+    assert republished >= 10, f"only {republished} of {replayed} frames re-published from the old primary's results"
+    found = re.search(r"stream 'vtest': processing \d+ mirrored picture\(s\) of the old primary again \(seqs \d+\.\.\d+\): "
+                      r"(\d+) with the old primary's own results to re-publish, (\d+) to run again", pair.log("node-b"))
+    assert found, pair.log("node-b")[-3000:]
+    assert int(found.group(1)) == republished
+    assert int(found.group(1)) + int(found.group(2)) == replayed
+    assert f"re-published the old primary's own results for {int(republished)} frame(s)" in pair.log("node-b")
+    # Nothing the old primary sent after the hold reached the aggregator: every seq from the takeover's first on
+    # was stored by the new epoch, the re-published ones included.
+    assert {r[3] for r in rows if r[1] >= first} == {2}, [r for r in rows if r[1] >= first][:20]
+    print(f"takeover with mirrored results: {replayed} frames taken over (seqs {first}..{last}), {republished:.0f} "
+          f"re-published from the old primary's own results, 0 lost")
 
 
 def test_pictures_kept_while_no_standby_was_paired_reach_the_standby_that_pairs(tmp_path):

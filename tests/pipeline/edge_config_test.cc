@@ -438,6 +438,25 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
   EXPECT_EQ(p->replication.mirror_frames, video::JpegAvailable());
   EXPECT_EQ(p->replication.jpeg_quality, 85);
   EXPECT_EQ(p->replication.mirror_window, 256);
+  // The primary's results mirrored beside its pictures: on wherever pictures are; asked for without them, an error.
+  EXPECT_EQ(p->replication.mirror_results, p->replication.mirror_frames);
+  {
+    StatusOr<EdgeConfig> m = ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n" +
+                                                 "  mirror_via: shm\n  mirror_results: false\n" + tls,
+                                             "edge.yaml");
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_TRUE(m->replication.mirror_frames);
+    EXPECT_FALSE(m->replication.mirror_results);
+    StatusOr<EdgeConfig> bare = ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n" +
+                                                    "  mirror_frames: none\n" + tls,
+                                                "edge.yaml");
+    ASSERT_TRUE(bare.ok()) << bare.status();
+    EXPECT_FALSE(bare->replication.mirror_results) << "no window to keep them in";
+    EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: primary\n  peer: b:7420\n"
+                                          "  mirror_frames: none\n  mirror_results: true\n" + tls, "edge.yaml").status())
+                  .find("replication.mirror_results: results are kept with their pictures' window"),
+              std::string::npos);
+  }
   {
     StatusOr<EdgeConfig> m = ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n" +
                                                  "  mirror_frames: none\n  jpeg_quality: 60\n  mirror_window: 32\n" + tls,

@@ -69,5 +69,63 @@ TEST(MirrorWindow, ANewRunDropsTheOldOnesFramesAndASeqNumberedAgainReplacesItsPi
   EXPECT_EQ(w.unknown(), 1u);
 }
 
+replication::MirroredResult Result(const std::string& stream, uint64_t run, uint64_t seq, int detections) {
+  replication::MirroredResult r{stream, run, seq, 1000 + static_cast<int64_t>(seq), 40 * static_cast<int64_t>(seq),
+                                64, 48, {}};
+  for (int k = 0; k < detections; ++k) {
+    r.detections.push_back({1.0f * k, 2.0f, 10.0f + k, 20.0f, 0.5f + 0.01f * k, k});
+  }
+  return r;
+}
+
+// The primary's results are kept beside the pictures: a seq is held when either is; Take attaches the result
+// (and hands a result alone as a frame without a picture); acknowledgements and new runs prune both.
+TEST(MirrorWindow, ResultsAreKeptBesideThePicturesAndHandedOverWithThem) {
+  MirrorWindow w({"cam"}, 100);
+  for (uint64_t q = 0; q < 6; ++q) w.Add(Pic("cam", 5, q));
+  for (uint64_t q = 0; q < 4; ++q) w.AddResult(Result("cam", 5, q, static_cast<int>(q)));
+  w.AddResult(Result("cam", 5, 7, 2));  // a result whose picture never came (evicted on its way)
+  w.AddResult(Result("door", 5, 1, 1));  // not served here
+  EXPECT_EQ(w.unknown(), 1u);
+  w.Follow({{"cam", "rtsp://c", 5, 1, 8}});  // 0 and 1 stored: picture and result go
+  EXPECT_EQ(w.stats("cam").held, 4u);
+  EXPECT_EQ(w.stats("cam").results_held, 3u);
+  EXPECT_EQ(w.stats("cam").results_received, 5u);
+  ASSERT_TRUE(w.Seqs("cam", 5));
+  EXPECT_EQ(w.Seqs("cam", 5)->seqs, (std::vector<uint64_t>{2, 3, 4, 5, 7})) << "pictures and results, once each";
+  w.AddResult(Result("cam", 5, 1, 3));  // acknowledged already: not kept
+  EXPECT_EQ(w.stats("cam").results_held, 3u);
+  const std::vector<replication::MirroredFrame> got = w.Take("cam", 5, {3, 4, 7});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].seq, 3u);
+  EXPECT_TRUE(got[0].has_picture());
+  ASSERT_TRUE(got[0].result);
+  EXPECT_EQ(*got[0].result, Result("cam", 5, 3, 3));
+  EXPECT_EQ(got[1].seq, 4u);
+  EXPECT_TRUE(got[1].has_picture());
+  EXPECT_FALSE(got[1].result) << "processed by nobody: its picture is run again";
+  EXPECT_EQ(got[2].seq, 7u);
+  EXPECT_FALSE(got[2].has_picture());
+  ASSERT_TRUE(got[2].result);
+  EXPECT_EQ(got[2].result->detections.size(), 2u);
+  EXPECT_EQ(got[2].capture_ns, 1007) << "the frame's identity comes from the result";
+  EXPECT_EQ(got[2].pts_ns, 280);
+  EXPECT_EQ(got[2].width, 64u);
+  EXPECT_EQ(got[2].height, 48u);
+  EXPECT_EQ(w.stats("cam").results_held, 0u) << "Take forgets the stream's results too";
+  EXPECT_FALSE(w.Seqs("cam", 5));
+}
+
+TEST(MirrorWindow, ResultsAreBoundedLikePicturesAndANewRunDropsThem) {
+  MirrorWindow w({"cam"}, 3);
+  for (uint64_t q = 0; q < 5; ++q) w.AddResult(Result("cam", 2, q, 1));
+  EXPECT_EQ(w.Seqs("cam", 2)->seqs, (std::vector<uint64_t>{2, 3, 4})) << "the oldest go";
+  w.AddResult(Result("cam", 2, 4, 5));  // numbered again by a restarted primary: the newer result wins
+  EXPECT_EQ(w.stats("cam").results_held, 3u);
+  w.Follow({{"cam", "rtsp://c", 3, std::nullopt, 0}});
+  EXPECT_EQ(w.stats("cam").results_held, 0u);
+  EXPECT_FALSE(w.Seqs("cam", 2));
+}
+
 }  // namespace
 }  // namespace vigil::pipeline

@@ -281,6 +281,73 @@ TEST_F(ChannelTest, MirroredFramesArriveInOrderAndBeforeTheLedgerStatesPublished
   EXPECT_EQ(primary->stats().frames_retained, 0u);
 }
 
+// Results (the primary's detections of processed pictures) are kept until acknowledged like frames, reach a
+// standby that pairs later, arrive after the frames queued before them and equal what was given; the bound
+// evicts the oldest; a result with more detections than the channel carries is refused.
+TEST_F(ChannelTest, MirroredResultsArriveAfterTheirFramesAndAreKeptUntilAcknowledged) {
+  Ends primary_ends, standby_ends;
+  PrimaryChannelOptions po = PrimaryOptions();
+  po.max_retained_results = 50;
+  StatusOr<std::unique_ptr<PrimaryChannel>> started = PrimaryChannel::Start(po);
+  ASSERT_TRUE(started.ok()) << started.status();
+  PrimaryChannel& primary = **started;
+  auto result = [](uint64_t seq) {
+    MirroredResult r{"cam", 7, seq, 1'700'000'000'000'000'000 + static_cast<int64_t>(seq), static_cast<int64_t>(seq) * 40,
+                     1920, 1080, {}};
+    for (uint64_t k = 0; k < seq % 4; ++k) {
+      r.detections.push_back({10.5f * k, 20.25f, 100.0f + k, 200.0f, 0.25f + 0.125f * k, static_cast<int32_t>(k + seq)});
+    }
+    return r;
+  };
+  auto frame = [](uint64_t seq) { return MirroredFrame{"cam", 7, seq, 0, 0, 8, 8, std::string(10, 'f')}; };
+  for (uint64_t seq = 0; seq < 60; ++seq) ASSERT_TRUE(primary.MirrorResult(result(seq)));  // nobody paired yet
+  PrimaryChannelStats st = primary.stats();
+  EXPECT_EQ(st.results_retained, 50u);
+  EXPECT_EQ(st.results_evicted, 10u) << "the oldest ten went for room";
+  primary.Acknowledge("cam", 7, 19);  // the aggregator has 0..19
+  EXPECT_EQ(primary.stats().results_retained, 40u);
+  std::mutex mu;
+  std::vector<std::string> log;  // "f<seq>" or "r<seq>"
+  std::vector<MirroredResult> results;
+  StandbyChannelOptions o = Standby(primary.port(), &standby_ends);
+  o.on_frame = [&](MirroredFrame&& f) {
+    std::lock_guard lock(mu);
+    log.push_back("f" + std::to_string(f.seq));
+  };
+  o.on_result = [&](MirroredResult&& r) {
+    std::lock_guard lock(mu);
+    log.push_back("r" + std::to_string(r.seq));
+    results.push_back(std::move(r));
+  };
+  StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  for (uint64_t seq = 60; seq < 80; ++seq) {  // each picture numbered, then its result once processed
+    ASSERT_TRUE(primary.MirrorFrame(frame(seq)));
+    ASSERT_TRUE(primary.MirrorResult(result(seq)));
+  }
+  ASSERT_TRUE(Eventually([&] {
+    return (*standby)->results_received() == 60 && primary.stats().results_sent == 60 &&
+           (*standby)->frames_received() == 20;
+  })) << (*standby)->results_received() << " results received";
+  std::lock_guard lock(mu);
+  ASSERT_EQ(results.size(), 60u);
+  for (uint64_t k = 0; k < 60; ++k) EXPECT_EQ(results[k], result(20 + k)) << "seq " << 20 + k;
+  // Each result of 60..79 comes after its own frame.
+  for (uint64_t seq = 60; seq < 80; ++seq) {
+    const auto f = std::find(log.begin(), log.end(), "f" + std::to_string(seq));
+    const auto r = std::find(log.begin(), log.end(), "r" + std::to_string(seq));
+    ASSERT_NE(f, log.end());
+    ASSERT_NE(r, log.end());
+    EXPECT_LT(f, r) << "the result of seq " << seq << " overtook its picture";
+  }
+  primary.Acknowledge("cam", 7, 74);
+  EXPECT_EQ(primary.stats().results_retained, 5u);
+  MirroredResult huge = result(99);
+  huge.detections.resize(kMaxMirroredDetections + 1);
+  EXPECT_FALSE(primary.MirrorResult(std::move(huge)));
+  EXPECT_EQ(primary.stats().results_refused, 1u);
+}
+
 // A standby that does not keep up: the primary never waits — the frames it keeps are bounded and the oldest
 // evicted (counted); what is kept still arrives once the standby reads again; a picture larger than the
 // channel carries is refused.

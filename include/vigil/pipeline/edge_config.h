@@ -175,6 +175,11 @@ struct ReplicationConfig {
   // thread, also while no standby is paired (the channel keeps the unacknowledged ones for a standby that pairs
   // later), and memory for up to mirror_window pictures per live stream on each side.
   bool mirror_frames = true;
+  // mirror_results (with mirror_frames: live; default true): the primary also sends each processed live
+  // picture's detections over the channel (small: ≤ max_det rows of 24 bytes), and a takeover re-publishes the
+  // primary's own results for the pictures whose detections arrived instead of processing them again
+  // (replication/channel.h "Result mirroring"); false: every unstored picture is processed again.
+  bool mirror_results = true;
   int jpeg_quality = 85;
   int mirror_window = 256;
   // mirror_via: channel (default) — the JPEGs above over the replication channel, to a standby on any host;

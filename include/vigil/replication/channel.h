@@ -26,6 +26,14 @@
 // (nothing numbered is unknown to a standby that has the state, except evicted frames). The primary never
 // waits for its standby: a standby slower than the pictures loses the oldest to eviction.
 //
+// Result mirroring (issue 17, item 2): the primary also hands the channel each processed picture's detections
+// (MirrorResult: the rows its rules read, source pixels), kept until acknowledged like frames (up to
+// max_retained_results) and sent to the paired standby's `on_result` after the frames queued before them. At a
+// takeover the standby re-publishes those results through its own ledger instead of running the pictures
+// again: the aggregator gets the primary's own detections (not a recomputation from a JPEG), and the new
+// primary's engine starts on the pictures nobody processed. The detections, not the raw head outputs: ≤ max_det
+// rows of 24 bytes, where YOLOv8n's 640 head is 84 × 8400 floats (2.8 MB) per picture — as much as the picture.
+//
 // Threading: each channel runs its own threads (gRPC's server threads; a reader and a heartbeat thread on
 // the standby); the callbacks run on them and must not block. Stop()/destructor end the stream and join.
 // Errors: Start/Pair → InvalidArgument (options: missing TLS files, bad address), NotFound (unreadable TLS
@@ -80,6 +88,26 @@ struct MirroredGpuPicture {
   std::shared_ptr<void> owner;
 };
 
+// One detection of a mirrored result: corners in source pixels, score in [0, 1], class id (detect::Detection).
+struct MirroredDetection {
+  float x1 = 0, y1 = 0, x2 = 0, y2 = 0, score = 0;
+  int32_t class_id = 0;
+  bool operator==(const MirroredDetection&) const = default;
+};
+
+// A processed picture's detections as the primary's rules read them (replication.proto MirroredResult).
+struct MirroredResult {
+  std::string stream;
+  uint64_t run = 0, seq = 0;
+  int64_t capture_ns = 0, pts_ns = 0;  // as MirroredFrame
+  uint32_t width = 0, height = 0;      // the picture's size, pixels
+  std::vector<MirroredDetection> detections;
+  bool operator==(const MirroredResult&) const = default;
+};
+
+// The most detections one mirrored result carries: MirrorResult refuses (counts) a larger one.
+inline constexpr size_t kMaxMirroredDetections = 1u << 16;
+
 // One mirrored live picture (replication.proto MirroredFrame).
 struct MirroredFrame {
   std::string stream;
@@ -92,6 +120,10 @@ struct MirroredFrame {
   std::vector<uint8_t> bgr;  // 8-bit BGR, `height` rows of `stride` bytes (video/frame.h's host form)
   uint32_t stride = 0;       // bytes per row of bgr
   std::shared_ptr<const MirroredGpuPicture> gpu;  // or, from a ring in GPU memory, the picture there
+  // The primary's detections for this picture when they were mirrored too (MirrorWindow::Take sets it); the
+  // picture may then be missing (has_picture() false): the result alone is enough to re-publish it.
+  std::optional<MirroredResult> result;
+  bool has_picture() const { return !jpeg.empty() || !bgr.empty() || gpu != nullptr; }
   size_t bytes() const { return jpeg.size() + bgr.size() + (gpu ? gpu->bytes : 0); }
 };
 
@@ -115,6 +147,7 @@ struct PrimaryChannelOptions {
   std::function<void(int64_t)> on_heartbeat;
   std::function<void(const Status&)> on_end;
   size_t max_retained_frames = 256;  // mirrored frames kept until acknowledged, at most (≥ 1)
+  size_t max_retained_results = 4096;  // mirrored results kept until acknowledged, at most (≥ 1)
   // Called at each pairing, before Paired is sent: the picture ring offered to that standby (optional;
   // FramePublisher::NewToken makes the token).
   std::function<FramesOffer()> frames_offer;
@@ -131,6 +164,10 @@ struct PrimaryChannelStats {
   uint64_t frames_evicted = 0;     // kept frames dropped for room before they were acknowledged
   size_t frames_retained = 0;      // kept now (not yet acknowledged)
   size_t retained_bytes = 0;       // their JPEG bytes
+  uint64_t results_sent = 0;       // mirrored results written to the stream
+  uint64_t results_refused = 0;    // MirrorResult calls with more than kMaxMirroredDetections detections
+  uint64_t results_evicted = 0;    // kept results dropped for room before they were acknowledged
+  size_t results_retained = 0;     // kept now
   bool standby_connected = false;
   std::string standby;      // the paired standby's node name ("" when none)
   std::string last_refusal;
@@ -147,7 +184,10 @@ class PrimaryChannel {
   // Keeps `frame` for the standby (see "Frame mirroring" above); false: refused, no JPEG (a raw picture goes
   // through a frame ring, frame_ring.h) or larger than kMaxMirroredJpegBytes (frames_refused). Thread-safe; never blocks on the standby.
   virtual bool MirrorFrame(MirroredFrame frame) = 0;
-  // The aggregator stored `stream`'s run `run` through seq `through`: the frames kept for it at or below are
+  // Keeps `result` for the standby (see "Result mirroring"); false: refused (too many detections). Thread-safe;
+  // never blocks on the standby.
+  virtual bool MirrorResult(MirroredResult result) = 0;
+  // The aggregator stored `stream`'s run `run` through seq `through`: the frames and results kept for it at or below are
   // dropped (and so are those of older runs). Thread-safe.
   virtual void Acknowledge(const std::string& stream, uint64_t run, uint64_t through) = 0;
   // Tells the paired standby that this primary ends on purpose (sent after the last ledger state, waiting up
@@ -169,6 +209,7 @@ struct StandbyChannelOptions {
   std::function<void(const Status&)> on_end;  // once, when the stream ends after pairing
   std::function<void(const std::vector<MirroredStream>&)> on_ledger;  // each ledger state the primary sends
   std::function<void(MirroredFrame&&)> on_frame;  // each mirrored picture (empty: frames are received and dropped)
+  std::function<void(MirroredResult&&)> on_result;  // each mirrored result (empty: received and dropped)
   // The primary ends on purpose (before on_end): every stream done, or a stop (reason "") or a step-down
   // (reason: why it found itself unhealthy).
   std::function<void(bool streams_done, const std::string& reason)> on_finished;
@@ -184,6 +225,7 @@ class StandbyChannel {
   virtual const FramesOffer& frames_offer() const = 0;   // from Paired (socket empty: no picture ring)
   virtual uint64_t heartbeats_answered() const = 0;      // thread-safe
   virtual uint64_t frames_received() const = 0;          // mirrored frames; thread-safe
+  virtual uint64_t results_received() const = 0;         // mirrored results; thread-safe
   virtual void Stop() = 0;                               // idempotent
 };
 
