@@ -1247,6 +1247,7 @@ bool Edge::FeedReplay(size_t index) {
     ledger_->Dropped(index, replay[rest].seq, "shutdown");
   }
   if (republished > 0) {
+    ledger_->Tick(/*force=*/true);  // the aggregator learns of them at once (not after progress_flush)
     s.republished->Inc(static_cast<double>(republished));
     spdlog::info("stream '{}': re-published the old primary's own results for {} frame(s)", s.config.id, republished);
   }
@@ -1354,7 +1355,9 @@ void Edge::OnBatch(BatchResult& r) {
     }
     return;
   }
-  if (timeline_.started() && !r.items.empty() && timeline_.Mark(TakeoverTimeline::kDetected, SteadyNs())) {
+  const bool first_after_takeover =
+      timeline_.started() && !r.items.empty() && timeline_.Mark(TakeoverTimeline::kDetected, SteadyNs());
+  if (first_after_takeover) {
     std::lock_guard lock(takeover_mu_);
     const video::Frame& f = r.items.front().frame;
     first_processed_ = FrameId{streams_[r.items.front().stream].config.id, f.run, f.seq};
@@ -1407,6 +1410,9 @@ void Edge::OnBatch(BatchResult& r) {
       snapshotter_->Offer(std::move(job));
     }
   }
+  // The takeover's first batch: its progress marks go out now, not after progress_flush (a frame without an event
+  // waited up to that long in a pending range — 220 ms of a 275 ms takeover on the H200).
+  if (first_after_takeover) ledger_->Tick(/*force=*/true);
 }
 
 StreamLedger::Recorded Edge::RecordFrame(size_t index, const FrameInfo& info, std::span<const detect::Detection> dets,

@@ -175,6 +175,8 @@ def node_yaml(args, d: Path, node: str, role: str, listen: int, peer: int, agg_p
     mirror = {"shm-gpu": f"  mirror_via: shm\n  mirror_memory: {args.device}\n  mirror_slots: {args.slots}\n"
                          f"  mirror_slot_mb: {args.slot_mb}\n",
               "shm": f"  mirror_via: shm\n  mirror_slots: {args.slots}\n  mirror_slot_mb: {args.slot_mb_host}\n",
+              "shm-gpu-noresults": f"  mirror_via: shm\n  mirror_memory: {args.device}\n  mirror_slots: {args.slots}\n"
+                                   f"  mirror_slot_mb: {args.slot_mb}\n  mirror_results: false\n",
               "channel": "",
               "none": "  mirror_frames: none\n"}[args.mirror]
     streams = "".join(f"  - {{id: cam{i:03d}, source: 'tcp://127.0.0.1:{p}'}}\n" for i, p in enumerate(ports))
@@ -213,8 +215,9 @@ def main() -> int:
                     "the start (the run then ends with what it did: a device call's time limit)")
     ap.add_argument("--warmup-s", type=float, default=8.0)
     ap.add_argument("--measure-s", type=float, default=10.0)
-    ap.add_argument("--mirror", choices=["shm-gpu", "shm", "channel", "none"], default="shm-gpu",
-                    help="none: mirror_frames none (the replication cost's baseline; a kill then loses frames)")
+    ap.add_argument("--mirror", choices=["shm-gpu", "shm-gpu-noresults", "shm", "channel", "none"], default="shm-gpu",
+                    help="none: mirror_frames none (the replication cost's baseline; a kill then loses frames); "
+                         "shm-gpu-noresults: shm-gpu with mirror_results false")
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--precision", default="fp16")
     ap.add_argument("--hwaccel", default="cuda", help="cpu for a dry run on a machine without a GPU")
