@@ -269,6 +269,11 @@ std::string DiagnoseTls(const std::string& target, const Pems& pems) {
   return why;
 }
 
+// Mirrored results sent in one message at most, and their detections (≈ 26 bytes each on the wire: a message
+// stays under the standby's receive limit, kMaxMirroredJpegBytes + 1 MiB, whatever max_det is).
+constexpr uint64_t kResultsPerMessage = 256;
+constexpr size_t kRowsPerMessage = size_t{1} << 20;
+
 // ---- the primary -----------------------------------------------------------------------------------
 
 class PrimaryService final : public v1::Replication::Service {
@@ -339,6 +344,7 @@ class PrimaryService final : public v1::Replication::Service {
           const bool result_due = !ledger_due && !frame_due && next_r != results_.end();
           const bool finishing = !ledger_due && !frame_due && !result_due;
           size_t frame_bytes = 0;
+          uint64_t results_sent = 0;
           if (ledger_due) {
             ToProto(ledger_version_, ledger_, m.mutable_ledger());
             sent = ledger_version_;
@@ -347,8 +353,18 @@ class PrimaryService final : public v1::Replication::Service {
             ToProto(next->second, m.mutable_frame());  // a copy: kept until acknowledged
             next_frame = next->first + 1;
           } else if (result_due) {
-            ToProto(next_r->second.result, m.mutable_result());
-            next_result = next_r->first + 1;
+            // Every result due now in one message (up to kResultsPerMessage, none overtaking a frame): at 128
+            // cameras one message per batch of results instead of 3,840 a second.
+            v1::MirroredResults* batch = m.mutable_results();
+            size_t rows = 0;
+            for (auto it = next_r; it != results_.end() && results_sent < kResultsPerMessage &&
+                                   (next == frames_.end() || next->first >= it->second.after_frames) &&
+                                   (results_sent == 0 || rows + it->second.result.detections.size() <= kRowsPerMessage);
+                 ++it, ++results_sent) {
+              rows += it->second.result.detections.size();
+              ToProto(it->second.result, batch->add_results());
+              next_result = it->first + 1;
+            }
           } else {
             m.mutable_finished()->set_streams_done(*finish_);
             m.mutable_finished()->set_reason(finish_reason_);
@@ -368,7 +384,7 @@ class PrimaryService final : public v1::Replication::Service {
             ++stats_.frames_sent;
             stats_.frame_bytes_sent += frame_bytes;
           } else if (result_due) {
-            ++stats_.results_sent;
+            stats_.results_sent += results_sent;
           } else {
             ++stats_.ledger_states_sent;
           }
@@ -685,15 +701,22 @@ class GrpcStandbyChannel final : public StandbyChannel {
         if (opt_.on_frame) opt_.on_frame(FromProto(m.mutable_frame()));
         continue;
       }
-      if (m.has_result()) {
-        std::optional<MirroredResult> r = FromProto(m.result());
-        if (!r) {
+      if (m.has_results()) {
+        bool bad = false;
+        for (const v1::MirroredResult& one : m.results().results()) {
+          std::optional<MirroredResult> r = FromProto(one);
+          if (!r) {
+            bad = true;
+            break;
+          }
+          ++results_;
+          if (opt_.on_result) opt_.on_result(std::move(*r));
+        }
+        if (bad) {
           why = absl::InvalidArgumentError("the primary sent a mirrored result whose boxes and class ids do not match");
           ctx_.TryCancel();
           break;
         }
-        ++results_;
-        if (opt_.on_result) opt_.on_result(std::move(*r));
         continue;
       }
       if (m.has_finished()) {

@@ -213,6 +213,8 @@ def main() -> int:
     ap.add_argument("--interval-s", type=float, default=3.0)
     ap.add_argument("--budget-s", type=float, default=0.0, help="no new kill or stop once this long has passed since "
                     "the start (the run then ends with what it did: a device call's time limit)")
+    ap.add_argument("--standby-early", action="store_true", help="start the standby as soon as the primary was "
+                    "admitted, not once every camera's first frame was processed (both start their decoders at once)")
     ap.add_argument("--warmup-s", type=float, default=8.0)
     ap.add_argument("--measure-s", type=float, default=10.0)
     ap.add_argument("--mirror", choices=["shm-gpu", "shm-gpu-noresults", "shm", "channel", "none"], default="shm-gpu",
@@ -316,14 +318,16 @@ def main() -> int:
         time.sleep(1.0)
         start("node-a")
         wait(lambda: re.search(r"epoch \d+, \d+ streams", log("node-a")), args.start_timeout_s, "node-a's streams")
-        start("node-b")
-        wait(lambda: paired("node-b") >= 1, args.start_timeout_s, "node-b to pair")
         def every_camera_seen() -> bool:
             try:
                 m = scrape(http["node-a"])
             except OSError:
                 return False
             return all(total(m, "vigil_edge_frames_total", stream=f"cam{i:03d}") > 0 for i in range(args.streams))
+        if not args.standby_early:  # the standby joins a primary whose cameras all flow
+            wait(every_camera_seen, args.start_timeout_s, "every camera's first frame")
+        start("node-b")
+        wait(lambda: paired("node-b") >= 1, args.start_timeout_s, "node-b to pair")
         wait(every_camera_seen, args.start_timeout_s, "every camera's first frame")
         if takeovers() or "takes over edge" in log("node-b"):
             raise RuntimeError("node-b took over before any kill (a false takeover under load: heartbeat_ms "
