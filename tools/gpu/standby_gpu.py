@@ -189,7 +189,7 @@ def node_yaml(args, d: Path, node: str, role: str, listen: int, peer: int, agg_p
         f"progress_flush_ms: 200\nhttp_port: {http}\nstate_dir: {d}/state-{node}\n"
         f"transport: {{max_outbox: 1000000, key_file: {d}/edge.key}}\nhwaccel: {args.hwaccel}\n"
         f"replication:\n  role: {role}\n  listen: 127.0.0.1:{listen}\n  peer: 127.0.0.1:{peer}\n  node: {node}\n"
-        f"  heartbeat_ms: {args.heartbeat_ms}\n  detector: {{kind: fixed, misses: 3}}\n  warm_sources: all\n"
+        f"  heartbeat_ms: {args.heartbeat_ms}\n  detector: {{kind: fixed, misses: 3}}\n  warm_sources: {args.warm_sources}\n"
         f"  mirror_window: {args.window}\n{mirror}"
         f"  tls: {{cert_file: {args.certs}/{node}.pem, key_file: {args.certs}/{node}.key, ca_file: {args.certs}/ca.pem}}\n"
         f"streams:\n{streams}")
@@ -215,6 +215,8 @@ def main() -> int:
                     "the start (the run then ends with what it did: a device call's time limit)")
     ap.add_argument("--standby-early", action="store_true", help="start the standby as soon as the primary was "
                     "admitted, not once every camera's first frame was processed (both start their decoders at once)")
+    ap.add_argument("--warm-sources", default="all", choices=["all", "files", "none"],
+                    help="the standby's warm_sources: all decodes every camera while it waits (twice the decoding)")
     ap.add_argument("--warmup-s", type=float, default=8.0)
     ap.add_argument("--measure-s", type=float, default=10.0)
     ap.add_argument("--mirror", choices=["shm-gpu", "shm-gpu-noresults", "shm", "channel", "none"], default="shm-gpu",
