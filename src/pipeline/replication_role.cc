@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "vigil/pipeline/mirrored_ledger_writer.h"
 #include "vigil/replication/failure_detector.h"
 #include "vigil/video/source.h"
 
@@ -174,10 +175,17 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     uint64_t ledger_states = 0;                            // GUARDED_BY(mu)
     std::optional<bool> finished;                          // GUARDED_BY(mu) the primary's Finished(streams_done)
     std::string finish_reason;                             // GUARDED_BY(mu) … and its reason (a step-down's)
-    Status save_error;                                     // GUARDED_BY(mu) the last failed Save
   };
   auto shared = std::make_shared<Shared>();
-  StateStore* st = store.get();
+  // The mirrored states go to the state_dir off the channel's reader thread (mirrored_ledger_writer.h): a slow
+  // disk must not hold the heartbeat answers queued behind a state. Declared before every channel: it outlives them.
+  MirroredLedgerWriter writer(store.get(), [on_mirrored](const std::vector<StreamRecord>& records, const Status& saved) {
+    if (!saved.ok()) {
+      spdlog::error("replication: cannot keep the primary's ledger: {}", std::string(saved.message()));
+    } else if (on_mirrored) {
+      on_mirrored(records);
+    }
+  });
   bool warned = false;
   for (;;) {
     if (stop.load()) return absl::CancelledError("stopped before a takeover");
@@ -208,14 +216,10 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     };
     so.on_frame = on_frame;
     so.on_result = on_result;
-    so.on_ledger = [shared, st, on_mirrored](const std::vector<replication::MirroredStream>& streams) {
-      const std::vector<StreamRecord> records = FromMirrored(streams);
-      Status saved = st->Save(records);  // on the channel's reader thread; st outlives the channel
-      if (saved.ok() && on_mirrored) on_mirrored(records);
+    so.on_ledger = [shared, &writer](const std::vector<replication::MirroredStream>& streams) {
+      writer.Offer(FromMirrored(streams));  // saved on the writer's thread: this one goes on reading heartbeats
       std::lock_guard lock(shared->mu);
       ++shared->ledger_states;
-      shared->save_error = saved;
-      if (!saved.ok()) spdlog::error("replication: cannot keep the primary's ledger: {}", std::string(saved.message()));
     };
     {
       std::lock_guard lock(shared->mu);
@@ -309,6 +313,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
       ring->Drain();  // every picture the primary wrote, before the window is taken
       ring.reset();
     }
+    writer.Flush();  // the edge opens the state_dir next: the last state received is on disk first
     {
       std::lock_guard lock(shared->mu);
       t.ledger_states = shared->ledger_states;

@@ -1,0 +1,71 @@
+// A hot standby's writer of the mirrored ledger states (pipeline/mirrored_ledger_writer.h).
+#include "vigil/pipeline/mirrored_ledger_writer.h"
+
+#include <utility>
+
+namespace vigil::pipeline {
+
+MirroredLedgerWriter::MirroredLedgerWriter(StateStore* store,
+                                           std::function<void(const std::vector<StreamRecord>&, const Status&)> on_saved)
+    : store_(store), on_saved_(std::move(on_saved)), thread_([this] { Run(); }) {}
+
+MirroredLedgerWriter::~MirroredLedgerWriter() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void MirroredLedgerWriter::Offer(std::vector<StreamRecord> records) {
+  {
+    std::lock_guard lock(mu_);
+    if (pending_) ++skipped_;
+    pending_ = std::move(records);
+    ++offered_;
+  }
+  cv_.notify_all();
+}
+
+void MirroredLedgerWriter::Flush() {
+  std::unique_lock lock(mu_);
+  const uint64_t want = offered_;
+  cv_.wait(lock, [&] { return done_ >= want; });
+}
+
+uint64_t MirroredLedgerWriter::saved() const {
+  std::lock_guard lock(mu_);
+  return saved_;
+}
+
+uint64_t MirroredLedgerWriter::skipped() const {
+  std::lock_guard lock(mu_);
+  return skipped_;
+}
+
+Status MirroredLedgerWriter::last_error() const {
+  std::lock_guard lock(mu_);
+  return last_error_;
+}
+
+void MirroredLedgerWriter::Run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+    if (!pending_) return;  // stopping, nothing left to save
+    std::vector<StreamRecord> records = std::move(*pending_);
+    pending_.reset();
+    const uint64_t covers = offered_;  // every state offered so far is this one or older
+    lock.unlock();
+    Status st = store_->Save(records);
+    if (on_saved_) on_saved_(records, st);
+    lock.lock();
+    if (st.ok()) ++saved_;
+    last_error_ = std::move(st);
+    done_ = covers;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace vigil::pipeline
