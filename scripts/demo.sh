@@ -80,7 +80,8 @@ PY
 kill $agg_pid; wait $agg_pid 2>/dev/null || true
 trap - EXIT
 # Annotated video and sample images (vigil detect, one-shot mode; a progress line on a terminal).
-echo "annotating vtest.avi (795 frames) and 3 sample images with vigil detect — about a minute on 2 cores"
+echo "annotating vtest.avi (795 frames) and 3 of the sample images with vigil detect — about a minute on 2 cores"
+echo "(the edge's 'samples' stream above read every /usr/share/darknet/data/*.jpg)"
 "$vigil" --log-level warn detect --model "$model" --output-dir "$out/annotated" --threads "$(nproc)" "$video" \
   /usr/share/darknet/data/{dog,person,horses}.jpg
 
@@ -97,6 +98,8 @@ import sqlite3, sys
 con = sqlite3.connect(sys.argv[1])
 frames = con.execute("SELECT s.stream, COUNT(*), SUM(f.kind = 1), MAX(f.seq) + 1 FROM frames f "
                      "JOIN streams s ON s.id = f.stream_id GROUP BY s.stream").fetchall()
+print("per stream: frames the aggregator stored; events = frames whose detections met the stream's rules (the rest")
+print("are progress marks: processed, nothing that matched); seq span = the frames the run numbered")
 print(f"{'stream':<10}{'frames':>8}{'events':>8}{'seq span':>10}")
 for s, n, ev, span in frames:
     print(f"{s:<10}{n:>8}{ev:>8}{span:>10}")
