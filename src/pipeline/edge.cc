@@ -355,6 +355,7 @@ class Edge final : public transport::CourierHandler {
   std::atomic<int> active_{0};
   int64_t last_periodic_ns_ = 0, last_fps_ns_ = 0;
   uint64_t mirror_evicted_seen_ = 0;  // Periodic's thread: the channel's frames_evicted already counted
+  uint64_t results_evicted_seen_ = 0;  // Periodic's thread: the channel's results_evicted already counted
   // WatchForStall (Periodic's thread):
   uint64_t stall_frames_ = 0;
   int64_t stall_since_ns_ = 0;
@@ -1511,6 +1512,11 @@ void Edge::Periodic(bool force) {
       evicted.Inc(static_cast<double>(cs.frames_evicted - mirror_evicted_seen_));
       mirror_evicted_seen_ = cs.frames_evicted;
     }
+    metrics::Counter& results_evicted = reg_.GetCounter(
+        "vigil_edge_mirror_results_evicted_total",
+        "Mirrored results dropped for room before the aggregator acknowledged them (a takeover runs their pictures "
+        "again)");
+    results_evicted.Inc(static_cast<double>(cs.results_evicted - std::exchange(results_evicted_seen_, cs.results_evicted)));
   }
   const bool fps_due = now - last_fps_ns_ >= 1'000'000'000;
   int active = 0;

@@ -55,7 +55,10 @@ void MirrorWindow::AddResult(replication::MirroredResult result) {
   if (s.Stale(result.run, result.seq)) return;
   const std::pair<uint64_t, uint64_t> key{result.run, result.seq};
   s.results.insert_or_assign(key, std::move(result));
-  while (s.results.size() > frames_per_stream_) s.results.erase(s.results.begin());
+  while (s.results.size() > frames_per_stream_) {
+    s.results.erase(s.results.begin());
+    ++s.stats.results_evicted;
+  }
   s.stats.results_held = s.results.size();
 }
 
@@ -68,8 +71,7 @@ void MirrorWindow::Follow(const std::vector<StreamRecord>& records) {
     s.run = r.run;
     s.acked_through = r.acked_through;
     for (auto it = s.frames.begin(); it != s.frames.end();) {
-      const auto [run, seq] = it->first;
-      if (run < r.run || (run == r.run && r.acked_through && seq <= *r.acked_through)) {
+      if (s.Stale(it->first.first, it->first.second)) {
         auto gone = it++;
         Forget(s, gone);
         ++s.stats.acked;

@@ -58,9 +58,10 @@ struct Takeover {
 StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDigest& digest);
 
 // Pairs with the primary, keeps its mirrored ledger in this node's state_dir and waits until the primary is
-// judged gone. `on_mirrored` (may be empty) gets every mirrored ledger state after it was saved, on the
-// channel's reader thread (a warm standby's readers follow the cursors in it); `on_frame` (may be empty) every
-// mirrored live picture, on the same thread, in the order sent (a MirrorWindow keeps them); both must be quick.
+// judged gone. `on_mirrored` (may be empty) gets every mirrored ledger state after it was saved, on the state
+// writer's thread (mirrored_ledger_writer.h; a state replaced by a newer one before it was saved is skipped; a warm
+// standby's readers follow the cursors in it); `on_frame` (may be empty) every mirrored live picture, on the
+// channel's reader thread, in the order sent (a MirrorWindow keeps them); both must be quick.
 // With mirror_via shm and a primary that offers a picture ring, the standby creates and hands it the ring
 // (frame_ring.h; on failure, logged, pictures keep coming over the channel): `on_frame` then also gets the ring's
 // pictures, on the ring's thread, and at the takeover every picture the primary wrote is read before this

@@ -776,6 +776,9 @@ def test_the_standby_re_publishes_the_dead_primarys_own_results_instead_of_runni
     assert int(found.group(1)) == republished
     assert int(found.group(1)) + int(found.group(2)) == replayed
     assert f"re-published the old primary's own results for {int(republished)} frame(s)" in pair.log("node-b")
+    # As the primary now, node-b mirrors its own results (for a standby that pairs) and evicted none of them.
+    assert metric(m, "vigil_edge_mirror_results_total", stream="vtest") >= 20
+    assert metric(m, "vigil_edge_mirror_results_evicted_total") == 0
     # Nothing the old primary sent after the hold reached the aggregator: every seq from the takeover's first on
     # was stored by the new epoch, the re-published ones included.
     assert {r[3] for r in rows if r[1] >= first} == {2}, [r for r in rows if r[1] >= first][:20]

@@ -120,6 +120,7 @@ TEST(MirrorWindow, ResultsAreBoundedLikePicturesAndANewRunDropsThem) {
   MirrorWindow w({"cam"}, 3);
   for (uint64_t q = 0; q < 5; ++q) w.AddResult(Result("cam", 2, q, 1));
   EXPECT_EQ(w.Seqs("cam", 2)->seqs, (std::vector<uint64_t>{2, 3, 4})) << "the oldest go";
+  EXPECT_EQ(w.stats("cam").results_evicted, 2u);
   w.AddResult(Result("cam", 2, 4, 5));  // numbered again by a restarted primary: the newer result wins
   EXPECT_EQ(w.stats("cam").results_held, 3u);
   w.Follow({{"cam", "rtsp://c", 3, std::nullopt, 0}});

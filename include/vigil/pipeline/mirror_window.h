@@ -15,7 +15,9 @@
 // beside the pictures, with the same bounds and pruning; a seq counts as held when its picture or its result is,
 // and Take attaches the result to the frame (MirroredFrame::result; a frame with a result and no picture when
 // only the result arrived), so that the takeover re-publishes it instead of processing the picture again.
-// Thread-safety: every method is thread-safe (one mutex). Add and Follow run on the channel's reader thread.
+// Bounds for results: at most `frames_per_stream` per stream too, the oldest evicted beyond (counted).
+// Thread-safety: every method is thread-safe (one mutex). Add and AddResult run on the channel's (or the ring's)
+// reader thread, Follow on the standby's state writer thread (mirrored_ledger_writer.h).
 // Ownership: the window owns the frames it holds; Take hands them over.
 #pragma once
 
@@ -39,6 +41,7 @@ struct MirrorWindowStats {
   size_t bytes = 0;       // their bytes (JPEG, or raw pixels from a frame ring)
   uint64_t results_received = 0;  // results Added for this stream
   size_t results_held = 0;        // results held now
+  uint64_t results_evicted = 0;   // results dropped for room (their pictures then run again at a takeover)
 };
 
 class MirrorWindow {

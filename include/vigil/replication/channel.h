@@ -28,7 +28,8 @@
 //
 // Result mirroring (issue 17, item 2): the primary also hands the channel each processed picture's detections
 // (MirrorResult: the rows its rules read, source pixels), kept until acknowledged like frames (up to
-// max_retained_results) and sent to the paired standby's `on_result` after the frames queued before them. At a
+// max_retained_results) and sent to the paired standby's `on_result` after the frames queued before them (up to
+// 256 per message: the standby's callback still gets them one by one). At a
 // takeover the standby re-publishes those results through its own ledger instead of running the pictures
 // again: the aggregator gets the primary's own detections (not a recomputation from a JPEG), and the new
 // primary's engine starts on the pictures nobody processed. The detections, not the raw head outputs: ≤ max_det
