@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <spdlog/spdlog.h>
@@ -30,6 +31,7 @@ namespace {
 namespace v1 = ::vigil::replication::v1;
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kChannelVersion = 1;
+constexpr size_t kHeartbeatTokenBytes = 32;
 
 int64_t SteadyNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
@@ -296,6 +298,7 @@ class PrimaryService final : public v1::Replication::Service {
     const std::string mismatch = DescribeMismatch(opt_.digest, FromProto(p.digest()), "primary", "standby");
     if (!mismatch.empty()) return Refuse(stream, peer, mismatch);
     const std::string node = p.node().substr(0, 200);
+    v1::PrimaryMessage paired;
     {
       std::unique_lock lock(mu_);
       if (stats_.standby_connected) {
@@ -306,9 +309,13 @@ class PrimaryService final : public v1::Replication::Service {
       stats_.standby_connected = true;
       stats_.standby = node;
       ++stats_.paired;
+      hb_token_.assign(kHeartbeatTokenBytes, '\0');
+      if (RAND_bytes(reinterpret_cast<unsigned char*>(hb_token_.data()), static_cast<int>(hb_token_.size())) != 1) {
+        hb_token_.clear();  // no token: this pairing's heartbeats stay on Mirror
+      }
+      paired.mutable_paired()->set_heartbeat_token(hb_token_);
     }
     spdlog::info("replication: standby '{}' ({}) paired with primary '{}' of edge '{}'", node, peer, opt_.node, opt_.edge);
-    v1::PrimaryMessage paired;
     paired.mutable_paired()->set_node(opt_.node);
     if (opt_.frames_offer) {
       const FramesOffer offer = opt_.frames_offer();
@@ -414,6 +421,8 @@ class PrimaryService final : public v1::Replication::Service {
       over = true;
       stats_.standby_connected = false;
       stats_.standby.clear();
+      hb_token_.clear();                        // the pairing's heartbeat stream ends with it
+      if (hb_ctx_ != nullptr) hb_ctx_->TryCancel();
     }
     ledger_cv_.notify_all();
     if (sender.joinable()) sender.join();
@@ -424,6 +433,43 @@ class PrimaryService final : public v1::Replication::Service {
     spdlog::info("replication: {}; this primary goes on without a standby", std::string(why.message()));
     if (opt_.on_end) opt_.on_end(why);
     return end;
+  }
+
+  // The paired standby's heartbeats on a connection of their own (replication.proto Heartbeats): answered on
+  // this stream's own thread, so nothing the sender writes on Mirror holds an answer back.
+  grpc::Status Heartbeats(grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::Heartbeat, v1::Heartbeat>* stream) override {
+    v1::Heartbeat m;
+    if (!stream->Read(&m)) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before its first heartbeat");
+    std::string token;
+    {
+      std::lock_guard lock(mu_);
+      if (hb_token_.empty() || m.token().size() != hb_token_.size() ||
+          CRYPTO_memcmp(m.token().data(), hb_token_.data(), hb_token_.size()) != 0) {
+        ++stats_.heartbeat_streams_refused;
+        spdlog::warn("replication: a heartbeat stream from {} names no current pairing: refused", ctx->peer());
+        return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "the heartbeat token names no current pairing");
+      }
+      if (hb_ctx_ != nullptr) hb_ctx_->TryCancel();  // a second stream for this pairing replaces the first
+      hb_ctx_ = ctx;
+      token = hb_token_;
+      ++stats_.heartbeat_streams;
+    }
+    do {
+      const int64_t now = SteadyNs();
+      {
+        std::lock_guard lock(mu_);
+        if (hb_ctx_ != ctx || hb_token_ != token) break;  // replaced, or the pairing ended
+        ++stats_.heartbeats;
+      }
+      if (opt_.on_heartbeat) opt_.on_heartbeat(now);
+      v1::Heartbeat answer;
+      answer.set_sent_ns(now);
+      answer.set_echo_ns(m.sent_ns());
+      if (!stream->Write(answer)) break;
+    } while (stream->Read(&m));
+    std::lock_guard lock(mu_);
+    if (hb_ctx_ == ctx) hb_ctx_ = nullptr;  // cancelled only while registered: never after this returns
+    return grpc::Status::OK;
   }
 
   PrimaryChannelStats stats() const {
@@ -563,6 +609,8 @@ class PrimaryService final : public v1::Replication::Service {
   std::optional<bool> finish_;           // GUARDED_BY(mu_) Finish(streams_done) was called
   std::string finish_reason_;            // GUARDED_BY(mu_)
   bool finish_sent_ = false;             // GUARDED_BY(mu_)
+  std::string hb_token_;                 // GUARDED_BY(mu_) the current pairing's heartbeat token ("" unpaired)
+  grpc::ServerContext* hb_ctx_ = nullptr;  // GUARDED_BY(mu_) its Heartbeats stream, while one runs
 };
 
 class GrpcPrimaryChannel final : public PrimaryChannel {
@@ -665,13 +713,54 @@ class GrpcStandbyChannel final : public StandbyChannel {
     frames_offer_.token = reply.paired().frames_token().substr(0, 64);
     spdlog::info("replication: paired with primary '{}' at {} (edge '{}')", primary_node_, opt_.primary, opt_.edge);
     reader_ = std::thread([this] { ReadLoop(); });
+    if (const std::string& token = reply.paired().heartbeat_token(); !token.empty()) {
+      // Heartbeats on a connection of their own: nothing queued on Mirror (ledger states, frames, results, and
+      // the callbacks that take them on the reader thread) holds an answer back.
+      const Status st = OpenHeartbeats(pems, token.substr(0, 64), deadline);
+      if (!st.ok()) {
+        spdlog::warn("replication: heartbeats to primary {} go on the mirroring stream: {}", opt_.primary,
+                     std::string(st.message()));
+      }
+    }
     heartbeats_ = std::thread([this] { HeartbeatLoop(); });
+    return absl::OkStatus();
+  }
+
+  // Opens the Heartbeats stream (its own gRPC channel: its own TCP connection) and sends the first heartbeat,
+  // which names the pairing; starts its reader. Errors: Unavailable (no connection before the deadline, or the
+  // first write failed).
+  Status OpenHeartbeats(const Pems& pems, const std::string& token, Clock::time_point deadline) {
+    grpc::SslCredentialsOptions co;
+    co.pem_root_certs = pems.ca;
+    co.pem_private_key = pems.key;
+    co.pem_cert_chain = pems.cert;
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // not the Mirror stream's connection
+    hb_channel_ = grpc::CreateCustomChannel(opt_.primary, grpc::SslCredentials(co), args);
+    const auto wait_until = std::max(deadline, Clock::now() + std::chrono::milliseconds(500));
+    if (!hb_channel_->WaitForConnected(std::chrono::system_clock::now() + (wait_until - Clock::now()))) {
+      return absl::UnavailableError("no second connection for heartbeats");
+    }
+    hb_stub_ = v1::Replication::NewStub(hb_channel_);
+    hb_stream_ = hb_stub_->Heartbeats(&hb_ctx_);
+    v1::Heartbeat first;
+    first.set_sent_ns(SteadyNs());
+    first.set_token(token);
+    if (!hb_stream_->Write(first)) {
+      hb_ctx_.TryCancel();
+      (void)hb_stream_->Finish();
+      hb_stream_.reset();
+      return absl::UnavailableError("the heartbeat stream ended at its first write");
+    }
+    hb_live_.store(true);
+    hb_reader_ = std::thread([this] { HeartbeatReadLoop(); });
     return absl::OkStatus();
   }
 
   const std::string& primary_node() const override { return primary_node_; }
   const FramesOffer& frames_offer() const override { return frames_offer_; }
   uint64_t heartbeats_answered() const override { return answered_.load(); }
+  bool heartbeats_on_own_connection() const override { return hb_live_.load(); }
   uint64_t frames_received() const override { return frames_.load(); }
   uint64_t results_received() const override { return results_.load(); }
 
@@ -683,8 +772,10 @@ class GrpcStandbyChannel final : public StandbyChannel {
     }
     cv_.notify_all();
     if (stream_) ctx_.TryCancel();
+    if (hb_stream_) hb_ctx_.TryCancel();
     if (heartbeats_.joinable()) heartbeats_.join();
     if (reader_.joinable()) reader_.join();
+    if (hb_reader_.joinable()) hb_reader_.join();
   }
 
  private:
@@ -746,13 +837,39 @@ class GrpcStandbyChannel final : public StandbyChannel {
     if (opt_.on_end) opt_.on_end(why);
   }
 
+  // The answers on the Heartbeats stream. Its end (not our Stop) moves the heartbeats back to Mirror: the
+  // stream's end is no verdict on the primary (its process gone ends Mirror too, which is on_end's news).
+  void HeartbeatReadLoop() {
+    v1::Heartbeat m;
+    while (hb_stream_->Read(&m)) {
+      ++answered_;
+      if (opt_.on_heartbeat) opt_.on_heartbeat(SteadyNs());
+    }
+    hb_live_.store(false);
+    const grpc::Status s = hb_stream_->Finish();
+    std::lock_guard lock(mu_);
+    if (!stopping_ && !ended_) {
+      spdlog::info("replication: the heartbeat stream to primary {} ended ({}); heartbeats go on the mirroring stream",
+                   opt_.primary, s.ok() ? std::string("by the primary") : s.error_message());
+    }
+  }
+
   void HeartbeatLoop() {
     std::unique_lock lock(mu_);
     for (;;) {
       lock.unlock();
-      v1::StandbyMessage hb;
-      hb.mutable_heartbeat()->set_sent_ns(SteadyNs());
-      const bool ok = stream_->Write(hb);
+      const int64_t now = SteadyNs();
+      bool ok = true;
+      if (hb_live_.load()) {
+        v1::Heartbeat hb;
+        hb.set_sent_ns(now);
+        if (!hb_stream_->Write(hb)) hb_live_.store(false);  // ended: the next goes on Mirror
+      }
+      if (!hb_live_.load()) {
+        v1::StandbyMessage hb;
+        hb.mutable_heartbeat()->set_sent_ns(now);
+        ok = stream_->Write(hb);
+      }
       lock.lock();
       if (!ok || stopping_ || ended_) return;
       cv_.wait_for(lock, opt_.heartbeat_interval, [&] { return stopping_ || ended_; });
@@ -765,6 +882,12 @@ class GrpcStandbyChannel final : public StandbyChannel {
   std::unique_ptr<v1::Replication::Stub> stub_;
   grpc::ClientContext ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::StandbyMessage, v1::PrimaryMessage>> stream_;
+  // The Heartbeats stream on its own channel (null: heartbeats on Mirror); hb_live_ while it carries them.
+  std::shared_ptr<grpc::Channel> hb_channel_;
+  std::unique_ptr<v1::Replication::Stub> hb_stub_;
+  grpc::ClientContext hb_ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::Heartbeat, v1::Heartbeat>> hb_stream_;
+  std::atomic<bool> hb_live_{false};
   std::string primary_node_;
   FramesOffer frames_offer_;
   std::atomic<uint64_t> answered_{0};
@@ -774,7 +897,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
   std::condition_variable cv_;
   bool stopping_ = false;  // GUARDED_BY(mu_)
   bool ended_ = false;     // GUARDED_BY(mu_)
-  std::thread reader_, heartbeats_;
+  std::thread reader_, heartbeats_, hb_reader_;
 };
 
 }  // namespace

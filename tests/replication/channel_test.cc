@@ -11,6 +11,16 @@
 #include <filesystem>
 #include <mutex>
 
+#include <condition_variable>
+#include <fstream>
+#include <iterator>
+
+#if VIGIL_TEST_RAW_GRPC
+#include <grpcpp/grpcpp.h>
+
+#include "replication.grpc.pb.h"
+#endif
+
 #include "testing/eventually.h"
 #include "testing/test_certs.h"
 
@@ -134,6 +144,136 @@ TEST_F(ChannelTest, TheSameDigestPairsAndHeartbeatsFlowBothWays) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(primary->stats().paired, 2u);
 }
+
+// The answers to the standby's heartbeats do not wait behind mirrored data: the standby's reader is held in its
+// result callback (a busy machine) and the primary's sender in flow control behind megabytes of frames, and the
+// heartbeats are still answered — on their own stream and connection. (On the mirroring stream, as before issue
+// 17's follow-up, the answers queued behind the held callback: the standby's failure detector saw silence.)
+TEST_F(ChannelTest, HeartbeatsAreAnsweredWhileTheStandbyIsSlowToTakeMirroredData) {
+  Ends primary_ends, standby_ends;
+  auto primary = StartPrimary(&primary_ends, Digest('m'), /*retained=*/1000);
+  ASSERT_TRUE(primary);
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool open = false;
+  std::atomic<int> results{0}, frames{0};
+  StandbyChannelOptions o = Standby(primary->port(), &standby_ends);
+  o.on_result = [&](MirroredResult&&) {
+    ++results;
+    std::unique_lock lock(gate_mu);
+    gate_cv.wait(lock, [&] { return open; });
+  };
+  o.on_frame = [&](MirroredFrame&&) { ++frames; };
+  StatusOr<std::unique_ptr<StandbyChannel>> standby = StandbyChannel::Pair(o, kLong);
+  ASSERT_TRUE(standby.ok()) << standby.status();
+  EXPECT_TRUE((*standby)->heartbeats_on_own_connection());
+  EXPECT_TRUE(Eventually([&] { return primary->stats().heartbeat_streams == 1; }));
+  ASSERT_TRUE(primary->MirrorResult({"cam", 7, 0, 1, 0, 64, 48, {{1, 2, 3, 4, 0.5f, 0}}}));
+  ASSERT_TRUE(Eventually([&] { return results.load() == 1; }));  // the reader is held from here on
+  for (uint64_t seq = 1; seq <= 40; ++seq) {  // 40 MB the held reader does not take: flow control stops the sender
+    ASSERT_TRUE(primary->MirrorFrame({"cam", 7, seq, 1, 0, 64, 48, std::string(1u << 20, 'j')}));
+  }
+  const int before = standby_ends.heartbeats.load();
+  const uint64_t answered_before = (*standby)->heartbeats_answered();
+  EXPECT_TRUE(Eventually([&] { return standby_ends.heartbeats.load() >= before + 10; }))
+      << standby_ends.heartbeats.load() - before << " answers while the reader was held";
+  EXPECT_GE((*standby)->heartbeats_answered(), answered_before + 10);
+  EXPECT_LT(frames.load(), 40);  // the data itself did wait
+  {
+    std::lock_guard lock(gate_mu);
+    open = true;
+  }
+  gate_cv.notify_all();
+  EXPECT_TRUE(Eventually([&] { return frames.load() == 40; })) << frames.load() << " frames after the release";
+  EXPECT_EQ(standby_ends.count(), 0u);
+  EXPECT_EQ(primary_ends.count(), 0u);
+}
+
+#if VIGIL_TEST_RAW_GRPC
+// The Heartbeats stream answers only the current pairing's token: a stream with another token gets no answer
+// (PERMISSION_DENIED), the pairing's own is answered, it ends with the pairing, and the token dies with it.
+TEST_F(ChannelTest, AHeartbeatStreamIsAnsweredOnlyForTheCurrentPairing) {
+  namespace v1 = ::vigil::replication::v1;
+  Ends primary_ends;
+  auto primary = StartPrimary(&primary_ends);
+  ASSERT_TRUE(primary);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  grpc::SslCredentialsOptions co;
+  co.pem_root_certs = read(certs_.ca_cert);
+  co.pem_private_key = read(certs_.client_key);
+  co.pem_cert_chain = read(certs_.client_cert);
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(primary->port()), grpc::SslCredentials(co));
+  auto stub = v1::Replication::NewStub(channel);
+  auto heartbeats = [&](const std::string& token, v1::Heartbeat* answer, grpc::Status* end) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    auto s = stub->Heartbeats(&ctx);
+    v1::Heartbeat hb;
+    hb.set_sent_ns(4242);
+    hb.set_token(token);
+    const bool answered = s->Write(hb) && s->Read(answer);
+    s->WritesDone();
+    while (s->Read(answer)) {
+    }
+    *end = s->Finish();
+    return answered;
+  };
+  v1::Heartbeat answer;
+  grpc::Status end;
+  EXPECT_FALSE(heartbeats(std::string(32, 'x'), &answer, &end));  // nobody paired: no token is current
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // Pair by hand, as a standby does.
+  grpc::ClientContext mirror_ctx;
+  auto mirror = stub->Mirror(&mirror_ctx);
+  v1::StandbyMessage pair;
+  pair.mutable_pair()->set_version(1);
+  pair.mutable_pair()->set_edge("line-3");
+  pair.mutable_pair()->set_node("raw");
+  const PairDigest d = Digest('m');
+  v1::PairDigest* pd = pair.mutable_pair()->mutable_digest();
+  pd->set_model(d.model);
+  pd->set_settings(d.settings);
+  pd->set_streams(d.streams);
+  pd->set_rules(d.rules);
+  pd->set_pair(d.pair);
+  ASSERT_TRUE(mirror->Write(pair));
+  v1::PrimaryMessage paired;
+  ASSERT_TRUE(mirror->Read(&paired));
+  ASSERT_TRUE(paired.has_paired());
+  const std::string token = paired.paired().heartbeat_token();
+  ASSERT_EQ(token.size(), 32u);
+  std::string wrong = token;
+  wrong[31] = static_cast<char>(wrong[31] ^ 1);
+  EXPECT_FALSE(heartbeats(wrong, &answer, &end));
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(heartbeats(token, &answer, &end)) << end.error_message();
+  EXPECT_EQ(answer.echo_ns(), 4242);
+  EXPECT_GT(answer.sent_ns(), 0);
+  // A heartbeat stream kept open ends when its pairing does; the token is then refused.
+  grpc::ClientContext hb_ctx;
+  auto hb = stub->Heartbeats(&hb_ctx);
+  v1::Heartbeat first;
+  first.set_sent_ns(7);
+  first.set_token(token);
+  ASSERT_TRUE(hb->Write(first));
+  ASSERT_TRUE(hb->Read(&answer));
+  EXPECT_EQ(answer.echo_ns(), 7);
+  mirror_ctx.TryCancel();
+  (void)mirror->Finish();
+  while (hb->Read(&answer)) {
+  }
+  (void)hb->Finish();
+  ASSERT_TRUE(Eventually([&] { return !primary->stats().standby_connected; }));
+  EXPECT_FALSE(heartbeats(token, &answer, &end));
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  const PrimaryChannelStats st = primary->stats();
+  EXPECT_EQ(st.heartbeat_streams, 2u);
+  EXPECT_EQ(st.heartbeat_streams_refused, 3u);
+}
+#endif
 
 TEST_F(ChannelTest, EachPairingGetsThePictureRingOfferedThen) {
   Ends primary_ends, standby_ends;

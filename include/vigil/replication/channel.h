@@ -8,7 +8,12 @@
 // unauthenticated peer learns nothing, not even the primary's digest. A primary with a same-host picture ring
 // (frame_ring.h) names its socket and a fresh token for this standby in Paired (frames_offer).
 // Heartbeats: after pairing the standby sends one every `heartbeat_interval`; the primary answers each at
-// once (echo_ns = the standby's sent_ns). Each side calls its `on_heartbeat` with the arrival time (steady
+// once (echo_ns = the standby's sent_ns). They travel on a gRPC stream of their own over a TCP connection of
+// their own (Heartbeats, named by a fresh per-pairing token from Paired), each side reading them on a thread of
+// their own: a standby slow to take ledger states, frames or results (a busy machine, a blocked callback), or
+// flow control on the mirroring stream, delays no answer — a false takeover needs the primary truly silent. If
+// that stream cannot be opened or ends, heartbeats go on the mirroring stream (the answers' thread is then the
+// reader's). Each side calls its `on_heartbeat` with the arrival time (steady
 // clock, ns) — the input of a FailureDetector (failure_detector.h) — and `on_end` once with why the stream
 // ended (the peer's process gone shows as EOF/reset at once; a hung peer only as missing heartbeats).
 //
@@ -35,8 +40,9 @@
 // primary's engine starts on the pictures nobody processed. The detections, not the raw head outputs: ≤ max_det
 // rows of 24 bytes, where YOLOv8n's 640 head is 84 × 8400 floats (2.8 MB) per picture — as much as the picture.
 //
-// Threading: each channel runs its own threads (gRPC's server threads; a reader and a heartbeat thread on
-// the standby); the callbacks run on them and must not block. Stop()/destructor end the stream and join.
+// Threading: each channel runs its own threads (gRPC's server threads; on the standby a reader of the mirroring
+// stream, a heartbeat writer and a reader of the answers); the callbacks run on them and should be quick —
+// on_heartbeat runs on the answers' own thread, so a slow on_ledger/on_frame/on_result delays no heartbeat. Stop()/destructor end the stream and join.
 // Errors: Start/Pair → InvalidArgument (options: missing TLS files, bad address), NotFound (unreadable TLS
 // file), Unavailable (cannot listen; no primary answering within the timeout, or the TLS handshake failed:
 // gRPC does not tell the two apart), FailedPrecondition (refused: the message says why), Unimplemented (built
@@ -158,6 +164,8 @@ struct PrimaryChannelStats {
   uint64_t paired = 0;      // streams paired
   uint64_t refused = 0;     // pairings refused (digest, edge id, another standby, protocol)
   uint64_t heartbeats = 0;  // standby heartbeats answered
+  uint64_t heartbeat_streams = 0;          // Heartbeats streams opened by a paired standby
+  uint64_t heartbeat_streams_refused = 0;  // Heartbeats streams naming no current pairing (refused, unanswered)
   uint64_t ledger_states_sent = 0;
   uint64_t frames_sent = 0;        // mirrored frames written to the stream (to every standby paired so far)
   uint64_t frame_bytes_sent = 0;   // their JPEG bytes
@@ -225,6 +233,9 @@ class StandbyChannel {
   virtual const std::string& primary_node() const = 0;  // from Paired
   virtual const FramesOffer& frames_offer() const = 0;   // from Paired (socket empty: no picture ring)
   virtual uint64_t heartbeats_answered() const = 0;      // thread-safe
+  // Whether the heartbeats travel on their own stream and connection now (false: on the mirroring stream —
+  // the primary offered no token, that connection failed, or it ended). Thread-safe.
+  virtual bool heartbeats_on_own_connection() const = 0;
   virtual uint64_t frames_received() const = 0;          // mirrored frames; thread-safe
   virtual uint64_t results_received() const = 0;         // mirrored results; thread-safe
   virtual void Stop() = 0;                               // idempotent
