@@ -451,41 +451,68 @@ class Ring final : public FrameRing {
   }
 
  private:
-  // Takes every complete slot; returns how many.
+  // Takes every complete slot; returns how many. In batches of the slots complete now: a GPU ring's copies are
+  // all queued, then waited for once (on a GPU the primary keeps busy, each wait is a time slice of the other
+  // process's context: one per batch, not one per picture), then the pictures handed over and the slots released
+  // in order (a slot is released only once its copy is done: the primary cannot overwrite it mid-copy).
   size_t ReadAvailable() {
     std::lock_guard lock(mu_);
     char* base = shm_->data();
     size_t n = 0;
-    for (;; ++n) {
-      if (Word(base, SignalOf(next_, opt_.slots)).load(std::memory_order_acquire) != next_ + 1) return n;
-      const char* slot = base + SlotsOffset(opt_.slots) + (next_ % opt_.slots) * host_slot_;
+    struct Taken {
+      uint64_t seq;
       FrameSlot h;
-      std::memcpy(&h, slot, sizeof h);  // a private copy: the primary shares the memory
-      std::string bad = Check(h);
+      std::string bad;
       MirroredFrame f;
-      if (bad.empty()) bad = TakePixels(h, slot, &f);
-      if (!bad.empty()) {
-        ++stats_.rejected;
-        spdlog::warn("frame ring: slot {} rejected: {} (that picture is not kept)", next_, bad);
-      } else {
-        f.stream.assign(h.stream, h.stream_len);
-        f.run = h.run;
-        f.seq = h.seq;
-        f.capture_ns = h.capture_ns;
-        f.pts_ns = h.pts_ns;
-        f.width = h.width;
-        f.height = h.height;
-        ++stats_.received;
-        stats_.bytes += h.bytes;
-        if (opt_.on_frame) opt_.on_frame(std::move(f));
+    };
+    std::vector<Taken> batch;
+    for (;;) {
+      batch.clear();
+      bool queued = false;  // device copies queued on this thread's stream
+      for (uint64_t seq = next_; batch.size() < opt_.slots; ++seq) {
+        if (Word(base, SignalOf(seq, opt_.slots)).load(std::memory_order_acquire) != seq + 1) break;
+        Taken& t = batch.emplace_back();
+        t.seq = seq;
+        std::memcpy(&t.h, base + SlotsOffset(opt_.slots) + (seq % opt_.slots) * host_slot_, sizeof t.h);  // a private
+                                                                                                      // copy: shared
+        t.bad = Check(t.h, seq);
+        if (t.bad.empty()) t.bad = TakePixels(t.h, seq, base + SlotsOffset(opt_.slots) + (seq % opt_.slots) * host_slot_,
+                                              &t.f, &queued);
       }
-      ++next_;
-      Word(base, offsetof(Control, consumed)).store(next_, std::memory_order_release);
+      if (batch.empty()) return n;
+      if (queued) {
+        if (Status st = transport::device_memory::SynchronizeThread(gpu_->device()); !st.ok()) {
+          for (Taken& t : batch) {
+            if (t.bad.empty() && t.f.gpu) t.bad = std::string(st.message());
+          }
+        }
+      }
+      for (Taken& t : batch) {
+        if (!t.bad.empty()) {
+          ++stats_.rejected;
+          spdlog::warn("frame ring: slot {} rejected: {} (that picture is not kept)", t.seq, t.bad);
+        } else {
+          t.f.stream.assign(t.h.stream, t.h.stream_len);
+          t.f.run = t.h.run;
+          t.f.seq = t.h.seq;
+          t.f.capture_ns = t.h.capture_ns;
+          t.f.pts_ns = t.h.pts_ns;
+          t.f.width = t.h.width;
+          t.f.height = t.h.height;
+          ++stats_.received;
+          stats_.bytes += t.h.bytes;
+          if (opt_.on_frame) opt_.on_frame(std::move(t.f));
+        }
+        next_ = t.seq + 1;
+        Word(base, offsetof(Control, consumed)).store(next_, std::memory_order_release);
+        ++n;
+      }
     }
   }
 
-  // The slot's pixels into `f` (a private copy); "" or why not.
-  std::string TakePixels(const FrameSlot& h, const char* slot, MirroredFrame* f) {
+  // The slot's pixels into `f` (a private copy; a GPU picture's copy is queued on this thread's stream and
+  // *queued set: complete after SynchronizeThread); "" or why not.
+  std::string TakePixels(const FrameSlot& h, uint64_t seq, const char* slot, MirroredFrame* f, bool* queued) {
     f->stride = h.stride;
     if (!gpu_) {
       f->bgr.assign(reinterpret_cast<const uint8_t*>(slot) + kSlotHeader,
@@ -493,7 +520,7 @@ class Ring final : public FrameRing {
       return {};
     }
     const int device = gpu_->device();
-    const char* src = static_cast<const char*>(gpu_->data()) + (next_ % opt_.slots) * opt_.slot_bytes;
+    const char* src = static_cast<const char*>(gpu_->data()) + (seq % opt_.slots) * opt_.slot_bytes;
     if (h.format == kFormatBgr24) {  // a picture the primary decoded on the CPU: kept in host memory
       f->bgr.resize(h.bytes);
       Status st = transport::device_memory::CopyToHost(f->bgr.data(), src, h.bytes, device);
@@ -502,8 +529,9 @@ class Ring final : public FrameRing {
     StatusOr<std::unique_ptr<transport::device_memory::Buffer>> buf =
         transport::device_memory::AllocatePooled(device, h.bytes);
     if (!buf.ok()) return std::string(buf.status().message());
-    Status st = transport::device_memory::Copy2D((*buf)->data(), h.bytes, src, h.bytes, h.bytes, 1, device);
+    Status st = transport::device_memory::CopyAsync((*buf)->data(), src, h.bytes, device);
     if (!st.ok()) return std::string(st.message());
+    *queued = true;
     auto pic = std::make_shared<MirroredGpuPicture>();
     pic->device = device;
     pic->data = static_cast<const uint8_t*>((*buf)->data());
@@ -515,12 +543,12 @@ class Ring final : public FrameRing {
     return {};
   }
 
-  std::string Check(const FrameSlot& h) const {
+  std::string Check(const FrameSlot& h, uint64_t seq) const {
     if (h.magic != kSlotMagic || (h.format != kFormatBgr24 && h.format != kFormatNv12) ||
         (h.format == kFormatNv12 && !gpu_)) {
       return "bad slot magic or format";
     }
-    if (h.ring_seq != next_) return StrCat("slot of ring seq ", h.ring_seq, ", expected ", next_);
+    if (h.ring_seq != seq) return StrCat("slot of ring seq ", h.ring_seq, ", expected ", seq);
     if (h.width == 0 || h.height == 0 || h.width > kMaxSide || h.height > kMaxSide) {
       return StrCat("picture size ", h.width, "x", h.height);
     }

@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "common/cuda_status.h"
@@ -332,6 +335,21 @@ class CudaExportedMemory final : public ExportedMemory {
 
 StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int device, size_t bytes) {
   VIGIL_RETURN_IF_ERROR(Use(device));
+  {
+    // The default pool returns freed memory to the device at every synchronisation unless told to keep it:
+    // pictures allocated and freed at 30 FPS per camera would map and unmap memory continuously.
+    static std::mutex mu;
+    static std::set<int> raised;  // GUARDED_BY(mu)
+    std::lock_guard lock(mu);
+    if (raised.insert(device).second) {
+      cudaMemPool_t pool = nullptr;
+      if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+      }
+      cudaGetLastError();  // an older driver without the attribute: the pool works, only less well
+    }
+  }
   void* p = nullptr;
   VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(cudaMallocAsync(&p, bytes, cudaStreamPerThread),
                                          StrCat("cudaMallocAsync ", bytes, " bytes on cuda:", device)));
@@ -343,6 +361,16 @@ Status Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t w
   VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(
       cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, cudaStreamPerThread), "cudaMemcpy2DAsync"));
   return cuda::CudaStatus(cudaStreamSynchronize(cudaStreamPerThread), "cudaMemcpy2DAsync (synchronize)");
+}
+
+Status CopyAsync(void* dst, const void* src, size_t bytes, int device) {
+  VIGIL_RETURN_IF_ERROR(Use(device));
+  return cuda::CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread), "cudaMemcpyAsync");
+}
+
+Status SynchronizeThread(int device) {
+  VIGIL_RETURN_IF_ERROR(Use(device));
+  return cuda::CudaStatus(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize (the copies queued)");
 }
 
 int DeviceOfBusId(const std::string& bus_id) {

@@ -29,6 +29,8 @@ StatusOr<std::unique_ptr<Buffer>> Allocate(int, size_t) { return NoCuda(); }
 Status CopyToHost(void*, const void*, size_t, int) { return NoCuda(); }
 StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int, size_t) { return NoCuda(); }
 Status Copy2D(void*, size_t, const void*, size_t, size_t, size_t, int) { return NoCuda(); }
+Status CopyAsync(void*, const void*, size_t, int) { return NoCuda(); }
+Status SynchronizeThread(int) { return NoCuda(); }
 int DeviceOfBusId(const std::string&) { return -1; }
 std::string BusIdOf(int) { return {}; }
 StatusOr<std::unique_ptr<IpcMemory>> OpenIpc(const std::string&, int) {

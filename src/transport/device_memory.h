@@ -43,9 +43,17 @@ StatusOr<std::unique_ptr<Buffer>> Allocate(int device, size_t bytes);
 Status CopyToHost(void* dst, const void* src, size_t bytes, int device);
 
 // Like Allocate, from the device's stream-ordered pool (cudaMallocAsync): freeing never synchronises the device
-// (a buffer released while inference runs does not stall it). Usable at once by work on the calling thread's
+// (a buffer released while inference runs does not stall it). The pool keeps freed memory for reuse (its release
+// threshold is raised once per device): steady allocation and release map and unmap nothing. Usable at once by work on the calling thread's
 // stream (Copy2D from the same thread: in order) and, once that synchronised, by any stream.
 StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int device, size_t bytes);
+
+// `bytes` from src to dst (device or host memory either side), queued on the calling thread's stream of `device`
+// and not waited for: complete once SynchronizeThread(device) returned OK on the same thread. Errors: Internal
+// (the copy could not be queued).
+Status CopyAsync(void* dst, const void* src, size_t bytes, int device);
+// Waits for the work queued on the calling thread's stream of `device` (CopyAsync, Copy2D, AllocatePooled).
+Status SynchronizeThread(int device);
 
 // A rectangle of `width` bytes × `rows`: dst (row pitch dpitch) ← src (row pitch spitch), host or device memory
 // either side (unified addressing tells which), synchronously, on the calling thread's stream of `device`.
