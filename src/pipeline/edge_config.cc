@@ -370,6 +370,11 @@ PairTexts PairTextsOf(const EdgeConfig& c) {
   return t;
 }
 
+int MirrorSlotsFor(const EdgeConfig& config) {
+  if (config.replication.mirror_slots > 0) return config.replication.mirror_slots;
+  return static_cast<int>(std::clamp<size_t>(2 * config.streams.size(), 8, 4096));
+}
+
 StatusOr<EdgeConfig> LoadEdgeConfig(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError("edge config '" + path + "': cannot read the file");

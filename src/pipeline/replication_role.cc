@@ -246,9 +246,10 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     std::unique_ptr<replication::FrameRing> ring;
     if (rc.mirror_via == ReplicationConfig::MirrorVia::kShm && on_frame && !(*ch)->frames_offer().socket.empty()) {
       replication::FrameRingOptions ro;
+      const int ro_slots = MirrorSlotsFor(config);
       ro.socket = (*ch)->frames_offer().socket;
       ro.token = (*ch)->frames_offer().token;
-      ro.slots = static_cast<uint32_t>(rc.mirror_slots);
+      ro.slots = static_cast<uint32_t>(ro_slots);
       ro.slot_bytes = static_cast<size_t>(rc.mirror_slot_mb) << 20;
       ro.memory = rc.mirror_memory;
       ro.on_frame = on_frame;
@@ -257,7 +258,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
         ring = std::move(*r);
         spdlog::info("replication: standby '{}' gets the primary's pictures raw through its ring ({} slots of {} MiB in "
                      "{} memory, offered over {})",
-                     rc.node, rc.mirror_slots, rc.mirror_slot_mb, rc.mirror_memory, (*ch)->frames_offer().socket);
+                     rc.node, ro_slots, rc.mirror_slot_mb, rc.mirror_memory, (*ch)->frames_offer().socket);
       } else {
         spdlog::warn("replication: standby '{}': no picture ring ({}); pictures come over the channel as JPEGs",
                      rc.node, std::string(r.status().message()));

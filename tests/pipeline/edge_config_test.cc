@@ -478,6 +478,7 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
     EXPECT_TRUE(m->replication.mirror_frames);  // raw pictures need no libturbojpeg
     EXPECT_EQ(m->replication.mirror_slots, 16);
     EXPECT_EQ(m->replication.mirror_slot_mb, 25);
+    EXPECT_EQ(MirrorSlotsFor(*m), 16);  // set: as set
     EXPECT_EQ(m->replication.mirror_socket, "/run/vigil/frames.sock");
     EXPECT_EQ(m->replication.mirror_memory, "host");
   }
@@ -487,6 +488,15 @@ TEST(EdgeConfig, ReplicationRolesDetectorsAndTheirErrors) {
                                              "edge.yaml");
     ASSERT_TRUE(m.ok()) << m.status();
     EXPECT_EQ(m->replication.mirror_memory, "cuda:0");
+    // Unset: two slots per stream, at least 8 and at most 4096.
+    EXPECT_EQ(m->replication.mirror_slots, 0);
+    ASSERT_FALSE(m->streams.empty());
+    EXPECT_EQ(MirrorSlotsFor(*m), std::max<int>(8, 2 * static_cast<int>(m->streams.size())));
+    EdgeConfig many = *m;
+    many.streams.resize(128, m->streams[0]);
+    EXPECT_EQ(MirrorSlotsFor(many), 256);
+    many.streams.resize(3000, m->streams[0]);
+    EXPECT_EQ(MirrorSlotsFor(many), 4096);
   }
   EXPECT_NE(Message(ParseEdgeConfig(std::string(kGood) + "replication:\n  role: standby\n  peer: b:7420\n"
                                         "  mirror_via: shm\n  mirror_memory: gpu0\n" + tls, "edge.yaml").status())

@@ -172,10 +172,11 @@ class GpuSampler:
 
 def node_yaml(args, d: Path, node: str, role: str, listen: int, peer: int, agg_port: int, http: int,
               ports: list[int]) -> Path:
-    mirror = {"shm-gpu": f"  mirror_via: shm\n  mirror_memory: {args.device}\n  mirror_slots: {args.slots}\n"
+    slots = f"  mirror_slots: {args.slots}\n" if args.slots else ""  # 0: the product's default (2 per stream)
+    mirror = {"shm-gpu": f"  mirror_via: shm\n  mirror_memory: {args.device}\n{slots}"
                          f"  mirror_slot_mb: {args.slot_mb}\n",
-              "shm": f"  mirror_via: shm\n  mirror_slots: {args.slots}\n  mirror_slot_mb: {args.slot_mb_host}\n",
-              "shm-gpu-noresults": f"  mirror_via: shm\n  mirror_memory: {args.device}\n  mirror_slots: {args.slots}\n"
+              "shm": f"  mirror_via: shm\n{slots}  mirror_slot_mb: {args.slot_mb_host}\n",
+              "shm-gpu-noresults": f"  mirror_via: shm\n  mirror_memory: {args.device}\n{slots}"
                                    f"  mirror_slot_mb: {args.slot_mb}\n  mirror_results: false\n",
               "channel": "",
               "none": "  mirror_frames: none\n"}[args.mirror]
@@ -228,7 +229,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=int, default=5)
-    ap.add_argument("--slots", type=int, default=64)
+    ap.add_argument("--slots", type=int, default=0, help="replication.mirror_slots; 0: unset, the product's default")
     ap.add_argument("--slot-mb", type=int, default=4)        # NV12 1080p: 3.1 MB
     ap.add_argument("--slot-mb-host", type=int, default=8)   # BGR 1080p: 6.2 MB
     ap.add_argument("--window", type=int, default=64)

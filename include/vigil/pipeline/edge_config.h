@@ -186,8 +186,9 @@ struct ReplicationConfig {
   // shm — a standby on the same host maps a ring of raw pictures (replication/frame_ring.h): the primary copies
   // each live picture's BGR pixels into it (no JPEG encode; a GPU-decoded picture is downloaded first) and the
   // standby keeps them raw (mirror_window pictures per stream of width × height × 3 bytes each: size it for
-  // that). The standby owns the ring: mirror_slots (2..4096) slots of mirror_slot_mb (1..1024) MiB, a slot
-  // per picture; a picture larger than a slot, or one that finds every slot unread, is not mirrored (counted,
+  // that). The standby owns the ring: mirror_slots (2..4096; default auto: two per stream, at least 8 — two
+  // frame intervals of every camera, so a standby whose GPU copies wait behind the primary's work still keeps up)
+  // slots of mirror_slot_mb (1..1024) MiB, a slot per picture; a picture larger than a slot, or one that finds every slot unread, is not mirrored (counted,
   // vigil_edge_mirror_frames_skipped_total). The primary serves the ring's Unix socket at mirror_socket
   // (default <state_dir>/frames.sock, made absolute), offered to each paired standby with a fresh token over
   // the channel's TLS; while no ring is mapped (the standby on another host, or not yet connected) pictures
@@ -199,7 +200,7 @@ struct ReplicationConfig {
   // 1080p), a CPU-decoded one as BGR; the standby keeps NV12 pictures on that GPU and processes them there at a
   // takeover. Needs both processes on one host with the GPU visible to both (peer access for two GPUs).
   std::string mirror_socket;
-  int mirror_slots = 8;
+  int mirror_slots = 0;  // 0: auto — 2 per stream, 8..4096 (MirrorSlotsFor)
   int mirror_slot_mb = 8;
   std::string mirror_memory = "host";
 };
@@ -274,6 +275,9 @@ struct StreamDevice {
   std::string hwaccel;  // what the stream's Source is asked to decode on
 };
 std::vector<StreamDevice> AssignStreamDevices(const EdgeConfig& config);
+
+// The standby's picture ring slots: replication.mirror_slots when set, else two per stream, 8..4096.
+int MirrorSlotsFor(const EdgeConfig& config);
 
 // Errors: NotFound (unreadable file), InvalidArgument listing each bad key with line:column.
 StatusOr<EdgeConfig> LoadEdgeConfig(const std::string& path);
