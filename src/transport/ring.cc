@@ -1,7 +1,10 @@
 // The cuda_ipc ring (ring.h): shared memory, the host-memory backend, backend dispatch.
 #include "ring.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +12,8 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <mutex>
+#include <string>
 
 #include "vigil/transport/auth.h"
 
@@ -23,7 +28,38 @@ std::string RandomName(std::string_view what) {
     hex += kHex[n[i] >> 4];
     hex += kHex[n[i] & 15];
   }
-  return StrCat("/vigil-", hex, "-", what);
+  return StrCat("/vigil-", ::getpid(), "-", hex, "-", what);
+}
+
+// Removes the shared-memory objects RandomName made for a process of this user that is gone: a creator unlinks
+// its name once the peer mapped it, so only one killed between the two (mid-handshake) leaves one behind, and
+// it would fill /dev/shm over many such kills. Names without a pid (an older vigil's) are left alone.
+int SweepStale() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  const pid_t self = ::getpid();
+  int removed = 0;
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string_view n = e->d_name;
+    if (n.substr(0, 6) != "vigil-") continue;
+    const std::string_view rest = n.substr(6);
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string_view::npos || dash > 10 ||
+        rest.substr(0, dash).find_first_not_of("0123456789") != std::string_view::npos) {
+      continue;
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(std::string(rest.substr(0, dash))));
+    if (pid <= 0 || pid == self || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to ask
+    struct stat st {};
+    if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != ::geteuid()) continue;
+    if (::shm_unlink(StrCat("/", n).c_str()) == 0) ++removed;
+  }
+  ::closedir(dir);
+  if (removed > 0) {
+    spdlog::info("shared memory: removed {} object(s) in /dev/shm left by vigil processes of this user that are gone",
+                 removed);
+  }
+  return removed;
 }
 
 // Memory "host": the mirror in the shared block is the ring; the producer's CPU writes it.
@@ -47,7 +83,11 @@ class HostRingMapping final : public RingMapping {
 
 }  // namespace
 
+int SharedMemory::RemoveStale() { return SweepStale(); }
+
 StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Create(std::string_view what, size_t bytes) {
+  static std::once_flag swept;
+  std::call_once(swept, [] { RemoveStale(); });
   const std::string name = RandomName(what);
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) return absl::UnavailableError(StrCat("shared memory ", name, ": shm_open: ", std::strerror(errno)));

@@ -75,13 +75,16 @@ inline std::atomic_ref<uint64_t> Word(void* control, size_t offset) {
 // A POSIX shared-memory object mapped read-write: created (mode 0600, a random name) or opened by name.
 class SharedMemory {
  public:
-  // Errors: Unavailable naming the object and the OS reason.
+  // A new object named /vigil-<this pid>-<random>-<what>. Errors: Unavailable naming the object and the OS reason.
   static StatusOr<std::unique_ptr<SharedMemory>> Create(std::string_view what, size_t bytes);
   static StatusOr<std::unique_ptr<SharedMemory>> Open(const std::string& name, size_t bytes);
   ~SharedMemory();  // unmaps; unlinks the name if this side created it and has not yet
   SharedMemory(const SharedMemory&) = delete;
   SharedMemory& operator=(const SharedMemory&) = delete;
   void Unlink();  // removes the name (the mappings stay); idempotent
+  // Removes /dev/shm objects that Create made for processes of this user that are gone (a creator killed
+  // before it unlinked: mid-handshake); returns how many. Create calls it once per process.
+  static int RemoveStale();
   const std::string& name() const { return name_; }
   char* data() const { return data_; }
   size_t size() const { return bytes_; }
