@@ -240,8 +240,11 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
       std::this_thread::sleep_for(milliseconds(200));
       continue;
     }
-    spdlog::info("replication: standby '{}' of edge '{}' paired with primary '{}'; mirroring its ledger into {}",
-                 rc.node, config.edge, (*ch)->primary_node(), store->where());
+    spdlog::info("replication: standby '{}' of edge '{}' paired with primary '{}'; mirroring its ledger into {}; "
+                 "heartbeats every {} ms {}",
+                 rc.node, config.edge, (*ch)->primary_node(), store->where(), rc.heartbeat_ms,
+                 (*ch)->heartbeats_on_own_connection() ? "on a connection of their own"
+                                                       : "on the mirroring stream (no connection of their own)");
     // The same-host picture ring (mirror_via shm), when the primary offers one.
     std::unique_ptr<replication::FrameRing> ring;
     if (rc.mirror_via == ReplicationConfig::MirrorVia::kShm && on_frame && !(*ch)->frames_offer().socket.empty()) {

@@ -130,6 +130,8 @@ def test_the_standby_takes_over_after_a_sigkill_and_every_frame_is_stored_once(v
     try:
         wait_for(lambda: "paired with primary 'node-a'" in (tmp_path / "standby.log").read_text(), 120,
                  "the standby to pair")
+        # Its heartbeats on a connection of their own: no mirrored ledger state or picture holds an answer back.
+        assert "heartbeats every 100 ms on a connection of their own" in (tmp_path / "standby.log").read_text()
         health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{http}/healthz", timeout=10).read())
         assert health["status"] == "standby" and health["node"] == "node-b", health
         scraped = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10).read().decode()
