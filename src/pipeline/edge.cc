@@ -868,7 +868,9 @@ const video::Frame* Edge::RawForRing(size_t i, const video::Frame& f, video::Fra
   const bool nv12 = f.device && ring->in_gpu_memory();
   const size_t w = static_cast<size_t>(f.width), h = static_cast<size_t>(f.height);
   const size_t need = nv12 ? replication::PackedNv12Bytes(w, h) : w * h * 3;
-  if (const size_t room = ring->slot_capacity(); need > room) {
+  const size_t room = ring->slot_capacity();
+  if (room == 0) return nullptr;  // the ring went away since active(): the channel's path takes the picture
+  if (need > room) {
     if (!std::exchange(s.ring_size_logged, true)) {
       spdlog::error("stream '{}': its {}x{} pictures ({} bytes) do not fit the standby's ring slots ({} bytes: raise "
                     "replication.mirror_slot_mb on the standby to at least {}); they go over the channel as JPEGs",

@@ -278,6 +278,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     {
       std::unique_lock lock(shared->mu);
       shared->detector.emplace(fo, SteadyNs());  // the peer counts as heard now
+      int64_t due = 0;  // when this loop meant to run next (its wait's deadline): a later run is a local pause
       for (;;) {
         if (stop.load()) {
           lock.unlock();
@@ -285,6 +286,16 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
           return absl::CancelledError("stopped before a takeover");
         }
         const int64_t now = SteadyNs();
+        if (due > 0) {
+          if (const int64_t paused = shared->detector->Checked(due, now); paused > 0) {
+            const uint64_t n = shared->detector->local_pauses();
+            if (n == 1 || n % 100 == 0) {
+              spdlog::warn("replication: standby '{}' was paused {} ms (its check ran late: this host is overloaded); "
+                           "the primary is not judged on the silence it could not hear ({} such pause(s) so far)",
+                           rc.node, paused / 1'000'000, n);
+            }
+          }
+        }
         if (shared->finished && *shared->finished) {
           lock.unlock();
           (*ch)->Stop();
@@ -303,11 +314,12 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
         }
         if (shared->detector->Suspect(now)) {
           t.reason = StrCat("no heartbeat answer for ", (now - shared->last_contact) / 1'000'000, " ms (", rc.phi ? "phi" : "fixed",
-                            " detector)");
+                            " detector; ", shared->detector->local_pauses(), " local pause(s) of this standby)");
           break;
         }
         const int64_t at = std::min(shared->detector->SuspectAt(now), now + 10'000'000);  // ≤ 10 ms: stop is polled
-        shared->cv.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(at - now, 100'000)));
+        due = std::max<int64_t>(at, now + 100'000);
+        shared->cv.wait_for(lock, std::chrono::nanoseconds(due - now));
       }
       t.last_contact_ns = shared->last_contact;
     }

@@ -16,6 +16,7 @@ Status ValidateFailureDetectorOptions(const FailureDetectorOptions& o) {
   if (o.window < 2) return bad("window", "must be ≥ 2");
   if (o.min_std_dev_ns <= 0) return bad("min_std_dev", "must be > 0");
   if (o.acceptable_pause_ns < 0) return bad("acceptable_pause", "must be ≥ 0");
+  if (o.local_pause_ns < 0) return bad("local_pause", "must be ≥ 0");
   return absl::OkStatus();
 }
 
@@ -25,6 +26,7 @@ void FailureDetector::Heartbeat(int64_t at) {
   if (at <= last_) return;
   const int64_t gap = at - last_;
   last_ = at;
+  grace_granted_ = 0;  // a new silence starts: its own grace budget
   gaps_.push_back(gap);
   const double g = static_cast<double>(gap);
   sum_ += g;
@@ -64,15 +66,38 @@ double FailureDetector::Phi(int64_t now) const {
   return std::isfinite(phi) ? std::max(0.0, phi) : 1e9;  // e → 0: far beyond any threshold
 }
 
+int64_t FailureDetector::Checked(int64_t due, int64_t now) {
+  const int64_t threshold = opt_.local_pause_ns > 0 ? opt_.local_pause_ns : opt_.interval_ns / 2;
+  const int64_t late = now - due;
+  if (late <= threshold) return 0;
+  ++local_pauses_;
+  const int64_t budget = opt_.interval_ns * opt_.misses;
+  const int64_t until = now + opt_.interval_ns;
+  if (until > grace_until_ && grace_granted_ < budget) {
+    const int64_t from = std::max(grace_until_, now);
+    const int64_t give = std::min(until - from, budget - grace_granted_);
+    grace_granted_ += give;
+    grace_until_ = from + give;
+  }
+  return late;
+}
+
 int64_t FailureDetector::SuspectAt(int64_t now) const {
   if (Suspect(now)) return now;
+  if (now < grace_until_) return SuspectAtIgnoringGrace(grace_until_);
+  return SuspectAtIgnoringGrace(now);
+}
+
+int64_t FailureDetector::SuspectAtIgnoringGrace(int64_t now) const {
+  const auto over = [this](int64_t t) { return Phi(t) >= opt_.phi_threshold; };
+  if (over(now)) return now;
   if (opt_.mode == FailureDetectorOptions::Mode::kFixed) return last_ + opt_.interval_ns * opt_.misses;
   // φ grows monotonically with silence: bisect for the first nanosecond at the threshold.
   int64_t lo = now, hi = now + opt_.interval_ns;
-  while (!Suspect(hi)) hi = now + 2 * (hi - now);
+  while (!over(hi)) hi = now + 2 * (hi - now);
   while (hi - lo > 1000) {  // 1 µs is precise enough to wait on
     const int64_t mid = lo + (hi - lo) / 2;
-    (Suspect(mid) ? hi : lo) = mid;
+    (over(mid) ? hi : lo) = mid;
   }
   return hi;
 }

@@ -98,6 +98,66 @@ TEST(FailureDetectorTest, BeforeAnyGapTheIntervalSeedsTheDistributionAndTheWindo
   EXPECT_TRUE(d.Suspect(t + 700 * kMs));
 }
 
+// A standby whose own check ran late (its process starved on an overloaded host) does not blame the primary
+// for the silence it could not hear: no suspicion until one interval after the pause, when the answers queued
+// meanwhile have been read.
+TEST(FailureDetectorTest, ALocalPauseDefersSuspicionByOneInterval) {
+  FailureDetectorOptions o;
+  o.interval_ns = 100 * kMs;  // × 3 misses: 300 ms; a check 50 ms late is a pause
+  FailureDetector d(o, 0);
+  EXPECT_EQ(d.Checked(290 * kMs, 295 * kMs), 0);  // punctual: nothing changes
+  EXPECT_TRUE(d.Suspect(300 * kMs));
+  FailureDetector p(o, 0);
+  EXPECT_EQ(p.Checked(290 * kMs, 450 * kMs), 160 * kMs);  // meant for 290 ms, ran at 450: paused
+  EXPECT_EQ(p.local_pauses(), 1u);
+  EXPECT_FALSE(p.Suspect(450 * kMs));
+  EXPECT_FALSE(p.Suspect(549 * kMs));
+  EXPECT_EQ(p.SuspectAt(450 * kMs), 550 * kMs);
+  EXPECT_TRUE(p.Suspect(550 * kMs));  // still silent one interval after the pause: the primary is
+  // The answer that waited in the socket is read during the grace: no suspicion, and silence counts from it.
+  FailureDetector q(o, 0);
+  q.Checked(290 * kMs, 450 * kMs);
+  q.Heartbeat(470 * kMs);
+  EXPECT_FALSE(q.Suspect(769 * kMs));
+  EXPECT_TRUE(q.Suspect(770 * kMs));
+  // Phi mode: the same grace.
+  FailureDetectorOptions po = Phi();
+  po.interval_ns = 100 * kMs;
+  po.min_std_dev_ns = 10 * kMs;
+  FailureDetector r(po, 0);
+  const int64_t at = r.SuspectAt(0);
+  EXPECT_TRUE(r.Suspect(at));
+  EXPECT_GT(r.Checked(at - 10 * kMs, at + 60 * kMs), 0);
+  EXPECT_FALSE(r.Suspect(at + 60 * kMs));
+  EXPECT_TRUE(r.Suspect(at + 160 * kMs));
+}
+
+// Pauses at every check cannot postpone a suspicion forever: at most `misses` intervals of grace per silence; a
+// heartbeat gives a fresh budget.
+TEST(FailureDetectorTest, LocalPausesDelayASuspicionByAtMostMissesIntervals) {
+  FailureDetectorOptions o;
+  o.interval_ns = 100 * kMs;
+  FailureDetector d(o, 0);
+  int64_t now = 0;
+  for (int i = 0; i < 100; ++i) {  // every check 80 ms late
+    const int64_t due = now + 10 * kMs;
+    now = due + 80 * kMs;
+    d.Checked(due, now);
+    if (d.Suspect(now)) break;
+  }
+  EXPECT_TRUE(d.Suspect(now));
+  EXPECT_LE(now, 600 * kMs + 90 * kMs);  // 300 ms of silence + 300 ms of grace, at the checks' granularity
+  EXPECT_GT(now, 300 * kMs);             // but later than without the pauses
+  EXPECT_EQ(d.SuspectAt(now), now);
+  d.Heartbeat(now);  // the peer again: a new budget
+  d.Checked(now + 200 * kMs, now + 290 * kMs);
+  EXPECT_FALSE(d.Suspect(now + 300 * kMs));
+  EXPECT_TRUE(d.Suspect(now + 390 * kMs));
+  FailureDetectorOptions bad = o;
+  bad.local_pause_ns = -1;
+  EXPECT_NE(ValidateFailureDetectorOptions(bad).message().find("local_pause"), std::string::npos);
+}
+
 TEST(FailureDetectorTest, AcceptablePauseDelaysSuspicionAndOptionsAreChecked) {
   FailureDetectorOptions o = Phi();
   FailureDetector plain(o, 0);

@@ -15,6 +15,14 @@
 //    added to the mean (a known GC-like pause budget). Until the first gap is seen, the distribution is
 //    seeded with `interval` (mean) and interval / 4 (standard deviation).
 //
+// Local pauses (both modes; Cassandra's "not marking nodes down due to local pause"): silence measured by a
+// process that was itself paused — starved of CPU on an overloaded host, a storm of page faults, stopped — is
+// not the peer's. The owner reports each run of its check loop (Checked: when it meant to run, when it ran); a
+// run later than `local_pause` means the answers that arrived meanwhile may still sit unread in this process,
+// and nobody is suspected until one `interval` after the pause (the readers catch up). That grace is bounded:
+// at most `misses` intervals of it per silence (a heartbeat resets it), so pauses at every check delay a
+// suspicion by at most that much, never forever.
+//
 // Thread-safety: not thread-safe; one owner. Units: nanoseconds throughout.
 #pragma once
 
@@ -35,10 +43,11 @@ struct FailureDetectorOptions {
   size_t window = 200;                       // kPhiAccrual: gaps remembered. Default: 200
   int64_t min_std_dev_ns = 50'000'000;       // kPhiAccrual: floor of the gaps' standard deviation. Default: 50 ms
   int64_t acceptable_pause_ns = 0;           // kPhiAccrual: added to the mean gap. Default: 0
+  int64_t local_pause_ns = 0;                // a check this late is a local pause; 0: interval / 2. Default: 0
 };
 
 // InvalidArgument naming the field when an option is out of range (interval > 0, misses ≥ 1, threshold > 0,
-// window ≥ 2, min_std_dev > 0, pause ≥ 0).
+// window ≥ 2, min_std_dev > 0, pause ≥ 0, local_pause ≥ 0).
 Status ValidateFailureDetectorOptions(const FailureDetectorOptions& o);
 
 class FailureDetector {
@@ -51,9 +60,15 @@ class FailureDetector {
   // The suspicion level at `now`: kPhiAccrual's φ; kFixed's (silence / interval) / misses × threshold, so
   // that both modes suspect at phi(now) ≥ phi_threshold. Never negative; grows with silence.
   double Phi(int64_t now) const;
-  bool Suspect(int64_t now) const { return Phi(now) >= opt_.phi_threshold; }
+  // Phi(now) ≥ phi_threshold, and no local pause's grace runs at `now`.
+  bool Suspect(int64_t now) const { return now >= grace_until_ && Phi(now) >= opt_.phi_threshold; }
   // The earliest time ≥ now at which Suspect may become true if nothing arrives (for waiting).
   int64_t SuspectAt(int64_t now) const;
+  // The owner's check ran at `now`, meant for `due` (its wait's deadline). Returns the pause (now − due) when it
+  // counts as a local pause (later than local_pause), else 0; a pause starts a grace of one interval from `now`
+  // while the grace budget of this silence lasts.
+  int64_t Checked(int64_t due, int64_t now);
+  uint64_t local_pauses() const { return local_pauses_; }
 
   int64_t silent_for(int64_t now) const { return now - last_; }
   size_t samples() const { return gaps_.size(); }
@@ -62,7 +77,12 @@ class FailureDetector {
 
  private:
   FailureDetectorOptions opt_;
+  int64_t SuspectAtIgnoringGrace(int64_t now) const;  // the first t ≥ now with Phi(t) ≥ threshold
+
   int64_t last_;
+  int64_t grace_until_ = 0;    // no suspicion before (a local pause's grace)
+  int64_t grace_granted_ = 0;  // grace given since the last heartbeat, ns
+  uint64_t local_pauses_ = 0;
   std::deque<int64_t> gaps_;  // the last `window` gaps
   double sum_ = 0, sum_sq_ = 0;
 };
