@@ -151,30 +151,38 @@ StatusOr<std::optional<int64_t>> Pusher::RunDue(int limit) {
   const int64_t now = clock_->WallNs();
   if (now < pause_until_ns_) return std::optional<int64_t>(pause_until_ns_);
   VIGIL_ASSIGN_OR_RETURN(std::vector<OutboxItem> due, store_->PushDue(sink_, now, limit));
-  // Delivered rows are deleted together, in one transaction after the batch (a crash before it re-delivers
-  // them: at least once, keyed by the event).
+  // Delivered rows are deleted in groups (DeliverDue flushes every kDeleteEvery of deliveries, this the rest): a
+  // crash before a group's transaction re-delivers its rows — at least once, keyed by the event.
   std::vector<int64_t> delivered;
   Status st = DeliverDue(due, delivered);
-  if (!delivered.empty()) {
-    Status del = store_->PushDelivered(delivered);
-    if (!del.ok()) {
-      std::lock_guard lock(mu_);
-      ++stats_.store_errors;
-    }
-    if (st.ok()) st = del;
-  }
+  Status del = Flush(delivered);
+  if (st.ok()) st = del;
   VIGIL_RETURN_IF_ERROR(st);
   VIGIL_ASSIGN_OR_RETURN(std::optional<int64_t> next, store_->PushNextDue(sink_));
   if (next && *next < pause_until_ns_) next = pause_until_ns_;
   return next;
 }
 
+Status Pusher::Flush(std::vector<int64_t>& delivered) {
+  if (delivered.empty()) return absl::OkStatus();
+  Status del = store_->PushDelivered(delivered);
+  delivered.clear();
+  if (!del.ok()) {
+    std::lock_guard lock(mu_);
+    ++stats_.store_errors;
+  }
+  return del;
+}
+
 Status Pusher::DeliverDue(std::vector<OutboxItem>& due, std::vector<int64_t>& delivered) {
+  int64_t group_began = 0;  // when the first delivery of the undeleted group began (steady ns)
   for (OutboxItem& item : due) {
     {
       std::lock_guard lock(mu_);
       if (stopping_) break;
     }
+    const int64_t began = clock_->SteadyNs();
+    if (delivered.empty()) group_began = began;
     const DeliveryOutcome out = delivery_->Deliver(item.event);
     const int attempts = item.attempts + 1;
     const int64_t at = clock_->WallNs();
@@ -213,7 +221,11 @@ Status Pusher::DeliverDue(std::vector<OutboxItem>& due, std::vector<int64_t>& de
       pause_until_ns_ = at + BackoffMs(policy_, ++failures_in_row_) * 1'000'000;
       break;
     }
-    if (out.kind == DeliveryOutcome::kDelivered) failures_in_row_ = 0;
+    if (out.kind == DeliveryOutcome::kDelivered) {
+      failures_in_row_ = 0;
+      // A slow sink's delivery is deleted at once; fast ones in groups of kDeleteEvery (see RunDue).
+      if (clock_->SteadyNs() - group_began >= kDeleteEvery) VIGIL_RETURN_IF_ERROR(Flush(delivered));
+    }
   }
   return absl::OkStatus();
 }

@@ -221,6 +221,13 @@ class Edge final : public transport::CourierHandler {
   }
   void OnAck(const transport::Ack& a) override {
     ledger_->OnAck(a);
+    if (timeline_.started() && !timeline_.Seconds(TakeoverTimeline::kRepublishedStored)) {
+      std::lock_guard lock(takeover_mu_);
+      if (first_republished_ && a.stream == first_republished_->stream && a.run == first_republished_->run &&
+          a.seq_first <= first_republished_->seq && first_republished_->seq <= a.seq_last) {
+        timeline_.Mark(TakeoverTimeline::kRepublishedStored, SteadyNs());
+      }
+    }
     if (timeline_.started() && !timeline_.Seconds(TakeoverTimeline::kStored)) {
       // The takeover is complete when the first frame this node processed is stored (a lost or drop mark
       // stored before it is not a detection).
@@ -390,6 +397,7 @@ class Edge final : public transport::CourierHandler {
   };
   std::mutex takeover_mu_;
   std::optional<FrameId> first_processed_;  // GUARDED_BY(takeover_mu_) the takeover's first detected frame
+  std::optional<FrameId> first_republished_;  // GUARDED_BY(takeover_mu_) … and its first re-published result
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   bool http_started_ = false;                // Run's thread: a standby's server runs from before its wait
@@ -1212,6 +1220,12 @@ bool Edge::FeedReplay(size_t index) {
       dets.push_back({d.x1, d.y1, d.x2, d.y2, d.score, d.class_id});
     }
     const FrameInfo info{m.seq, m.result->capture_ns, m.result->pts_ns, m.result->width, m.result->height};
+    if (timeline_.started() && republished == 0) {
+      std::lock_guard lock(takeover_mu_);
+      if (timeline_.Mark(TakeoverTimeline::kRepublished, SteadyNs())) {
+        first_republished_ = FrameId{s.config.id, s.run, m.seq};
+      }
+    }
     RecordFrame(index, info, dets, nullptr, SteadyNs());
     ++republished;
   };
@@ -1602,9 +1616,13 @@ void Edge::LogTakeoverTimeline() {
   reg_.GetGauge("vigil_edge_takeover_seconds",
                 "The primary's last contact to the first frame this edge processed stored, last takeover")
       .Set(stored_s);
+  const std::optional<double> republished_s = timeline_.Seconds(TakeoverTimeline::kRepublishedStored);
   spdlog::warn("replication: takeover of edge '{}' complete: first report stored {} ms after the primary's last "
-               "contact",
-               config_.edge, static_cast<int64_t>(stored_s * 1000));
+               "contact{}",
+               config_.edge, static_cast<int64_t>(stored_s * 1000),
+               republished_s ? StrCat(" (the old primary's own results, re-published, from ",
+                                      static_cast<int64_t>(*republished_s * 1000), " ms)")
+                             : std::string());
   spdlog::info("edge '{}': takeover timeline, ms after the old primary's last contact: {}", config_.edge,
                timeline_.Format());
 }

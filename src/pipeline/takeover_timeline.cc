@@ -5,8 +5,9 @@
 namespace vigil::pipeline {
 
 const char* TakeoverTimeline::Name(Phase p) {
-  static const char* const kNames[kPhases] = {"decided", "drained",  "serving", "ledger",   "welcomed",
-                                              "durable", "resumed", "fed",     "detected", "stored"};
+  static const char* const kNames[kPhases] = {"decided",  "drained", "serving", "ledger",
+                                              "welcomed", "durable", "resumed", "fed",
+                                              "detected", "stored",  "republished", "republished_stored"};
   return p < kPhases ? kNames[p] : "?";
 }
 

@@ -178,9 +178,11 @@ def test_the_standby_takes_over_after_a_sigkill_and_every_frame_is_stored_once(v
     # and the streams' resumption both follow the Welcome), the last one the time above.
     m = re.search(r"takeover timeline, ms after the old primary's last contact: (.*)", log)
     assert m, log[-3000:]
-    steps = {k: float(v) for k, v in (p.rsplit(" ", 1) for p in m.group(1).split(", "))}
+    steps = {k: (None if v == "-" else float(v)) for k, v in (p.rsplit(" ", 1) for p in m.group(1).split(", "))}
     assert list(steps) == ["decided", "drained", "serving", "ledger", "welcomed", "durable", "resumed", "fed",
-                           "detected", "stored"], m.group(0)
+                           "detected", "stored", "republished", "republished_stored"], m.group(0)
+    # No results were mirrored here (a file stream): nothing re-published.
+    assert steps.pop("republished") is None and steps.pop("republished_stored") is None, m.group(0)
     order = ["decided", "drained", "serving", "ledger", "welcomed", "resumed", "fed", "detected", "stored"]
     assert [steps[k] for k in order] == sorted(steps[k] for k in order), m.group(0)
     assert steps["durable"] >= steps["welcomed"] and steps["stored"] >= took_ms - 1, m.group(0)
@@ -778,6 +780,14 @@ def test_the_standby_re_publishes_the_dead_primarys_own_results_instead_of_runni
     assert int(found.group(1)) == republished
     assert int(found.group(1)) + int(found.group(2)) == replayed
     assert f"re-published the old primary's own results for {int(republished)} frame(s)" in pair.log("node-b")
+    # The takeover timeline times the re-published results apart: handed over, then stored, no later than the first
+    # picture the new primary processed itself.
+    tl = re.search(r"takeover timeline, ms after the old primary's last contact: (.*)", pair.log("node-b"))
+    assert tl, pair.log("node-b")[-3000:]
+    steps = {k: (None if v == "-" else float(v)) for k, v in (p.rsplit(" ", 1) for p in tl.group(1).split(", "))}
+    assert steps["republished"] is not None and steps["republished_stored"] is not None, tl.group(0)
+    assert steps["resumed"] <= steps["republished"] <= steps["republished_stored"], tl.group(0)
+    assert "the old primary's own results, re-published, from" in pair.log("node-b")
     # As the primary now, node-b mirrors its own results (for a standby that pairs) and evicted none of them.
     assert metric(m, "vigil_edge_mirror_results_total", stream="vtest") >= 20
     assert metric(m, "vigil_edge_mirror_results_evicted_total") == 0

@@ -30,7 +30,8 @@ TEST(TakeoverTimeline, PhasesAreTimedFromTheContactAndTheFirstMarkWins) {
   EXPECT_FALSE(t.Seconds(TakeoverTimeline::kFed).has_value());
   EXPECT_EQ(t.Format(),
             "decided 0.0, drained -, serving -, ledger -, welcomed 12.5, durable -, resumed -, fed -, detected -, "
-            "stored 63.0");
+            "stored 63.0, republished -, republished_stored -");
+  EXPECT_STREQ(TakeoverTimeline::Name(TakeoverTimeline::kRepublishedStored), "republished_stored");
   // A later takeover (a rejoined node takes over again) starts a fresh timeline.
   t.Start(5000 * kMs);
   EXPECT_FALSE(t.Seconds(TakeoverTimeline::kStored).has_value());

@@ -119,9 +119,13 @@ class Pusher {
   ~Pusher();  // Stop()
 
   // One pass over what is due now (at most `limit` rows): delivers each in due order and records the outcome,
-  // until a transient failure (then the sink pauses, see above). Returns the wall ns when the next row falls
+  // until a transient failure (then the sink pauses, see above). Delivered rows are deleted in groups of about
+  // kDeleteEvery of delivery time: a delivery slower than that (a webhook) is deleted right after it, so a crash
+  // repeats at most the delivery in flight; faster ones (MQTT) share one transaction per group, so a crash repeats
+  // at most that much time's worth (one commit per event made PostgreSQL's pusher fall behind). Returns the wall ns when the next row falls
   // due or the pause ends, whichever is later (nullopt: the sink's outbox is empty).
   StatusOr<std::optional<int64_t>> RunDue(int limit = 256);
+  static constexpr int64_t kDeleteEvery = 1'000'000;  // ns of delivery time per deleting transaction, at most
   void Start();
   void Wake();  // new rows may be due (the storage thread, after a commit that queued some)
   void Stop();  // idempotent; a delivery in progress finishes
@@ -129,8 +133,11 @@ class Pusher {
   const std::string& sink() const { return sink_; }
 
  private:
-  // Delivers `due` in order (RunDue's loop); the ids of delivered rows go to `delivered`.
+  // Delivers `due` in order (RunDue's loop); the ids of delivered rows go to `delivered`, which is flushed
+  // (Flush) whenever its first delivery began kDeleteEvery or more ago.
   Status DeliverDue(std::vector<OutboxItem>& due, std::vector<int64_t>& delivered);
+  // Deletes the `delivered` rows (one transaction) and clears the list.
+  Status Flush(std::vector<int64_t>& delivered);
   void Loop();
   Store* store_;
   const std::string sink_;

@@ -13,6 +13,10 @@
 //   fed       the first picture (a mirrored one processed again, or a camera's) went to inference
 //   detected  the first inference batch completed
 //   stored    the aggregator acknowledged (stored) the report of the first frame this node processed
+// and, apart from that path (a takeover with mirrored results, replication.mirror_results):
+//   republished         the first of the old primary's own results re-published by this node
+//   republished_stored  the aggregator stored it: from here on the detections flow again, before any picture
+//                       of this node's own is processed
 // Times are steady-clock nanoseconds (SteadyNs); a phase not reached stays 0 and reads as "-".
 //
 // Thread-safety: Mark from any thread (the first mark of a phase wins; later ones are ignored); Start, Format
@@ -31,7 +35,7 @@ namespace vigil::pipeline {
 class TakeoverTimeline {
  public:
   enum Phase : size_t { kDecided, kDrained, kServing, kLedger, kWelcomed, kDurable, kResumed, kFed, kDetected,
-                        kStored, kPhases };
+                        kStored, kRepublished, kRepublishedStored, kPhases };
   static const char* Name(Phase p);
 
   // The old primary's last contact: the origin. Marks before Start are ignored.
