@@ -181,8 +181,7 @@ Status Pusher::DeliverDue(std::vector<OutboxItem>& due, std::vector<int64_t>& de
       std::lock_guard lock(mu_);
       if (stopping_) break;
     }
-    const int64_t began = clock_->SteadyNs();
-    if (delivered.empty()) group_began = began;
+    if (delivered.empty()) group_began = clock_->SteadyNs();
     const DeliveryOutcome out = delivery_->Deliver(item.event);
     const int attempts = item.attempts + 1;
     const int64_t at = clock_->WallNs();

@@ -221,11 +221,12 @@ class Edge final : public transport::CourierHandler {
   }
   void OnAck(const transport::Ack& a) override {
     ledger_->OnAck(a);
-    if (timeline_.started() && !timeline_.Seconds(TakeoverTimeline::kRepublishedStored)) {
+    if (timeline_.Seconds(TakeoverTimeline::kRepublished) &&
+        !timeline_.Seconds(TakeoverTimeline::kRepublishedStored)) {
       std::lock_guard lock(takeover_mu_);
       if (first_republished_ && a.stream == first_republished_->stream && a.run == first_republished_->run &&
           a.seq_first <= first_republished_->seq && first_republished_->seq <= a.seq_last) {
-        timeline_.Mark(TakeoverTimeline::kRepublishedStored, SteadyNs());
+        if (timeline_.Mark(TakeoverTimeline::kRepublishedStored, SteadyNs())) LogRepublishedStored();
       }
     }
     if (timeline_.started() && !timeline_.Seconds(TakeoverTimeline::kStored)) {
@@ -332,6 +333,7 @@ class Edge final : public transport::CourierHandler {
   void WatchForStall(int64_t now, int active, const transport::OutboxStats& os, const transport::CourierStats& cs);
   void WatchHealth(int64_t now);
   void LogTakeoverTimeline();  // once the takeover's first report is stored
+  void LogRepublishedStored();  // once the first re-published result is stored
   Status InjectFault();  // VIGIL_FAULT_INFERENCE, on a worker thread before each batch
 
   const EdgeConfig& config_;
@@ -1601,6 +1603,22 @@ void Edge::Periodic(bool force) {
 }
 
 // The takeover's metrics and log lines (vigil_edge_takeover_seconds, _phase_seconds).
+// The old primary's own results re-published and stored: said on its own (a takeover whose camera ended may never
+// process a picture of its own, and then logs no timeline line).
+void Edge::LogRepublishedStored() {
+  for (const TakeoverTimeline::Phase p : {TakeoverTimeline::kRepublished, TakeoverTimeline::kRepublishedStored}) {
+    reg_.GetGauge("vigil_edge_takeover_phase_seconds",
+                  "The last takeover, step by step: seconds from the old primary's last contact to each step "
+                  "(pipeline/takeover_timeline.h)",
+                  {{"phase", TakeoverTimeline::Name(p)}})
+        .Set(timeline_.Seconds(p).value_or(0));
+  }
+  spdlog::info("edge '{}': takeover: the old primary's own results re-published at {:.1f} ms and the first stored at "
+               "{:.1f} ms after its last contact",
+               config_.edge, timeline_.Seconds(TakeoverTimeline::kRepublished).value_or(0) * 1e3,
+               timeline_.Seconds(TakeoverTimeline::kRepublishedStored).value_or(0) * 1e3);
+}
+
 void Edge::LogTakeoverTimeline() {
   for (size_t i = 0; i < TakeoverTimeline::kPhases; ++i) {
     const auto p = static_cast<TakeoverTimeline::Phase>(i);

@@ -473,11 +473,10 @@ class Ring final : public FrameRing {
         if (Word(base, SignalOf(seq, opt_.slots)).load(std::memory_order_acquire) != seq + 1) break;
         Taken& t = batch.emplace_back();
         t.seq = seq;
-        std::memcpy(&t.h, base + SlotsOffset(opt_.slots) + (seq % opt_.slots) * host_slot_, sizeof t.h);  // a private
-                                                                                                      // copy: shared
+        const char* slot = base + SlotsOffset(opt_.slots) + (seq % opt_.slots) * host_slot_;
+        std::memcpy(&t.h, slot, sizeof t.h);  // a private copy: the primary shares the memory
         t.bad = Check(t.h, seq);
-        if (t.bad.empty()) t.bad = TakePixels(t.h, seq, base + SlotsOffset(opt_.slots) + (seq % opt_.slots) * host_slot_,
-                                              &t.f, &queued);
+        if (t.bad.empty()) t.bad = TakePixels(t.h, seq, slot, &t.f, &queued);
       }
       if (batch.empty()) return n;
       if (queued) {

@@ -7,8 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
-#include <set>
 #include <thread>
 
 #include "common/cuda_status.h"
@@ -335,20 +333,18 @@ class CudaExportedMemory final : public ExportedMemory {
 
 StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int device, size_t bytes) {
   VIGIL_RETURN_IF_ERROR(Use(device));
-  {
-    // The default pool returns freed memory to the device at every synchronisation unless told to keep it:
-    // pictures allocated and freed at 30 FPS per camera would map and unmap memory continuously.
-    static std::mutex mu;
-    static std::set<int> raised;  // GUARDED_BY(mu)
-    std::lock_guard lock(mu);
-    if (raised.insert(device).second) {
-      cudaMemPool_t pool = nullptr;
-      if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
-        uint64_t keep = UINT64_MAX;
-        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-      }
-      cudaGetLastError();  // an older driver without the attribute: the pool works, only less well
+  // The default pool returns freed memory to the device at every synchronisation unless told to keep it:
+  // pictures allocated and freed at 30 FPS per camera would map and unmap memory continuously. Once per device
+  // (a bit each: no lock on this per-picture path).
+  static std::atomic<uint64_t> raised{0};
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (raised.load(std::memory_order_relaxed) & bit) == 0 && (raised.fetch_or(bit) & bit) == 0) {
+    cudaMemPool_t pool = nullptr;
+    if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+      uint64_t keep = UINT64_MAX;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     }
+    cudaGetLastError();  // an older driver without the attribute: the pool works, only less well
   }
   void* p = nullptr;
   VIGIL_RETURN_IF_ERROR(cuda::CudaStatus(cudaMallocAsync(&p, bytes, cudaStreamPerThread),

@@ -44,7 +44,8 @@ Status CopyToHost(void* dst, const void* src, size_t bytes, int device);
 
 // Like Allocate, from the device's stream-ordered pool (cudaMallocAsync): freeing never synchronises the device
 // (a buffer released while inference runs does not stall it). The pool keeps freed memory for reuse (its release
-// threshold is raised once per device): steady allocation and release map and unmap nothing. Usable at once by work on the calling thread's
+// threshold is raised once per device): steady allocation and release map and unmap nothing. Usable at once by
+// work on the calling thread's
 // stream (Copy2D from the same thread: in order) and, once that synchronised, by any stream.
 StatusOr<std::unique_ptr<Buffer>> AllocatePooled(int device, size_t bytes);
 

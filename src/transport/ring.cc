@@ -31,10 +31,12 @@ std::string RandomName(std::string_view what) {
   return StrCat("/vigil-", ::getpid(), "-", hex, "-", what);
 }
 
-// Removes the shared-memory objects RandomName made for a process of this user that is gone: a creator unlinks
-// its name once the peer mapped it, so only one killed between the two (mid-handshake) leaves one behind, and
-// it would fill /dev/shm over many such kills. Names without a pid (an older vigil's) are left alone.
-int SweepStale() {
+}  // namespace
+
+// The objects RandomName made for a process of this user that is gone: a creator unlinks its name once the peer
+// mapped it, so only one killed between the two (mid-handshake) leaves one behind, and it would fill /dev/shm over
+// many such kills. Names without a pid (an older vigil's) are left alone.
+int SharedMemory::RemoveStale() {
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return 0;
   const pid_t self = ::getpid();
@@ -62,6 +64,8 @@ int SweepStale() {
   return removed;
 }
 
+namespace {
+
 // Memory "host": the mirror in the shared block is the ring; the producer's CPU writes it.
 class HostRingMapping final : public RingMapping {
  public:
@@ -82,8 +86,6 @@ class HostRingMapping final : public RingMapping {
 };
 
 }  // namespace
-
-int SharedMemory::RemoveStale() { return SweepStale(); }
 
 StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Create(std::string_view what, size_t bytes) {
   static std::once_flag swept;

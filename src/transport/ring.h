@@ -83,7 +83,9 @@ class SharedMemory {
   SharedMemory& operator=(const SharedMemory&) = delete;
   void Unlink();  // removes the name (the mappings stay); idempotent
   // Removes /dev/shm objects that Create made for processes of this user that are gone (a creator killed
-  // before it unlinked: mid-handshake); returns how many. Create calls it once per process.
+  // before it unlinked: mid-handshake); returns how many. Create calls it once per process. "Gone" is judged in
+  // this PID namespace: processes sharing /dev/shm across PID namespaces (containers with a shared IPC namespace)
+  // should run as different users. Thread-safe.
   static int RemoveStale();
   const std::string& name() const { return name_; }
   char* data() const { return data_; }

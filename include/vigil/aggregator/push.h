@@ -121,8 +121,9 @@ class Pusher {
   // One pass over what is due now (at most `limit` rows): delivers each in due order and records the outcome,
   // until a transient failure (then the sink pauses, see above). Delivered rows are deleted in groups of about
   // kDeleteEvery of delivery time: a delivery slower than that (a webhook) is deleted right after it, so a crash
-  // repeats at most the delivery in flight; faster ones (MQTT) share one transaction per group, so a crash repeats
-  // at most that much time's worth (one commit per event made PostgreSQL's pusher fall behind). Returns the wall ns when the next row falls
+  // repeats at most the delivery in flight; faster ones (MQTT) share one transaction per group, so a crash
+  // repeats at most that much time's worth (one commit per event made PostgreSQL's pusher fall behind).
+  // Returns the wall ns when the next row falls
   // due or the pause ends, whichever is later (nullopt: the sink's outbox is empty).
   StatusOr<std::optional<int64_t>> RunDue(int limit = 256);
   static constexpr int64_t kDeleteEvery = 1'000'000;  // ns of delivery time per deleting transaction, at most

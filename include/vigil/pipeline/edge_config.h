@@ -188,7 +188,8 @@ struct ReplicationConfig {
   // standby keeps them raw (mirror_window pictures per stream of width × height × 3 bytes each: size it for
   // that). The standby owns the ring: mirror_slots (2..4096; default auto: two per stream, at least 8 — two
   // frame intervals of every camera, so a standby whose GPU copies wait behind the primary's work still keeps up)
-  // slots of mirror_slot_mb (1..1024) MiB, a slot per picture; a picture larger than a slot, or one that finds every slot unread, is not mirrored (counted,
+  // slots of mirror_slot_mb (1..1024) MiB, a slot per picture; a picture larger than a slot, or one that finds
+  // every slot unread, is not mirrored (counted,
   // vigil_edge_mirror_frames_skipped_total). The primary serves the ring's Unix socket at mirror_socket
   // (default <state_dir>/frames.sock, made absolute), offered to each paired standby with a fresh token over
   // the channel's TLS; while no ring is mapped (the standby on another host, or not yet connected) pictures

@@ -42,7 +42,8 @@
 //
 // Threading: each channel runs its own threads (gRPC's server threads; on the standby a reader of the mirroring
 // stream, a heartbeat writer and a reader of the answers); the callbacks run on them and should be quick —
-// on_heartbeat runs on the answers' own thread, so a slow on_ledger/on_frame/on_result delays no heartbeat. Stop()/destructor end the stream and join.
+// on_heartbeat runs on the answers' own thread, so a slow on_ledger/on_frame/on_result delays no heartbeat.
+// Stop()/destructor end the stream and join.
 // Errors: Start/Pair → InvalidArgument (options: missing TLS files, bad address), NotFound (unreadable TLS
 // file), Unavailable (cannot listen; no primary answering within the timeout, or the TLS handshake failed:
 // gRPC does not tell the two apart), FailedPrecondition (refused: the message says why), Unimplemented (built
