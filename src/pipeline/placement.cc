@@ -131,6 +131,38 @@ EdgePlacement::EdgePlacement(const PlacementConfig& config, const std::vector<to
       report_path_(state_dir.empty() ? std::string() : (std::filesystem::path(state_dir) / "placement.json").string()) {
   Decide(config, use_gpus, cuda_ordinal);
   WriteReport(ReportLocked());  // replaces a previous run's report at once
+  if (!report_path_.empty()) writer_ = std::thread([this] { WriterLoop(); });
+}
+
+EdgePlacement::~EdgePlacement() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+void EdgePlacement::WriterLoop() {
+  pthread_setname_np(pthread_self(), "vigil-placement");
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || placed_ != written_; });
+    if (placed_ == written_) return;  // stopping, and everything is written
+    // Every thread placed up to now, in one write; those placed meanwhile go in the next.
+    const uint64_t placed = placed_;
+    const topology::PlacementReport report = ReportLocked();
+    lock.unlock();
+    WriteReport(report);
+    lock.lock();
+    written_ = placed;
+    cv_.notify_all();
+  }
+}
+
+void EdgePlacement::FlushReport() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !writer_.joinable() || written_ == placed_; });
 }
 
 namespace {
@@ -209,9 +241,12 @@ void EdgePlacement::PlaceThread(ThreadRole role, size_t stream) {
     t.cpus = plan_->devices[static_cast<size_t>(t.device)].decode_cpus;
   }
   if (binding()) (void)binder_->BindCurrentThread(t.cpus, name);  // a failure is logged; the thread goes on unbound
-  std::lock_guard<std::mutex> lock(mu_);
-  threads_.push_back(std::move(t));
-  WriteReport(ReportLocked());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads_.push_back(std::move(t));
+    ++placed_;
+  }
+  cv_.notify_all();  // the report's writer (no file is written on the placed thread)
 }
 
 void EdgePlacement::WriteReport(const topology::PlacementReport& report) const {

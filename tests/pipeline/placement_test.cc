@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -372,6 +373,58 @@ TEST(EdgePlacementUnit, UnreadableTopologySkipsWithTheReason) {
     EXPECT_STREQ(name, "vigil-dec-0");
   }).join();
   EXPECT_TRUE(placement.Report().threads.empty());
+}
+
+// placement.json is written by the placement's own thread: after a burst of threads placed at once (a takeover
+// starts ~260 at 128 cameras), FlushReport leaves every one of them in the file, and so does the destructor.
+TEST(EdgePlacementUnit, TheReportFileHoldsEveryThreadOfABurst) {
+  ScopedEnv env("DISABLE_NUMA_BIND", nullptr);
+  const fs::path xml = fs::path(VIGIL_SOURCE_DIR).parent_path() / "shared" / "topologies" / "32em64t-2n8c2t-pci-normalio.xml";
+  if (!fs::exists(xml)) GTEST_SKIP() << xml << " is missing";
+  const fs::path dir = fs::temp_directory_path() / StrCat("vigil-placement-", getpid());
+  fs::create_directories(dir);
+  PlacementConfig config;
+  config.topology = xml.string();  // a plan (so threads are reported), never bound: another machine's
+  std::vector<topology::StreamSpec> streams;
+  for (int i = 0; i < 64; ++i) streams.push_back({StrCat("s", i), 1920, 1080, 30, 8.7});
+  auto read_report = [&] {
+    std::ifstream in(dir / "placement.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    StatusOr<topology::PlacementReport> r = topology::PlacementReportFromJson(text);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : topology::PlacementReport{};
+  };
+  auto place_all = [&](EdgePlacement& placement) {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      threads.emplace_back([&, i] { placement.PlaceThread(ThreadRole::kDecode, i); });
+      threads.emplace_back([&, i] { placement.PlaceThread(ThreadRole::kFeed, i); });
+    }
+    threads.emplace_back([&] { placement.PlaceThread(ThreadRole::kWorker); });
+    threads.emplace_back([&] { placement.PlaceThread(ThreadRole::kSink); });
+    for (std::thread& t : threads) t.join();
+  };
+  {
+    EdgePlacement placement(config, streams, /*use_gpus=*/true, dir.string());
+    ASSERT_NE(placement.plan(), nullptr);
+    EXPECT_TRUE(read_report().threads.empty());  // written at construction
+    place_all(placement);
+    placement.FlushReport();
+    const topology::PlacementReport r = read_report();
+    ASSERT_EQ(r.threads.size(), 130u);
+    std::set<std::string> names;
+    for (const topology::PlacedThread& t : r.threads) names.insert(t.name);
+    EXPECT_EQ(names.size(), 130u);
+    EXPECT_TRUE(names.count("vigil-dec-63") && names.count("vigil-feed-0") && names.count("vigil-sink")) << r.threads.size();
+    EXPECT_EQ(r.threads.size(), placement.Report().threads.size());
+  }
+  {
+    EdgePlacement placement(config, streams, /*use_gpus=*/true, dir.string());
+    EXPECT_TRUE(read_report().threads.empty());  // the previous run's report replaced
+    place_all(placement);
+  }  // no flush: the destructor writes what is left
+  EXPECT_EQ(read_report().threads.size(), 130u);
+  fs::remove_all(dir);
 }
 
 TEST(PlanStreams, ConfigThenProbedThenDefaults) {

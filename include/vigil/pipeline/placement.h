@@ -24,11 +24,14 @@
 // Thread-safety: PlaceThread and Report may be called from any thread concurrently.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "vigil/infer/graph.h"
@@ -68,13 +71,25 @@ class EdgePlacement {
  public:
   // Reads the topology (placement.topology or this machine), plans `streams` (GPU devices only when
   // use_gpus), decides binding and logs what it decided, once. `state_dir` (may be "") receives
-  // placement.json, the PlacementReport, whenever a thread is placed. Never fails.
+  // placement.json, the PlacementReport: at construction (replacing a previous run's), then after threads are
+  // placed, written by a thread of this object's own (see PlaceThread). Never fails.
   // cuda_ordinal: the CUDA device inference runs on (use_gpus), -1 for every GPU of the topology.
   EdgePlacement(const PlacementConfig& config, const std::vector<topology::StreamSpec>& streams, bool use_gpus,
                 std::string state_dir, int cuda_ordinal = -1);
+  // Writes the last placed threads' report, if it is not written yet, and stops the report's writer.
+  ~EdgePlacement();
+  EdgePlacement(const EdgePlacement&) = delete;
+  EdgePlacement& operator=(const EdgePlacement&) = delete;
 
   // Names the calling thread for `role` (stream index for decode/feed) and binds it to its planned PUs.
+  // Costs the caller a bind and a lock, never a file write: placement.json is rewritten by the report's
+  // writer thread, once for every burst of placements (a takeover starts ~260 threads at 128 cameras; each
+  // writing the growing report itself, fsynced, under the lock, delayed the first batch by ~130 ms).
   void PlaceThread(ThreadRole role, size_t stream = 0);
+
+  // Blocks until placement.json holds every thread placed so far (no-op without a state dir). For tests and
+  // for a clean stop; a running edge never needs to call it.
+  void FlushReport();
 
   const topology::Plan* plan() const { return plan_ ? &*plan_ : nullptr; }
   bool binding() const { return binder_ && binder_->active(); }
@@ -84,6 +99,7 @@ class EdgePlacement {
   void Decide(const PlacementConfig& config, bool use_gpus, int cuda_ordinal);  // topology, plan, binder, note; logs
   topology::PlacementReport ReportLocked() const;  // REQUIRES: mu_ held (or no other thread yet)
   void WriteReport(const topology::PlacementReport& report) const;  // to report_path_, when set
+  void WriterLoop();  // the report's writer thread: writes whenever threads_ changed since its last write
 
   const std::vector<topology::StreamSpec> streams_;
   const std::string report_path_;
@@ -92,7 +108,12 @@ class EdgePlacement {
   std::optional<topology::Binder> binder_;
   std::string note_;  // why nothing is bound; "" when binding
   mutable std::mutex mu_;
+  std::condition_variable cv_;
   std::vector<topology::PlacedThread> threads_;  // guarded by mu_
+  uint64_t placed_ = 0;                          // guarded by mu_: threads placed so far
+  uint64_t written_ = 0;                         // guarded by mu_: of them, in the file
+  bool stopping_ = false;                        // guarded by mu_
+  std::thread writer_;                           // WriterLoop, when report_path_ is set
 };
 
 // Discovers this machine's topology now (once per process; EdgePlacement then reuses it): a hot standby calls it
