@@ -2146,7 +2146,11 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
         PrewarmPlacement(config.placement);  // the topology discovery is not left on the takeover's path
         std::function<void(replication::MirroredFrame&&)> on_frame;
         std::function<void(replication::MirroredResult&&)> on_result;
-        if (window) on_frame = [window](replication::MirroredFrame&& f) { window->Add(std::move(f)); };
+        std::function<bool(const replication::MirroredFrame&)> wanted;  // a ring copies no acknowledged picture
+        if (window) {
+          on_frame = [window](replication::MirroredFrame&& f) { window->Add(std::move(f)); };
+          wanted = [window](const replication::MirroredFrame& f) { return window->Wanted(f); };
+        }
         if (window && rc.mirror_results) {
           on_result = [window](replication::MirroredResult&& r) { window->AddResult(std::move(r)); };
         }
@@ -2156,7 +2160,7 @@ Status RunEdge(const EdgeConfig& config, const std::atomic<bool>& stop, metrics:
                                                  if (window) window->Follow(r);
                                                  edge.FollowMirrored(r);
                                                },
-                                               std::move(on_frame), std::move(on_result)));
+                                               std::move(on_frame), std::move(on_result), std::move(wanted)));
         takeovers.Inc();
         contact->store(t.last_contact_ns);
         edge.takeover_timeline().Start(t.last_contact_ns);

@@ -43,6 +43,15 @@ void MirrorWindow::Add(replication::MirroredFrame frame) {
   s.stats.held = s.frames.size();
 }
 
+bool MirrorWindow::Wanted(const replication::MirroredFrame& frame) {
+  std::lock_guard lock(mu_);
+  auto st = streams_.find(frame.stream);
+  if (st == streams_.end() || !st->second.Stale(frame.run, frame.seq)) return true;
+  ++st->second.stats.received;
+  ++st->second.stats.acked;
+  return false;
+}
+
 void MirrorWindow::AddResult(replication::MirroredResult result) {
   std::lock_guard lock(mu_);
   auto st = streams_.find(result.stream);

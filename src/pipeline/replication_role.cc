@@ -151,7 +151,8 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
                               const std::atomic<bool>& stop,
                               std::function<void(const std::vector<StreamRecord>&)> on_mirrored,
                               std::function<void(replication::MirroredFrame&&)> on_frame,
-                              std::function<void(replication::MirroredResult&&)> on_result) {
+                              std::function<void(replication::MirroredResult&&)> on_result,
+                              std::function<bool(const replication::MirroredFrame&)> frame_wanted) {
   const ReplicationConfig& rc = config.replication;
   // The standby's own state_dir, locked while it waits: the primary's records land here.
   VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<StateStore> store, OpenStateDir(config.state_dir));
@@ -256,6 +257,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
       ro.slot_bytes = static_cast<size_t>(rc.mirror_slot_mb) << 20;
       ro.memory = rc.mirror_memory;
       ro.on_frame = on_frame;
+      ro.wanted = frame_wanted;
       StatusOr<std::unique_ptr<replication::FrameRing>> r = replication::FrameRing::Connect(std::move(ro), milliseconds(2000));
       if (r.ok()) {
         ring = std::move(*r);
@@ -325,17 +327,21 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     }
     (*ch)->Stop();
     t.decided_ns = SteadyNs();
+    std::string ring_said;
     if (ring) {
       ring->Drain();  // every picture the primary wrote, before the window is taken
+      const replication::FrameRingStats rs = ring->stats();
       ring.reset();
+      ring_said = StrCat("; its picture ring: ", rs.received, " picture(s) copied, ", rs.unwanted,
+                         " released uncopied (stored before they were read), ", rs.rejected, " rejected");
     }
     writer.Flush();  // the edge opens the state_dir next: the last state received is on disk first
     {
       std::lock_guard lock(shared->mu);
       t.ledger_states = shared->ledger_states;
     }
-    spdlog::warn("replication: standby '{}' takes over edge '{}': {}; {} ledger state(s) mirrored", rc.node, config.edge,
-                 t.reason, t.ledger_states);
+    spdlog::warn("replication: standby '{}' takes over edge '{}': {}; {} ledger state(s) mirrored{}", rc.node,
+                 config.edge, t.reason, t.ledger_states, ring_said);
     return t;  // the store (and the state_dir's lock) go with this scope: the edge opens it next
   }
 }

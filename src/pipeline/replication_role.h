@@ -66,7 +66,8 @@ StatusOr<bool> PeerIsPrimary(const EdgeConfig& config, const replication::PairDi
 // (frame_ring.h; on failure, logged, pictures keep coming over the channel): `on_frame` then also gets the ring's
 // pictures, on the ring's thread, and at the takeover every picture the primary wrote is read before this
 // returns. `on_result` (may be empty) gets every mirrored result (the primary's detections of a processed picture),
-// on the channel's reader thread.
+// on the channel's reader thread. `frame_wanted` (may be empty): asked by the ring before it copies a picture's
+// pixels (FrameRingOptions::wanted: false skips one the aggregator acknowledged meanwhile).
 // Errors: FailedPrecondition (the primary refused to pair: the message says what differs), the state_dir's
 // errors, Cancelled (`stop` became true before a takeover, or the primary finished every stream: nothing to
 // take over). A primary stopped on purpose (Finished without streams_done) is taken over at once.
@@ -74,6 +75,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
                               const std::atomic<bool>& stop,
                               std::function<void(const std::vector<StreamRecord>&)> on_mirrored = {},
                               std::function<void(replication::MirroredFrame&&)> on_frame = {},
-                              std::function<void(replication::MirroredResult&&)> on_result = {});
+                              std::function<void(replication::MirroredResult&&)> on_result = {},
+                              std::function<bool(const replication::MirroredFrame&)> frame_wanted = {});
 
 }  // namespace vigil::pipeline

@@ -434,7 +434,7 @@ class Ring final : public FrameRing {
         host_slot_(gpu_ ? kGpuHostSlot : opt_.slot_bytes) {
     thread_ = std::thread([this] {
       while (!stop_.load()) {
-        if (ReadAvailable() == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
+        if (ReadAvailable(/*all=*/false) == 0) std::this_thread::sleep_for(std::chrono::microseconds(500));
       }
     });
   }
@@ -444,25 +444,49 @@ class Ring final : public FrameRing {
     Word(shm_->data(), offsetof(Control, closed)).store(1, std::memory_order_release);
     conn_->Shutdown();
   }
-  void Drain() override { ReadAvailable(); }
+  void Drain() override { ReadAvailable(/*all=*/true); }
   FrameRingStats stats() const override {
     std::lock_guard lock(mu_);
     return stats_;
   }
 
  private:
-  // Takes every complete slot; returns how many. In batches of the slots complete now: a GPU ring's copies are
-  // all queued, then waited for once (on a GPU the primary keeps busy, each wait is a time slice of the other
-  // process's context: one per batch, not one per picture), then the pictures handed over and the slots released
-  // in order (a slot is released only once its copy is done: the primary cannot overwrite it mid-copy).
-  size_t ReadAvailable() {
+  // Whether the reader thread takes the complete slots now (batch_hold): half the ring complete, or the oldest
+  // complete slot seen batch_hold ago. REQUIRES: mu_ held.
+  bool BatchDue(char* base) {
+    if (opt_.batch_hold.count() <= 0) return true;
+    uint32_t complete = 0;
+    while (complete < opt_.slots &&
+           Word(base, SignalOf(next_ + complete, opt_.slots)).load(std::memory_order_acquire) == next_ + complete + 1) {
+      ++complete;
+    }
+    if (complete == 0) {
+      oldest_seen_ = {};
+      return false;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (oldest_seen_ == std::chrono::steady_clock::time_point{}) oldest_seen_ = now;
+    if (2 * complete < opt_.slots && now - oldest_seen_ < opt_.batch_hold) return false;
+    oldest_seen_ = {};
+    return true;
+  }
+
+  // Takes every complete slot (the reader thread: once BatchDue; Drain: at once); returns how many. In batches
+  // of the slots complete now: a picture already acknowledged (opt_.wanted false) is released uncopied; a GPU
+  // ring's copies are all queued, then waited for once (on a GPU the primary keeps busy, each wait is a time slice
+  // of the other process's context: one per batch, not one per picture), then the pictures handed over and the
+  // slots released in order (a slot is released only once its copy is done: the primary cannot overwrite it
+  // mid-copy).
+  size_t ReadAvailable(bool all) {
     std::lock_guard lock(mu_);
     char* base = shm_->data();
+    if (!all && !BatchDue(base)) return 0;
     size_t n = 0;
     struct Taken {
       uint64_t seq;
       FrameSlot h;
       std::string bad;
+      bool unwanted = false;
       MirroredFrame f;
     };
     std::vector<Taken> batch;
@@ -476,7 +500,16 @@ class Ring final : public FrameRing {
         const char* slot = base + SlotsOffset(opt_.slots) + (seq % opt_.slots) * host_slot_;
         std::memcpy(&t.h, slot, sizeof t.h);  // a private copy: the primary shares the memory
         t.bad = Check(t.h, seq);
-        if (t.bad.empty()) t.bad = TakePixels(t.h, seq, slot, &t.f, &queued);
+        if (!t.bad.empty()) continue;
+        t.f.stream.assign(t.h.stream, t.h.stream_len);
+        t.f.run = t.h.run;
+        t.f.seq = t.h.seq;
+        t.f.capture_ns = t.h.capture_ns;
+        t.f.pts_ns = t.h.pts_ns;
+        t.f.width = t.h.width;
+        t.f.height = t.h.height;
+        t.unwanted = opt_.wanted && !opt_.wanted(t.f);
+        if (!t.unwanted) t.bad = TakePixels(t.h, seq, slot, &t.f, &queued);
       }
       if (batch.empty()) return n;
       if (queued) {
@@ -490,14 +523,9 @@ class Ring final : public FrameRing {
         if (!t.bad.empty()) {
           ++stats_.rejected;
           spdlog::warn("frame ring: slot {} rejected: {} (that picture is not kept)", t.seq, t.bad);
+        } else if (t.unwanted) {
+          ++stats_.unwanted;
         } else {
-          t.f.stream.assign(t.h.stream, t.h.stream_len);
-          t.f.run = t.h.run;
-          t.f.seq = t.h.seq;
-          t.f.capture_ns = t.h.capture_ns;
-          t.f.pts_ns = t.h.pts_ns;
-          t.f.width = t.h.width;
-          t.f.height = t.h.height;
           ++stats_.received;
           stats_.bytes += t.h.bytes;
           if (opt_.on_frame) opt_.on_frame(std::move(t.f));
@@ -577,6 +605,7 @@ class Ring final : public FrameRing {
   mutable std::mutex mu_;
   uint64_t next_ = 0;     // GUARDED_BY(mu_)
   FrameRingStats stats_;  // GUARDED_BY(mu_)
+  std::chrono::steady_clock::time_point oldest_seen_;  // GUARDED_BY(mu_) slot next_ first seen complete; {}: not yet
 };
 
 }  // namespace
@@ -592,6 +621,9 @@ StatusOr<std::unique_ptr<FramePublisher>> FramePublisher::Listen(FramePublisherO
 
 StatusOr<std::unique_ptr<FrameRing>> FrameRing::Connect(FrameRingOptions o, milliseconds timeout) {
   if (o.slots < 2 || o.slots > 4096) return absl::InvalidArgumentError(StrCat("frame ring: ", o.slots, " slots (2..4096)"));
+  if (o.batch_hold.count() < 0 || o.batch_hold > std::chrono::seconds(10)) {
+    return absl::InvalidArgumentError(StrCat("frame ring: batch_hold ", o.batch_hold.count(), " ms (0..10000)"));
+  }
   if (o.slot_bytes < (64u << 10) || o.slot_bytes > (size_t{1} << 30) || o.slot_bytes % 8 != 0) {
     return absl::InvalidArgumentError(StrCat("frame ring: slot_bytes ", o.slot_bytes, " (64 KiB..1 GiB, a multiple of 8)"));
   }

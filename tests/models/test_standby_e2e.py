@@ -726,6 +726,13 @@ def test_the_standby_processes_again_the_camera_pictures_the_dead_primary_never_
     ring = "gets the primary's pictures raw through its ring" in pair.log("node-b")
     assert ring == (via == "shm"), pair.log("node-b")[-3000:]
     replayed, first, last = assert_replayed_none_lost(pair, m, 10, "10 fps x 1.5 s of stall")
+    if via == "shm":
+        # The ring's pictures taken over came from copies the standby made; those stored before it read them were
+        # released uncopied (the stall held every ack from its start: at least the replayed ones were copied).
+        said = re.search(r"its picture ring: (\d+) picture\(s\) copied, (\d+) released uncopied \(stored before they "
+                         r"were read\), 0 rejected", pair.log("node-b"))
+        assert said, pair.log("node-b")[-3000:]
+        assert int(said.group(1)) >= replayed, said.group(0)
     # The stalled batch's pictures and those queued behind it were processed by nobody else: the new primary
     # stored them. (Pictures the old primary dropped for its full queue may have had their drop marks stored
     # before the kill: then the aggregator kept those, once.)

@@ -43,6 +43,24 @@ TEST(MirrorWindow, KeepsWhatTheAggregatorHasNotAcknowledgedAndHandsItOverInSeqOr
   EXPECT_EQ(w.Seqs("door", 5)->seqs, std::vector<uint64_t>{3});
 }
 
+// Wanted answers what Add would keep, before any pixels are copied (a frame ring asks it), and counts a picture
+// it turns away as Add would have: received and acknowledged.
+TEST(MirrorWindow, WantedTurnsAwayWhatAddWouldNotKeepAndCountsItTheSame) {
+  MirrorWindow w({"cam"}, 100);
+  EXPECT_TRUE(w.Wanted(Pic("cam", 5, 0))) << "no ledger state yet: everything is wanted";
+  w.Follow({{"cam", "rtsp://c", 5, 6, 12}});
+  EXPECT_FALSE(w.Wanted(Pic("cam", 5, 6))) << "acknowledged through 6";
+  EXPECT_FALSE(w.Wanted(Pic("cam", 5, 2)));
+  EXPECT_FALSE(w.Wanted(Pic("cam", 4, 9))) << "a run the ledger left";
+  EXPECT_TRUE(w.Wanted(Pic("cam", 5, 7)));
+  EXPECT_TRUE(w.Wanted(Pic("cam", 6, 0))) << "a newer run";
+  EXPECT_TRUE(w.Wanted(Pic("elsewhere", 5, 1))) << "an unknown stream goes to Add, which counts it";
+  EXPECT_EQ(w.stats("cam").received, 3u);
+  EXPECT_EQ(w.stats("cam").acked, 3u);
+  EXPECT_EQ(w.stats("cam").held, 0u);
+  EXPECT_EQ(w.unknown(), 0u);
+}
+
 TEST(MirrorWindow, ABoundedWindowEvictsTheOldestAndCountsIt) {
   MirrorWindow w({"cam"}, 4);
   for (uint64_t q = 0; q < 10; ++q) w.Add(Pic("cam", 2, q, q + 1));

@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "testing/eventually.h"
@@ -62,12 +63,14 @@ class FrameRingTest : public ::testing::Test {
     publisher_ = std::move(*p);
   }
   StatusOr<std::unique_ptr<FrameRing>> Connect(const std::string& token, uint32_t slots = 4,
-                                               std::function<void(MirroredFrame&&)> on_frame = {}) {
+                                               std::function<void(MirroredFrame&&)> on_frame = {},
+                                               std::function<void(FrameRingOptions&)> more = {}) {
     FrameRingOptions o;
     o.socket = publisher_->socket();
     o.token = token;
     o.slots = slots;
     o.slot_bytes = 256 << 10;
+    if (more) more(o);
     o.on_frame = on_frame ? std::move(on_frame) : [this](MirroredFrame&& f) {
       std::lock_guard lock(received_.mu);
       received_.frames.push_back(std::move(f));
@@ -182,6 +185,69 @@ TEST_F(FrameRingTest, AFullRingRefusesAtOnceAndNothingIsLostAfter) {
   EXPECT_EQ(seqs, (std::vector<uint64_t>{0, 1, 2, 3}));
 }
 
+// The reader takes complete slots together: not before half the ring is complete (or the oldest complete one
+// waited batch_hold: 10 s here, so not in this test), then all of them; Drain takes every complete slot at once.
+TEST_F(FrameRingTest, TheReaderTakesHalfARingAtOnceAndDrainTakesEverything) {
+  StatusOr<std::unique_ptr<FrameRing>> ring =
+      Connect(publisher_->NewToken(), 8, {}, [](FrameRingOptions& o) { o.batch_hold = std::chrono::seconds(10); });
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::vector<Picture> sent;
+  for (uint64_t seq = 0; seq < 3; ++seq) {
+    sent.push_back(MakePicture("cam", seq, 16, 16, 0));
+    ASSERT_TRUE(publisher_->Write(sent.back().meta, sent.back().bgr.data(), sent.back().stride).ok());
+  }
+  std::this_thread::sleep_for(milliseconds(50));  // the reader polls every 0.5 ms: it had its chances
+  EXPECT_EQ((*ring)->stats().received, 0u) << "3 of 8 slots complete, held";
+  (*ring)->Drain();
+  EXPECT_EQ((*ring)->stats().received, 3u) << "Drain takes what is complete, hold or not";
+  for (uint64_t seq = 3; seq < 7; ++seq) {
+    sent.push_back(MakePicture("cam", seq, 16, 16, 0));
+    ASSERT_TRUE(publisher_->Write(sent.back().meta, sent.back().bgr.data(), sent.back().stride).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return (*ring)->stats().received == 7; })) << "4 of 8 complete: taken together";
+  ASSERT_EQ(received_.size(), 7u);
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(received_.frames[i].seq, sent[i].meta.seq);
+    EXPECT_EQ(received_.frames[i].bgr, sent[i].bgr) << i;
+  }
+}
+
+// A picture the standby does not want (acknowledged meanwhile) is released uncopied, counted, and its slot is
+// free for the next: more pictures than slots go through.
+TEST_F(FrameRingTest, AnUnwantedPictureIsReleasedUncopiedAndCounted) {
+  std::mutex mu;
+  std::vector<uint64_t> asked;
+  StatusOr<std::unique_ptr<FrameRing>> ring = Connect(publisher_->NewToken(), 4, {}, [&](FrameRingOptions& o) {
+    o.batch_hold = milliseconds(0);
+    o.wanted = [&](const MirroredFrame& f) {
+      EXPECT_EQ(f.stream, "cam");
+      EXPECT_EQ(f.run, 7u);
+      EXPECT_EQ(f.width, 16u);
+      EXPECT_TRUE(f.bgr.empty()) << "asked before the pixels are copied";
+      std::lock_guard lock(mu);
+      asked.push_back(f.seq);
+      return f.seq % 2 == 0;
+    };
+  });
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::vector<Picture> sent;
+  for (uint64_t seq = 0; seq < 10; ++seq) {
+    sent.push_back(MakePicture("cam", seq, 16, 16, 0));
+    ASSERT_TRUE(WriteWaiting(sent.back()).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return (*ring)->stats().received + (*ring)->stats().unwanted == 10; }));
+  EXPECT_EQ((*ring)->stats().received, 5u);
+  EXPECT_EQ((*ring)->stats().unwanted, 5u);
+  EXPECT_EQ((*ring)->stats().bytes, 5u * sent[0].bgr.size());
+  ASSERT_EQ(received_.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(received_.frames[i].seq, 2 * i);
+    EXPECT_EQ(received_.frames[i].bgr, sent[2 * i].bgr) << i;
+  }
+  std::lock_guard lock(mu);
+  EXPECT_EQ(asked, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
 TEST_F(FrameRingTest, ABadSlotIsRejectedAndCountedTheNextArrives) {
   StatusOr<std::unique_ptr<FrameRing>> ring = Connect(publisher_->NewToken());
   ASSERT_TRUE(ring.ok()) << ring.status();
@@ -244,6 +310,11 @@ TEST(FrameRingOptions, BadOptionsAreRefusedNamed) {
   o.slot_bytes = 1000;
   EXPECT_TRUE(absl::IsInvalidArgument(FrameRing::Connect(o, milliseconds(100)).status()));
   o.slot_bytes = 1 << 20;
+  o.batch_hold = milliseconds(-1);
+  StatusOr<std::unique_ptr<FrameRing>> hold = FrameRing::Connect(o, milliseconds(100));
+  EXPECT_TRUE(absl::IsInvalidArgument(hold.status())) << hold.status();
+  EXPECT_NE(hold.status().message().find("batch_hold"), std::string_view::npos) << hold.status();
+  o.batch_hold = milliseconds(20);
   o.token = "short";
   EXPECT_TRUE(absl::IsInvalidArgument(FrameRing::Connect(o, milliseconds(100)).status()));
   o.token = std::string(kFrameTokenBytes, 'x');

@@ -50,6 +50,10 @@ class MirrorWindow {
   MirrorWindow(std::vector<std::string> streams, size_t frames_per_stream);
 
   void Add(replication::MirroredFrame frame);
+  // Whether Add would keep `frame` (its identity; pixels not needed): false for a picture acknowledged already or
+  // of a run the ledger left, counted then as Add counts it (received, acked). A frame ring asks before copying
+  // the pixels (FrameRingOptions::wanted). Unknown streams: true (Add counts them).
+  bool Wanted(const replication::MirroredFrame& frame);
   void AddResult(replication::MirroredResult result);
   // A mirrored ledger state: per stream, its current run and acknowledged cursor.
   void Follow(const std::vector<StreamRecord>& records);

@@ -11,6 +11,12 @@
 // device (WriteDevice: no host copy anywhere), or uploads a host picture as BGR; the standby copies each
 // picture into a buffer of its own on the same GPU (MirroredFrame::gpu; a BGR one to host memory).
 //
+// Reading in batches: each batch of GPU copies costs the primary a time slice of the standby's CUDA context (two
+// processes' contexts on one GPU take turns). The reader therefore takes the complete slots together, once half the
+// ring is complete or the oldest complete slot has waited `batch_hold` — not each picture as it comes (at 128 1080p30
+// cameras that was ~2,000 batches a second and a third of the primary's throughput on an H200) — and does not copy
+// a picture the aggregator has acknowledged meanwhile (`wanted`): most are, by then. Drain takes everything at once.
+//
 // Authentication: the primary listens on a Unix-domain socket (transport/unix_socket.h: SO_PEERCRED, only the
 // uids allowed, by default its own). Over the mutually authenticated replication channel (channel.h) it gives
 // the paired standby the socket's path and a fresh random token (Paired); the standby dials the socket and
@@ -110,14 +116,23 @@ struct FrameRingOptions {
   uint32_t slots = 8;            // 2..4096
   size_t slot_bytes = 8u << 20;  // 64 KiB..1 GiB, a multiple of 8: the largest picture + the header
   std::string memory = "host";   // "host", or "cuda:N": the slots' pixels in GPU N's memory (CUDA builds)
+  // The reader thread takes complete slots once half the ring is complete or the oldest complete slot has waited
+  // this long (0..10 s; 0: each as it completes). A picture in a complete slot is the standby's already (the ring
+  // is its memory): the hold delays only its copy, never what a takeover gets (Drain).
+  std::chrono::milliseconds batch_hold{20};
   // Each picture read, in slot order, with `bgr` and `stride` set, or `gpu` (jpeg empty).
   std::function<void(MirroredFrame&&)> on_frame;
+  // Optional: asked with a picture's identity and times (stream, run, seq, capture_ns, pts_ns, width, height; no
+  // pixels) before its pixels are copied; false releases the slot uncopied (counted: `unwanted`) — a picture the
+  // aggregator acknowledged meanwhile. On the reader's thread, under its lock: quick, and must not call the ring.
+  std::function<bool(const MirroredFrame&)> wanted;
 };
 
 struct FrameRingStats {
-  uint64_t received = 0;  // pictures read
+  uint64_t received = 0;  // pictures read (handed to on_frame)
   uint64_t bytes = 0;     // their pixel bytes
   uint64_t rejected = 0;  // slots that failed a check (skipped)
+  uint64_t unwanted = 0;  // pictures released uncopied: `wanted` said no
 };
 
 // The standby's side: creates the ring, hands it to the primary, reads it.
