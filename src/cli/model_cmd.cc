@@ -6,6 +6,7 @@
 #include <iterator>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,11 +41,35 @@ std::string DimsText(const infer::ValueInfo& v) {
   return s + "]";
 }
 
-int Inspect(const std::string& path, bool json_out) {
+struct PlanRequest {
+  std::string device;  // "": no plan
+  std::string precision = "fp32";
+  int64_t batch = 0;
+};
+
+int Inspect(const std::string& path, bool json_out, const PlanRequest& req) {
   StatusOr<infer::ModelSummary> summary = infer::InspectModel(path);
   if (!summary.ok()) {
     std::fprintf(stderr, "vigil model inspect: %s\n", std::string(summary.status().message()).c_str());
     return 2;
+  }
+  // Where each node would run on --device (no device needed: a CUDA plan is made without a GPU).
+  std::optional<StatusOr<infer::BackendPlan>> plan;
+  infer::EngineOptions plan_options;
+  if (!req.device.empty()) {
+    plan_options.device = req.device;
+    plan_options.batch = req.batch;
+    StatusOr<infer::Precision> p = infer::ParsePrecision(req.precision);
+    if (!p.ok()) {
+      std::fprintf(stderr, "vigil model inspect: --precision: %s\n", std::string(p.status().message()).c_str());
+      return 2;
+    }
+    plan_options.precision = *p;
+    plan = infer::PlanModel(path, plan_options);
+    if (!plan->ok() && absl::IsInvalidArgument(plan->status()) && plan->status().message().find("device '") == 0) {
+      std::fprintf(stderr, "vigil model inspect: --device: %s\n", std::string(plan->status().message()).c_str());
+      return 2;
+    }
   }
   // Load to learn concrete shapes and the family; a load failure is reported, not fatal.
   infer::EngineOptions options;
@@ -71,6 +96,27 @@ int Inspect(const std::string& path, bool json_out) {
   if (engine.ok()) {
     for (const auto& t : (*engine)->outputs()) j["resolved_outputs"][t.name] = t.shape;
   }
+  std::map<std::string, int> kernels;  // kernel → nodes
+  if (plan && plan->ok()) {
+    nlohmann::json pj;
+    pj["device"] = req.device;
+    pj["precision"] = req.precision;
+    pj["batch"] = req.batch;
+    for (const infer::NodePlacement& n : (*plan)->nodes) {
+      ++kernels[n.kernel];
+      nlohmann::json nj = {{"node", n.node}, {"op", n.op}, {"kernel", n.kernel}, {"channels_last", n.channels_last},
+                           {"conversion", n.conversion}};
+      if (!n.reason.empty()) nj["reason"] = n.reason;
+      pj["nodes"].push_back(std::move(nj));
+    }
+    pj["kernels"] = kernels;
+    pj["host_nodes"] = (*plan)->host_nodes;
+    pj["conversions"] = (*plan)->conversions;
+    pj["channels_last_values"] = (*plan)->channels_last_values;
+    j["plan"] = std::move(pj);
+  } else if (plan) {
+    j["plan_error"] = std::string(plan->status().message());
+  }
   if (json_out) {
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -92,6 +138,17 @@ int Inspect(const std::string& path, bool json_out) {
     for (const auto& u : summary->unsupported_ops) std::cout << "UNSUPPORTED: " << u << "\n";
   }
   if (!j["load_error"].get<std::string>().empty()) std::cout << "load error: " << j["load_error"].get<std::string>() << "\n";
+  if (plan && plan->ok()) {
+    std::cout << "plan      : " << req.device << " " << req.precision << ", " << (*plan)->nodes.size() << " nodes:";
+    for (const auto& [k, n] : kernels) std::cout << " " << k << "=" << n;
+    std::cout << "; " << (*plan)->channels_last_values << " values NHWC, " << (*plan)->conversions
+              << " layout conversion(s)\n";
+    for (const infer::NodePlacement& n : (*plan)->nodes) {
+      if (n.kernel == "host") std::cout << "on host   : '" << n.node << "' (" << n.op << "): " << n.reason << "\n";
+    }
+  } else if (plan) {
+    std::cout << "plan error: " << plan->status().message() << "\n";
+  }
   return 0;
 }
 
@@ -226,12 +283,20 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   CLI::App* model = app.add_subcommand("model", "Inspect or run an ONNX model");
   model->require_subcommand(1);
 
-  CLI::App* inspect = model->add_subcommand("inspect", "Print inputs, outputs, family, classes, op counts, unsupported ops");
+  CLI::App* inspect = model->add_subcommand(
+      "inspect", "Print inputs, outputs, family, classes, op counts, unsupported ops; with --device, where each node runs");
   static std::string inspect_path;
   static bool inspect_json = false;
+  static PlanRequest inspect_plan;
   inspect->add_option("model", inspect_path, "ONNX model file")->required();
   inspect->add_flag("--json", inspect_json, "Print JSON");
-  inspect->callback([exit_code] { *exit_code = Inspect(inspect_path, inspect_json); });
+  inspect->add_option("--device", inspect_plan.device,
+                      "Plan for this device (cpu, cuda:N): each node's kernel, the nodes a GPU runs on the host and "
+                      "why, the NHWC region; needs no GPU");
+  inspect->add_option("--precision", inspect_plan.precision, "With --device cuda:N: fp32 or fp16")->capture_default_str();
+  inspect->add_option("--batch", inspect_plan.batch, "With --device: the batch a symbolic batch dim is fixed to (0: 1)")
+      ->capture_default_str();
+  inspect->callback([exit_code] { *exit_code = Inspect(inspect_path, inspect_json, inspect_plan); });
 
   CLI::App* run = model->add_subcommand("run", "Run a model on .npy inputs and write its raw outputs as .npy");
   static std::string run_model, run_out = "out";

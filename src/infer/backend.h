@@ -51,7 +51,14 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  // Whether Compile accepts the op at all (CUDA: a GPU kernel or the host fallback). Plan says which.
   virtual bool Supports(const Node& node, int64_t opset) const = 0;
+  // Which kernel each node gets, decided as Compile decides it, without a device (ggml's supports_op, ONNX
+  // Runtime's GetCapability). CUDA: the layout plan and every node's GPU kernel or host fallback with its
+  // reason; one thing only the device can tell is assumed: that cuDNN has an engine for each convolution
+  // (Compile falls back to the host where it has none, and logs it). Default: every node on `name()`.
+  // REQUIRES: as Compile. Errors: as Compile's for an op no backend kernel exists for.
+  virtual StatusOr<BackendPlan> Plan(const Graph& graph, const CompileOptions& options) const;
   // REQUIRES: graph shape-inferred (graph.types complete) and valid.
   virtual StatusOr<std::unique_ptr<CompiledModel>> Compile(const Graph& graph, const CompileOptions& options) = 0;
 };

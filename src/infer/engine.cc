@@ -75,6 +75,19 @@ Status RunPasses(Graph& graph, const EngineOptions& options) {
   return ValidateGraph(graph);
 }
 
+CompileOptions CompileOptionsOf(const EngineOptions& options, int ordinal) {
+  CompileOptions compile;
+  compile.threads = options.threads;
+  compile.use_onednn = options.use_onednn;
+  compile.profile = options.profile;
+  compile.device_ordinal = std::max(ordinal, 0);
+  compile.fp16 = options.precision == Precision::kFp16;
+  compile.allow_tf32 = options.allow_tf32;
+  compile.cuda_graph = options.cuda_graph;
+  compile.cudnn_plan_cache = options.cudnn_plan_cache;
+  return compile;
+}
+
 // Converts `t` to `dtype` when it is a float32<->float16 mismatch; otherwise returns it unchanged.
 Tensor ConvertFloat(const Tensor& t, DType dtype) {
   if (t.dtype() == dtype) return t;
@@ -102,6 +115,21 @@ StatusOr<ModelSummary> InspectModel(const std::string& path) {
   return Summarize(graph, path);
 }
 
+StatusOr<BackendPlan> PlanModel(const std::string& path, const EngineOptions& options) {
+  VIGIL_ASSIGN_OR_RETURN(Graph graph, ImportOnnxFile(path));
+  const std::string context = StrCat("model '", path, "'");
+  const ModelSummary summary = Summarize(graph, path);
+  if (!summary.unsupported_ops.empty()) {
+    return absl::UnimplementedError(StrCat(context, ": ", summary.unsupported_ops.front()));
+  }
+  VIGIL_RETURN_IF_ERROR(Annotate(RunPasses(graph, options), context));
+  VIGIL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
+  VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, BackendFor(ordinal, options.device));
+  StatusOr<BackendPlan> plan = backend->Plan(graph, CompileOptionsOf(options, ordinal));
+  if (!plan.ok()) return Annotate(plan.status(), context);
+  return plan;
+}
+
 Engine::Engine() = default;
 Engine::~Engine() = default;
 
@@ -124,16 +152,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::FromGraph(Graph graph, const EngineOpt
   VIGIL_RETURN_IF_ERROR(Annotate(RunPasses(graph, options), context));
   VIGIL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
   VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, BackendFor(ordinal, options.device));
-  CompileOptions compile;
-  compile.threads = options.threads;
-  compile.use_onednn = options.use_onednn;
-  compile.profile = options.profile;
-  compile.device_ordinal = std::max(ordinal, 0);
-  compile.fp16 = options.precision == Precision::kFp16;
-  compile.allow_tf32 = options.allow_tf32;
-  compile.cuda_graph = options.cuda_graph;
-  compile.cudnn_plan_cache = options.cudnn_plan_cache;
-  StatusOr<std::unique_ptr<CompiledModel>> compiled = backend->Compile(graph, compile);
+  StatusOr<std::unique_ptr<CompiledModel>> compiled = backend->Compile(graph, CompileOptionsOf(options, ordinal));
   if (!compiled.ok()) return Annotate(compiled.status(), context);
   engine->compiled_ = *std::move(compiled);
   for (const ValueInfo& v : graph.inputs) {

@@ -97,6 +97,33 @@ struct ModelSummary {
 // Imports `path` and summarises it without compiling. Errors as ImportOnnxFile.
 StatusOr<ModelSummary> InspectModel(const std::string& path);
 
+// Where one node runs once compiled (PlanModel, infer/backend.h's Backend::Plan), in the order it runs.
+struct NodePlacement {
+  std::string node;    // the node's name (Node::Describe() when it has none)
+  std::string op;      // op_type, domain-qualified outside ONNX's ("vigil.FusedConv", "vigil.cpu.ToNchw")
+  std::string kernel;  // CUDA: "cudnn", "cublas", "cuda" (vigil's kernels), "copy", "host" (the reference kernel
+                       // between device copies); CPU: "cpu"
+  std::string reason;  // kernel "host": why the GPU has no kernel for it (the op, a dtype, a layout, an input
+                       // that must be constant); else ""
+  bool channels_last = false;  // CUDA: its outputs stored NHWC (in the compute precision)
+  bool conversion = false;     // a layout conversion the planner added (no node of the model)
+};
+
+// A backend's plan for a model, made without running anything (and, for CUDA, without a GPU).
+struct BackendPlan {
+  std::vector<NodePlacement> nodes;
+  int host_nodes = 0;           // nodes with kernel "host"
+  int conversions = 0;          // layout conversions added (NHWC → NCHW)
+  int channels_last_values = 0; // values stored NHWC
+};
+
+// The plan of the model at `path` for `options` (device, precision, batch and sizes, optimize): the graph Load
+// would compile, and where each of its nodes would run — without loading it onto a device (a CUDA plan is
+// made on a machine without a GPU too). Errors: as Load's, but never for a missing device; Unimplemented for
+// "cuda" in a build without the CUDA backend.
+StatusOr<BackendPlan> PlanModel(const std::string& path, const EngineOptions& options);
+
+
 class Engine {
  public:
   static StatusOr<std::unique_ptr<Engine>> Load(const std::string& path, const EngineOptions& options);

@@ -306,4 +306,17 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
 
+StatusOr<BackendPlan> Backend::Plan(const Graph& graph, const CompileOptions& /*options*/) const {
+  BackendPlan plan;
+  for (const Node& node : graph.nodes) {
+    if (!Supports(node, graph.OpsetOf(node.domain))) {
+      return absl::UnimplementedError(StrCat("unsupported op '", node.op_type, "' (node '", node.name, "')"));
+    }
+    plan.nodes.push_back({node.name.empty() ? node.Describe() : node.name,
+                          node.domain.empty() ? node.op_type : StrCat(node.domain, ".", node.op_type),
+                          std::string(name()), "", false, false});
+  }
+  return plan;
+}
+
 }  // namespace vigil::infer

@@ -99,6 +99,11 @@ void* Offset(void* p, int64_t elements, DType t) {
 // ---- Per-model resources -----------------------------------------------------------------------
 
 struct Resources {
+  // A dry run (Backend::Plan): kernels are chosen exactly as for Compile, but nothing touches a device —
+  // allocations and uploads hand out distinct placeholder addresses, no handle or stream exists, and a
+  // convolution stops before cuDNN is asked for a plan.
+  bool dry = false;
+  uintptr_t dry_next = 0x10000;
   int device = 0;
   bool fp16 = false;
   bool allow_tf32 = false;
@@ -120,18 +125,25 @@ struct Resources {
   }
 
   StatusOr<void*> Alloc(size_t bytes, const std::string& what) {
+    if (dry) {
+      void* p = reinterpret_cast<void*>(dry_next);
+      dry_next += (std::max<size_t>(bytes, 1) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+      return p;
+    }
     VIGIL_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(std::max<size_t>(bytes, 1), what));
     void* p = b.get();
     buffers.push_back(std::move(b));
     return p;
   }
   StatusOr<void*> Upload(const void* host, size_t bytes, const std::string& what) {
+    if (dry) return Alloc(bytes, what);
     VIGIL_ASSIGN_OR_RETURN(void* p, Alloc(bytes, what));
     VIGIL_CUDA(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
     return p;
   }
   // `t` converted to `dtype` (float32 <-> float16 only; else as is) and uploaded.
   StatusOr<void*> UploadTensor(const Tensor& t, DType dtype, const std::string& what) {
+    if (dry) return Alloc(static_cast<size_t>(t.numel()) * DTypeSize(IsFloat(t.dtype()) && IsFloat(dtype) ? dtype : t.dtype()), what);
     if (t.dtype() == dtype || !IsFloat(t.dtype()) || !IsFloat(dtype)) return Upload(t.raw(), t.nbytes(), what);
     Tensor f = t.ToFloat32();
     if (dtype == DType::kFloat32) return Upload(f.raw(), f.nbytes(), what);
@@ -292,7 +304,7 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeConv(Build& b) {
     xin.nhwc = out_nhwc;
     xin.shape = {n, cp, h, wd};
     VIGIL_ASSIGN_OR_RETURN(xin.ptr, b.res.Alloc(xin.bytes(), node.name + " input"));
-    VIGIL_CUDA(cudaMemset(xin.ptr, 0, xin.bytes()));  // padding channels stay zero
+    if (!b.res.dry) VIGIL_CUDA(cudaMemset(xin.ptr, 0, xin.bytes()));  // padding channels stay zero
     const cuda::Strides4d ds = StridesOf(xin), ss = StridesOf(x);
     VIGIL_ASSIGN_OR_RETURN(StridedView dv, MakeView({n, c, h, wd}, {ds.n, ds.c, ds.h, ds.w}));
     VIGIL_ASSIGN_OR_RETURN(StridedView sv, MakeView({n, c, h, wd}, {ss.n, ss.c, ss.h, ss.w}));
@@ -302,9 +314,9 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeConv(Build& b) {
   }
   // Weights OIHW → the output's layout (KRSC for NHWC), padded channels zero, in dt.
   const int64_t cgp = pad ? cp : cg;
-  Tensor wf = w->ToFloat32();
-  std::vector<float> wl(static_cast<size_t>(k * cgp * r * s), 0.0f);
-  for (int64_t o = 0; o < k; ++o)
+  Tensor wf = b.res.dry ? Tensor() : w->ToFloat32();  // a dry run converts no weights
+  std::vector<float> wl(b.res.dry ? 0 : static_cast<size_t>(k * cgp * r * s), 0.0f);
+  for (int64_t o = 0; o < k && !b.res.dry; ++o)
     for (int64_t i = 0; i < cg; ++i)
       for (int64_t a = 0; a < r; ++a)
         for (int64_t e = 0; e < s; ++e) {
@@ -312,8 +324,10 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeConv(Build& b) {
           const int64_t at = out_nhwc ? ((o * r + a) * s + e) * cgp + i : ((o * cgp + i) * r + a) * s + e;
           wl[static_cast<size_t>(at)] = v;
         }
-  VIGIL_ASSIGN_OR_RETURN(void* wdev, b.res.UploadTensor(Tensor::Wrap(DType::kFloat32, {k, cgp, r, s}, wl.data()), dt,
-                                                        node.name + " weights"));
+  VIGIL_ASSIGN_OR_RETURN(void* wdev, b.res.dry ? b.res.Alloc(static_cast<size_t>(k * cgp * r * s) * DTypeSize(dt), "")
+                                                : b.res.UploadTensor(Tensor::Wrap(DType::kFloat32, {k, cgp, r, s},
+                                                                                  wl.data()),
+                                                                     dt, node.name + " weights"));
   const Tensor* bias = b.Init(2);
   if (node.HasInput(2) && bias == nullptr) return b.Unsupported("bias must be an initializer");
   const std::string act_name = node.GetString("activation", "");
@@ -352,6 +366,7 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeConv(Build& b) {
     VIGIL_ASSIGN_OR_RETURN(bias_dt, b.res.UploadTensor(*bias, dt, node.name + " bias"));
   }
   spec.fuse_epilogue = bias != nullptr || act != cuda::ConvActivation::kNone;
+  if (b.res.dry) return std::unique_ptr<CudaKernel>(std::move(kernel));  // assumed: cuDNN has an engine for it
   auto conv = cuda::CudnnConv::Create(b.res.cudnn, spec, xin.ptr, wdev, bias_dt, y.ptr, b.res.autotune.get(), b.res.stream,
                                    b.res.plan_lookup);
   if (!conv.ok() && spec.fuse_epilogue) {
@@ -771,6 +786,103 @@ bool GpuConvRuns(const Node& node, const Graph& graph) {
   return !conv || (node.HasInput(1) && graph.IsInitializer(node.inputs[1]));
 }
 
+std::string QualifiedOp(const Node& n) { return n.domain.empty() ? n.op_type : StrCat(n.domain, ".", n.op_type); }
+
+// Every op must have a reference kernel (the host fallback); else the model cannot run here at all.
+Status CheckOps(const Graph& graph) {
+  for (const Node& node : graph.nodes) {
+    const OpSchema* schema = FindOp(node.domain, node.op_type);
+    if (schema == nullptr || schema->run == nullptr || graph.OpsetOf(node.domain) < schema->min_opset) {
+      return absl::UnimplementedError(StrCat("unsupported op '", node.op_type, "' (node '", node.name, "')"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Why a node has no GPU kernel: the Unsupported message without the node's own description.
+std::string FallbackReason(const Node& node, const Status& st) {
+  std::string m(st.message());
+  const std::string prefix = node.Describe() + ": ";
+  if (m.rfind(prefix, 0) == 0) m.erase(0, prefix.size());
+  return m;
+}
+
+// Node i's GPU kernel (MakeGpuKernel), or why it has none: a node of the NHWC region is then re-planned NCHW
+// (`replan`: its model node's index goes into *keep_nchw), any other falls back to the host (`fallback`: the
+// reason). The one rule both PlanDry and Compile follow. Errors: a kernel that failed to build; a layout
+// conversion without a kernel.
+struct Choice {
+  std::unique_ptr<CudaKernel> kernel;  // null: no GPU kernel
+  std::string fallback;                // no kernel and no re-plan: why (the host runs it)
+  bool replan = false;
+};
+StatusOr<Choice> ChooseKernel(Build& b, const LayoutPlan& plan, size_t i, std::unordered_set<size_t>* keep_nchw) {
+  StatusOr<std::unique_ptr<CudaKernel>> kernel = MakeGpuKernel(b);
+  if (kernel.ok()) return Choice{*std::move(kernel), "", false};
+  if (kernel.status().code() != absl::StatusCode::kUnimplemented) return Annotate(kernel.status(), b.node.Describe());
+  if (plan.origin[i] < 0) return kernel.status();  // a layout conversion has no fallback
+  if (plan.roles[i] != BlockedRole::kNone) {
+    spdlog::debug("{}; re-planned NCHW", std::string(kernel.status().message()));
+    keep_nchw->insert(static_cast<size_t>(plan.origin[i]));
+    return Choice{nullptr, "", true};
+  }
+  return Choice{nullptr, FallbackReason(b.node, kernel.status()), false};
+}
+
+// Backend::Plan, and the layout Compile starts from: the same planning and kernel choice as Compile with
+// Resources::dry (no device). `keep_nchw` receives the nodes re-planned NCHW because their NHWC kernel
+// could not be built.
+StatusOr<BackendPlan> PlanDry(const Graph& graph, const CompileOptions& options, std::unordered_set<size_t>* keep_nchw) {
+  VIGIL_RETURN_IF_ERROR(CheckOps(graph));
+  const DType compute = options.fp16 ? DType::kFloat16 : DType::kFloat32;
+  for (;;) {
+    Resources res;
+    res.dry = true;
+    res.device = options.device_ordinal;
+    res.fp16 = options.fp16;
+    res.allow_tf32 = options.allow_tf32;
+    LayoutPlan plan = PlanLayouts(graph, 1, [&](const Node& n) { return GpuConvRuns(n, graph); }, *keep_nchw);
+    const Graph& g = plan.graph;
+    std::unordered_map<std::string, Value> values;
+    auto add = [&](const std::string& name) -> StatusOr<void*> {
+      const TensorType& t = g.types.at(name);
+      const bool nhwc = plan.blocked_values.count(name) != 0;
+      const DType dt = nhwc ? compute : t.dtype;
+      VIGIL_ASSIGN_OR_RETURN(void* p, res.Alloc(static_cast<size_t>(NumElements(t.shape)) * DTypeSize(dt), name));
+      values[name] = Value{p, dt, t.shape, nhwc};
+      return p;
+    };
+    for (const ValueInfo& in : g.inputs) VIGIL_RETURN_IF_ERROR(add(in.name).status());
+    for (const Node& node : g.nodes) {
+      for (const std::string& out : node.outputs) {
+        if (!out.empty() && !values.count(out)) VIGIL_RETURN_IF_ERROR(add(out).status());
+      }
+    }
+    BackendPlan out;
+    out.channels_last_values = static_cast<int>(plan.blocked_values.size());
+    bool replan = false;
+    for (size_t i = 0; i < g.nodes.size() && !replan; ++i) {
+      const Node& node = g.nodes[i];
+      Build b{g, node, plan.roles[i], g.OpsetOf(node.domain), values, res};
+      VIGIL_ASSIGN_OR_RETURN(Choice c, ChooseKernel(b, plan, i, keep_nchw));
+      replan = c.replan;
+      if (replan) continue;
+      NodePlacement& p = out.nodes.emplace_back();
+      p.node = node.name.empty() ? node.Describe() : node.name;
+      p.op = QualifiedOp(node);
+      p.conversion = plan.origin[i] < 0;
+      p.channels_last = std::any_of(node.outputs.begin(), node.outputs.end(),
+                                    [&](const std::string& o) { return plan.blocked_values.count(o) != 0; });
+      p.kernel = c.kernel ? std::string(c.kernel->name()) : "host";
+      p.reason = c.fallback;
+      out.host_nodes += c.kernel ? 0 : 1;
+    }
+    if (replan) continue;
+    for (const NodePlacement& p : out.nodes) out.conversions += p.conversion ? 1 : 0;
+    return out;
+  }
+}
+
 // ---- The compiled model ------------------------------------------------------------------------
 
 struct Step {
@@ -830,12 +942,10 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
         StrCat("CUDA device ", options.device_ordinal, " is not available (",
                e == cudaSuccess ? StrCat(count, " device(s) visible") : std::string(cudaGetErrorString(e)), ")"));
   }
-  for (const Node& node : graph.nodes) {
-    const OpSchema* schema = FindOp(node.domain, node.op_type);
-    if (schema == nullptr || schema->run == nullptr || graph.OpsetOf(node.domain) < schema->min_opset) {
-      return absl::UnimplementedError(StrCat("unsupported op '", node.op_type, "' (node '", node.name, "')"));
-    }
-  }
+  // The layout and the kernels as Plan decides them (no device work); the build below follows that plan and
+  // re-plans only where the device disagrees (a convolution cuDNN has no engine for).
+  std::unordered_set<size_t> keep_nchw;
+  VIGIL_RETURN_IF_ERROR(PlanDry(graph, options, &keep_nchw).status());
   const DType compute = options.fp16 ? DType::kFloat16 : DType::kFloat32;
   // cuDNN plan choices: the process's cache, merged with the file when one is named.
   std::string plan_file = options.cudnn_plan_cache;
@@ -853,7 +963,6 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
   } else {
     spdlog::warn("cuDNN plan cache unused: {}", std::string(sig.status().message()));
   }
-  std::unordered_set<size_t> keep_nchw;
   for (;;) {
     std::unique_ptr<CudaCompiledModel> model(new CudaCompiledModel());
     model->profile_ = options.profile;
@@ -902,32 +1011,29 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
     }
 
     bool replan = false;
-    int host_nodes = 0;
-    std::string first_host;
+    std::vector<std::string> host;  // "node (op): reason" of each host fallback
     for (size_t i = 0; i < g.nodes.size() && !replan; ++i) {
       const Node& node = g.nodes[i];
       Build b{g, node, plan.roles[i], g.OpsetOf(node.domain), values, res};
-      StatusOr<std::unique_ptr<CudaKernel>> kernel = MakeGpuKernel(b);
-      if (!kernel.ok() && kernel.status().code() != absl::StatusCode::kUnimplemented) {
-        return Annotate(kernel.status(), node.Describe());
+      VIGIL_ASSIGN_OR_RETURN(Choice c, ChooseKernel(b, plan, i, &keep_nchw));
+      replan = c.replan;
+      if (replan) continue;
+      if (!c.kernel) {
+        host.push_back(StrCat("'", node.name.empty() ? node.Describe() : node.name, "' (", QualifiedOp(node), "): ",
+                              c.fallback));
+        VIGIL_ASSIGN_OR_RETURN(c.kernel, MakeHost(b));
       }
-      if (!kernel.ok()) {
-        if (plan.origin[i] < 0) return kernel.status();  // a layout conversion has no fallback
-        if (plan.roles[i] != BlockedRole::kNone) {
-          spdlog::debug("{}; re-planned NCHW", std::string(kernel.status().message()));
-          keep_nchw.insert(static_cast<size_t>(plan.origin[i]));
-          replan = true;
-          continue;
-        }
-        if (host_nodes++ == 0) first_host = std::string(kernel.status().message());
-        VIGIL_ASSIGN_OR_RETURN(kernel, MakeHost(b));
-      }
-      model->timings_.push_back({node.name, node.op_type, std::string((*kernel)->name()), 0.0, 0});
-      model->steps_.push_back({*std::move(kernel), node.Describe()});
+      model->timings_.push_back({node.name, node.op_type, std::string(c.kernel->name()), 0.0, 0});
+      model->steps_.push_back({std::move(c.kernel), node.Describe()});
     }
     if (replan) continue;
-    if (host_nodes > 0) {
-      spdlog::info("CUDA backend: {} node(s) run on the host reference kernels; first: {}", host_nodes, first_host);
+    if (!host.empty()) {
+      // A host fallback is a decision, said at load: each node, its op and why (the first 20 here; `vigil model
+      // inspect --device cuda:N` lists all, without a GPU).
+      spdlog::warn("CUDA backend: {} of {} node(s) run on the host reference kernels (device copies around each):",
+                   host.size(), g.nodes.size());
+      for (size_t k = 0; k < host.size() && k < 20; ++k) spdlog::warn("CUDA backend:   on the host: {}", host[k]);
+      if (host.size() > 20) spdlog::warn("CUDA backend:   … and {} more", host.size() - 20);
     }
     size_t ws = 0;
     for (const Step& s : model->steps_) ws = std::max(ws, s.kernel->WorkspaceBytes());
@@ -1074,6 +1180,10 @@ class CudaBackend final : public Backend {
   bool Supports(const Node& node, int64_t opset) const override {
     const OpSchema* schema = FindOp(node.domain, node.op_type);  // every op: GPU kernel or host fallback
     return schema != nullptr && schema->run != nullptr && opset >= schema->min_opset;
+  }
+  StatusOr<BackendPlan> Plan(const Graph& graph, const CompileOptions& options) const override {
+    std::unordered_set<size_t> keep_nchw;
+    return PlanDry(graph, options, &keep_nchw);
   }
   StatusOr<std::unique_ptr<CompiledModel>> Compile(const Graph& graph, const CompileOptions& options) override {
     return CudaCompiledModel::Create(graph, options);
