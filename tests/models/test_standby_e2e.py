@@ -128,7 +128,9 @@ def test_the_standby_takes_over_after_a_sigkill_and_every_frame_is_stored_once(v
     primary = start(primary_cfg, tmp_path, "primary")
     standby = start(standby_cfg, tmp_path, "standby")
     try:
-        wait_for(lambda: "paired with primary 'node-a'" in (tmp_path / "standby.log").read_text(), 120,
+        # Paired: the standby's line that says where its heartbeats travel (the channel logs "paired with primary"
+        # a moment before it: CI once read the log between the two).
+        wait_for(lambda: "heartbeats every 100 ms on" in (tmp_path / "standby.log").read_text(), 120,
                  "the standby to pair")
         # Its heartbeats on a connection of their own: no mirrored ledger state or picture holds an answer back.
         assert "heartbeats every 100 ms on a connection of their own" in (tmp_path / "standby.log").read_text()
