@@ -65,11 +65,11 @@ int Inspect(const std::string& path, bool json_out, const PlanRequest& req) {
       return 2;
     }
     plan_options.precision = *p;
-    plan = infer::PlanModel(path, plan_options);
-    if (!plan->ok() && absl::IsInvalidArgument(plan->status()) && plan->status().message().find("device '") == 0) {
-      std::fprintf(stderr, "vigil model inspect: --device: %s\n", std::string(plan->status().message()).c_str());
+    if (StatusOr<int> d = infer::ParseDevice(req.device); !d.ok()) {
+      std::fprintf(stderr, "vigil model inspect: --device: %s\n", std::string(d.status().message()).c_str());
       return 2;
     }
+    plan = infer::PlanModel(path, plan_options);
   }
   // Load to learn concrete shapes and the family; a load failure is reported, not fatal.
   infer::EngineOptions options;

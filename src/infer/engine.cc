@@ -13,11 +13,6 @@
 namespace vigil::infer {
 namespace {
 
-std::string QualifiedOpType(const Node& node) {
-  if (node.domain.empty() || node.domain == "ai.onnx") return node.op_type;
-  return node.domain + "." + node.op_type;
-}
-
 ModelSummary Summarize(const Graph& graph, const std::string& path) {
   ModelSummary s;
   s.path = path;
@@ -29,22 +24,13 @@ ModelSummary Summarize(const Graph& graph, const std::string& path) {
   s.metadata = graph.metadata;
   s.op_counts = graph.file_op_counts;
   for (const Node& node : graph.nodes) {
-    if (graph.file_op_counts.empty()) ++s.op_counts[QualifiedOpType(node)];
+    if (graph.file_op_counts.empty()) ++s.op_counts[node.QualifiedOpType()];
     if (FindOp(node.domain, node.op_type) == nullptr) {
-      s.unsupported_ops.push_back(StrCat("unsupported op '", QualifiedOpType(node), "' (node '", node.name,
+      s.unsupported_ops.push_back(StrCat("unsupported op '", node.QualifiedOpType(), "' (node '", node.name,
                                                "', opset ", graph.opset, ")"));
     }
   }
   return s;
-}
-
-// "cpu" → -1, "cuda" → 0, "cuda:N" → N.
-StatusOr<int> ParseDevice(const std::string& device) {
-  if (device == "cpu") return -1;
-  if (device == "cuda") return 0;
-  int ordinal = -1;
-  if (device.rfind("cuda:", 0) == 0 && absl::SimpleAtoi(device.substr(5), &ordinal) && ordinal >= 0) return ordinal;
-  return absl::InvalidArgumentError(StrCat("device '", device, "' is not one of: cpu, cuda, cuda:N"));
 }
 
 StatusOr<std::unique_ptr<Backend>> BackendFor(int ordinal, [[maybe_unused]] const std::string& device) {
@@ -103,6 +89,14 @@ Tensor ConvertFloat(const Tensor& t, DType dtype) {
 }
 
 }  // namespace
+
+StatusOr<int> ParseDevice(const std::string& device) {
+  if (device == "cpu") return -1;
+  if (device == "cuda") return 0;
+  int ordinal = -1;
+  if (device.rfind("cuda:", 0) == 0 && absl::SimpleAtoi(device.substr(5), &ordinal) && ordinal >= 0) return ordinal;
+  return absl::InvalidArgumentError(StrCat("device '", device, "' is not one of: cpu, cuda, cuda:N"));
+}
 
 StatusOr<Precision> ParsePrecision(std::string_view text) {
   if (text == "fp32") return Precision::kFp32;

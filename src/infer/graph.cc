@@ -57,6 +57,10 @@ size_t Node::NumInputs() const {
 
 std::string Node::Describe() const { return StrCat("node '", name, "' (", op_type, ")"); }
 
+std::string Node::QualifiedOpType() const {
+  return domain.empty() || domain == "ai.onnx" ? op_type : StrCat(domain, ".", op_type);
+}
+
 const Tensor* Graph::FindInitializer(const std::string& name) const {
   auto it = initializers.find(name);
   return it == initializers.end() ? nullptr : &it->second;

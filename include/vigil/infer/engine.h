@@ -47,6 +47,8 @@ struct NodeTiming {
 enum class Precision : uint8_t { kFp32, kFp16 };
 // "fp32" / "fp16"; InvalidArgument naming the value otherwise.
 StatusOr<Precision> ParsePrecision(std::string_view text);
+// EngineOptions::device → CUDA ordinal: "cpu" → -1, "cuda" → 0, "cuda:N" → N. Errors: InvalidArgument naming the text.
+StatusOr<int> ParseDevice(const std::string& device);
 
 struct EngineOptions {
   std::string device = "cpu";  // "cpu", or "cuda:N" / "cuda" (= cuda:0) in a build with the CUDA backend
@@ -120,7 +122,7 @@ struct BackendPlan {
 // The plan of the model at `path` for `options` (device, precision, batch and sizes, optimize): the graph Load
 // would compile, and where each of its nodes would run — without loading it onto a device (a CUDA plan is
 // made on a machine without a GPU too). Errors: as Load's, but never for a missing device; Unimplemented for
-// "cuda" in a build without the CUDA backend.
+// "cuda" in a build without the CUDA backend. Thread-safe (it shares nothing between calls).
 StatusOr<BackendPlan> PlanModel(const std::string& path, const EngineOptions& options);
 
 

@@ -73,6 +73,8 @@ struct Node {
   bool HasInput(size_t i) const { return i < inputs.size() && !inputs[i].empty(); }
   // "node '/model.0/conv/Conv' (Conv)" — for error messages.
   std::string Describe() const;
+  // op_type, domain-qualified outside ai.onnx: "Conv", "vigil.FusedConv", "com.microsoft.QuickGelu".
+  std::string QualifiedOpType() const;
 };
 
 struct Graph {

@@ -313,7 +313,7 @@ StatusOr<BackendPlan> Backend::Plan(const Graph& graph, const CompileOptions& /*
       return absl::UnimplementedError(StrCat("unsupported op '", node.op_type, "' (node '", node.name, "')"));
     }
     plan.nodes.push_back({node.name.empty() ? node.Describe() : node.name,
-                          node.domain.empty() ? node.op_type : StrCat(node.domain, ".", node.op_type),
+                          node.QualifiedOpType(),
                           std::string(name()), "", false, false});
   }
   return plan;

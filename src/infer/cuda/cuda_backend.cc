@@ -143,7 +143,8 @@ struct Resources {
   }
   // `t` converted to `dtype` (float32 <-> float16 only; else as is) and uploaded.
   StatusOr<void*> UploadTensor(const Tensor& t, DType dtype, const std::string& what) {
-    if (dry) return Alloc(static_cast<size_t>(t.numel()) * DTypeSize(IsFloat(t.dtype()) && IsFloat(dtype) ? dtype : t.dtype()), what);
+    const DType stored = IsFloat(t.dtype()) && IsFloat(dtype) ? dtype : t.dtype();
+    if (dry) return Alloc(static_cast<size_t>(t.numel()) * DTypeSize(stored), what);
     if (t.dtype() == dtype || !IsFloat(t.dtype()) || !IsFloat(dtype)) return Upload(t.raw(), t.nbytes(), what);
     Tensor f = t.ToFloat32();
     if (dtype == DType::kFloat32) return Upload(f.raw(), f.nbytes(), what);
@@ -314,20 +315,20 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeConv(Build& b) {
   }
   // Weights OIHW → the output's layout (KRSC for NHWC), padded channels zero, in dt.
   const int64_t cgp = pad ? cp : cg;
-  Tensor wf = b.res.dry ? Tensor() : w->ToFloat32();  // a dry run converts no weights
-  std::vector<float> wl(b.res.dry ? 0 : static_cast<size_t>(k * cgp * r * s), 0.0f);
-  for (int64_t o = 0; o < k && !b.res.dry; ++o)
-    for (int64_t i = 0; i < cg; ++i)
-      for (int64_t a = 0; a < r; ++a)
-        for (int64_t e = 0; e < s; ++e) {
-          const float v = wf.data<float>()[((o * cg + i) * r + a) * s + e];
-          const int64_t at = out_nhwc ? ((o * r + a) * s + e) * cgp + i : ((o * cgp + i) * r + a) * s + e;
-          wl[static_cast<size_t>(at)] = v;
-        }
-  VIGIL_ASSIGN_OR_RETURN(void* wdev, b.res.dry ? b.res.Alloc(static_cast<size_t>(k * cgp * r * s) * DTypeSize(dt), "")
-                                                : b.res.UploadTensor(Tensor::Wrap(DType::kFloat32, {k, cgp, r, s},
-                                                                                  wl.data()),
-                                                                     dt, node.name + " weights"));
+  std::vector<float> wl(static_cast<size_t>(k * cgp * r * s), 0.0f);
+  if (!b.res.dry) {  // a dry run converts no weights (UploadTensor only reserves their room)
+    Tensor wf = w->ToFloat32();
+    for (int64_t o = 0; o < k; ++o)
+      for (int64_t i = 0; i < cg; ++i)
+        for (int64_t a = 0; a < r; ++a)
+          for (int64_t e = 0; e < s; ++e) {
+            const float v = wf.data<float>()[((o * cg + i) * r + a) * s + e];
+            const int64_t at = out_nhwc ? ((o * r + a) * s + e) * cgp + i : ((o * cgp + i) * r + a) * s + e;
+            wl[static_cast<size_t>(at)] = v;
+          }
+  }
+  VIGIL_ASSIGN_OR_RETURN(void* wdev, b.res.UploadTensor(Tensor::Wrap(DType::kFloat32, {k, cgp, r, s}, wl.data()), dt,
+                                                        node.name + " weights"));
   const Tensor* bias = b.Init(2);
   if (node.HasInput(2) && bias == nullptr) return b.Unsupported("bias must be an initializer");
   const std::string act_name = node.GetString("activation", "");
@@ -786,13 +787,15 @@ bool GpuConvRuns(const Node& node, const Graph& graph) {
   return !conv || (node.HasInput(1) && graph.IsInitializer(node.inputs[1]));
 }
 
-std::string QualifiedOp(const Node& n) { return n.domain.empty() ? n.op_type : StrCat(n.domain, ".", n.op_type); }
+// Whether the backend takes the op at all: every op needs a reference kernel (a GPU kernel or the host fallback).
+bool HasReferenceKernel(const Node& node, int64_t opset) {
+  const OpSchema* schema = FindOp(node.domain, node.op_type);
+  return schema != nullptr && schema->run != nullptr && opset >= schema->min_opset;
+}
 
-// Every op must have a reference kernel (the host fallback); else the model cannot run here at all.
 Status CheckOps(const Graph& graph) {
   for (const Node& node : graph.nodes) {
-    const OpSchema* schema = FindOp(node.domain, node.op_type);
-    if (schema == nullptr || schema->run == nullptr || graph.OpsetOf(node.domain) < schema->min_opset) {
+    if (!HasReferenceKernel(node, graph.OpsetOf(node.domain))) {
       return absl::UnimplementedError(StrCat("unsupported op '", node.op_type, "' (node '", node.name, "')"));
     }
   }
@@ -869,7 +872,7 @@ StatusOr<BackendPlan> PlanDry(const Graph& graph, const CompileOptions& options,
       if (replan) continue;
       NodePlacement& p = out.nodes.emplace_back();
       p.node = node.name.empty() ? node.Describe() : node.name;
-      p.op = QualifiedOp(node);
+      p.op = node.QualifiedOpType();
       p.conversion = plan.origin[i] < 0;
       p.channels_last = std::any_of(node.outputs.begin(), node.outputs.end(),
                                     [&](const std::string& o) { return plan.blocked_values.count(o) != 0; });
@@ -1019,7 +1022,7 @@ StatusOr<std::unique_ptr<CompiledModel>> CudaCompiledModel::Create(const Graph& 
       replan = c.replan;
       if (replan) continue;
       if (!c.kernel) {
-        host.push_back(StrCat("'", node.name.empty() ? node.Describe() : node.name, "' (", QualifiedOp(node), "): ",
+        host.push_back(StrCat("'", node.name.empty() ? node.Describe() : node.name, "' (", node.QualifiedOpType(), "): ",
                               c.fallback));
         VIGIL_ASSIGN_OR_RETURN(c.kernel, MakeHost(b));
       }
@@ -1177,10 +1180,7 @@ Status CudaCompiledModel::Run(std::span<const Tensor> inputs, std::vector<Tensor
 class CudaBackend final : public Backend {
  public:
   std::string_view name() const override { return "cuda"; }
-  bool Supports(const Node& node, int64_t opset) const override {
-    const OpSchema* schema = FindOp(node.domain, node.op_type);  // every op: GPU kernel or host fallback
-    return schema != nullptr && schema->run != nullptr && opset >= schema->min_opset;
-  }
+  bool Supports(const Node& node, int64_t opset) const override { return HasReferenceKernel(node, opset); }
   StatusOr<BackendPlan> Plan(const Graph& graph, const CompileOptions& options) const override {
     std::unordered_set<size_t> keep_nchw;
     return PlanDry(graph, options, &keep_nchw);
