@@ -359,6 +359,43 @@ TEST(CpuBackendGraph, MatchesNodeByNodeReference) {
   }
 }
 
+// Channel Slices of whole blocks (C2f's chunk as PyTorch's own exporter writes it) run on the blocked values like
+// Split does (layout_plan.h): the same results as the reference, and no conversion until the graph output.
+TEST(CpuBackendGraph, ChannelSlicesRunOnBlockedValues) {
+  const uint32_t seed = FreshSeed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  GraphBuilder b;
+  b.Input("x", {2, 8, 9, 11});
+  b.Initializer("w1", RandomTensor(rng, {32, 8, 3, 3}));
+  b.Initializer("w2", RandomTensor(rng, {16, 16, 3, 3}));
+  Node& conv = b.Add("Conv", {"x", "w1"}, {"c"});
+  conv.attrs["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  b.Initializer("s0", Tensor::FromVector<int64_t>({0}, {1}));
+  b.Initializer("s1", Tensor::FromVector<int64_t>({16}, {1}));
+  b.Initializer("e1", Tensor::FromVector<int64_t>({32}, {1}));
+  b.Initializer("ax", Tensor::FromVector<int64_t>({1}, {1}));
+  b.Add("Slice", {"c", "s0", "s1", "ax"}, {"a"});
+  b.Add("Slice", {"c", "s1", "e1", "ax"}, {"h"});
+  Node& mid = b.Add("FusedConv", {"h", "w2"}, {"m"}, "vigil");
+  mid.attrs["activation"] = std::string("SiLU");
+  mid.attrs["pads"] = std::vector<int64_t>{1, 1, 1, 1};
+  b.Add("Add", {"a", "m"}, {"out"});
+  b.Output("out");
+  ASSERT_TRUE(b.Finish().ok()) << b.Finish();
+  auto model = Compile(b.graph, true);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<Tensor> inputs{RandomTensor(rng, {2, 8, 9, 11})};
+  std::vector<Tensor> out;
+  ASSERT_TRUE((*model)->Run(inputs, &out).ok());
+  const std::vector<Tensor> ref = EvaluateWithReference(b.graph, inputs);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_LE(RelativeError(out[0], ref[0]), 1e-4);
+  int conversions = 0;
+  for (const NodeTiming& t : (*model)->Profile()) conversions += t.op_type == "ToNchw" ? 1 : 0;
+  EXPECT_EQ(conversions, std::string(kFastKernel) == "onednn" ? 1 : 0) << "only the graph output leaves the blocked layout";
+}
+
 // Values stored inside others (alias_plan.h): a Split concatenated back in order (the Split input goes
 // in whole), in reverse order (copied), a partial run (one input placed, the others copied), a reshape,
 // and a value read again after its bytes moved into a Concat.

@@ -2,6 +2,7 @@
 #include "infer/cpu/layout_plan.h"
 
 #include <set>
+#include <vector>
 #include <string_view>
 #include <unordered_map>
 
@@ -34,6 +35,36 @@ bool IsElementwiseOp(const Node& node) {
   return node.domain.empty() && ops.count(node.op_type) != 0;
 }
 
+// A Slice of whole channel blocks of a 4-D value: one axis, the channel axis, step 1, a constant start that is
+// a multiple of `block` (the output's channel count is checked by the caller). Like a Split piece, each image's
+// channel range [c0, c1) is then one contiguous run in both layouts, so the reference kernel's copy is right
+// on blocked data. Exporters write C2f's chunk this way (PyTorch's exporter from a plain module).
+bool IsChannelBlockSlice(const Node& node, const Graph& graph, int64_t block) {
+  std::vector<int64_t> starts, axes;
+  auto ints = [&](size_t i, std::vector<int64_t>* out) {
+    if (!node.HasInput(i)) return true;
+    const Tensor* t = graph.FindInitializer(node.inputs[i]);
+    if (t == nullptr) return false;
+    *out = t->ToInt64Vector();
+    return true;
+  };
+  if (node.inputs.size() >= 3) {  // Slice-10+: starts, ends, axes, steps as inputs
+    std::vector<int64_t> steps;
+    if (!ints(1, &starts) || !ints(3, &axes) || !ints(4, &steps)) return false;
+    for (int64_t s : steps) {
+      if (s != 1) return false;
+    }
+  } else {  // Slice-1: attributes
+    starts = node.GetInts("starts");
+    axes = node.GetInts("axes");
+  }
+  if (starts.size() != 1 || axes.size() != 1 || (axes[0] != 1 && axes[0] != -3)) return false;
+  const int64_t c = graph.types.at(node.inputs[0]).shape[1];
+  int64_t start = starts[0] < 0 ? starts[0] + c : starts[0];
+  start = start < 0 ? 0 : (start > c ? c : start);
+  return start % block == 0;
+}
+
 BlockedRole RoleOf(const Node& node, const Graph& graph, int64_t block, bool onednn_runs) {
   if (node.outputs.empty() || node.NumInputs() == 0 || !IsFloat4D(graph, node.inputs[0])) return BlockedRole::kNone;
   for (const std::string& out : node.outputs) {  // an omitted output's channel count is unknown
@@ -58,6 +89,9 @@ BlockedRole RoleOf(const Node& node, const Graph& graph, int64_t block, bool one
     return BlockedRole::kAgnostic;
   }
   if (node.op_type == "Split" && (axis == 1 || axis == -3)) return BlockedRole::kAgnostic;
+  if (node.op_type == "Slice" && node.outputs.size() == 1 && IsChannelBlockSlice(node, graph, block)) {
+    return BlockedRole::kAgnostic;
+  }
   if ((node.op_type == "Resize" || node.op_type == "Upsample") && node.GetString("mode", "nearest") == "nearest" &&
       node.outputs.size() == 1) {
     for (size_t i = 1; i < node.inputs.size(); ++i) {

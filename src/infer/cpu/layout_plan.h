@@ -10,7 +10,8 @@
 //  - kAgnostic: nodes whose reference kernel gives the right answer on blocked data unchanged:
 //    elementwise ops (Add, Mul, Sigmoid, ...) whose inputs are tensors of the output's shape or
 //    one-element tensors, and Concat / Split on the channel axis when every piece's channel count is a
-//    multiple of b (each image's channel range [c0, c1) is then one contiguous run in both layouts);
+//    multiple of b (each image's channel range [c0, c1) is then one contiguous run in both layouts),
+//    and for the same reason a Slice of the channel axis alone, step 1, from a constant multiple of b;
 //  - kResize: nearest Resize / Upsample of H and W with constant scales or sizes (blocked_kernels.h).
 // Rules: a kAgnostic or kResize node runs blocked only when all its 4-D activation inputs are blocked
 // (iterated to a fixpoint); a kAnyInput node runs blocked when its source is blocked or some consumer

@@ -7,42 +7,17 @@
 #include <type_traits>
 
 #include "infer/cuda/kernels.h"
+#include "infer/cuda/kernel_util.cuh"
 
 namespace vigil::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-__device__ __forceinline__ float Load(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ float Load(const __half* p, int64_t i) { return __half2float(p[i]); }
-__device__ __forceinline__ void Store(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void Store(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
-
-// Grid size for n elements with kThreads per block and a grid-stride loop.
-unsigned Blocks(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
-}
-
-#define VIGIL_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); i += static_cast<int64_t>(blockDim.x) * gridDim.x)
-
-// Offset of linear index `i` (row-major over view.shape) in a strided view.
-__device__ __forceinline__ int64_t Offset(const StridedView& v, int64_t i) {
-  int64_t off = 0;
-  for (int d = v.ndim - 1; d >= 0; --d) {
-    const int64_t q = i / v.shape[d];
-    off += (i - q * v.shape[d]) * v.stride[d];
-    i = q;
-  }
-  return off;
-}
-
-int64_t Count(const StridedView& v) {
-  int64_t n = 1;
-  for (int d = 0; d < v.ndim; ++d) n *= v.shape[d];
-  return n;
-}
+using detail::Blocks;
+using detail::Count;
+using detail::kThreads;
+using detail::Load;
+using detail::Offset;
+using detail::Store;
 
 template <typename To, typename Ti>
 __global__ void StridedCopyKernel(To* dst, StridedView dv, const Ti* src, StridedView sv, int64_t n) {
@@ -69,6 +44,28 @@ __global__ void StridedCopyKernel32(To* dst, View32 dv, const Ti* src, View32 sv
     }
     Store(dst, d_off, Load(src, s_off));
   }
+}
+
+// dst[i] = src[i] moving raw elements V (same type on both sides; no conversion).
+template <int N, typename V>
+__global__ void StridedMoveKernel32(V* dst, View32 dv, const V* src, View32 sv, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+    int rem = i, d_off = 0, s_off = 0;
+#pragma unroll
+    for (int d = N - 1; d >= 0; --d) {
+      const int q = rem / dv.shape[d];
+      const int idx = rem - q * dv.shape[d];
+      d_off += idx * dv.stride[d];
+      s_off += idx * sv.stride[d];
+      rem = q;
+    }
+    dst[d_off] = src[s_off];
+  }
+}
+
+template <typename V>
+__global__ void StridedMoveKernel(V* dst, StridedView dv, const V* src, StridedView sv, int64_t n) {
+  VIGIL_GRID_STRIDE(i, n) { dst[Offset(dv, i)] = src[Offset(sv, i)]; }
 }
 
 // Row copies: `rows` rows of `width` vectors V, at pitches (in V) dst_pitch / src_pitch.
@@ -153,6 +150,7 @@ __device__ __forceinline__ float ApplyUnary(UnaryOp op, float x, float alpha, fl
     case UnaryOp::kSiLU: return x / (1.0f + __expf(-x));
     case UnaryOp::kClip: return fminf(beta, fmaxf(alpha, x));
     case UnaryOp::kSoftplus: return x > 20.0f ? x : log1pf(__expf(x));
+    case UnaryOp::kRound: return rintf(x);  // the default rounding mode: half to even
   }
   return x;
 }
@@ -162,6 +160,7 @@ __global__ void UnaryKernel(UnaryOp op, float alpha, float beta, T* out, const T
   VIGIL_GRID_STRIDE(i, n) { Store(out, i, ApplyUnary<T>(op, Load(in, i), alpha, beta)); }
 }
 
+// Float operands (float16 is computed in float32). Max / Min propagate NaN as the host reference does.
 __device__ __forceinline__ float ApplyBinary(BinaryOp op, float a, float b) {
   switch (op) {
     case BinaryOp::kAdd: return a + b;
@@ -169,21 +168,73 @@ __device__ __forceinline__ float ApplyBinary(BinaryOp op, float a, float b) {
     case BinaryOp::kMul: return a * b;
     case BinaryOp::kDiv: return a / b;
     case BinaryOp::kPow: return powf(a, b);
-    case BinaryOp::kMax: return fmaxf(a, b);
-    case BinaryOp::kMin: return fminf(a, b);
+    case BinaryOp::kMax: return (a < b || b != b) ? b : a;
+    case BinaryOp::kMin: return (b < a || b != b) ? b : a;
+    case BinaryOp::kMod:
+    case BinaryOp::kFMod: return fmodf(a, b);
+    case BinaryOp::kEqual: return a == b;
+    case BinaryOp::kGreater: return a > b;
+    case BinaryOp::kGreaterOrEqual: return a >= b;
+    case BinaryOp::kLess: return a < b;
+    case BinaryOp::kLessOrEqual: return a <= b;
+    case BinaryOp::kAnd: return (a != 0.0f) && (b != 0.0f);
+    case BinaryOp::kOr: return (a != 0.0f) || (b != 0.0f);
   }
   return a;
 }
 
-template <typename T>
-__global__ void BinaryKernel(BinaryOp op, T* out, const T* a, StridedView av, const T* b, StridedView bv, int64_t n) {
+// Integer operands (and bool as 0 / 1), as the host reference: wrapping arithmetic (done unsigned here, so
+// that overflow is defined), x / 0 = x % 0 = 0, x / −1 = −x.
+__device__ __forceinline__ int64_t ApplyBinary(BinaryOp op, int64_t a, int64_t b) {
+  const auto ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
+  switch (op) {
+    case BinaryOp::kAdd: return static_cast<int64_t>(ua + ub);
+    case BinaryOp::kSub: return static_cast<int64_t>(ua - ub);
+    case BinaryOp::kMul: return static_cast<int64_t>(ua * ub);
+    case BinaryOp::kDiv:
+      if (b == 0) return 0;
+      if (b == -1) return static_cast<int64_t>(uint64_t{0} - ua);
+      return a / b;
+    case BinaryOp::kMod: {
+      if (b == 0 || b == -1) return 0;
+      int64_t r = a % b;
+      if (r != 0 && ((r < 0) != (b < 0))) r += b;
+      return r;
+    }
+    case BinaryOp::kFMod: return (b == 0 || b == -1) ? 0 : a % b;
+    case BinaryOp::kPow: return 0;  // refused by the backend (integer Pow runs on the host)
+    case BinaryOp::kMax: return a < b ? b : a;
+    case BinaryOp::kMin: return b < a ? b : a;
+    case BinaryOp::kEqual: return a == b;
+    case BinaryOp::kGreater: return a > b;
+    case BinaryOp::kGreaterOrEqual: return a >= b;
+    case BinaryOp::kLess: return a < b;
+    case BinaryOp::kLessOrEqual: return a <= b;
+    case BinaryOp::kAnd: return (a != 0) && (b != 0);
+    case BinaryOp::kOr: return (a != 0) || (b != 0);
+  }
+  return a;
+}
+
+template <typename T, typename To>
+__global__ void BinaryKernel(BinaryOp op, To* out, const T* a, StridedView av, const T* b, StridedView bv, int64_t n) {
   VIGIL_GRID_STRIDE(i, n) { Store(out, i, ApplyBinary(op, Load(a, Offset(av, i)), Load(b, Offset(bv, i)))); }
 }
 
 // Both operands contiguous over the output, or one of them a single element (stride 0).
-template <typename T>
-__global__ void BinaryFlatKernel(BinaryOp op, T* out, const T* a, int64_t a_step, const T* b, int64_t b_step, int64_t n) {
+template <typename T, typename To>
+__global__ void BinaryFlatKernel(BinaryOp op, To* out, const T* a, int64_t a_step, const T* b, int64_t b_step, int64_t n) {
   VIGIL_GRID_STRIDE(i, n) { Store(out, i, ApplyBinary(op, Load(a, i * a_step), Load(b, i * b_step))); }
+}
+
+__global__ void NotKernel(bool* out, const bool* in, int64_t n) {
+  VIGIL_GRID_STRIDE(i, n) { out[i] = !in[i]; }
+}
+
+template <typename V>
+__global__ void WhereKernel(V* out, const bool* cond, StridedView cv, const V* x, StridedView xv, const V* y,
+                            StridedView yv, int64_t n) {
+  VIGIL_GRID_STRIDE(i, n) { out[i] = cond[Offset(cv, i)] ? x[Offset(xv, i)] : y[Offset(yv, i)]; }
 }
 
 template <typename T>
@@ -291,17 +342,25 @@ __global__ void SoftmaxKernel(T* out, const T* in, int64_t outer, int64_t axis, 
   }
 }
 
+// ForFloatType, then the launch error.
 template <typename F>
 cudaError_t ForType(ElemType t, F&& f) {
-  if (t == ElemType::kF16) {
-    f(static_cast<__half*>(nullptr));
-  } else {
-    f(static_cast<float*>(nullptr));
-  }
+  detail::ForFloatType(t, f);
   return cudaGetLastError();
 }
 
 }  // namespace
+
+int ElemBytes(ElemType t) {
+  switch (t) {
+    case ElemType::kF32: case ElemType::kI32: return 4;
+    case ElemType::kF16: return 2;
+    case ElemType::kI64: return 8;
+    default: return 1;
+  }
+}
+
+bool BinaryWritesBool(BinaryOp op) { return op >= BinaryOp::kEqual; }
 
 cudaError_t StridedCopy(void* dst, ElemType dst_type, const StridedView& dst_view, const void* src, ElemType src_type,
                         const StridedView& src_view, cudaStream_t stream) {
@@ -310,7 +369,7 @@ cudaError_t StridedCopy(void* dst, ElemType dst_type, const StridedView& dst_vie
   StridedView dv = dst_view, sv = src_view;
   for (int d = 0; d < sv.ndim; ++d) sv.shape[d] = dv.shape[d];
   Collapse(dv, sv);
-  const int64_t esize = dst_type == ElemType::kF16 ? 2 : 4;
+  const int64_t esize = ElemBytes(dst_type);
   // Same type, rows contiguous on both sides: a (vectorised) row copy.
   if (dst_type == src_type && dv.ndim <= 2 && dv.stride[dv.ndim - 1] == 1 && sv.stride[sv.ndim - 1] == 1) {
     const int64_t width = dv.shape[dv.ndim - 1], rows = dv.ndim == 2 ? dv.shape[0] : 1;
@@ -321,7 +380,8 @@ cudaError_t StridedCopy(void* dst, ElemType dst_type, const StridedView& dst_vie
       case 16: return LaunchRows<uint4>(dst, dp / k, src, sp / k, width / k, rows, stream);
       case 8: return LaunchRows<uint2>(dst, dp / k, src, sp / k, width / k, rows, stream);
       case 4: return LaunchRows<uint32_t>(dst, dp / k, src, sp / k, width / k, rows, stream);
-      default: return LaunchRows<uint16_t>(dst, dp, src, sp, width, rows, stream);
+      case 2: return LaunchRows<uint16_t>(dst, dp / k, src, sp / k, width / k, rows, stream);
+      default: return LaunchRows<uint8_t>(dst, dp, src, sp, width, rows, stream);
     }
   }
   bool fits32 = n < (int64_t{1} << 30);
@@ -329,24 +389,53 @@ cudaError_t StridedCopy(void* dst, ElemType dst_type, const StridedView& dst_vie
     fits32 = fits32 && std::abs(dv.stride[d]) * dv.shape[d] < (int64_t{1} << 30) &&
              std::abs(sv.stride[d]) * sv.shape[d] < (int64_t{1} << 30);
   }
-  return ForType(dst_type, [&](auto* to) {
-    using To = std::remove_pointer_t<decltype(to)>;
-    ForType(src_type, [&](auto* ti) {
-      using Ti = std::remove_pointer_t<decltype(ti)>;
+  View32 d32{}, s32{};
+  for (int d = 0; d < dv.ndim; ++d) {
+    d32.shape[d] = static_cast<int>(dv.shape[d]);
+    d32.stride[d] = static_cast<int>(dv.stride[d]);
+    s32.stride[d] = static_cast<int>(sv.stride[d]);
+  }
+  const int m = static_cast<int>(n);
+  if (dst_type == src_type) {  // raw element moves
+    detail::ForBytes(static_cast<int>(esize), [&](auto* tag) {
+      using V = std::remove_pointer_t<decltype(tag)>;
+      auto* o = static_cast<V*>(dst);
+      auto* in = static_cast<const V*>(src);
       if (!fits32) {
-        StridedCopyKernel<To, Ti><<<Blocks(n), kThreads, 0, stream>>>(static_cast<To*>(dst), dv,
-                                                                      static_cast<const Ti*>(src), sv, n);
+        StridedMoveKernel<V><<<Blocks(n), kThreads, 0, stream>>>(o, dv, in, sv, n);
         return;
       }
-      View32 d32{}, s32{};
-      for (int d = 0; d < dv.ndim; ++d) {
-        d32.shape[d] = static_cast<int>(dv.shape[d]);
-        d32.stride[d] = static_cast<int>(dv.stride[d]);
-        s32.stride[d] = static_cast<int>(sv.stride[d]);
+      switch (dv.ndim) {
+        case 1: StridedMoveKernel32<1, V><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        case 2: StridedMoveKernel32<2, V><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        case 3: StridedMoveKernel32<3, V><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        case 4: StridedMoveKernel32<4, V><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        case 5: StridedMoveKernel32<5, V><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
+        default: StridedMoveKernel32<6, V><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
       }
+    });
+    return cudaGetLastError();
+  }
+  const bool floats = (dst_type == ElemType::kF32 || dst_type == ElemType::kF16) &&
+                      (src_type == ElemType::kF32 || src_type == ElemType::kF16);
+  if (!floats || !fits32) {  // any conversion (Cast): the general kernel
+    detail::ForAnyType(dst_type, [&](auto* to) {
+      using To = std::remove_pointer_t<decltype(to)>;
+      detail::ForAnyType(src_type, [&](auto* ti) {
+        using Ti = std::remove_pointer_t<decltype(ti)>;
+        StridedCopyKernel<To, Ti><<<Blocks(n), kThreads, 0, stream>>>(static_cast<To*>(dst), dv,
+                                                                      static_cast<const Ti*>(src), sv, n);
+      });
+    });
+    return cudaGetLastError();
+  }
+  // float32 <-> float16 (layout conversions, convolution inputs): 32-bit indices, rank known at compile time.
+  return ForType(dst_type, [&](auto* to) {
+    using To = std::remove_pointer_t<decltype(to)>;
+    detail::ForFloatType(src_type, [&](auto* ti) {
+      using Ti = std::remove_pointer_t<decltype(ti)>;
       auto* o = static_cast<To*>(dst);
       auto* in = static_cast<const Ti*>(src);
-      const int m = static_cast<int>(n);
       switch (dv.ndim) {
         case 1: StridedCopyKernel32<1, To, Ti><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
         case 2: StridedCopyKernel32<2, To, Ti><<<Blocks(n), kThreads, 0, stream>>>(o, d32, in, s32, m); break;
@@ -385,16 +474,45 @@ cudaError_t Binary(BinaryOp op, void* out, const void* a, const StridedView& a_v
     return zero ? 0 : contiguous ? 1 : -1;
   };
   const int64_t sa = step(a_view), sb = step(b_view);
-  return ForType(type, [&](auto* tag) {
+  const bool to_bool = BinaryWritesBool(op);
+  detail::ForAnyType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    if (sa >= 0 && sb >= 0) {
-      BinaryFlatKernel<T><<<Blocks(n), kThreads, 0, stream>>>(op, static_cast<T*>(out), static_cast<const T*>(a), sa,
-                                                              static_cast<const T*>(b), sb, n);
+    auto launch = [&](auto* out_tag) {
+      using To = std::remove_pointer_t<decltype(out_tag)>;
+      if (sa >= 0 && sb >= 0) {
+        BinaryFlatKernel<T, To><<<Blocks(n), kThreads, 0, stream>>>(op, static_cast<To*>(out), static_cast<const T*>(a),
+                                                                    sa, static_cast<const T*>(b), sb, n);
+      } else {
+        BinaryKernel<T, To><<<Blocks(n), kThreads, 0, stream>>>(op, static_cast<To*>(out), static_cast<const T*>(a),
+                                                                a_view, static_cast<const T*>(b), b_view, n);
+      }
+    };
+    if (to_bool) {
+      launch(static_cast<bool*>(nullptr));
     } else {
-      BinaryKernel<T><<<Blocks(n), kThreads, 0, stream>>>(op, static_cast<T*>(out), static_cast<const T*>(a), a_view,
-                                                          static_cast<const T*>(b), b_view, n);
+      launch(static_cast<T*>(nullptr));
     }
   });
+  return cudaGetLastError();
+}
+
+cudaError_t LogicalNot(void* out, const void* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  NotKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<bool*>(out), static_cast<const bool*>(in), n);
+  return cudaGetLastError();
+}
+
+cudaError_t Where(void* out, const void* cond, const StridedView& cond_view, const void* x, const StridedView& x_view,
+                  const void* y, const StridedView& y_view, ElemType type, cudaStream_t stream) {
+  const int64_t n = Count(x_view);
+  if (n == 0) return cudaSuccess;
+  detail::ForBytes(ElemBytes(type), [&](auto* tag) {
+    using V = std::remove_pointer_t<decltype(tag)>;
+    WhereKernel<V><<<Blocks(n), kThreads, 0, stream>>>(static_cast<V*>(out), static_cast<const bool*>(cond), cond_view,
+                                                       static_cast<const V*>(x), x_view, static_cast<const V*>(y),
+                                                       y_view, n);
+  });
+  return cudaGetLastError();
 }
 
 cudaError_t BiasActivation(void* y, ElemType type, const float* bias, int64_t n, int64_t channels, int64_t inner,
