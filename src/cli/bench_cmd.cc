@@ -59,6 +59,7 @@ struct BenchEngineArgs {
   bool json = false;
   std::string device = "cpu";
   std::string precision = "fp32";
+  std::string int8_activations = "quantized";
   bool no_cuda_graph = false;
   int profile_range = 0;  // > 0: that many device-resident runs inside cudaProfilerStart/Stop, no per-op profile
 };
@@ -225,6 +226,12 @@ int BenchEngine(const BenchEngineArgs& args) {
     std::fprintf(stderr, "vigil bench engine: %s\n", std::string(p.status().message()).c_str());
     return 2;
   }
+  if (StatusOr<infer::Int8Activations> a = infer::ParseInt8Activations(args.int8_activations); a.ok()) {
+    options.int8_activations = *a;
+  } else {
+    std::fprintf(stderr, "vigil bench engine: --int8-activations: %s\n", std::string(a.status().message()).c_str());
+    return 2;
+  }
   if (!ParseImgsz(args.imgsz, &options)) {
     std::fprintf(stderr, "vigil bench engine: --imgsz '%s' is not H,W or one size in pixels\n", args.imgsz.c_str());
     return 2;
@@ -355,6 +362,7 @@ CLI::App* AddBenchCommands(CLI::App& app, int* exit_code) {
   engine->add_option("--device", args->device, "cpu, or cuda:N (latency then excludes host copies; see JSON)")
       ->capture_default_str();
   engine->add_option("--precision", args->precision, "CUDA compute precision: fp32 or fp16")->capture_default_str();
+  engine->add_option("--int8-activations", args->int8_activations, kInt8ActivationsHelp)->capture_default_str();
   engine->add_flag("--no-cuda-graph", args->no_cuda_graph, "CUDA: enqueue kernels one by one instead of a graph");
   engine->callback([args, exit_code] { *exit_code = BenchEngine(*args); });
   return bench;

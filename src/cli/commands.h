@@ -8,6 +8,11 @@
 
 namespace vigil::cli {
 
+// Help of --int8-activations (EngineOptions::int8_activations), shared by the commands that load a model.
+inline constexpr const char* kInt8ActivationsHelp =
+    "int8-dynamic models: quantized (as exported: each activation quantized as DynamicQuantizeLinear defines, "
+    "ONNX Runtime's results) or float (activations kept in float: faster, borderline boxes differ)";
+
 void AddDetectCommand(CLI::App& app, int* exit_code);  // detect_cmd.cc: `vigil detect`
 void AddModelCommands(CLI::App& app, int* exit_code);  // model_cmd.cc: `vigil model inspect|run`
 CLI::App* AddBenchCommands(CLI::App& app, int* exit_code);  // bench_cmd.cc: `vigil bench engine`; returns `bench`

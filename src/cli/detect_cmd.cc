@@ -70,7 +70,7 @@ struct DetectArgs {
   std::string imgsz;
   int64_t batch = 0;
   int threads = 0;
-  std::string device = "cpu", precision = "fp32";
+  std::string device = "cpu", precision = "fp32", int8_activations = "quantized";
   std::string json;
   std::string output_dir = "runs/detect";
   bool no_save = false;
@@ -401,6 +401,12 @@ int RunDetect(const DetectArgs& a) {
     PrintError(std::string(p.status().message()));
     return 2;
   }
+  if (StatusOr<infer::Int8Activations> i = infer::ParseInt8Activations(a.int8_activations); i.ok()) {
+    options.engine.int8_activations = *i;
+  } else {
+    PrintError(StrCat("--int8-activations: ", i.status().message()));
+    return 2;
+  }
   if (!ParseImgsz(a.imgsz, &options.imgsz_height, &options.imgsz_width)) {
     PrintError(StrCat("--imgsz '", a.imgsz, "' is not H,W or one size in pixels"));
     return 2;
@@ -527,6 +533,7 @@ void AddDetectCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a->device, "cpu, or cuda:N (CUDA backend builds)")->capture_default_str();
   cmd->add_option("--precision", a->precision, "CUDA compute precision: fp32 or fp16")->capture_default_str();
+  cmd->add_option("--int8-activations", a->int8_activations, kInt8ActivationsHelp)->capture_default_str();
   cmd->add_option("--threads", a->threads, "kernel threads (0 = all CPUs of this process)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", a->json, "JSON lines output (default <output-dir>/detections.jsonl; - = stdout)");

@@ -44,6 +44,7 @@ std::string DimsText(const infer::ValueInfo& v) {
 struct PlanRequest {
   std::string device;  // "": no plan
   std::string precision = "fp32";
+  std::string int8_activations = "quantized";
   int64_t batch = 0;
 };
 
@@ -65,6 +66,12 @@ int Inspect(const std::string& path, bool json_out, const PlanRequest& req) {
       return 2;
     }
     plan_options.precision = *p;
+    StatusOr<infer::Int8Activations> a = infer::ParseInt8Activations(req.int8_activations);
+    if (!a.ok()) {
+      std::fprintf(stderr, "vigil model inspect: --int8-activations: %s\n", std::string(a.status().message()).c_str());
+      return 2;
+    }
+    plan_options.int8_activations = *a;
     if (StatusOr<int> d = infer::ParseDevice(req.device); !d.ok()) {
       std::fprintf(stderr, "vigil model inspect: --device: %s\n", std::string(d.status().message()).c_str());
       return 2;
@@ -153,7 +160,7 @@ int Inspect(const std::string& path, bool json_out, const PlanRequest& req) {
 }
 
 int RunModel(const std::string& path, const std::vector<std::string>& input_args, const std::string& out_dir, int threads,
-             bool reference_only, const std::string& device, const std::string& precision) {
+             bool reference_only, const std::string& device, const std::string& precision, const std::string& int8) {
   infer::EngineOptions options;
   options.threads = threads;
   options.device = device;
@@ -161,6 +168,12 @@ int RunModel(const std::string& path, const std::vector<std::string>& input_args
     options.precision = *p;
   } else {
     std::fprintf(stderr, "vigil model run: %s\n", std::string(p.status().message()).c_str());
+    return 2;
+  }
+  if (StatusOr<infer::Int8Activations> a = infer::ParseInt8Activations(int8); a.ok()) {
+    options.int8_activations = *a;
+  } else {
+    std::fprintf(stderr, "vigil model run: --int8-activations: %s\n", std::string(a.status().message()).c_str());
     return 2;
   }
   options.use_onednn = !reference_only;
@@ -294,6 +307,7 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
                       "Plan for this device (cpu, cuda:N): each node's kernel, the nodes a GPU runs on the host and "
                       "why, the NHWC region; needs no GPU");
   inspect->add_option("--precision", inspect_plan.precision, "With --device cuda:N: fp32 or fp16")->capture_default_str();
+  inspect->add_option("--int8-activations", inspect_plan.int8_activations, kInt8ActivationsHelp)->capture_default_str();
   inspect->add_option("--batch", inspect_plan.batch, "With --device: the batch a symbolic batch dim is fixed to (0: 1)")
       ->capture_default_str();
   inspect->callback([exit_code] { *exit_code = Inspect(inspect_path, inspect_json, inspect_plan); });
@@ -308,11 +322,13 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   run->add_option("--output-dir", run_out, "Where <output>.npy files go")->capture_default_str();
   run->add_option("--threads", run_threads, "Kernel threads (0 = all cores)")->capture_default_str();
   run->add_flag("--reference-only", run_reference, "Use the reference kernels only (no oneDNN)");
-  static std::string run_device = "cpu", run_precision = "fp32";
+  static std::string run_device = "cpu", run_precision = "fp32", run_int8 = "quantized";
   run->add_option("--device", run_device, "cpu, or cuda:N")->capture_default_str();
   run->add_option("--precision", run_precision, "CUDA compute precision: fp32 or fp16")->capture_default_str();
+  run->add_option("--int8-activations", run_int8, kInt8ActivationsHelp)->capture_default_str();
   run->callback([exit_code] {
-    *exit_code = RunModel(run_model, run_inputs, run_out, run_threads, run_reference, run_device, run_precision);
+    *exit_code =
+        RunModel(run_model, run_inputs, run_out, run_threads, run_reference, run_device, run_precision, run_int8);
   });
 
 #if VIGIL_CLI_CLASSIFY

@@ -50,7 +50,14 @@ Status RunPasses(Graph& graph, const EngineOptions& options) {
   overrides.width = options.width;
   overrides.input_shapes = options.input_shapes;
   VIGIL_RETURN_IF_ERROR(FixInputShapes(graph, overrides));
-  VIGIL_RETURN_IF_ERROR(DequantizeWeights(graph));
+  // int8-dynamic models as exported: on the CPU the integer products summed exactly in float32 (ONNX Runtime's
+  // arithmetic, bit for bit with its sigmoid); on a GPU the dequantized values, whose sums fit float16 and which
+  // keep the NHWC region whole (cuDNN's algorithms do not promise exact sums anyway).
+  Int8Activation int8 = Int8Activation::kFloat;
+  if (options.int8_activations == Int8Activations::kQuantized) {
+    int8 = options.device == "cpu" ? Int8Activation::kExactProducts : Int8Activation::kFakeQuantized;
+  }
+  VIGIL_RETURN_IF_ERROR(DequantizeWeights(graph, int8));
   VIGIL_RETURN_IF_ERROR(InferShapesAndFold(graph));
   if (options.optimize) {
     VIGIL_RETURN_IF_ERROR(RemoveNoOps(graph));
@@ -102,6 +109,13 @@ StatusOr<Precision> ParsePrecision(std::string_view text) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "fp16") return Precision::kFp16;
   return absl::InvalidArgumentError(StrCat("precision '", std::string(text), "' is not one of: fp32, fp16"));
+}
+
+StatusOr<Int8Activations> ParseInt8Activations(std::string_view text) {
+  if (text == "quantized") return Int8Activations::kQuantized;
+  if (text == "float") return Int8Activations::kFloat;
+  return absl::InvalidArgumentError(
+      StrCat("int8 activations '", std::string(text), "' is not one of: quantized, float"));
 }
 
 StatusOr<ModelSummary> InspectModel(const std::string& path) {

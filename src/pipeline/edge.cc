@@ -574,6 +574,9 @@ WorkerPoolOptions EdgeWorkerOptions(const EdgeConfig& config, const std::functio
   wo.model_path = config.model_path;
   wo.detector.engine.threads = config.threads;
   if (StatusOr<infer::Precision> p = infer::ParsePrecision(config.precision); p.ok()) wo.detector.engine.precision = *p;
+  if (StatusOr<infer::Int8Activations> a = infer::ParseInt8Activations(config.int8_activations); a.ok()) {
+    wo.detector.engine.int8_activations = *a;
+  }
   wo.detector.engine.batch = config.model_batch;
   const bool all_gpus = std::all_of(config.devices.begin(), config.devices.end(),
                                     [](const std::string& d) { return CudaOrdinal(d) >= 0; });

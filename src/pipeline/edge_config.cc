@@ -157,6 +157,10 @@ StatusOr<EdgeConfig> ParseEdgeConfig(std::string_view yaml, const std::string& n
     if (m->Get("precision", &cfg.precision) && cfg.precision != "fp32" && cfg.precision != "fp16") {
       m->Error("precision", "must be fp32 or fp16");
     }
+    if (m->Get("int8_activations", &cfg.int8_activations) && cfg.int8_activations != "quantized" &&
+        cfg.int8_activations != "float") {
+      m->Error("int8_activations", "must be quantized or float");
+    }
   }
   if (std::optional<ConfigMap> b = root.Map("batching")) {
     b->Get("max_batch", &cfg.max_batch, 1, 256);
@@ -352,7 +356,7 @@ PairTexts PairTextsOf(const EdgeConfig& c) {
   PairTexts t;
   t.model_path = c.model_path;
   t.settings = StrCat("conf=", num(c.conf), " iou=", num(c.iou), " max_det=", c.max_det, " precision=", c.precision,
-                      " batch=", c.model_batch);
+                      " int8_activations=", c.int8_activations, " batch=", c.model_batch);
   for (const StreamConfig& s : c.streams) {
     t.streams.push_back(StrCat("id=", s.id, " source=", s.source, " realtime=", s.realtime, " loop=", s.loop,
                                " target_fps=", num(s.target_fps)));

@@ -330,6 +330,17 @@ inline std::vector<Case> Cases() {
                      b.Add("DequantizeLinear", {"qc", "sc", "zc"}, {"dqc"});
                      for (const char* o : {"q", "dq", "qc", "dqc"}) b.Output(o);
                    }, {"cuda"}});
+  // int8-dynamic models as exported (passes.h DequantizeWeights): the activation quantized over its whole range,
+  // dequantized (in the NHWC region between convolutions) or centered with its scale (exact products).
+  cases.push_back({"dynamic_fake_quantize", [](GraphBuilder& b, std::mt19937& rng) {
+                     b.Input("x", {2, 3, 13, 11});
+                     Conv(b, rng, "x", "c1", 3, 16, 3, 1, 1, 1, "SiLU");
+                     b.Add("DynamicFakeQuantize", {"c1"}, {"fq"}, "vigil");
+                     Conv(b, rng, "fq", "c2", 16, 8, 3, 1, 1, 1, "SiLU");
+                     Node& centered = b.Add("DynamicFakeQuantize", {"x"}, {"xc", "xs"}, "vigil");
+                     centered.attrs["centered"] = int64_t{1};
+                     for (const char* o : {"c2", "xc", "xs"}) b.Output(o);
+                   }, {"cudnn", "cuda"}});
   // A channel Slice between convolutions stays in the NHWC region (C2f's chunk as PyTorch's own exporter writes
   // it): the same conversions as the Split spelling.
   cases.push_back({"channel_slice_in_region", [](GraphBuilder& b, std::mt19937& rng) {

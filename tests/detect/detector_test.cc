@@ -173,6 +173,10 @@ TEST(RealModels, AgreeWithTheOpenCvDnnReferenceOnOpencvSamples) {
     options.iou = 0.45f;
     options.classes = {0};
     options.engine.threads = 2;
+    // The reference ran the dequantized weights with float activations; as exported (the default), the int8
+    // model's quantized activations move messi's box by up to 16 px — where ONNX Runtime puts it
+    // (tests/models/test_int8_exact.py).
+    options.engine.int8_activations = infer::Int8Activations::kFloat;
     auto detector = Detector::Load(SharedModel(c.model), options);
     ASSERT_TRUE(detector.ok()) << detector.status();
     auto results = (*detector)->Detect(std::vector<Image>{*messi, *basketball});

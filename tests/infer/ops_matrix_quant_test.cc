@@ -239,6 +239,32 @@ TEST(OpsQuant, DynamicQuantizeLinearKnownVector) {
   EXPECT_FLOAT_EQ((*out)[1].data<float>()[0], 1.f / 255);
 }
 
+// vigil DynamicFakeQuantize = DynamicQuantizeLinear, then (q − zp) · scale: the known vector above gives
+// (q − 64) / 64 = [−1, 0, 2.984375, 0.5, 0.5, 0.03125, 0] (32.5 rounds to 32, 1.5 to 2, −0.5 to −0).
+TEST(OpsQuant, DynamicFakeQuantizeIsDynamicQuantizeLinearDequantized) {
+  Node n = MakeNode("DynamicFakeQuantize", {F32({0}, {1})}, 1, {});
+  n.domain = "vigil";
+  std::vector<Tensor> out;
+  const Tensor x = F32({-1, 0, 2.984375f, 0.5f, 0.5078125f, 0.0234375f, -0.0078125f}, {7});
+  ASSERT_TRUE(RunReference(n, 1, {x}, &out).ok());
+  EXPECT_THAT(Values<float>(out[0]), ElementsAre(-1.f, 0.f, 2.984375f, 0.5f, 0.5f, 0.03125f, 0.f));
+  // Random tensors: equal, value by value, to DequantizeLinear(DynamicQuantizeLinear(x)); float16 too.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-3.f, 7.f);
+  std::vector<float> v(1000);
+  for (float& e : v) e = dist(rng);
+  const Tensor r = F32(v, {10, 100});
+  auto q = RunOp("DynamicQuantizeLinear", {r}, 11, {}, 3);
+  ASSERT_TRUE(q.ok());
+  const Tensor dq = Run1("DequantizeLinear", {(*q)[0], (*q)[1], (*q)[2]}, 13);
+  ASSERT_TRUE(RunReference(n, 1, {r}, &out).ok());
+  EXPECT_EQ(Values<float>(out[0]), Values<float>(dq));
+  Tensor h(DType::kFloat16, r.shape());
+  for (int64_t i = 0; i < r.numel(); ++i) h.data<uint16_t>()[i] = FloatToHalf(r.data<float>()[i]);
+  ASSERT_TRUE(RunReference(n, 1, {h}, &out).ok());
+  EXPECT_EQ(out[0].dtype(), DType::kFloat16);
+}
+
 TEST(OpsQuant, ConvIntegerTinyWithZeroPoints) {
   // x' = x − 1 = [[0,1,2],[3,4,5],[6,7,8]], w' = w − 2 = [[0,1],[2,3]].
   const Tensor x = T_<uint8_t>({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});

@@ -189,7 +189,7 @@ TEST(DequantizeWeightsTest, ConvIntegerChainBecomesFloatConvPerTensor) {
   g.nodes.push_back(MakeNode("bias_add", "Add", {"scaled", "b"}, {"y"}));
   ASSERT_TRUE(ValidateGraph(g).ok());
 
-  ASSERT_TRUE(DequantizeWeights(g).ok());
+  ASSERT_TRUE(DequantizeWeights(g, Int8Activation::kFloat).ok());
   ASSERT_TRUE(ValidateGraph(g).ok());
   ASSERT_EQ(g.nodes.size(), 2u);  // Conv, Add
   const Node& conv = g.nodes[0];
@@ -224,7 +224,7 @@ TEST(DequantizeWeightsTest, PerChannelScalesAndSharedDynamicQuantize) {
   AddIntegerChain(g, "ConvInteger", q, "v_q", "", "v_scale", "y2");  // no weight zero point: 0
   ASSERT_TRUE(ValidateGraph(g).ok());
 
-  ASSERT_TRUE(DequantizeWeights(g).ok());
+  ASSERT_TRUE(DequantizeWeights(g, Int8Activation::kFloat).ok());
   ASSERT_TRUE(ValidateGraph(g).ok());
   EXPECT_EQ(OpCounts(g), (std::map<std::string, int>{{"Conv", 2}}));
   // (130 − 128)·0.5 = 1, (120 − 100)·0.25 = 5; and −3·2, 5·2.
@@ -232,6 +232,55 @@ TEST(DequantizeWeightsTest, PerChannelScalesAndSharedDynamicQuantize) {
   EXPECT_EQ(Values<float>(g.initializers.at(g.nodes[1].inputs[1])), (std::vector<float>{-6.f, 10.f}));
   EXPECT_EQ(g.nodes[0].outputs[0], "y1");
   EXPECT_EQ(g.nodes[1].outputs[0], "y2");
+}
+
+// As exported (EngineOptions::int8_activations kQuantized): the activation goes through one DynamicFakeQuantize
+// per DynamicQuantizeLinear, right after where that stood, shared by every convolution it fed.
+TEST(DequantizeWeightsTest, QuantizedActivationsGetOneFakeQuantizePerDynamicQuantize) {
+  Graph g;
+  g.opset = 17;
+  g.inputs.push_back(Info("x", DType::kFloat32, {D(1), D(1), D(2), D(2)}));
+  g.outputs.push_back(ValueInfo{"y1", DType::kFloat32, {}, false});
+  g.outputs.push_back(ValueInfo{"y2", DType::kFloat32, {}, false});
+  g.initializers["w_q"] = Tensor::FromVector<uint8_t>({130, 120}, {2, 1, 1, 1});
+  g.initializers["w_scale"] = Tensor::Scalar<float>(0.5f);
+  g.initializers["v_q"] = Tensor::FromVector<int8_t>({-3, 5}, {2, 1, 1, 1});
+  g.initializers["v_scale"] = Tensor::Scalar<float>(2.f);
+  const auto q = AddDynamicQuantize(g, "x");
+  AddIntegerChain(g, "ConvInteger", q, "w_q", "", "w_scale", "y1");
+  AddIntegerChain(g, "ConvInteger", q, "v_q", "", "v_scale", "y2");
+  Graph exact = g;
+  ASSERT_TRUE(DequantizeWeights(g, Int8Activation::kFakeQuantized).ok());
+  ASSERT_TRUE(ValidateGraph(g).ok());
+  EXPECT_EQ(OpCounts(g), (std::map<std::string, int>{{"Conv", 2}, {"DynamicFakeQuantize", 1}}));
+  ASSERT_EQ(g.nodes.size(), 3u);
+  const Node& fq = g.nodes[0];
+  EXPECT_EQ(fq.domain, "vigil");
+  EXPECT_EQ(fq.op_type, "DynamicFakeQuantize");
+  EXPECT_EQ(fq.inputs, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(g.nodes[1].inputs[0], fq.outputs[0]);
+  EXPECT_EQ(g.nodes[2].inputs[0], fq.outputs[0]);
+  EXPECT_EQ(Values<float>(g.initializers.at(g.nodes[1].inputs[1])), (std::vector<float>{65.f, 60.f}));  // no zp: q·0.5
+
+  // Exact products: the centered activation and unscaled integer weights; the export's scale Mul (now reading the
+  // DynamicFakeQuantize's scale) and output Mul stay.
+  ASSERT_TRUE(DequantizeWeights(exact, Int8Activation::kExactProducts).ok());
+  ASSERT_TRUE(ValidateGraph(exact).ok());
+  EXPECT_EQ(OpCounts(exact), (std::map<std::string, int>{{"Conv", 2}, {"DynamicFakeQuantize", 1}, {"Mul", 4}}));
+  const Node& cq = exact.nodes[0];
+  ASSERT_EQ(cq.op_type, "DynamicFakeQuantize");
+  EXPECT_EQ(cq.GetInt("centered", 0), 1);
+  ASSERT_EQ(cq.outputs.size(), 2u);
+  for (const Node& n : exact.nodes) {
+    if (n.op_type == "Conv") {
+      EXPECT_EQ(n.inputs[0], cq.outputs[0]);
+      const std::vector<float> w = Values<float>(exact.initializers.at(n.inputs[1]));
+      EXPECT_TRUE(w == (std::vector<float>{130.f, 120.f}) || w == (std::vector<float>{-3.f, 5.f})) << n.name;
+    }
+    if (n.op_type == "Mul" && n.name.find("scales_mul") != std::string::npos) {
+      EXPECT_EQ(n.inputs[0], cq.outputs[1]) << "the scale product reads the DynamicFakeQuantize's scale";
+    }
+  }
 }
 
 TEST(DequantizeWeightsTest, MatMulIntegerWithPerColumnScales) {
@@ -243,7 +292,7 @@ TEST(DequantizeWeightsTest, MatMulIntegerWithPerColumnScales) {
   g.initializers["b_zp"] = Tensor::FromVector<uint8_t>({128, 126}, {2});
   g.initializers["b_scale"] = Tensor::FromVector<float>({1.f, 0.5f}, {2});
   AddIntegerChain(g, "MatMulInteger", AddDynamicQuantize(g, "a"), "b_q", "b_zp", "b_scale", "y");
-  ASSERT_TRUE(DequantizeWeights(g).ok());
+  ASSERT_TRUE(DequantizeWeights(g, Int8Activation::kFloat).ok());
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].op_type, "MatMul");
   EXPECT_EQ(g.nodes[0].inputs[0], "a");
@@ -261,7 +310,7 @@ TEST(DequantizeWeightsTest, LeavesOtherPatternsAlone) {
   AddIntegerChain(g, "ConvInteger", AddDynamicQuantize(g, "x"), "w_q", "", "w_scale", "y");
   g.nodes[2].attrs["to"] = int64_t{6};  // Cast to int32: not the dequantization chain
   const size_t before = g.nodes.size();
-  ASSERT_TRUE(DequantizeWeights(g).ok());
+  ASSERT_TRUE(DequantizeWeights(g, Int8Activation::kFloat).ok());
   EXPECT_EQ(g.nodes.size(), before);
   EXPECT_EQ(g.nodes[1].op_type, "ConvInteger");
 }
@@ -572,7 +621,7 @@ std::string ModelsDir() {
 // Runs the passes in Engine::Load's order (passes.h).
 void RunPipeline(Graph& g) {
   ASSERT_TRUE(FixInputShapes(g, {}).ok());
-  ASSERT_TRUE(DequantizeWeights(g).ok());
+  ASSERT_TRUE(DequantizeWeights(g, Int8Activation::kFloat).ok());
   Status s = InferShapesAndFold(g);
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_TRUE(RemoveNoOps(g).ok());
@@ -601,7 +650,7 @@ TEST(RealModelPassesTest, DequantizesYoloV8nInt8) {
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "real model not found at " << path;
   StatusOr<Graph> g = ImportOnnxFile(path);
   ASSERT_TRUE(g.ok()) << g.status();
-  ASSERT_TRUE(DequantizeWeights(*g).ok());
+  ASSERT_TRUE(DequantizeWeights(*g, Int8Activation::kFloat).ok());
   ASSERT_TRUE(ValidateGraph(*g).ok());
   // SOURCES.md: 610 nodes; each of the 64 chains loses its Cast, output Mul and scale Mul, and all
   // 59 DynamicQuantizeLinear nodes fall away: 610 − 3·64 − 59 = 359.
@@ -615,13 +664,34 @@ TEST(RealModelPassesTest, DequantizesYoloV8nInt8) {
   EXPECT_EQ(quantized, 0u);
 }
 
+TEST(RealModelPassesTest, YoloV8nInt8AsExportedKeepsEveryActivationQuantization) {
+  const std::string path = ModelsDir() + "/yolov8n_coco_640_int8dyn.onnx";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "real model not found at " << path;
+  StatusOr<Graph> g = ImportOnnxFile(path);
+  ASSERT_TRUE(g.ok()) << g.status();
+  Graph exact = *g;
+  ASSERT_TRUE(DequantizeWeights(*g, Int8Activation::kFakeQuantized).ok());
+  ASSERT_TRUE(ValidateGraph(*g).ok());
+  const auto counts = OpCounts(*g);
+  EXPECT_EQ(counts.at("Conv"), 64);
+  EXPECT_EQ(counts.at("DynamicFakeQuantize"), 59) << "one per DynamicQuantizeLinear of the file";
+  EXPECT_EQ(g->nodes.size(), 359u + 59u);
+  // Exact products: each chain keeps its output Mul and scale Mul (610 − 64 Casts − 59 DynamicQuantizeLinears
+  // + 59 DynamicFakeQuantizes).
+  ASSERT_TRUE(DequantizeWeights(exact, Int8Activation::kExactProducts).ok());
+  ASSERT_TRUE(ValidateGraph(exact).ok());
+  EXPECT_EQ(exact.nodes.size(), 610u - 64u);
+  EXPECT_EQ(OpCounts(exact).at("Mul"), 186);
+  EXPECT_EQ(OpCounts(exact).count("ConvInteger") + OpCounts(exact).count("DynamicQuantizeLinear"), 0u);
+}
+
 TEST(RealModelPassesTest, YoloV8nInt8LoadPipeline) {
   const std::string path = ModelsDir() + "/yolov8n_coco_640_int8dyn.onnx";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "real model not found at " << path;
   StatusOr<Graph> g = ImportOnnxFile(path);
   ASSERT_TRUE(g.ok()) << g.status();
   Graph dq = *g;
-  ASSERT_TRUE(DequantizeWeights(dq).ok());
+  ASSERT_TRUE(DequantizeWeights(dq, Int8Activation::kFloat).ok());
   if (const std::string missing = MissingOps(dq); !missing.empty()) GTEST_SKIP() << "ops without schema: " << missing;
   RunPipeline(*g);
   EXPECT_EQ(g->types.at("output0"), (TensorType{DType::kFloat32, {1, 84, 8400}}));

@@ -13,15 +13,13 @@ per seq); ONNX Runtime runs the same model on those pictures (tools/testmodels/o
 letterbox, decoding, NMS) and its detections are matched, both ways, with what the aggregator stored for
 the same seq (detections within 0.05 of conf 0.25 may flip, as in test_detect.py):
 - fp32 YOLOX-nano: every box corner within 2 px, |dscore| <= 0.01, no exception.
-- int8 YOLOv8n (dynamic quantization): ONNX Runtime quantizes each activation tensor to uint8 at run
-  time, vigil dequantizes the weights and keeps activations in float (docs/architecture.md). So vigil is
-  held exactly to ORT on the file's float twin (oracle.float_twin_of_dynamic_quant: the same weights,
-  float activations): IoU >= 0.98, |dscore| <= 0.01, no exception; and to ORT on the int8 file itself with
-  the first issue's rule, IoU >= 0.9 and |dscore| <= 0.05, for at least 95% of the detections of both
-  streams together. Measured: 27 of 1235 person detections on the 200 vtest frames (small pedestrians
-  whose score or box moves with the activation quantization) and 2 of 25 on darknet's images (one box
-  that int8 ORT calls person 0.45 and the float computation kite 0.42, counted both ways): 29 of 1260
-  (2.3%) against int8 ORT, 0 against the float twin.
+- int8 YOLOv8n (dynamic quantization): vigil quantizes each activation as the file's DynamicQuantizeLinear
+  does and sums the integer products exactly, ONNX Runtime's arithmetic (test_int8_exact.py; until issue 21 it
+  kept activations in float and missed int8 ORT on 29 of 1260 detections here). So it is held to ORT on the
+  int8 file itself: IoU >= 0.98 (or corners within 0.5 px), |dscore| <= 0.02 (issue 21's rule), no exception.
+  Measured: the 200 vtest frames within 0.01; on darknet's images one horse at 0.369 vs ORT's 0.382 — the ORT
+  side letterboxes the saved picture with OpenCV, whose resize differs from the edge's by a grey level on some
+  pixels, and the input's quantization carries that into the network.
 The edge's final metrics (vigil edge --metrics-out) must count every processed frame once in each stage
 histogram.
 
@@ -228,20 +226,11 @@ def test_every_frame_accounted_persons_and_dog(vtest200, tmp_path):
     # Boxes vs ONNX Runtime on the very pictures the edge decoded (module docstring: why two references).
     import oracle
 
-    twin = tmp_path / "float_twin.onnx"
-    twin.write_bytes(oracle.float_twin_of_dynamic_quant(MODEL))
-    int8_fails, int8_compared = [], 0
     for stream, n, classes in (("vtest", FRAMES, {0}), ("images", len(IMAGES), None)):
         frames = tmp_path / "frames" / stream
-        fails, compared = boxes_vs_ort(agg.db, frames, stream, twin, n, iou=0.7, min_iou=0.98, box_atol=0.5,
-                                       max_dscore=0.01, classes=classes)
-        assert not fails, "vs ORT on the float twin: " + describe_fails(fails, compared)
-        fails, compared = boxes_vs_ort(agg.db, frames, stream, MODEL, n, iou=0.7, min_iou=0.9, box_atol=1.0,
-                                       max_dscore=0.05, classes=classes)
-        int8_fails += fails
-        int8_compared += compared
-    assert len(int8_fails) <= 0.05 * int8_compared, "vs ORT on the int8 file: " + describe_fails(int8_fails,
-                                                                                               int8_compared)
+        fails, compared = boxes_vs_ort(agg.db, frames, stream, MODEL, n, iou=0.7, min_iou=0.98, box_atol=0.5,
+                                       max_dscore=0.02, classes=classes)
+        assert not fails, "vs ORT on the int8 file: " + describe_fails(fails, compared)
     shutil.rmtree(tmp_path / "frames")  # ~270 MB
 
 

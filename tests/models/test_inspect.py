@@ -206,19 +206,19 @@ def model_path_or_shared():
 # ------------------------------------------------------------------ where each node runs (--device)
 def test_inspect_plans_each_node_for_a_device_without_needing_it(tmp_path):
     """`--device cuda:0` answers on a machine without a GPU: each node's kernel, and the host fallbacks with the
-    reason (here ReduceSum, which has no CUDA kernel); `--device cpu` puts every node on the CPU; a bad device is
-    refused naming the option."""
+    reason (here DynamicQuantizeLinear, which has no CUDA kernel); `--device cpu` puts every node on the CPU; a bad
+    device is refused naming the option."""
     rng = np.random.default_rng(7)
     w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
     w2 = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w2")
-    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
     # Two chained convolutions: the NHWC region (a lone one would stay NCHW: nothing to chain with).
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"], name="relu"),
              helper.make_node("Conv", ["r", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
-             helper.make_node("ReduceSum", ["c2", "axes"], ["s"], name="sum", keepdims=1),
+             helper.make_node("DynamicQuantizeLinear", ["c2"], ["q", "qs", "qz"], name="dql"),
+             helper.make_node("DequantizeLinear", ["q", "qs", "qz"], ["s"], name="deq"),
              helper.make_node("Sigmoid", ["s"], ["y"], name="sig")]
-    model = save(tmp_path, "plan", nodes, [vi("x", [1, 3, 16, 16])], [vi("y", [1, 1, 16, 16])], [w, w2, axes])
+    model = save(tmp_path, "plan", nodes, [vi("x", [1, 3, 16, 16])], [vi("y", [1, 8, 16, 16])], [w, w2])
     p = vigil("model", "inspect", model, "--json", "--device", "cuda:0", "--precision", "fp16")
     assert p.returncode == 0, describe(p)
     j = json.loads(p.stdout)
@@ -226,16 +226,16 @@ def test_inspect_plans_each_node_for_a_device_without_needing_it(tmp_path):
         pytest.skip("this build has no CUDA backend")
     plan = j["plan"]
     by = {n["node"]: n for n in plan["nodes"]}
-    assert by["sum"]["kernel"] == "host" and by["sum"]["reason"] == "no CUDA kernel: op", by["sum"]
-    assert by["sig"]["kernel"] == "cuda" and "reason" not in by["sig"]
+    assert by["dql"]["kernel"] == "host" and by["dql"]["reason"] == "no CUDA kernel: op", by["dql"]
+    assert by["deq"]["kernel"] == "cuda" and by["sig"]["kernel"] == "cuda" and "reason" not in by["sig"]
     convs = [n for n in plan["nodes"] if n["op"] in ("Conv", "vigil.FusedConv")]
     assert [n["kernel"] for n in convs] == ["cudnn", "cudnn"], plan["nodes"]
-    assert all(n["channels_last"] for n in convs) and not by["sum"]["channels_last"], plan["nodes"]
+    assert all(n["channels_last"] for n in convs) and not by["dql"]["channels_last"], plan["nodes"]
     assert plan["host_nodes"] == 1 and plan["conversions"] == 1, plan
     assert plan["kernels"]["host"] == 1
     text = vigil("model", "inspect", model, "--device", "cuda:0")
     assert text.returncode == 0, describe(text)
-    assert "on host   : 'sum' (ReduceSum): no CUDA kernel: op" in text.stdout, text.stdout
+    assert "on host   : 'dql' (DynamicQuantizeLinear): no CUDA kernel: op" in text.stdout, text.stdout
 
     cpu = json.loads(vigil("model", "inspect", model, "--json", "--device", "cpu").stdout)["plan"]
     assert {n["kernel"] for n in cpu["nodes"]} == {"cpu"} and cpu["host_nodes"] == 0

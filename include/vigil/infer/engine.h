@@ -47,6 +47,18 @@ struct NodeTiming {
 enum class Precision : uint8_t { kFp32, kFp16 };
 // "fp32" / "fp16"; InvalidArgument naming the value otherwise.
 StatusOr<Precision> ParsePrecision(std::string_view text);
+// Activations of int8-dynamic models (DynamicQuantizeLinear → ConvInteger / MatMulInteger, as onnxruntime's
+// quantize_dynamic writes them). Either way the weights are dequantized once at load and the convolution runs
+// in float (oneDNN / cuDNN):
+//  - kQuantized (default, "as exported"): each activation is quantized to uint8 over its whole tensor's range
+//    exactly as DynamicQuantizeLinear defines it, then dequantized (vigil DynamicFakeQuantize) — ONNX Runtime's
+//    results up to the float rounding of the sums. The range is the whole tensor's, the batch included, as ONNX
+//    defines it: at batch > 1 an image's result depends on the other images of its batch.
+//  - kFloat: activations kept in float (no range pass per convolution: faster; borderline boxes differ from
+//    ONNX Runtime's, as a float model's would).
+enum class Int8Activations : uint8_t { kQuantized, kFloat };
+// "quantized" / "float"; InvalidArgument naming the value otherwise.
+StatusOr<Int8Activations> ParseInt8Activations(std::string_view text);
 // EngineOptions::device → CUDA ordinal: "cpu" → -1, "cuda" → 0, "cuda:N" → N. Errors: InvalidArgument naming the text.
 StatusOr<int> ParseDevice(const std::string& device);
 
@@ -61,6 +73,7 @@ struct EngineOptions {
   bool optimize = true;        // run the fusion/no-op passes (folding and dequantization always run)
   bool profile = false;        // per-node timings, see Profile()
   Precision precision = Precision::kFp32;  // CUDA only (the CPU backend computes in float32)
+  Int8Activations int8_activations = Int8Activations::kQuantized;  // int8-dynamic models only
   bool allow_tf32 = false;     // CUDA: TF32 tensor cores for float32 convolutions
   bool cuda_graph = true;      // CUDA: replay Run as one CUDA graph after the first call
   // CUDA: a file keeping the cuDNN plan choices between processes ("" = $VIGIL_CUDNN_PLAN_CACHE, else

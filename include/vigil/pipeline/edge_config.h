@@ -223,6 +223,8 @@ struct EdgeConfig {
   // the per-frame latency.
   int workers_per_device = 0;
   std::string precision = "fp32";  // CUDA compute precision: "fp32" or "fp16"
+  // int8-dynamic models: "quantized" (as exported, ONNX Runtime's results) or "float" (EngineOptions::int8_activations)
+  std::string int8_activations = "quantized";
   int model_batch = 0;           // model.batch: engine batch, 0..256; 0 = the model's fixed batch; a symbolic
                                  // batch: max_batch on GPUs (one engine run per cross-stream batch), 1 on the CPU
   int max_batch = 1;             // cross-stream batch, 1..256

@@ -32,7 +32,8 @@ bool IsElementwiseOp(const Node& node) {
                                                  "Min",  "Sigmoid",   "Relu",        "LeakyRelu", "Tanh", "Exp",
                                                  "Neg",  "Abs",       "Sqrt",        "Erf",       "Clip", "HardSigmoid",
                                                  "HardSwish"};
-  return node.domain.empty() && ops.count(node.op_type) != 0;
+  return (node.domain.empty() && ops.count(node.op_type) != 0) ||
+         (node.domain == "vigil" && node.op_type == "DynamicFakeQuantize");  // global range, then elementwise
 }
 
 // A Slice of whole channel blocks of a 4-D value: one axis, the channel axis, step 1, a constant start that is

@@ -8,7 +8,8 @@
 // multiple of b (no padding). Roles (BlockedRole):
 //  - kAnyInput: a convolution or MaxPool that oneDNN runs; reads either layout, writes blocked;
 //  - kAgnostic: nodes whose reference kernel gives the right answer on blocked data unchanged:
-//    elementwise ops (Add, Mul, Sigmoid, ...) whose inputs are tensors of the output's shape or
+//    elementwise ops (Add, Mul, Sigmoid, ..., and vigil DynamicFakeQuantize: one range over all elements, then
+//    elementwise) whose inputs are tensors of the output's shape or
 //    one-element tensors, and Concat / Split on the channel axis when every piece's channel count is a
 //    multiple of b (each image's channel range [c0, c1) is then one contiguous run in both layouts),
 //    and for the same reason a Slice of the channel axis alone, step 1, from a constant multiple of b;

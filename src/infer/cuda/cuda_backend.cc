@@ -1273,6 +1273,27 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeQuant(Build& b, bool quantize) {
   });
 }
 
+// vigil DynamicFakeQuantize (int8-dynamic models as exported): elementwise given its global range, so in the NHWC
+// region too (layout_plan.h).
+StatusOr<std::unique_ptr<CudaKernel>> MakeFakeQuantize(Build& b) {
+  VIGIL_ASSIGN_OR_RETURN(Value x, b.In(0));
+  const Value& y = b.Out(0);
+  if (!IsFloat(x.dtype) || x.dtype != y.dtype || x.nhwc != y.nhwc) return b.Unsupported("dtype or layout");
+  const bool centered = b.node.GetInt("centered", 0) != 0;
+  float* scale = nullptr;
+  if (b.node.outputs.size() > 1 && !b.node.outputs[1].empty()) {
+    const Value& s = b.Out(1);
+    if (s.dtype != DType::kFloat32) return b.Unsupported("scale dtype");
+    scale = static_cast<float*>(s.ptr);
+  }
+  VIGIL_ASSIGN_OR_RETURN(void* scratch, b.res.Alloc(cuda::DynamicFakeQuantizeScratchBytes(), b.node.name + " range"));
+  const int64_t n = NumElements(x.shape);
+  const ElemType et = ElemOf(x.dtype);
+  return Kernel("cuda", [=](cudaStream_t s) {
+    return Launched(cuda::DynamicFakeQuantize(y.ptr, x.ptr, et, n, centered, scale, scratch, s), "DynamicFakeQuantize");
+  });
+}
+
 // Gemm-11/13: y = alpha · A' · B' + beta · C (A' = transA ? Aᵀ : A; C broadcast to [M, N]) on cuBLAS; C is
 // first copied into y, then the product accumulated onto it.
 StatusOr<std::unique_ptr<CudaKernel>> MakeGemm(Build& b) {
@@ -1316,6 +1337,7 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeGpuKernel(Build& b) {
   const Node& n = b.node;
   if (n.domain == kCpuDomain && n.op_type == kToNchwOp) return MakeToNchw(b);
   if ((n.domain.empty() && n.op_type == "Conv") || (n.domain == "vigil" && n.op_type == "FusedConv")) return MakeConv(b);
+  if (n.domain == "vigil" && n.op_type == "DynamicFakeQuantize") return MakeFakeQuantize(b);
   if (!n.domain.empty()) return b.Unsupported("domain '", n.domain, "'");
   const std::string& op = n.op_type;
   if (op == "MaxPool") return MakeMaxPool(b);

@@ -178,4 +178,13 @@ cudaError_t Dequantize(void* y, ElemType y_type, const void* q, ElemType q_type,
                        ElemType scale_type, const void* zero_point, int64_t n, int64_t channels, int64_t inner,
                        cudaStream_t stream);
 
+// vigil DynamicFakeQuantize (src/infer/ops/quant.cc) over n contiguous float elements, any layout: the range
+// [min(0, min x), max(0, max x)] in two passes (per-block partials, then one block), then y = (q − zp) · scale
+// (centered: y = q − zp, and the scale into *scale_out when non-null) with DynamicQuantizeLinear's scale, zero
+// point and rounding — the host reference's arithmetic. `scratch`: DynamicFakeQuantizeScratchBytes() of device
+// memory.
+size_t DynamicFakeQuantizeScratchBytes();
+cudaError_t DynamicFakeQuantize(void* y, const void* x, ElemType type, int64_t n, bool centered, float* scale_out,
+                                void* scratch, cudaStream_t stream);
+
 }  // namespace vigil::cuda

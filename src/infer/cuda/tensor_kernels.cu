@@ -357,6 +357,72 @@ __global__ void DequantizeKernel(Y* y, const Q* q, const S* scale, const Q* zp, 
   }
 }
 
+// ---- DynamicFakeQuantize ------------------------------------------------------------------------
+
+constexpr int kRangePartials = 1024;
+
+// Block b's [min, max] of its grid-stride share, 0 included (DynamicQuantizeLinear's range includes 0).
+template <typename T>
+__global__ void RangePartialKernel(float2* partials, const T* x, int64_t n) {
+  __shared__ float lo_s[kThreads], hi_s[kThreads];
+  float lo = 0.0f, hi = 0.0f;
+  VIGIL_GRID_STRIDE(i, n) {
+    const float v = Load(x, i);
+    lo = fminf(lo, v);
+    hi = fmaxf(hi, v);
+  }
+  lo_s[threadIdx.x] = lo;
+  hi_s[threadIdx.x] = hi;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) {
+      lo_s[threadIdx.x] = fminf(lo_s[threadIdx.x], lo_s[threadIdx.x + w]);
+      hi_s[threadIdx.x] = fmaxf(hi_s[threadIdx.x], hi_s[threadIdx.x + w]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = make_float2(lo_s[0], hi_s[0]);
+}
+
+// One block: the partials' range → (scale, zero point) in params[0] as (scale, zp as float); the scale also into
+// *scale_out when given.
+__global__ void RangeParamsKernel(float2* params, const float2* partials, int count, float* scale_out) {
+  __shared__ float lo_s[kThreads], hi_s[kThreads];
+  float lo = 0.0f, hi = 0.0f;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) lo = fminf(lo, partials[i].x), hi = fmaxf(hi, partials[i].y);
+  lo_s[threadIdx.x] = lo;
+  hi_s[threadIdx.x] = hi;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) {
+      lo_s[threadIdx.x] = fminf(lo_s[threadIdx.x], lo_s[threadIdx.x + w]);
+      hi_s[threadIdx.x] = fmaxf(hi_s[threadIdx.x], hi_s[threadIdx.x + w]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const float l = lo_s[0], h = hi_s[0];
+    const float scale = __fdiv_rn(h == l ? 1.0f : __fsub_rn(h, l), 255.0f);
+    float zp = rintf(__fdiv_rn(-l, scale));
+    zp = zp > 0.0f ? zp : 0.0f;
+    zp = zp < 255.0f ? zp : 255.0f;
+    params[0] = make_float2(scale, zp);
+    if (scale_out != nullptr) *scale_out = scale;
+  }
+}
+
+template <typename T>
+__global__ void FakeQuantizeKernel(T* y, const T* x, const float2* params, int64_t n, bool centered) {
+  const float2 p = params[0];
+  const float step = centered ? 1.0f : p.x;
+  VIGIL_GRID_STRIDE(i, n) {
+    float q = rintf(__fdiv_rn(Load(x, i), p.x)) + p.y;
+    q = q > 0.0f ? q : 0.0f;
+    q = q < 255.0f ? q : 255.0f;
+    Store(y, i, __fmul_rn(__fsub_rn(q, p.y), step));
+  }
+}
+
 template <typename F>
 cudaError_t ForQuant(ElemType t, F&& f) {
   switch (t) {
@@ -537,6 +603,25 @@ cudaError_t Dequantize(void* y, ElemType y_type, const void* q, ElemType q_type,
     });
   });
   return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+size_t DynamicFakeQuantizeScratchBytes() { return (kRangePartials + 1) * sizeof(float2); }
+
+cudaError_t DynamicFakeQuantize(void* y, const void* x, ElemType type, int64_t n, bool centered, float* scale_out,
+                                void* scratch, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  auto* params = static_cast<float2*>(scratch);
+  float2* partials = params + 1;
+  const int64_t want = (n + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(want < kRangePartials ? want : kRangePartials);
+  detail::ForFloatType(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    RangePartialKernel<T><<<blocks, kThreads, 0, stream>>>(partials, static_cast<const T*>(x), n);
+    RangeParamsKernel<<<1, kThreads, 0, stream>>>(params, partials, blocks, scale_out);
+    FakeQuantizeKernel<T><<<Blocks(n), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x), params, n,
+                                                              centered);
+  });
+  return cudaGetLastError();
 }
 
 }  // namespace vigil::cuda

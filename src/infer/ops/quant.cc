@@ -1,5 +1,5 @@
 // quant.cc — reference kernels for ONNX quantization operators (https://onnx.ai/onnx/operators/):
-// QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, ConvInteger.
+// QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, ConvInteger, and vigil's DynamicFakeQuantize.
 //
 // Rounding is to nearest, ties to even (std::nearbyint in the default rounding mode), as the spec
 // requires; quantized values saturate to the integer type's range. Scales and zero points are
@@ -8,6 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#include <utility>
 
 #include "infer/ops/op_lists.h"
 #include "infer/ops/op_util.h"
@@ -164,24 +169,131 @@ Status InferDynamicQuantize(const ShapeContext& ctx, std::vector<TensorType>* ou
   return absl::OkStatus();
 }
 
+// DynamicQuantizeLinear's scale and zero point for the n values at px.
+#if defined(__x86_64__)
+// min(lo, x[0..n)) and max(hi, x[0..n)) eight lanes at a time (NaN-free inputs: the order does not matter).
+__attribute__((target("avx2"))) void RangeAvx2(const float* x, int64_t n, float* lo, float* hi) {
+  __m256 l = _mm256_set1_ps(*lo), h = _mm256_set1_ps(*hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    l = _mm256_min_ps(l, v);
+    h = _mm256_max_ps(h, v);
+  }
+  alignas(32) float ls[8], hs[8];
+  _mm256_store_ps(ls, l);
+  _mm256_store_ps(hs, h);
+  for (int k = 0; k < 8; ++k) *lo = std::min(*lo, ls[k]), *hi = std::max(*hi, hs[k]);
+  for (; i < n; ++i) *lo = std::min(*lo, x[i]), *hi = std::max(*hi, x[i]);
+}
+
+// y = (clamp(round_half_even(x / scale) + z, 0, 255) − z) · step, eight lanes at a time: the scalar formula's
+// operations (an IEEE division, the round-to-nearest-even instruction), so the same bits.
+__attribute__((target("avx2"))) void FakeQuantizeAvx2(const float* x, float* y, int64_t n, float scale, float z,
+                                                      float step) {
+  const __m256 s = _mm256_set1_ps(scale), zz = _mm256_set1_ps(z), st = _mm256_set1_ps(step);
+  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 q = _mm256_min_ps(top, _mm256_max_ps(zero, _mm256_add_ps(r, zz)));
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_sub_ps(q, zz), st));
+  }
+  for (; i < n; ++i) y[i] = (std::min(255.f, std::max(0.f, std::nearbyint(x[i] / scale) + z)) - z) * step;
+}
+
+bool HasAvx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+#endif
+
+std::pair<float, uint8_t> DynamicQuantParams(const float* px, int64_t n) {
+  float lo = 0.f, hi = 0.f;
+#if defined(__x86_64__)
+  if (HasAvx2()) {
+    const int threads = ThreadsFor(n);
+    const int64_t chunk = (n + threads - 1) / threads;
+#pragma omp parallel for reduction(min : lo) reduction(max : hi) num_threads(threads)
+    for (int t = 0; t < threads; ++t) {
+      const int64_t begin = t * chunk, end = std::min(n, begin + chunk);
+      if (begin < end) RangeAvx2(px + begin, end - begin, &lo, &hi);
+    }
+  } else
+#endif
+  {
+#pragma omp parallel for reduction(min : lo) reduction(max : hi) num_threads(ThreadsFor(n))
+    for (int64_t i = 0; i < n; ++i) {
+      lo = std::min(lo, px[i]);
+      hi = std::max(hi, px[i]);
+    }
+  }
+  const float scale = (hi == lo ? 1.f : hi - lo) / 255.f;
+  return {scale, QuantizeValue<uint8_t>(-lo / scale, 0.f)};
+}
+
 Status RunDynamicQuantize(const KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const float* px = x.data<float>();
   const int64_t n = x.numel();
-  float lo = 0.f, hi = 0.f;
-#pragma omp parallel for reduction(min : lo) reduction(max : hi) num_threads(ThreadsFor(n))
-  for (int64_t i = 0; i < n; ++i) {
-    lo = std::min(lo, px[i]);
-    hi = std::max(hi, px[i]);
-  }
-  const float scale = (hi == lo ? 1.f : hi - lo) / 255.f;
-  const uint8_t zp = QuantizeValue<uint8_t>(-lo / scale, 0.f);
+  const auto [scale, zp] = DynamicQuantParams(px, n);
   uint8_t* y = ctx.outputs[0].data<uint8_t>();
 #pragma omp parallel for num_threads(ThreadsFor(n))
   for (int64_t i = 0; i < n; ++i) y[i] = QuantizeValue<uint8_t>(px[i] / scale, zp);
   if (ctx.outputs[1].defined()) ctx.outputs[1].data<float>()[0] = scale;
   if (ctx.outputs[2].defined()) ctx.outputs[2].data<uint8_t>()[0] = zp;
   return absl::OkStatus();
+}
+
+// ---- vigil DynamicFakeQuantize: DynamicQuantizeLinear and its dequantization in one — the activation a
+// ConvInteger / MatMulInteger fed by DynamicQuantizeLinear computes on, for the float convolution that replaces
+// it (passes.h DequantizeWeights, EngineOptions::int8_activations). x float32 or float16 (computed in float32).
+//  - centered 0 (default): y = (q − zp) · scale, one output of x's dtype;
+//  - centered 1: y = q − zp as float (integers in [−255, 255]) and, as an optional second output, the scale
+//    (float32 scalar): the exact integer product's operands, for a float convolution whose sums stay exact.
+// Elementwise given its one global range, so any layout serves.
+
+Status InferDynamicFakeQuantize(const ShapeContext& ctx, std::vector<TensorType>* out) {
+  VIGIL_RETURN_IF_ERROR(CheckInputCount(ctx, 1, 1));
+  const bool centered = ctx.node.GetInt("centered", 0) != 0;
+  VIGIL_RETURN_IF_ERROR(CheckOutputCount(ctx.node, 1, centered ? 2 : 1));
+  VIGIL_RETURN_IF_ERROR(CheckDType(ctx, 0, {DType::kFloat32, DType::kFloat16}));
+  *out = {ctx.input_types[0]};
+  if (centered) out->push_back(TensorType{DType::kFloat32, {}});
+  return absl::OkStatus();
+}
+
+Status RunDynamicFakeQuantizeF32(const KernelContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  const float* px = x.data<float>();
+  const int64_t n = x.numel();
+  const auto [scale, zp] = DynamicQuantParams(px, n);
+  const bool centered = ctx.node.GetInt("centered", 0) != 0;
+  const float step = centered ? 1.f : scale;
+  float* y = ctx.outputs[0].data<float>();
+  const float z = zp;
+  const int threads = ThreadsFor(n);
+  const int64_t chunk = (n + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t begin = t * chunk, end = std::min(n, begin + chunk);
+#if defined(__x86_64__)
+    if (HasAvx2()) {
+      if (begin < end) FakeQuantizeAvx2(px + begin, y + begin, end - begin, scale, z, step);
+      continue;
+    }
+#endif
+    for (int64_t i = begin; i < end; ++i) {  // QuantizeValue's arithmetic
+      y[i] = (std::min(255.f, std::max(0.f, std::nearbyint(px[i] / scale) + z)) - z) * step;
+    }
+  }
+  if (ctx.outputs.size() > 1 && ctx.outputs[1].defined()) ctx.outputs[1].data<float>()[0] = scale;
+  return absl::OkStatus();
+}
+
+Status RunDynamicFakeQuantize(const KernelContext& ctx) {
+  if (ctx.inputs[0].dtype() == DType::kFloat16) return RunAsFloat32(ctx, &RunDynamicFakeQuantizeF32);
+  return RunDynamicFakeQuantizeF32(ctx);
 }
 
 // ---- ConvInteger-10: Y (int32) = Conv(x − x_zero_point, w − w_zero_point) with Conv's attributes
@@ -334,6 +446,7 @@ std::vector<OpSchema> QuantOps() {
       {"", "QuantizeLinear", 10, InferQuantize, RunQuantize},
       {"", "DequantizeLinear", 10, InferDequantize, RunDequantize},
       {"", "DynamicQuantizeLinear", 11, InferDynamicQuantize, RunDynamicQuantize},
+      {"vigil", "DynamicFakeQuantize", 1, InferDynamicFakeQuantize, RunDynamicFakeQuantize},
       {"", "ConvInteger", 10, InferConvInteger, RunConvInteger},
   };
 }

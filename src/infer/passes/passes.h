@@ -29,12 +29,25 @@ struct ShapeOverrides {
 // an InvalidArgument error naming the input and the symbol.
 Status FixInputShapes(Graph& graph, const ShapeOverrides& overrides);
 
-// Rewrites dynamically quantized chains into float ops with dequantized weights
-// (YOLO-NOTES.md "Dynamically quantized models"):
+// What DequantizeWeights feeds the float convolution that replaces an integer one.
+enum class Int8Activation : uint8_t {
+  kFloat,          // x itself: no activation quantization (faster; borderline boxes differ from ONNX Runtime's)
+  kFakeQuantized,  // vigil DynamicFakeQuantize(x): quantized as the DynamicQuantizeLinear defined, then
+                   // dequantized; weights (W_q − W_zp)·w_scale. For float16 compute (the integer sums overflow it)
+  kExactProducts,  // vigil DynamicFakeQuantize(x, centered=1) = q − zp and weights W_q − W_zp unscaled: the float
+                   // convolution sums the integer products — exact while the sums stay below 2^24 — and the
+                   // export's own scale Mul and bias Add follow: ONNX Runtime's arithmetic
+};
+
+// Rewrites dynamically quantized chains into float ops (YOLO-NOTES.md "Dynamically quantized models"):
 //   DynamicQuantizeLinear(x) → ConvInteger(x_q, W_q, x_zp, W_zp) → Cast(float) → Mul(x_scale·w_scale) [→ Add(b)]
-// becomes Conv(x, (W_q − W_zp)·w_scale) [→ Add(b)], and likewise MatMulInteger → MatMul.
-// QDQ weights (DequantizeLinear of an initializer) are left to constant folding.
-Status DequantizeWeights(Graph& graph);
+// becomes, by `activation`:
+//   kFloat / kFakeQuantized: Conv(a, (W_q − W_zp)·w_scale) [→ Add(b)] with a = x / DynamicFakeQuantize(x);
+//   kExactProducts: Conv(q − zp, W_q − W_zp) → Mul(x_scale·w_scale) [→ Add(b)], x_scale from the same
+//   DynamicFakeQuantize;
+// one DynamicFakeQuantize per DynamicQuantizeLinear, right after it, shared by every convolution it fed; likewise
+// MatMulInteger → MatMul. QDQ weights (DequantizeLinear of an initializer) are left to constant folding.
+Status DequantizeWeights(Graph& graph, Int8Activation activation);
 
 // Walks nodes in order, computing every value's TensorType into `graph.types` with the op
 // schemas' infer functions, and replaces nodes whose inputs are all known at load (initializers,

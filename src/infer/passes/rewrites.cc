@@ -5,6 +5,7 @@
 // FuseConvActivation also absorbs Conv → Add(constant broadcast along channels) into Conv's bias
 // first: dynamically quantized exports keep the bias as a separate Add (YOLO-NOTES.md), which
 // would otherwise sit between the Conv and its activation and block the fusion.
+#include <map>
 #include <optional>
 #include <unordered_set>
 
@@ -139,7 +140,9 @@ std::optional<std::vector<float>> ChannelBias(const Graph& graph, const Node& co
 
 }  // namespace
 
-Status DequantizeWeights(Graph& graph) {
+Status DequantizeWeights(Graph& graph, Int8Activation activation_mode) {
+  const bool quantize_activations = activation_mode != Int8Activation::kFloat;
+  const bool exact = activation_mode == Int8Activation::kExactProducts;
   const Uses uses = Consumers(graph);
   const auto producer = Producers(graph);
   auto produced_by = [&](const std::string& value, const char* op_type) -> const Node* {
@@ -150,6 +153,9 @@ Status DequantizeWeights(Graph& graph) {
   };
   std::vector<bool> erase(graph.nodes.size(), false);
   bool changed = false;
+  // With quantize_activations: DynamicQuantizeLinear output → its DynamicFakeQuantize node (inserted right after it).
+  std::map<std::string, std::pair<std::string, std::string>> fake_quantized;  // (activation, scale)
+  std::map<size_t, Node> insert_after;
   for (Node& node : graph.nodes) {
     const bool conv = node.op_type == "ConvInteger";
     if (!node.domain.empty() || (!conv && node.op_type != "MatMulInteger") || !node.HasInput(0) ||
@@ -180,17 +186,54 @@ Status DequantizeWeights(Graph& graph) {
                                                           : nullptr;
     if (!wscale) continue;
 
-    VIGIL_ASSIGN_OR_RETURN(Tensor w, DequantizeWeight(node, *wq, wzp, *wscale, conv));
+    const Tensor unit = Tensor::Scalar<float>(1.f);
+    VIGIL_ASSIGN_OR_RETURN(Tensor w, DequantizeWeight(node, *wq, wzp, exact ? unit : *wscale, conv));
     const std::string name = UniqueName(graph, node.inputs[1] + "_dequantized");
     graph.initializers[name] = std::move(w);
+    std::string activation = dql->inputs[0];
+    if (quantize_activations) {
+      auto [it, fresh] = fake_quantized.emplace(dql->outputs[0], std::make_pair(std::string(), std::string()));
+      if (fresh) {
+        Node fq;
+        fq.name = UniqueName(graph, dql->name.empty() ? dql->outputs[0] + "_fake_quantize" : dql->name + "_fake_quantize");
+        fq.domain = "vigil";
+        fq.op_type = "DynamicFakeQuantize";
+        fq.inputs = {dql->inputs[0]};
+        fq.outputs = {UniqueName(graph, dql->outputs[0] + (exact ? "_centered" : "_fake_quantized"))};
+        if (exact) {
+          fq.attrs["centered"] = int64_t{1};
+          fq.outputs.push_back(UniqueName(graph, dql->outputs[1] + "_of_fake_quantize"));
+        }
+        it->second = {fq.outputs[0], exact ? fq.outputs[1] : std::string()};
+        insert_after.emplace(producer.at(dql->outputs[0]), std::move(fq));
+      }
+      activation = it->second.first;
+      if (exact) {  // the export's scale product now reads the DynamicFakeQuantize's scale
+        Node& scale_mul = graph.nodes[producer.at(scales->outputs[0])];
+        for (std::string& in : scale_mul.inputs) {
+          if (in == x_scale) in = it->second.second;
+        }
+      }
+    }
     node.op_type = conv ? "Conv" : "MatMul";  // ConvInteger's attributes are Conv's
-    node.inputs = {dql->inputs[0], name};
-    node.outputs = {m.outputs[0]};
-    erase[cast] = erase[mul] = true;
+    node.inputs = {activation, name};
+    if (exact) {  // the integer sums in float, then the export's own Mul(x_scale·w_scale)
+      node.outputs = {cast_out};
+      erase[cast] = true;
+    } else {
+      node.outputs = {m.outputs[0]};
+      erase[cast] = erase[mul] = true;
+    }
     changed = true;
   }
   if (!changed) return absl::OkStatus();
-  EraseMarked(graph, erase);
+  std::vector<Node> nodes;
+  nodes.reserve(graph.nodes.size() + insert_after.size());
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (!erase[i]) nodes.push_back(std::move(graph.nodes[i]));
+    if (auto it = insert_after.find(i); it != insert_after.end()) nodes.push_back(std::move(it->second));
+  }
+  graph.nodes = std::move(nodes);
   return EliminateDeadNodes(graph);  // the scale Muls and DynamicQuantizeLinears left unused
 }
 
