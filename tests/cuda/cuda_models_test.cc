@@ -91,7 +91,9 @@ TEST_P(CudaModel, MatchesCpuBackend) {
                     fs::path(path).filename().c_str(), fp16 ? "fp16" : "fp32", i, run, rel, l2);
         if (fp16) {
           EXPECT_LE(l2, 0.1) << "output " << i;
-        } else if (path.find("qdq") != std::string::npos) {
+        } else if (path.find("qdq") != std::string::npos || path.find("int8") != std::string::npos) {
+          // Quantized activations: a last-bit difference before a quantization moves a value by one level
+          // (the CPU sums the int8 products exactly; the GPU computes on the dequantized values).
           EXPECT_LE(l2, 0.05) << "output " << i;
         } else {
           EXPECT_LE(rel, 1e-4) << "output " << i;

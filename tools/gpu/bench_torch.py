@@ -67,6 +67,22 @@ def build(arch: str, work: Path):
     return model, onnx_path
 
 
+def build_plain(arch: str, work: Path, dfl: str, ultra_onnx: Path) -> Path:
+    """The same seeded network exported by PyTorch's own exporter from the module (C2f's chunk as channel Slices;
+    dfl "reducesum": the DFL as softmax * arange summed), dynamic batch, 640 (tools/testmodels/plain_export.py)."""
+    onnx_path = work / f"{arch}_{IMGSZ}_dyn_plain{'_rsdfl' if dfl == 'reducesum' else ''}.onnx"
+    if not onnx_path.exists():
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testmodels"))
+        import plain_export
+        from ultralytics import YOLO
+
+        torch.manual_seed(SEED)
+        yolo = YOLO(f"{arch}.yaml")  # the same weights as build(): same seed, same construction
+        plain_export.export_plain(yolo, onnx_path, imgsz=(IMGSZ, IMGSZ), batch=1, opset=17, dynamic=True, dfl=dfl,
+                                  metadata=ultra_onnx)
+    return onnx_path
+
+
 def time_torch(fn, x, iters: int) -> dict:
     with torch.inference_mode():
         for _ in range(20):
@@ -122,6 +138,8 @@ def main() -> int:
     ap.add_argument("--quick-archs", default="", help="architectures timed by vigil only at the first and last "
                     "batch, with VIGIL_CUDNN_AUTOTUNE=2 (shorter loads)")
     ap.add_argument("--export-only", action="store_true", help="only write the ONNX files into --work")
+    ap.add_argument("--plain-exports", default="", help="architectures vigil also times as PyTorch's own export of "
+                    "the module, with the Conv DFL and with the ReduceSum DFL (issue 21: every spelling equally fast)")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     if a.export_only:
@@ -149,6 +167,12 @@ def main() -> int:
             emit({"arch": arch, "batch": b, "runner": "vigil fp16" + (" (autotune 2)" if arch in quick else ""),
                   **bench_vigil(a.engine, onnx, b, 200 if b <= 8 else 50)})
         os.environ.pop("VIGIL_CUDNN_AUTOTUNE", None)
+        if arch in a.plain_exports.split(","):
+            for dfl, label in (("conv", "plain"), ("reducesum", "plain_rsdfl")):
+                plain = build_plain(arch, a.work, dfl, onnx)
+                for b in vb:
+                    emit({"arch": f"{arch}:{label}", "batch": b, "runner": "vigil fp16",
+                          **bench_vigil(a.engine, plain, b, 200 if b <= 8 else 50)})
     for arch in [t for t in a.torch_archs.split(",") if t and t != "none"]:
         net = models[arch].half().cuda().to(memory_format=torch.channels_last)
         xs = {b: torch.rand(b, 3, IMGSZ, IMGSZ, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)

@@ -63,11 +63,12 @@ BN_VAR_FLOOR = 0.25
 SCORE_TOP = 3.0  # largest score logit on the calibration photos (p = 0.95)
 OBJ_T, OBJCLS_T = (0.05, 0.0), (1e-3, -0.5)  # YOLOX / YOLOv5: (fraction, logit) for obj and class logits
 QUANT_BASE = "yolov8n_320_b1_op17.onnx"
+EQUIVALENT_ARCH = "yolov8n"  # make_equivalent's network
 
 
 def script_hash() -> str:
     h = hashlib.sha256()
-    for f in ("make_models.py", "yolox_nano.py", "oracle.py"):
+    for f in ("make_models.py", "yolox_nano.py", "oracle.py", "plain_export.py"):
         h.update((HERE / f).read_bytes())
     return h.hexdigest()
 
@@ -174,6 +175,35 @@ def make_ultralytics(out: Path, rng):
             files.append(dict(file=name, family=family, arch=arch, opset=opset, imgsz=list(imgsz), dynamic=dynamic,
                               batch="dynamic" if dynamic else batch, dynamic_hw=dynamic, simplified=simplify,
                               exporter="ultralytics"))
+        if arch == EQUIVALENT_ARCH:
+            files += make_equivalent(out, yolo)
+    return files
+
+
+def make_equivalent(out: Path, yolo) -> list[dict]:
+    """Equivalent exports of one calibrated YOLOv8n at 320 (issue 21): each names its twin (`equivalent_to`) and what
+    differs (`spelling`). The simplified op17 file (the ULTRA entry) is the pairs' anchor; against it: the same
+    export unsimplified, the same at opset 11, PyTorch's own exporter from the module (C2f's chunk as channel
+    Slices) and that with the DFL as softmax * arange ReduceSum."""
+    import plain_export
+
+    base = fname(EQUIVALENT_ARCH, (320, 320), 1, 17, False)
+    meta = dict(family="ultralytics", arch=EQUIVALENT_ARCH, imgsz=[320, 320], dynamic=False, batch=1, dynamic_hw=False)
+    files = []
+    for opset, simplify, suffix, spelling in ((17, False, "_nosimp", "unsimplified"), (11, True, "", "opset 11")):
+        name = fname(EQUIVALENT_ARCH, (320, 320), 1, opset, False, suffix)
+        with tempfile.TemporaryDirectory() as td, contextlib.chdir(td):
+            p = yolo.export(format="onnx", imgsz=[320, 320], batch=1, opset=opset, dynamic=False, simplify=simplify,
+                            nms=False, device="cpu", verbose=False)
+            shutil.move(p, out / name)
+        files.append(dict(meta, file=name, opset=opset, simplified=simplify, exporter="ultralytics",
+                          equivalent_to=base, spelling=spelling))
+    for dfl, suffix, spelling in (("conv", "_plain", "torch.onnx.export: channel Slices"),
+                                  ("reducesum", "_plain_rsdfl", "torch.onnx.export: channel Slices, ReduceSum DFL")):
+        name = fname(EQUIVALENT_ARCH, (320, 320), 1, 17, False, suffix)
+        plain_export.export_plain(yolo, out / name, imgsz=(320, 320), batch=1, opset=17, dfl=dfl, metadata=out / base)
+        files.append(dict(meta, file=name, opset=17, simplified=False, exporter="torch.onnx.export",
+                          equivalent_to=base, spelling=spelling))
     return files
 
 
