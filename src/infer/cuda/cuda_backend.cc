@@ -561,7 +561,10 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeBinary(Build& b, cuda::BinaryOp op) {
     VIGIL_ASSIGN_OR_RETURN(auto a, Operand(b, i, y, dtype));
     args.push_back({a.first, a.second});
   }
-  VIGIL_ASSIGN_OR_RETURN(StridedView yv, MakeView({NumElements(y.shape)}, {1}));
+  // y read back in place by the later steps: a view of the operands' rank (NHWC operands are flat).
+  const Shape y_shape = y.nhwc ? Shape{NumElements(y.shape)} : y.shape;
+  VIGIL_ASSIGN_OR_RETURN(StridedView yv, MakeView(y_shape, ContiguousStrides(y_shape)));
+  VIGIL_ASSIGN_OR_RETURN(StridedView one, MakeView(y_shape, std::vector<int64_t>(y_shape.size(), 0)));
   void* mean_count = nullptr;
   if (name == "Mean") {
     const float count = static_cast<float>(args.size());
@@ -576,13 +579,11 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeBinary(Build& b, cuda::BinaryOp op) {
     }
     VIGIL_RETURN_IF_ERROR(Launched(cuda::Binary(op, y.ptr, args[0].v.ptr, args[0].view, args[1].v.ptr, args[1].view, et, s),
                                    "binary"));
-    // y is contiguous over its own shape, so each later step reads it back in place.
+    // y is contiguous, so each later step reads it back in place.
     for (size_t i = 2; i < args.size(); ++i) {
       VIGIL_RETURN_IF_ERROR(Launched(cuda::Binary(op, y.ptr, y.ptr, yv, args[i].v.ptr, args[i].view, et, s), "variadic"));
     }
     if (mean_count != nullptr) {
-      StridedView one{};
-      one.ndim = 1, one.shape[0] = NumElements(y.shape), one.stride[0] = 0;
       VIGIL_RETURN_IF_ERROR(Launched(cuda::Binary(cuda::BinaryOp::kDiv, y.ptr, y.ptr, yv, mean_count, one, et, s), "Mean"));
     }
     return absl::OkStatus();

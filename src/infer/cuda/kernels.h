@@ -57,8 +57,8 @@ enum class BinaryOp : uint8_t {
 };
 // Whether `op` writes bool (comparisons, logic) rather than the operands' type.
 bool BinaryWritesBool(BinaryOp op);
-// out = a op b over the shape of a_view (contiguous output); a and b read through broadcast strides
-// (0 on broadcast dims). a and b share `type`; out has it too, or bool (BinaryWritesBool).
+// out = a op b over the shape of a_view (contiguous output; b_view has the same shape); a and b read through
+// broadcast strides (0 on broadcast dims). a and b share `type`; out has it too, or bool (BinaryWritesBool).
 // Integer Div truncates toward zero and x / 0 = 0; Mod takes the divisor's sign (fmod=0), FMod the
 // dividend's; Pow is float only; And / Or take bool. NaN propagates through Max and Min.
 cudaError_t Binary(BinaryOp op, void* out, const void* a, const StridedView& a_view, const void* b,

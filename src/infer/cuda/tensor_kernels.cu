@@ -82,7 +82,11 @@ __global__ void ReduceThreadKernel(ReduceOp op, T* out, const T* in, StridedView
   VIGIL_GRID_STRIDE(o, n_out) {
     const T* base = in + Offset(kept, o);
     C acc = ReduceInit<C>(op);
-    for (int64_t r = 0; r < n_red; ++r) acc = ReduceStep<C>(op, acc, Load(base, Offset(red, r)));
+    if (red.ndim == 1) {  // one reduced axis (a DFL's bins, an ArgMax's classes): no index division
+      for (int64_t r = 0; r < n_red; ++r) acc = ReduceStep<C>(op, acc, Load(base, r * red.stride[0]));
+    } else {
+      for (int64_t r = 0; r < n_red; ++r) acc = ReduceStep<C>(op, acc, Load(base, Offset(red, r)));
+    }
     Store(out, o, ReduceFinish<C>(op, acc, n_red));
   }
 }
