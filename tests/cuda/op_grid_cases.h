@@ -330,6 +330,39 @@ inline std::vector<Case> Cases() {
                      b.Add("DequantizeLinear", {"qc", "sc", "zc"}, {"dqc"});
                      for (const char* o : {"q", "dq", "qc", "dqc"}) b.Output(o);
                    }, {"cuda"}});
+  // Every activation and math op of the reference set detection exports use (issue 21's list: Clip, HardSwish,
+  // LeakyRelu, Tanh, Erf, LogSoftmax, ...), chained so each reads the previous one's range.
+  cases.push_back({"activations_and_math", [](GraphBuilder& b, std::mt19937&) {
+                     b.Input("x", {2, 5, 7, 3});
+                     b.Initializer("lo", Tensor::FromVector<float>({-0.5f}, {}));
+                     b.Initializer("hi", Tensor::FromVector<float>({0.75f}, {}));
+                     b.Add("Clip", {"x", "lo", "hi"}, {"clip"});
+                     b.Add("HardSwish", {"x"}, {"hswish"});
+                     Node& hs = b.Add("HardSigmoid", {"x"}, {"hsig"});
+                     hs.attrs["alpha"] = 0.25f;
+                     b.Add("LeakyRelu", {"x"}, {"leaky"}).attrs["alpha"] = 0.1f;
+                     b.Add("Tanh", {"x"}, {"tanh"});
+                     b.Add("Erf", {"x"}, {"erf"});
+                     b.Add("Relu", {"x"}, {"relu"});
+                     b.Add("Sigmoid", {"x"}, {"sig"});
+                     b.Add("Exp", {"x"}, {"exp"});
+                     b.Add("Abs", {"x"}, {"abs"});
+                     b.Add("Neg", {"abs"}, {"neg"});
+                     b.Initializer("one", Tensor::FromVector<float>({1.0f}, {}));
+                     b.Add("Add", {"abs", "one"}, {"pos"});
+                     b.Add("Log", {"pos"}, {"log"});
+                     b.Add("Sqrt", {"pos"}, {"sqrt"});
+                     b.Add("Reciprocal", {"pos"}, {"recip"});
+                     b.Add("Floor", {"exp"}, {"floor"});
+                     b.Add("Ceil", {"exp"}, {"ceil"});
+                     b.Add("LogSoftmax", {"x"}, {"logsoftmax"}).attrs["axis"] = int64_t{1};
+                     b.Add("Softmax", {"x"}, {"softmax"}).attrs["axis"] = int64_t{-1};
+                     b.Add("Identity", {"x"}, {"id"});
+                     for (const char* o : {"clip", "hswish", "hsig", "leaky", "tanh", "erf", "relu", "sig", "neg",
+                                           "log", "sqrt", "recip", "floor", "ceil", "logsoftmax", "softmax", "id"}) {
+                       b.Output(o);
+                     }
+                   }, {"cuda", "copy"}});
   // int8-dynamic models as exported (passes.h DequantizeWeights): the activation quantized over its whole range,
   // dequantized (in the NHWC region between convolutions) or centered with its scale (exact products).
   cases.push_back({"dynamic_fake_quantize", [](GraphBuilder& b, std::mt19937& rng) {
