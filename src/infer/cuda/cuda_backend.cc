@@ -1148,20 +1148,19 @@ StatusOr<std::unique_ptr<CudaKernel>> MakePad(Build& b) {
     VIGIL_ASSIGN_OR_RETURN(int64_t a, NormalizeAxis(node, axes[i], r));
     spec.begin[a] = pads[i];
   }
-  // The constant's bytes in the element type.
+  // The constant's bytes in the element type: the input's own bytes when it has x's dtype, else converted.
+  bool have_bytes = false;
   if (b.opset >= 11 && node.HasInput(2)) {
     const Tensor* t = b.Init(2);
     if (t == nullptr) return b.Unsupported("constant_value must be a constant");
-    if (t->numel() == 1) {
-      if (t->dtype() == x.dtype) {
-        std::memcpy(&spec.value, t->raw(), DTypeSize(x.dtype));
-        value = std::numeric_limits<float>::quiet_NaN();  // taken as is
-      } else {
-        value = t->ToFloatVector()[0];
-      }
+    if (t->numel() == 1 && t->dtype() == x.dtype) {
+      std::memcpy(&spec.value, t->raw(), DTypeSize(x.dtype));
+      have_bytes = true;
+    } else if (t->numel() == 1) {
+      value = t->ToFloatVector()[0];
     }
   }
-  if (!std::isnan(value)) {
+  if (!have_bytes) {
     Tensor one(x.dtype, {});
     switch (x.dtype) {
       case DType::kFloat32: *one.data<float>() = value; break;

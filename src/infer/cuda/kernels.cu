@@ -30,18 +30,27 @@ struct View32 {
   int stride[kMaxDims];
 };
 
+// The offsets of linear index i (row-major over a.shape, which b shares) in two 32-bit views of rank N.
+template <int N>
+__device__ __forceinline__ void Offsets32(int i, const View32& a, const View32& b, int* a_off, int* b_off) {
+  int rem = i, ao = 0, bo = 0;
+#pragma unroll
+  for (int d = N - 1; d >= 0; --d) {
+    const int q = rem / a.shape[d];
+    const int idx = rem - q * a.shape[d];
+    ao += idx * a.stride[d];
+    bo += idx * b.stride[d];
+    rem = q;
+  }
+  *a_off = ao;
+  *b_off = bo;
+}
+
 template <int N, typename To, typename Ti>
 __global__ void StridedCopyKernel32(To* dst, View32 dv, const Ti* src, View32 sv, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
-    int rem = i, d_off = 0, s_off = 0;
-#pragma unroll
-    for (int d = N - 1; d >= 0; --d) {
-      const int q = rem / dv.shape[d];
-      const int idx = rem - q * dv.shape[d];
-      d_off += idx * dv.stride[d];
-      s_off += idx * sv.stride[d];
-      rem = q;
-    }
+    int d_off, s_off;
+    Offsets32<N>(i, dv, sv, &d_off, &s_off);
     Store(dst, d_off, Load(src, s_off));
   }
 }
@@ -50,15 +59,8 @@ __global__ void StridedCopyKernel32(To* dst, View32 dv, const Ti* src, View32 sv
 template <int N, typename V>
 __global__ void StridedMoveKernel32(V* dst, View32 dv, const V* src, View32 sv, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
-    int rem = i, d_off = 0, s_off = 0;
-#pragma unroll
-    for (int d = N - 1; d >= 0; --d) {
-      const int q = rem / dv.shape[d];
-      const int idx = rem - q * dv.shape[d];
-      d_off += idx * dv.stride[d];
-      s_off += idx * sv.stride[d];
-      rem = q;
-    }
+    int d_off, s_off;
+    Offsets32<N>(i, dv, sv, &d_off, &s_off);
     dst[d_off] = src[s_off];
   }
 }
@@ -232,15 +234,8 @@ __global__ void BinaryFlatKernel(BinaryOp op, To* out, const T* a, int64_t a_ste
 template <int N, typename T, typename To>
 __global__ void BinaryKernel32(BinaryOp op, To* out, const T* a, View32 av, const T* b, View32 bv, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
-    int rem = i, ao = 0, bo = 0;
-#pragma unroll
-    for (int d = N - 1; d >= 0; --d) {
-      const int q = rem / av.shape[d];
-      const int idx = rem - q * av.shape[d];
-      ao += idx * av.stride[d];
-      bo += idx * bv.stride[d];
-      rem = q;
-    }
+    int ao, bo;
+    Offsets32<N>(i, av, bv, &ao, &bo);
     Store(out, i, ApplyBinary(op, Load(a, ao), Load(b, bo)));
   }
 }
