@@ -61,6 +61,7 @@ Status RunPasses(Graph& graph, const EngineOptions& options) {
   VIGIL_RETURN_IF_ERROR(InferShapesAndFold(graph));
   if (options.optimize) {
     VIGIL_RETURN_IF_ERROR(RemoveNoOps(graph));
+    VIGIL_RETURN_IF_ERROR(SlicesToSplit(graph));
     VIGIL_RETURN_IF_ERROR(FuseConvActivation(graph));
   }
   VIGIL_RETURN_IF_ERROR(EliminateDeadNodes(graph));

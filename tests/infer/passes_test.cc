@@ -398,6 +398,58 @@ TEST(InferShapesAndFoldTest, NeedsInputTypesAndChecksDeclaredOutputs) {
 
 // ---- RemoveNoOps, FuseConvActivation, EliminateDeadNodes --------------------------------------
 
+// ---- SlicesToSplit ---------------------------------------------------------------------------------
+
+// x [1, 32, 4, 4] → Relu → r, and Slices of r along axis 1 with the given [start, end) (steps 1, or `steps`).
+Graph SlicedGraph(const std::vector<std::pair<int64_t, int64_t>>& ranges, int64_t step = 1) {
+  Graph g;
+  g.opset = 17;
+  g.inputs.push_back(Info("x", DType::kFloat32, {D(1), D(32), D(4), D(4)}));
+  g.types["x"] = TensorType{DType::kFloat32, {1, 32, 4, 4}};
+  g.nodes.push_back(MakeNode("relu", "Relu", {"x"}, {"r"}));
+  g.types["r"] = TensorType{DType::kFloat32, {1, 32, 4, 4}};
+  g.initializers["axis"] = Tensor::FromVector<int64_t>({1}, {1});
+  g.initializers["step"] = Tensor::FromVector<int64_t>({step}, {1});
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const std::string k = std::to_string(i);
+    g.initializers["s" + k] = Tensor::FromVector<int64_t>({ranges[i].first}, {1});
+    g.initializers["e" + k] = Tensor::FromVector<int64_t>({ranges[i].second}, {1});
+    g.nodes.push_back(MakeNode("slice" + k, "Slice", {"r", "s" + k, "e" + k, "axis", "step"}, {"y" + k}));
+    g.outputs.push_back(ValueInfo{"y" + k, DType::kFloat32, {}, false});
+  }
+  return g;
+}
+
+TEST(SlicesToSplitTest, SlicesTilingAnAxisBecomeOneSplitInRangeOrder) {
+  // Written out of order, the last one's end past the axis and negative starts counted from the back (ONNX clamping).
+  Graph g = SlicedGraph({{-8, 9223372036854775807LL}, {0, 16}, {16, -8}});
+  ASSERT_TRUE(SlicesToSplit(g).ok());
+  ASSERT_TRUE(ValidateGraph(g).ok());
+  EXPECT_EQ(OpCounts(g), (std::map<std::string, int>{{"Relu", 1}, {"Split", 1}}));
+  const Node& split = g.nodes[1];
+  EXPECT_EQ(split.GetInt("axis", -1), 1);
+  EXPECT_EQ(split.outputs, (std::vector<std::string>{"y1", "y2", "y0"}));
+  ASSERT_EQ(split.inputs.size(), 2u);
+  EXPECT_EQ(Values<int64_t>(g.initializers.at(split.inputs[1])), (std::vector<int64_t>{16, 8, 8}));
+  EXPECT_FALSE(g.IsInitializer("s0")) << "the Slices' bounds are gone";
+}
+
+TEST(SlicesToSplitTest, LeavesSlicesThatDoNotSplitExactly) {
+  for (const auto& ranges : std::vector<std::vector<std::pair<int64_t, int64_t>>>{
+           {{0, 16}, {17, 32}},            // a gap
+           {{0, 16}, {8, 32}},             // an overlap
+           {{0, 16}},                      // one Slice: nothing to merge
+           {{0, 16}, {16, 24}}}) {         // not the whole axis
+    Graph g = SlicedGraph(ranges);
+    const size_t before = g.nodes.size();
+    ASSERT_TRUE(SlicesToSplit(g).ok());
+    EXPECT_EQ(g.nodes.size(), before);
+  }
+  Graph strided = SlicedGraph({{0, 16}, {16, 32}}, 2);  // step 2
+  ASSERT_TRUE(SlicesToSplit(strided).ok());
+  EXPECT_EQ(OpCounts(strided).count("Split"), 0u);
+}
+
 TEST(RemoveNoOpsTest, BypassesIdentitiesAndKeepsGraphOutputNames) {
   Graph g;
   g.inputs.push_back(Info("x", DType::kFloat32, {D(4)}));

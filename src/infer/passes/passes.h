@@ -1,5 +1,5 @@
 // passes.h — graph rewrites run at load, in this order by Engine::Load:
-//   FixInputShapes → DequantizeWeights → InferShapesAndFold → RemoveNoOps → FuseConvActivation
+//   FixInputShapes → DequantizeWeights → InferShapesAndFold → RemoveNoOps → SlicesToSplit → FuseConvActivation
 //   → EliminateDeadNodes → InferShapesAndFold (re-types rewritten values).
 // Each pass keeps the graph valid (ValidateGraph) and returns an error naming the node it could
 // not handle; none of them crashes on a malformed graph. Not thread-safe (they mutate the graph).
@@ -59,6 +59,12 @@ Status InferShapesAndFold(Graph& graph);
 // Removes nodes that do not change their input: Identity, Dropout (inference), Cast to the same
 // dtype, Reshape/Flatten/Squeeze/Unsqueeze whose output shape equals the input's; rewires consumers.
 Status RemoveNoOps(Graph& graph);
+
+// Sibling Slices that split one value exactly — every Slice of the value along the same single axis, step 1,
+// constant bounds, their ranges tiling the axis without gap or overlap, two or more — become one Split (outputs in
+// range order, named as the Slices' outputs, placed where the first Slice was): PyTorch's exporter writes
+// `chunk` / `split` as Slices where Ultralytics' writes Split, and the two then compile to the same nodes.
+Status SlicesToSplit(Graph& graph);
 
 // Conv → Sigmoid → Mul(conv, sigmoid) (SiLU) and Conv → Relu become one node of domain "vigil",
 // op "FusedConv": Conv's inputs and attributes plus string attribute "activation" ("SiLU",

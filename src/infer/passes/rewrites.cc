@@ -5,6 +5,7 @@
 // FuseConvActivation also absorbs Conv → Add(constant broadcast along channels) into Conv's bias
 // first: dynamically quantized exports keep the bias as a separate Add (YOLO-NOTES.md), which
 // would otherwise sit between the Conv and its activation and block the fusion.
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <unordered_set>
@@ -283,6 +284,88 @@ Status RemoveNoOps(Graph& graph) {
   }
   EraseMarked(graph, erase);
   return absl::OkStatus();
+}
+
+Status SlicesToSplit(Graph& graph) {
+  // A Slice's one-axis constant range [start, end) after ONNX's clamping, or nullopt.
+  struct Range {
+    int64_t axis, start, end;
+  };
+  auto range_of = [&](const Node& n) -> std::optional<Range> {
+    if (!n.domain.empty() || n.op_type != "Slice" || n.outputs.size() != 1 || n.inputs.size() < 3) return std::nullopt;
+    auto ints = [&](size_t i) -> std::optional<std::vector<int64_t>> {
+      if (!n.HasInput(i)) return std::vector<int64_t>{};
+      const Tensor* t = graph.FindInitializer(n.inputs[i]);
+      if (t == nullptr) return std::nullopt;
+      return t->ToInt64Vector();
+    };
+    const auto starts = ints(1), ends = ints(2), axes = ints(3), steps = ints(4);
+    if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1) return std::nullopt;
+    if (!steps->empty() && (steps->size() != 1 || (*steps)[0] != 1)) return std::nullopt;
+    auto type = graph.types.find(n.inputs[0]);
+    if (type == graph.types.end()) return std::nullopt;
+    const int64_t rank = static_cast<int64_t>(type->second.shape.size());
+    int64_t axis = axes->empty() ? 0 : (*axes)[0];
+    if (axes->size() > 1 || axis < -rank || axis >= rank) return std::nullopt;
+    if (axis < 0) axis += rank;
+    const int64_t dim = type->second.shape[static_cast<size_t>(axis)];
+    auto clamp = [dim](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+    return Range{axis, clamp((*starts)[0]), clamp((*ends)[0])};
+  };
+  const int64_t opset = graph.OpsetOf("");
+  std::map<std::string, std::vector<size_t>> slices_of;  // input value → its Slice nodes
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (graph.nodes[i].op_type == "Slice" && graph.nodes[i].domain.empty() && graph.nodes[i].HasInput(0)) {
+      slices_of[graph.nodes[i].inputs[0]].push_back(i);
+    }
+  }
+  std::vector<bool> erase(graph.nodes.size(), false);
+  bool changed = false;
+  for (auto& [value, idx] : slices_of) {
+    if (idx.size() < 2) continue;
+    std::vector<std::pair<Range, size_t>> ranges;
+    for (size_t i : idx) {
+      const std::optional<Range> r = range_of(graph.nodes[i]);
+      if (!r) break;
+      ranges.emplace_back(*r, i);
+    }
+    if (ranges.size() != idx.size()) continue;
+    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.first.start < b.first.start; });
+    const int64_t axis = ranges[0].first.axis;
+    const int64_t dim = graph.types.at(value).shape[static_cast<size_t>(axis)];
+    bool tiles = ranges.front().first.start == 0 && ranges.back().first.end == dim;
+    for (size_t k = 0; k < ranges.size() && tiles; ++k) {
+      tiles = ranges[k].first.axis == axis && ranges[k].first.end > ranges[k].first.start &&
+              (k == 0 || ranges[k].first.start == ranges[k - 1].first.end);
+    }
+    if (!tiles) continue;
+    Node split;
+    split.name = UniqueName(graph, value + "_split");
+    split.op_type = "Split";
+    split.inputs = {value};
+    split.attrs["axis"] = axis;
+    std::vector<int64_t> sizes;
+    for (const auto& [r, i] : ranges) {
+      split.outputs.push_back(graph.nodes[i].outputs[0]);
+      sizes.push_back(r.end - r.start);
+    }
+    if (opset >= 13) {
+      const std::string name = UniqueName(graph, value + "_split_sizes");
+      graph.initializers[name] = Tensor::FromVector<int64_t>(sizes, {static_cast<int64_t>(sizes.size())});
+      graph.types[name] = TensorType{DType::kInt64, {static_cast<int64_t>(sizes.size())}};
+      split.inputs.push_back(name);
+    } else {
+      split.attrs["split"] = sizes;
+    }
+    const size_t first = *std::min_element(idx.begin(), idx.end());
+    for (size_t i : idx) erase[i] = true;
+    erase[first] = false;
+    graph.nodes[first] = std::move(split);
+    changed = true;
+  }
+  if (!changed) return absl::OkStatus();
+  EraseMarked(graph, erase);
+  return EliminateDeadNodes(graph);  // the Slices' bound initializers
 }
 
 Status FuseConvActivation(Graph& graph) {
