@@ -1051,7 +1051,6 @@ StatusOr<std::unique_ptr<CudaKernel>> MakeReduce(Build& b, cuda::ReduceOp op) {
   if (y.nhwc) return b.Unsupported("layout");
   VIGIL_ASSIGN_OR_RETURN(StridedView kept, MakeView(kept_shape, kept_strides));
   VIGIL_ASSIGN_OR_RETURN(StridedView red, MakeView(red_shape, red_strides));
-  if (red_shape.empty()) red.shape[0] = 1;  // a rank-0 input: one element
   return Kernel("cuda", [=](cudaStream_t s) {
     return Launched(cuda::Reduce(op, y.ptr, x.ptr, et, kept, red, select_last, s), "reduce");
   });
