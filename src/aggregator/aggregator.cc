@@ -249,6 +249,16 @@ StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
       k.overrides.push_back(std::move(o));
     }
     cm->Get("idle_s", &k.idle_s, 0.1, 3600.0);
+    if (std::optional<ConfigMap> as = cm->Map("association")) {
+      if (as->Get("device", &k.association_device) && k.association_device != "auto" &&
+          k.association_device != "cpu" && !ParseCudaDevice(k.association_device)) {
+        as->Error("device", StrCat("'", k.association_device, "': expected auto, cpu or cuda:N"));
+      }
+      as->Get("max_streams", &k.association_limits.max_streams, uint32_t{1}, uint32_t{65536});
+      as->Get("max_tracks", &k.association_limits.max_tracks, uint32_t{1}, uint32_t{4096});
+      as->Get("max_detections", &k.association_limits.max_detections, uint32_t{1},
+              static_cast<uint32_t>(transport::kMaxDetections));
+    }
     if (std::optional<ConfigMap> cl = cm->Map("classifier")) {
       ClassifierConfig& x = k.classifier;
       k.classifier_enabled = true;
@@ -534,6 +544,17 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   metrics::Gauge& events_pending =
       registry.GetGauge("vigil_aggregator_events_pending", "Events waiting for their tracks to be decided");
   metrics::Gauge& live_tracks = registry.GetGauge("vigil_aggregator_tracks", "Live tracks of every stream");
+  // Frames whose association came from an Associator (at: its place, "cuda:0") or fell back to the host.
+  metrics::Counter& AssociationFrames(const std::string& at) {
+    return registry.GetCounter("vigil_aggregator_association_frames_total",
+                               "Tracker frames associated by confirm.association's device (at: where), or on the "
+                               "host when it declined or failed (host_fallback)",
+                               {{"at", at}});
+  }
+  metrics::Counter& association_failures = registry.GetCounter(
+      "vigil_aggregator_association_failures_total", "Report batches confirm.association's device failed (the host "
+                                                     "associated them)");
+  ConfirmStats association_counted;
   metrics::Histogram& confirm_seconds = registry.GetHistogram(
       "vigil_aggregator_confirm_seconds", "Tracking a batch of reports", metrics::LatencyBuckets());
   metrics::Counter& stored_reports =
@@ -751,6 +772,40 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     const ConfirmStats st = confirmer->stats();
     events_pending.Set(static_cast<double>(st.pending));
     live_tracks.Set(static_cast<double>(st.tracks));
+    const std::string where = confirmer->association_where();
+    if (st.associated > association_counted.associated) {
+      AssociationFrames(where).Inc(static_cast<double>(st.associated - association_counted.associated));
+    }
+    if (st.association_fallbacks > association_counted.association_fallbacks) {
+      AssociationFrames("host_fallback")
+          .Inc(static_cast<double>(st.association_fallbacks - association_counted.association_fallbacks));
+    }
+    if (st.association_failures > association_counted.association_failures) {
+      association_failures.Inc(
+          static_cast<double>(st.association_failures - association_counted.association_failures));
+    }
+    association_counted = st;
+  }
+
+  // confirm.association.device: auto takes the GPU detection rows arrive on (cuda_ipc's device, else ucx_device's)
+  // and falls back to the CPU with a warning; a named cuda:N that cannot be had fails the start. Null: the CPU.
+  StatusOr<std::unique_ptr<Associator>> MakeAssociator() const {
+    const std::string& want = cfg.confirm.association_device;
+    std::string dev = want;
+    if (want == "auto") {
+      dev = cfg.cuda_ipc_enabled && ParseCudaDevice(cfg.cuda_ipc_device) ? cfg.cuda_ipc_device
+            : cfg.ucx_enabled && ParseCudaDevice(cfg.ucx_device)        ? cfg.ucx_device
+                                                                          : "cpu";
+    }
+    if (dev == "cpu") return std::unique_ptr<Associator>();
+    DeviceAssociatorOptions o = cfg.confirm.association_limits;
+    o.device = *ParseCudaDevice(dev);
+    StatusOr<std::unique_ptr<Associator>> a = MakeDeviceAssociator(o);
+    if (a.ok()) return a;
+    if (want != "auto") return Annotate(a.status(), StrCat("confirm.association.device ", want));
+    spdlog::warn("aggregator: confirm.association.device auto: {} unavailable, associating on the CPU: {}", dev,
+                 std::string(a.status().message()));
+    return std::unique_ptr<Associator>();
   }
 
   // At start: the tracker for every stream with events left pending by the previous run is rebuilt from its stored
@@ -759,7 +814,11 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   Status StartConfirmation() {
     VIGIL_RETURN_IF_ERROR(ValidateConfirmConfig(cfg.confirm));
     VIGIL_ASSIGN_OR_RETURN(int64_t max_track, store->MaxTrackId());
-    confirmer = std::make_unique<Confirmer>(cfg.confirm, max_track + 1);
+    VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<Associator> associator, MakeAssociator());
+    confirmer = std::make_unique<Confirmer>(cfg.confirm, max_track + 1, std::move(associator));
+    spdlog::info("aggregator: confirmation associates tracks on {}", confirmer->association_where() == "host"
+                                                                          ? std::string("the CPU")
+                                                                          : confirmer->association_where());
     if (cfg.confirm.classifier_enabled) {
       VIGIL_ASSIGN_OR_RETURN(classifier, Classifier::Load(cfg.confirm.classifier));
       spdlog::info("aggregator: second model {} on {} ({}x{}, {} classes)", cfg.confirm.classifier.model,
@@ -1019,14 +1078,18 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       const auto c0 = std::chrono::steady_clock::now();
       confirmer->Begin();
       verdicts.reserve(batch.size());
-      for (size_t i = 0; i < batch.size(); ++i) {
-        const Report& r = *batch[i].report;
+      std::vector<ObservedReport> observed;
+      observed.reserve(batch.size());
+      for (const Item& item : batch) {
+        const Report& r = *item.report;
         auto ep = current_epochs.find(r.edge);
-        std::optional<EventVerdict> v =
-            confirmer->Observe(r, &batch[i].session->hello().class_names,
-                               ep != current_epochs.end() && ep->second == r.epoch, SteadyNowNs());
-        if (v) {
-          verdicts.push_back(std::move(*v));
+        observed.push_back({&r, &item.session->hello().class_names,
+                            ep != current_epochs.end() && ep->second == r.epoch});
+      }
+      std::vector<std::optional<EventVerdict>> got = confirmer->ObserveBatch(observed, SteadyNowNs());
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (got[i]) {
+          verdicts.push_back(std::move(*got[i]));
           reports[i].verdict = &verdicts.back();  // reserved: never moves
         }
       }

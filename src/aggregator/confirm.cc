@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <unordered_map>
 #include <utility>
 
 #include <spdlog/spdlog.h>
-
 
 namespace vigil::aggregator {
 
@@ -30,12 +30,29 @@ Status ValidateConfirmConfig(const ConfirmConfig& c) {
   if (!(c.idle_s >= 0.1 && c.idle_s <= 3600)) {
     return absl::InvalidArgumentError(StrCat("confirm.idle_s: ", c.idle_s, " is outside [0.1, 3600]"));
   }
+  const std::string& dev = c.association_device;
+  if (dev != "auto" && dev != "cpu" && !(dev.starts_with("cuda:") && dev.size() > 5 && dev.size() <= 9 &&
+                                         dev.find_first_not_of("0123456789", 5) == std::string::npos)) {
+    return absl::InvalidArgumentError(StrCat("confirm.association.device: '", dev, "' is not auto, cpu or cuda:N"));
+  }
+  const DeviceAssociatorOptions& l = c.association_limits;
+  if (l.max_streams < 1 || l.max_streams > 65536) {
+    return absl::InvalidArgumentError(StrCat("confirm.association.max_streams: ", l.max_streams, " is outside 1..65536"));
+  }
+  if (l.max_tracks < 1 || l.max_tracks > 4096) {
+    return absl::InvalidArgumentError(StrCat("confirm.association.max_tracks: ", l.max_tracks, " is outside 1..4096"));
+  }
+  if (l.max_detections < 1 || l.max_detections > transport::kMaxDetections) {
+    return absl::InvalidArgumentError(StrCat("confirm.association.max_detections: ", l.max_detections,
+                                             " is outside 1..", transport::kMaxDetections));
+  }
   return absl::OkStatus();
 }
 
 struct Confirmer::Stream {
-  explicit Stream(const ConfirmConfig& c, int window) : tracker(c.tracker, window) {}
+  explicit Stream(const ConfirmConfig& c, int window, uint64_t n) : tracker(c.tracker, window), number(n) {}
   Tracker tracker;
+  uint64_t number;                    // unique per Confirmer: the Associator's name for the stream
   bool has_run = false;
   uint64_t run = 0, highest_seq = 0;  // the current run and its highest frame fed
   uint64_t frame = 0;                 // frames fed, across runs: the tracker's frame numbers
@@ -55,8 +72,22 @@ struct Confirmer::Stream {
   std::unordered_map<int64_t, std::vector<std::pair<uint64_t, uint64_t>>> by_track;  // track → its pending events
 };
 
-Confirmer::Confirmer(ConfirmConfig config, int64_t first_track_id)
-    : config_(std::move(config)), next_track_id_(std::make_unique<int64_t>(std::max<int64_t>(first_track_id, 1))) {
+// A frame ObserveBatch's first pass found for a stream's tracker; fed in the second.
+struct Confirmer::Fed {
+  Stream* s;
+  const Report* r;
+  uint64_t frame;  // the tracker's frame number
+  int64_t time_ns;
+  bool event;
+  std::vector<TrackInput> inputs;
+  std::vector<std::string> labels;
+  size_t index;  // the report's in the batch
+};
+
+Confirmer::Confirmer(ConfirmConfig config, int64_t first_track_id, std::unique_ptr<Associator> associator)
+    : config_(std::move(config)),
+      next_track_id_(std::make_unique<int64_t>(std::max<int64_t>(first_track_id, 1))),
+      associator_(std::move(associator)) {
   window_ = config_.rules.m;
   for (const ConfirmRuleOverride& o : config_.overrides) window_ = std::max(window_, o.rules.m);
 }
@@ -85,6 +116,8 @@ void Confirmer::Commit() {
 void Confirmer::Rollback() {
   for (auto& [key, copy] : saved_) {
     if (copy == nullptr) {
+      auto it = streams_.find(key);
+      if (it != streams_.end() && associator_) associator_->Forget(it->second->number);
       streams_.erase(key);
     } else {
       streams_[key] = std::move(copy);
@@ -103,7 +136,7 @@ Confirmer::Stream& Confirmer::StreamOf(const std::string& edge, const std::strin
     saved_.emplace(key, it == streams_.end() ? nullptr : std::make_unique<Stream>(*it->second));
   }
   if (it == streams_.end()) {
-    it = streams_.emplace(key, std::make_unique<Stream>(config_, window_)).first;
+    it = streams_.emplace(key, std::make_unique<Stream>(config_, window_, next_stream_number_++)).first;
     it->second->tracker.set_id_source(next_track_id_.get());
   }
   it->second->last_fed_now = now_ns;
@@ -137,45 +170,145 @@ std::string About(int64_t id, const std::string& label, const std::string& what)
 
 std::optional<EventVerdict> Confirmer::Observe(const Report& r, const std::vector<std::string>* class_names,
                                                bool current_epoch, int64_t now_ns) {
-  if (r.kind == ReportKind::kDropped || r.kind == ReportKind::kLost) return std::nullopt;  // nothing looked there
-  const bool event = r.kind == ReportKind::kEvent;
-  auto untracked = [&](std::string why) -> std::optional<EventVerdict> {
-    ++stats_.skipped;
-    if (!event) return std::nullopt;
-    EventVerdict v;
-    v.state = EventState::kConfirmed;
-    v.reason = std::move(why);
-    return v;
-  };
-  if (!current_epoch) return untracked("not tracked: its epoch is not the edge's current one");
-  Stream& s = StreamOf(r.edge, r.stream, now_ns);
-  if (s.has_run && r.run < s.run) return untracked("not tracked: an older run re-sent after a newer one");
-  if (s.has_run && r.run == s.run && r.seq_first <= s.highest_seq) {
-    return untracked("not tracked: re-sent after later frames");
+  const ObservedReport one{&r, class_names, current_epoch};
+  return std::move(ObserveBatch(std::span<const ObservedReport>(&one, 1), now_ns).front());
+}
+
+uint64_t Confirmer::NextFrame(Stream& s, uint64_t frames) {
+  s.frame += std::max<uint64_t>(frames, 1);
+  ++stats_.frames;
+  return s.frame;
+}
+
+std::vector<std::optional<EventVerdict>> Confirmer::ObserveBatch(std::span<const ObservedReport> reports,
+                                                                 int64_t now_ns) {
+  std::vector<std::optional<EventVerdict>> out(reports.size());
+  // First pass: which frame of which stream each report feeds, and when in the stream's time (nothing here reads
+  // a tracker: the second pass feeds them in this order).
+  std::vector<Fed> fed;
+  fed.reserve(reports.size());
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const Report& r = *reports[i].report;
+    if (r.kind == ReportKind::kDropped || r.kind == ReportKind::kLost) continue;  // nothing looked there
+    const bool event = r.kind == ReportKind::kEvent;
+    auto untracked = [&](std::string why) {
+      ++stats_.skipped;
+      if (!event) return;
+      EventVerdict v;
+      v.state = EventState::kConfirmed;
+      v.reason = std::move(why);
+      out[i] = std::move(v);
+    };
+    if (!reports[i].current_epoch) {
+      untracked("not tracked: its epoch is not the edge's current one");
+      continue;
+    }
+    Stream& s = StreamOf(r.edge, r.stream, now_ns);
+    if (s.has_run && r.run < s.run) {
+      untracked("not tracked: an older run re-sent after a newer one");
+      continue;
+    }
+    if (s.has_run && r.run == s.run && r.seq_first <= s.highest_seq) {
+      untracked("not tracked: re-sent after later frames");
+      continue;
+    }
+    if (!s.has_run || r.run != s.run) {
+      s.has_run = true;
+      s.run = r.run;
+    }
+    s.highest_seq = r.seq_last;
+    Fed f{&s, &r, 0, 0, event, {}, {}, i};
+    if (event) {
+      f.inputs.reserve(r.detections.size());
+      f.labels.reserve(r.detections.size());
+      const std::vector<std::string>* class_names = reports[i].class_names;
+      for (const transport::ReportDetection& d : r.detections) {
+        f.inputs.push_back({{d.x1, d.y1, d.x2, d.y2}, d.score, static_cast<int>(d.class_id)});
+        const auto id = static_cast<size_t>(d.class_id);
+        f.labels.push_back(class_names != nullptr && id < class_names->size() ? (*class_names)[id]
+                                                                              : StrCat("class ", d.class_id));
+      }
+    }
+    f.time_ns = Tick(s, r.run, r.pts_ns, r.capture_ns);
+    f.frame = NextFrame(s, event ? 1 : r.seq_last - r.seq_first + 1);
+    if (event) out[i].emplace();
+    fed.push_back(std::move(f));
   }
-  if (!s.has_run || r.run != s.run) {
-    s.has_run = true;
-    s.run = r.run;
-  }
-  s.highest_seq = r.seq_last;
-  std::vector<TrackInput> inputs;
-  std::vector<std::string> labels;
-  if (event) {
-    inputs.reserve(r.detections.size());
-    labels.reserve(r.detections.size());
-    for (const transport::ReportDetection& d : r.detections) {
-      inputs.push_back({{d.x1, d.y1, d.x2, d.y2}, d.score, static_cast<int>(d.class_id)});
-      const auto id = static_cast<size_t>(d.class_id);
-      labels.push_back(class_names != nullptr && id < class_names->size() ? (*class_names)[id]
-                                                                          : StrCat("class ", d.class_id));
+  AssociateAndFeed(fed, out);
+  return out;
+}
+
+void Confirmer::AssociateAndFeed(std::vector<Fed>& fed, std::vector<std::optional<EventVerdict>>& out) {
+  std::vector<Association> given;
+  if (associator_ && !fed.empty()) {
+    std::vector<AssociationFrame> frames;
+    frames.reserve(fed.size());
+    std::vector<size_t> sent;  // fed index of each frame sent
+    for (size_t k = 0; k < fed.size(); ++k) {
+      const Fed& f = fed[k];
+      // Frames the tracker would refuse are not associated anywhere (Update says why, below).
+      if (!f.s->tracker.Check(f.frame, f.time_ns, f.inputs).ok()) {
+        continue;
+      }
+      frames.push_back({f.s->number, &f.s->tracker, f.frame, f.time_ns, f.inputs});
+      sent.push_back(k);
+    }
+    StatusOr<std::vector<Association>> got = associator_->Associate(frames);
+    if (got.ok() && got->size() == frames.size()) {
+      associator_failures_in_row_ = 0;
+      given.resize(fed.size());
+      for (size_t n = 0; n < sent.size(); ++n) given[sent[n]] = std::move((*got)[n]);
+    } else {
+      ++association_failures_;
+      const std::string why = got.ok() ? StrCat(got->size(), " associations for ", frames.size(), " frames")
+                                       : std::string(got.status().message());
+      if (++associator_failures_in_row_ >= 3) {
+        spdlog::error("confirm: association on {} failed {} batches in a row (last: {}); associating on the host "
+                      "from now on",
+                      associator_->where(), associator_failures_in_row_, why);
+        associator_.reset();
+      } else {
+        spdlog::warn("confirm: association on {} failed ({}); this batch is associated on the host",
+                     associator_->where(), why);
+      }
     }
   }
-  EventVerdict verdict;
-  const int64_t t = Tick(s, r.run, r.pts_ns, r.capture_ns);
-  Feed(s, r.edge, r.stream, r.run, r.seq_first, event ? 1 : r.seq_last - r.seq_first + 1, t,
-       event ? &inputs : nullptr, labels, event ? &verdict : nullptr, false);
-  if (!event) return std::nullopt;
-  return verdict;
+  // Second pass: every frame in order. A stream's frames use the Associator's associations until one is declined
+  // or refused; from there on, and for the next batch's copy, the host's.
+  std::unordered_map<Stream*, bool> on_device;  // stream → all its frames so far applied with the given ones
+  for (size_t k = 0; k < fed.size(); ++k) {
+    Fed& f = fed[k];
+    const Report& r = *f.r;
+    const std::vector<int>* association = nullptr;
+    if (!given.empty()) {
+      auto [it, fresh] = on_device.try_emplace(f.s, true);
+      if (it->second && given[k].ok) {
+        association = &given[k].det_of_track;
+      } else {
+        if (it->second && !given[k].why.empty()) {
+          spdlog::debug("confirm: {}/{} frame {} associated on the host: {}", r.edge, r.stream, f.frame, given[k].why);
+        }
+        it->second = false;
+        ++association_fallbacks_;
+      }
+    }
+    EventVerdict* verdict = out[f.index] ? &*out[f.index] : nullptr;
+    const bool applied = Feed(*f.s, r.edge, r.stream, r.run, r.seq_first, f.frame, f.time_ns,
+                              f.event ? &f.inputs : nullptr, f.labels, verdict, false, association);
+    if (association != nullptr) {
+      if (applied) {
+        ++associated_;
+      } else {
+        on_device[f.s] = false;
+        ++association_fallbacks_;
+      }
+    }
+  }
+  if (associator_) {
+    for (const auto& [s, ok] : on_device) {
+      if (ok) associator_->Advanced(s->number, s->tracker.state_id());
+    }
+  }
 }
 
 void Confirmer::Resume(const StoredEvent& e, int64_t now_ns) {
@@ -183,8 +316,8 @@ void Confirmer::Resume(const StoredEvent& e, int64_t now_ns) {
   if (s.has_run && (e.run < s.run || (e.run == s.run && e.seq <= s.highest_seq))) return;
   if (s.has_run && e.run == s.run && e.seq > s.highest_seq + 1) {
     // The frames between two stored events carried no event: one frame without detections stands for them.
-    Feed(s, e.edge, e.stream, e.run, s.highest_seq + 1, e.seq - s.highest_seq - 1, s.clock_ns, nullptr, {}, nullptr,
-         false);
+    const uint64_t frame = NextFrame(s, e.seq - s.highest_seq - 1);
+    Feed(s, e.edge, e.stream, e.run, s.highest_seq + 1, frame, s.clock_ns, nullptr, {}, nullptr, false);
   }
   s.has_run = true;
   s.run = e.run;
@@ -199,16 +332,24 @@ void Confirmer::Resume(const StoredEvent& e, int64_t now_ns) {
   EventVerdict verdict;
   const bool pending = e.state == EventState::kPending;
   const int64_t t = Tick(s, e.run, e.pts_ns, e.capture_ns);
-  Feed(s, e.edge, e.stream, e.run, e.seq, 1, t, &inputs, labels, pending ? &verdict : nullptr, pending);
+  Feed(s, e.edge, e.stream, e.run, e.seq, NextFrame(s, 1), t, &inputs, labels, pending ? &verdict : nullptr, pending);
 }
 
-void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stream, uint64_t run, uint64_t seq,
-                     uint64_t frames, int64_t time_ns, const std::vector<TrackInput>* detections,
-                     const std::vector<std::string>& labels, EventVerdict* verdict, bool resumed_pending) {
-  s.frame += std::max<uint64_t>(frames, 1);
-  ++stats_.frames;
+bool Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stream, uint64_t run, uint64_t seq,
+                     uint64_t frame, int64_t time_ns, const std::vector<TrackInput>* detections,
+                     const std::vector<std::string>& labels, EventVerdict* verdict, bool resumed_pending,
+                     const std::vector<int>* association) {
   static const std::vector<TrackInput> kNone;
-  StatusOr<TrackUpdate> up = s.tracker.Update(s.frame, time_ns, detections != nullptr ? *detections : kNone);
+  const std::vector<TrackInput>& dets = detections != nullptr ? *detections : kNone;
+  bool applied = association != nullptr;
+  StatusOr<TrackUpdate> up = s.tracker.Update(frame, time_ns, dets, association);
+  if (!up.ok() && association != nullptr) {  // a given association the tracker refused: the host's own
+    spdlog::warn("confirm: {}/{}: run {} seq {}: the association from {} was refused, associated on the host: {}",
+                 edge, stream, run, seq, associator_ ? associator_->where() : "elsewhere",
+                 std::string(up.status().message()));
+    applied = false;
+    up = s.tracker.Update(frame, time_ns, dets);
+  }
   if (!up.ok()) {  // ValidateReport keeps boxes finite; a tracker error is not expected, but never fatal
     spdlog::warn("confirm: {}/{}: run {} seq {} not tracked: {}", edge, stream, run, seq,
                  std::string(up.status().message()));
@@ -217,7 +358,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
       verdict->reason = StrCat("not tracked: ", up.status().message());
       ++stats_.stored_confirmed;
     }
-    return;
+    return applied;
   }
   const TrackerOptions& topt = config_.tracker;
   // The word on a live track now: confirmed needs the tracker's confirmation (min_hits) and the rules.
@@ -227,7 +368,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
       return TrackVerdict{TrackVerdict::kPending, About(t.id, label, StrCat("tentative, matched in ", t.hits, " of ",
                                                                              topt.min_hits, " consecutive frames"))};
     }
-    TrackVerdict v = Evaluate(RulesFor(stream, label), t, s.frame, false);
+    TrackVerdict v = Evaluate(RulesFor(stream, label), t, frame, false);
     v.reason = About(t.id, label, v.reason);
     return v;
   };
@@ -287,7 +428,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
     const std::vector<std::pair<uint64_t, uint64_t>> keys = bt->second;
     for (const auto& key : keys) decide(key, EventState::kConfirmed, reason, id);
   }
-  if (verdict == nullptr) return;
+  if (verdict == nullptr) return applied;
   // This frame's event.
   verdict->track_ids = up->track_of;
   std::vector<int64_t> tracked;
@@ -308,7 +449,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
       } else {
         ++stats_.stored_confirmed;
       }
-      return;
+      return applied;
     }
     tracked.push_back(id);
     if (pending_reason.empty()) pending_reason = std::move(v.reason);
@@ -328,7 +469,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
     } else {
       ++stats_.stored_rejected;
     }
-    return;
+    return applied;
   }
   verdict->state = EventState::kPending;
   verdict->reason = pending_reason;
@@ -336,6 +477,7 @@ void Confirmer::Feed(Stream& s, const std::string& edge, const std::string& stre
   const auto key = std::make_pair(run, seq);
   s.pending[key] = {tracked, pending_reason};
   for (int64_t id : tracked) s.by_track[id].push_back(key);
+  return applied;
 }
 
 void Confirmer::Expire(int64_t now_ns) {
@@ -393,7 +535,12 @@ ConfirmStats Confirmer::stats() const {
     s.pending += st->pending.size();
     s.tracks += st->tracker.tracks().size();
   }
+  s.associated = associated_;
+  s.association_fallbacks = association_fallbacks_;
+  s.association_failures = association_failures_;
   return s;
 }
+
+std::string Confirmer::association_where() const { return associator_ ? associator_->where() : "host"; }
 
 }  // namespace vigil::aggregator

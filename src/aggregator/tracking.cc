@@ -2,6 +2,7 @@
 #include "vigil/aggregator/tracking.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -10,6 +11,11 @@ namespace vigil::aggregator {
 namespace {
 
 constexpr double kNever = 1e9;  // the cost of a pair that must not be matched (above every max_cost)
+
+uint64_t NewStateId() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 bool Finite(const TrackBox& b) {
   return std::isfinite(b.x1) && std::isfinite(b.y1) && std::isfinite(b.x2) && std::isfinite(b.y2) && b.x2 >= b.x1 &&
@@ -152,7 +158,8 @@ std::vector<int> Assign(std::span<const double> cost, size_t rows, size_t cols, 
   return out;
 }
 
-Tracker::Tracker(TrackerOptions options, int window) : opt_(options), window_(std::max(1, window)) {}
+Tracker::Tracker(TrackerOptions options, int window)
+    : opt_(options), window_(std::max(1, window)), state_id_(NewStateId()) {}
 
 const Track* Tracker::Find(int64_t id) const {
   for (const Track& t : tracks_) {
@@ -161,7 +168,7 @@ const Track* Tracker::Find(int64_t id) const {
   return nullptr;
 }
 
-StatusOr<TrackUpdate> Tracker::Update(uint64_t seq, int64_t time_ns, std::span<const TrackInput> detections) {
+Status Tracker::Check(uint64_t seq, int64_t time_ns, std::span<const TrackInput> detections) const {
   if (started_ && (seq <= last_seq_ || time_ns < last_ns_)) {
     return absl::InvalidArgumentError(StrCat("tracker: frame ", seq, " at ", time_ns, " ns after frame ", last_seq_,
                                              " at ", last_ns_, " ns: frames must come in order"));
@@ -171,57 +178,97 @@ StatusOr<TrackUpdate> Tracker::Update(uint64_t seq, int64_t time_ns, std::span<c
       return absl::InvalidArgumentError(StrCat("tracker: frame ", seq, " detection ", j, ": not a finite box"));
     }
   }
+  return absl::OkStatus();
+}
+
+StatusOr<TrackUpdate> Tracker::Update(uint64_t seq, int64_t time_ns, std::span<const TrackInput> detections,
+                                      const std::vector<int>* association) {
+  VIGIL_RETURN_IF_ERROR(Check(seq, time_ns, detections));
+  const size_t nt = tracks_.size(), nd = detections.size();
+  if (association != nullptr) {  // checked before anything changes
+    if (association->size() != nt) {
+      return absl::InvalidArgumentError(StrCat("tracker: frame ", seq, ": the association has ", association->size(),
+                                               " entries for ", nt, " tracks"));
+    }
+    std::vector<char> seen(nd, 0);
+    for (size_t i = 0; i < nt; ++i) {
+      const int j = (*association)[i];
+      if (j < 0) continue;
+      const auto ju = static_cast<size_t>(j);
+      const auto bad = [&](std::string_view why) {
+        return absl::InvalidArgumentError(StrCat("tracker: frame ", seq, ": the association gives track ",
+                                                 tracks_[i].id, " detection ", j, ": ", why));
+      };
+      if (ju >= nd) return bad(StrCat("there are ", nd, " detections"));
+      if (seen[ju]) return bad("given to another track too");
+      seen[ju] = 1;
+      const TrackInput& d = detections[ju];
+      if (d.class_id != tracks_[i].class_id) return bad("another class");
+      const bool recent = started_ && tracks_[i].last_seen_seq == last_seq_;
+      if (!(d.score >= opt_.high_score || (recent && d.score >= opt_.low_score))) {
+        return bad("its score cannot match that track");
+      }
+    }
+  }
   const bool previous_frame_known = started_;
   const uint64_t previous_seq = last_seq_;
   started_ = true;
   last_seq_ = seq;
   last_ns_ = time_ns;
+  state_id_ = NewStateId();
 
-  const size_t nt = tracks_.size(), nd = detections.size();
-  std::vector<TrackBox> predicted(nt);
-  for (size_t i = 0; i < nt; ++i) {
-    predicted[i] = Advance(tracks_[i].box, velocity_[i], static_cast<double>(time_ns - tracks_[i].last_seen_ns) * 1e-9);
-  }
   TrackUpdate up;
   up.track_of.assign(nd, 0);
-  std::vector<int> det_of_track(nt, -1);
+  std::vector<int>& det_of_track = up.det_of_track;
+  det_of_track.assign(nt, -1);
   std::vector<char> det_taken(nd, 0);
-
-  // One stage: the given tracks against the given detections, same class only, by 1 − IoU.
-  auto stage = [&](const std::vector<size_t>& ts, const std::vector<size_t>& ds, float min_iou) {
-    if (ts.empty() || ds.empty()) return;
-    std::vector<double> cost(ts.size() * ds.size());
-    for (size_t a = 0; a < ts.size(); ++a) {
-      for (size_t b = 0; b < ds.size(); ++b) {
-        const TrackInput& d = detections[ds[b]];
-        cost[a * ds.size() + b] =
-            d.class_id == tracks_[ts[a]].class_id ? 1.0 - IoU(predicted[ts[a]], d.box) : kNever;
+  if (association != nullptr) {
+    det_of_track = *association;
+    for (int j : det_of_track) {
+      if (j >= 0) det_taken[static_cast<size_t>(j)] = 1;
+    }
+  } else {
+    std::vector<TrackBox> predicted(nt);
+    for (size_t i = 0; i < nt; ++i) {
+      predicted[i] =
+          Advance(tracks_[i].box, velocity_[i], static_cast<double>(time_ns - tracks_[i].last_seen_ns) * 1e-9);
+    }
+    // One stage: the given tracks against the given detections, same class only, by 1 − IoU.
+    auto stage = [&](const std::vector<size_t>& ts, const std::vector<size_t>& ds, float min_iou) {
+      if (ts.empty() || ds.empty()) return;
+      std::vector<double> cost(ts.size() * ds.size());
+      for (size_t a = 0; a < ts.size(); ++a) {
+        for (size_t b = 0; b < ds.size(); ++b) {
+          const TrackInput& d = detections[ds[b]];
+          cost[a * ds.size() + b] =
+              d.class_id == tracks_[ts[a]].class_id ? 1.0 - IoU(predicted[ts[a]], d.box) : kNever;
+        }
+      }
+      const std::vector<int> got = Assign(cost, ts.size(), ds.size(), 1.0 - min_iou);
+      for (size_t a = 0; a < ts.size(); ++a) {
+        if (got[a] < 0) continue;
+        det_of_track[ts[a]] = static_cast<int>(ds[static_cast<size_t>(got[a])]);
+        det_taken[ds[static_cast<size_t>(got[a])]] = 1;
+      }
+    };
+    std::vector<size_t> all_tracks(nt), high, low;
+    for (size_t i = 0; i < nt; ++i) all_tracks[i] = i;
+    for (size_t j = 0; j < nd; ++j) {
+      if (detections[j].score >= opt_.high_score) {
+        high.push_back(j);
+      } else if (detections[j].score >= opt_.low_score) {
+        low.push_back(j);
       }
     }
-    const std::vector<int> got = Assign(cost, ts.size(), ds.size(), 1.0 - min_iou);
-    for (size_t a = 0; a < ts.size(); ++a) {
-      if (got[a] < 0) continue;
-      det_of_track[ts[a]] = static_cast<int>(ds[static_cast<size_t>(got[a])]);
-      det_taken[ds[static_cast<size_t>(got[a])]] = 1;
+    stage(all_tracks, high, opt_.match_iou);
+    std::vector<size_t> recent_unmatched;  // seen in the previous frame, unmatched by stage one
+    for (size_t i = 0; i < nt; ++i) {
+      if (det_of_track[i] < 0 && previous_frame_known && tracks_[i].last_seen_seq == previous_seq) {
+        recent_unmatched.push_back(i);
+      }
     }
-  };
-  std::vector<size_t> all_tracks(nt), high, low;
-  for (size_t i = 0; i < nt; ++i) all_tracks[i] = i;
-  for (size_t j = 0; j < nd; ++j) {
-    if (detections[j].score >= opt_.high_score) {
-      high.push_back(j);
-    } else if (detections[j].score >= opt_.low_score) {
-      low.push_back(j);
-    }
+    stage(recent_unmatched, low, opt_.low_match_iou);
   }
-  stage(all_tracks, high, opt_.match_iou);
-  std::vector<size_t> recent_unmatched;  // seen in the previous frame, unmatched by stage one
-  for (size_t i = 0; i < nt; ++i) {
-    if (det_of_track[i] < 0 && previous_frame_known && tracks_[i].last_seen_seq == previous_seq) {
-      recent_unmatched.push_back(i);
-    }
-  }
-  stage(recent_unmatched, low, opt_.low_match_iou);
 
   std::vector<Track> kept;
   std::vector<TrackBox> kept_velocity;
@@ -285,6 +332,7 @@ void Tracker::Restart() {
   tracks_.clear();
   velocity_.clear();
   started_ = false;
+  state_id_ = NewStateId();
 }
 
 TrackVerdict Evaluate(const TrackRules& rules, const Track& track, uint64_t seq, bool ended) {

@@ -75,7 +75,8 @@ void AddAggregatorCommand(CLI::App& app, int* exit_code) {
                   "classes, min_severity}, on (stored|confirmed), once_per_track, retry {initial_ms, max_ms, max_attempts}}], "
                   "confirm {tracker {high_score, low_score, new_track_score, match_iou, low_match_iou, min_hits, "
                   "max_lost_s}, rules {k, m, min_duration_s, min_travel_px}, overrides [{streams, classes, k, m, "
-                  "min_duration_s, min_travel_px}], idle_s, classifier {model, device, threads, labels, normalize "
+                  "min_duration_s, min_travel_px}], idle_s, association {device (auto|cpu|cuda:N), max_streams, max_tracks, "
+                  "max_detections}, classifier {model, device, threads, labels, normalize "
                   "(unit|imagenet), min_score, confirm, reject, relabel, wait_s}}. "
                   "auth.keys_file is required unless auth: {required: false} (docs/architecture.md, Access control)");
   cmd->footer("Exit: 0 stopped by SIGINT/SIGTERM, 1 cannot start, 2 bad configuration.");

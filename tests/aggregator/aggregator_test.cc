@@ -204,6 +204,7 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
       "    - {classes: [car], min_travel_px: 40}\n"
       "    - {streams: [gate], k: 1, m: 1}\n"
       "  idle_s: 10\n"
+      "  association: {device: cuda:1, max_streams: 256, max_tracks: 128, max_detections: 600}\n"
       "  classifier:\n"
       "    model: " + model + "\n    device: cuda:1\n    threads: 2\n    labels: [helmet, bare_head, glare]\n"
       "    normalize: imagenet\n    min_score: 0.7\n    confirm: [helmet, bare_head]\n    reject: [glare]\n"
@@ -228,6 +229,10 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
   EXPECT_EQ(k.overrides[1].streams, std::vector<std::string>{"gate"});
   EXPECT_EQ(k.overrides[1].rules.m, 1);
   EXPECT_EQ(k.idle_s, 10);
+  EXPECT_EQ(k.association_device, "cuda:1");
+  EXPECT_EQ(k.association_limits.max_streams, 256u);
+  EXPECT_EQ(k.association_limits.max_tracks, 128u);
+  EXPECT_EQ(k.association_limits.max_detections, 600u);
   ASSERT_TRUE(k.classifier_enabled);
   EXPECT_EQ(k.classifier.model, model);
   EXPECT_EQ(k.classifier.device, "cuda:1");
@@ -243,9 +248,11 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
   StatusOr<AggregatorConfig> off = ParseAggregatorConfig("auth: {required: false}\n", "agg.yaml");
   ASSERT_TRUE(off.ok());
   EXPECT_FALSE(off->confirm.enabled);
+  EXPECT_EQ(off->confirm.association_device, "auto") << "the default: the GPU rows arrive on, else the CPU";
 
   const std::string bad = std::string(
       ParseAggregatorConfig("auth: {required: false}\nconfirm:\n  rules: {k: 4, m: 2}\n  tracker: {low_score: 0.9}\n"
+                            "  association: {device: gpu0, max_tracks: 5000}\n"
                             "  classifier: {device: tpu, confirm: [a], reject: [a]}\n"
                             "push:\n  - name: a\n    webhook: {url: 'http://x'}\n    on: decided\n",
                             "agg.yaml")
@@ -254,6 +261,8 @@ TEST(AggregatorConfigTest, ConfirmationIsReadAndItsErrorsNameTheKey) {
   EXPECT_NE(bad.find("confirm.rules.k"), std::string::npos) << bad;
   EXPECT_NE(bad.find("4 is above m (2)"), std::string::npos) << bad;
   EXPECT_NE(bad.find("push[0].on"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("confirm.association.device: 'gpu0': expected auto, cpu or cuda:N"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("confirm.association.max_tracks"), std::string::npos) << bad;
   const std::string once = std::string(
       ParseAggregatorConfig("auth: {required: false}\npush:\n  - name: a\n    webhook: {url: 'http://x'}\n"
                             "    once_per_track: true\n",

@@ -17,6 +17,12 @@
 //      for longer than max_lost_s, then it ends (Update reports it in `ended`).
 // Track ids are positive, unique per Tracker and never reused. Boxes are source pixels (x1, y1, x2, y2).
 //
+// Association (steps 1–3) is what costs: an IoU matrix and an assignment per stage, O(tracks × detections) and up to
+// O(n³) per frame. Update can take it from elsewhere — an Associator (association.h) that computes it for many
+// streams at once, on a GPU — and then does only steps 4–5 (O(tracks + detections)). The arithmetic is spelled out
+// in float and double with no fused multiply-add (tracking.cc is compiled with -ffp-contract=off), so another
+// implementation that keeps to it gets the same association bit for bit.
+//
 // TrackRules: confirmation over a track (an event is confirmed when its object's track is): seen in at least k of
 // the last m frames of its stream, for at least min_duration_s since it was first seen, and travelled at least
 // min_travel_px (the distance between its first and its current box centre). Evaluate says confirmed (with the
@@ -83,6 +89,9 @@ struct TrackUpdate {
   // high-score one below new_track_score).
   std::vector<int64_t> track_of;
   std::vector<Track> ended;  // tracks that ended in this frame (lost too long, or tentative and missed)
+  // The association: per track of tracks() as it was before the frame (same order), the index of the detection
+  // it was matched to, or -1.
+  std::vector<int> det_of_track;
 };
 
 class Tracker {
@@ -91,10 +100,27 @@ class Tracker {
   explicit Tracker(TrackerOptions options, int window = 30);
 
   // The next frame of the stream (`seq` increasing, `time_ns` its stream time, not decreasing) and its detections.
-  StatusOr<TrackUpdate> Update(uint64_t seq, int64_t time_ns, std::span<const TrackInput> detections);
+  // `association`: the frame's association computed elsewhere (TrackUpdate::det_of_track of the same frame on a
+  // copy of this Tracker); null: computed here. A given association is checked before anything changes: one entry
+  // per track, each detection at most once, of the track's class, high-score or (a track seen in the previous
+  // frame) low-score — InvalidArgument naming what is wrong otherwise (the caller associates here instead).
+  StatusOr<TrackUpdate> Update(uint64_t seq, int64_t time_ns, std::span<const TrackInput> detections,
+                               const std::vector<int>* association = nullptr);
+  // What Update would refuse without changing anything: frames out of order, boxes that are not finite.
+  Status Check(uint64_t seq, int64_t time_ns, std::span<const TrackInput> detections) const;
 
   const std::vector<Track>& tracks() const { return tracks_; }  // live tracks (tentative, confirmed, lost)
   const Track* Find(int64_t id) const;
+  const TrackerOptions& options() const { return opt_; }
+  // What association needs besides tracks(), for an Associator to copy this state: each track's velocity (box edges
+  // per second, same index as tracks()), whether a frame was seen, and the last frame's seq and time.
+  const std::vector<TrackBox>& velocities() const { return velocity_; }
+  bool started() const { return started_; }
+  uint64_t last_seq() const { return last_seq_; }
+  int64_t last_ns() const { return last_ns_; }
+  // Names this state: every Update and Restart gives a new one, unique in the process (a copy has its original's).
+  // An Associator holding a copy of this state knows it by this number.
+  uint64_t state_id() const { return state_id_; }
 
   // Drops every track, as if no frame had been seen (the next Update takes any seq and time); ids go on from
   // where they were, never reused.
@@ -113,6 +139,7 @@ class Tracker {
   bool started_ = false;
   uint64_t last_seq_ = 0;
   int64_t last_ns_ = 0;
+  uint64_t state_id_;
 };
 
 struct TrackRules {
