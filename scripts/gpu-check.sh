@@ -22,7 +22,12 @@
 #             PyTorch + Ultralytics (seeded), so that `tests` also covers them
 #   tests     GPU GoogleTest suite (op grid, device-resident runs, whole models vs the CPU backend),
 #             with VIGIL_CUDNN_AUTOTUNE=1 (cuDNN's first plan: correctness needs no timing, loads are faster)
-#   sanitize  compute-sanitizer memcheck over a representative subset of the GPU tests
+#   sanitize  compute-sanitizer memcheck over a representative subset of the GPU tests (SANITIZE_FILTER: other
+#             tests; SANITIZE_TOOL: another tool, e.g. racecheck)
+#   confirm   the aggregator's confirmation (issue 20) at CONFIRM_RATE (3840) reports/s of 128 streams, every frame
+#             an event of CONFIRM_BOXES (3,30,100,300) moving boxes tiling the frame: `vigil aggregator` (SQLite)
+#             with confirm.association.device cpu and cuda:0 (CONFIRM_ASSOCIATION) under `vigil bench aggregator`
+#             (tools/bench/aggregator_bench.py): the tracking time per report, side by side
 #   models    fp16/fp32 detections on real images vs ONNX Runtime (tools/gpu/check_models.py)
 #   bench     vigil-engine vs PyTorch eager / torch.compile (tools/gpu/bench_torch.py), YOLOv8n first
 #   classify  the aggregator's second model (issue 20): `vigil model classify` on cuda:0 vs the CPU backend on crops
@@ -161,7 +166,7 @@ run() {
   # it did not write).
   local pack_results=0
   [ -z "$(ls -A "$OUT")" ] && pack_results=1
-  local stages="${*:-export tests sanitize models classify bench placement streams video nvdec edge snapshots ipc ucx product profile}" failed=0
+  local stages="${*:-export tests sanitize models classify confirm bench placement streams video nvdec edge snapshots ipc ucx product profile}" failed=0
   mkdir -p /tmp/vl "$DEV/bin" && tar -xJf "$DEV/libs.tar.xz" -C /tmp/vl && tar -xJf "$DEV/bin.tar.xz" -C "$DEV/bin"
   [ -f "$DEV/ucx.tar.xz" ] && tar -xJf "$DEV/ucx.tar.xz" -C /tmp  # /tmp/ucx: PyPI libucx-cu13 (the `ucx` stage only)
   local cudnn
@@ -186,6 +191,8 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
     nvidia-smi topo -m 2>/dev/null
     "$DEV/bin/vigil-engine" --version
   } >"$OUT/machine.txt" 2>&1
+  # The sanitize stage's tests (SANITIZE_FILTER replaces them; SANITIZE_TOOL=racecheck looks for shared-memory races).
+  local SANITIZE_DEFAULT='Grid/CudaOpGrid.MatchesReference/yolo_like_chain*:Grid/CudaOpGrid.MatchesReference/matmul*:Grid/CudaOpGrid.MatchesReference/maxpool*:Grid/CudaOpGrid.MatchesReference/reductions*:Grid/CudaOpGrid.MatchesReference/end2end*:Grid/CudaOpGrid.MatchesReference/compare*:Grid/CudaOpGrid.MatchesReference/variadic*:Grid/CudaOpGrid.MatchesReference/pad*:Grid/CudaOpGrid.MatchesReference/batchnorm*:Grid/CudaOpGrid.MatchesReference/quantize*:Grid/CudaOpGrid.MatchesReference/dynamic_fake*:Grid/CudaOpGrid.MatchesReference/channel_slice*:CudaBackend.*:Cases/GpuLetterbox.*/odd_sizes:Cases/GpuLetterbox.*/pitched_rows:Cases/GpuNms.*/ultralytics_low_conf_many_tiles:Cases/GpuNms.*/end2end:Cases/GpuNms.*/yolox_raw:DeviceAssociatorTest.*'
   for stage in $stages; do
     echo "== $stage" | tee -a "$OUT/summary.txt"
     local t0=$SECONDS rc=0
@@ -194,9 +201,12 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
       export) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \
           --out "$OUT/export.json" --export-only >"$OUT/export.log" 2>&1 || rc=$? ;;
       tests) VIGIL_CUDNN_AUTOTUNE=1 timeout "$lim" "$DEV/bin/vigil_cuda_tests" --gtest_filter="${TESTS_FILTER:-*}" --gtest_output="json:$OUT/tests.json" >"$OUT/tests.log" 2>&1 || rc=$? ;;
-      sanitize) VIGIL_CUDNN_AUTOTUNE=1 timeout "$lim" compute-sanitizer --tool memcheck --error-exitcode 9 "$DEV/bin/vigil_cuda_tests" \
-          --gtest_filter='Grid/CudaOpGrid.MatchesReference/yolo_like_chain*:Grid/CudaOpGrid.MatchesReference/matmul*:Grid/CudaOpGrid.MatchesReference/maxpool*:Grid/CudaOpGrid.MatchesReference/reductions*:Grid/CudaOpGrid.MatchesReference/end2end*:Grid/CudaOpGrid.MatchesReference/compare*:Grid/CudaOpGrid.MatchesReference/variadic*:Grid/CudaOpGrid.MatchesReference/pad*:Grid/CudaOpGrid.MatchesReference/batchnorm*:Grid/CudaOpGrid.MatchesReference/quantize*:Grid/CudaOpGrid.MatchesReference/dynamic_fake*:Grid/CudaOpGrid.MatchesReference/channel_slice*:CudaBackend.*:Cases/GpuLetterbox.*/odd_sizes:Cases/GpuLetterbox.*/pitched_rows:Cases/GpuNms.*/ultralytics_low_conf_many_tiles:Cases/GpuNms.*/end2end:Cases/GpuNms.*/yolox_raw' \
-          >"$OUT/sanitize.log" 2>&1 || rc=$? ;;
+      sanitize) VIGIL_CUDNN_AUTOTUNE=1 timeout "$lim" compute-sanitizer --tool "${SANITIZE_TOOL:-memcheck}" --error-exitcode 9 "$DEV/bin/vigil_cuda_tests" \
+          --gtest_filter="${SANITIZE_FILTER:-$SANITIZE_DEFAULT}" >"$OUT/sanitize.log" 2>&1 || rc=$? ;;
+      confirm) timeout "$lim" python3 "$ROOT/tools/bench/aggregator_bench.py" --vigil "$DEV/bin/vigil" --engines sqlite \
+          --no-mqtt --confirm on --association "${CONFIRM_ASSOCIATION:-cpu,cuda:0}" --rates "${CONFIRM_RATE:-3840}" \
+          --edges 4 --streams 32 --seconds "${CONFIRM_SECONDS:-8}" --event-every 1 --motion-px 4 --layout grid \
+          --detections "${CONFIRM_BOXES:-3,30,100,300}" --json "$OUT/confirm.json" >"$OUT/confirm.log" 2>&1 || rc=$? ;;
       models) timeout "$lim" python3 "$ROOT/tools/gpu/check_models.py" --engine "$DEV/bin/vigil-engine" --models "$DEV/models" \
           --images "$DEV/images" --out "$OUT/models.json" >"$OUT/models.log" 2>&1 || rc=$? ;;
       bench) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \

@@ -3,14 +3,15 @@
 // and send one Report per frame, as an edge with no coalescing would; it measures what the aggregator stores.
 //
 //   vigil bench aggregator --target 127.0.0.1:7400 [--edges 4] [--streams 32] [--seconds 10] [--rate 0]
-//                          [--window 256] [--event-every 4] [--detections 3] [--motion-px 0] [--key-hex HEX]
-//                          [--json FILE]
+//                          [--window 256] [--event-every 4] [--detections 3] [--motion-px 0] [--layout row]
+//                          [--key-hex HEX] [--json FILE]
 //
 // Every edge (ids bench-0, bench-1, …; one key for all: --key-hex or VIGIL_EDGE_KEY) opens one session, holds
 // --streams streams (run = the start time, so every run is new) and sends their frames round robin: every
 // --event-every-th frame an event of --detections rows of class 0 ("person"; 80×200 px boxes 100 px apart, moving
-// --motion-px to the right per frame of their stream, wrapping at x = 1600: load for confirm.h's tracker), the others
-// progress. At most
+// --motion-px to the right per frame of their stream, wrapping at x = 1600: load for confirm.h's tracker; with
+// --layout grid the boxes tile the 1920×1080 frame instead, each 80 % of its cell, moving right and wrapping after a
+// fifth of the cell's width: a crowded scene of hundreds of boxes), the others progress. At most
 // --window Reports per edge await their Ack; --rate caps the reports per second of all edges together (0: as
 // fast as the acks allow). The Ack of a Report comes after the aggregator committed it (durable before ack), so
 //   - stored/s: Reports acknowledged per second over the timed part (after one warm-up second);
@@ -61,6 +62,7 @@ struct BenchAggregatorArgs {
   int event_every = 4;
   int detections = 3;
   double motion_px = 0;
+  std::string layout = "row";
   std::string key_hex;
   std::string json_file;
 };
@@ -163,10 +165,21 @@ void RunEdge(const BenchAggregatorArgs& a, int index, const std::string& key, co
       r.rule = "person";
       r.width = 1920;
       r.height = 1080;
-      for (int d = 0; d < a.detections; ++d) {
-        const float x = 100.0f * static_cast<float>(d) +
-                        static_cast<float>(std::fmod(static_cast<double>(r.seq_first) * a.motion_px, 1600.0));
-        r.detections.push_back({x, 200, x + 80, 400, 0.8f, 0});
+      if (a.layout == "grid" && a.detections > 0) {
+        const int cols = static_cast<int>(std::ceil(std::sqrt(a.detections * 16.0 / 9.0)));
+        const int rows = (a.detections + cols - 1) / cols;
+        const double cw = 1920.0 / cols, ch = 1080.0 / rows;
+        const double shift = std::fmod(static_cast<double>(r.seq_first) * a.motion_px, 0.2 * cw);
+        for (int d = 0; d < a.detections; ++d) {
+          const auto x = static_cast<float>((d % cols) * cw + shift), y = static_cast<float>((d / cols) * ch);
+          r.detections.push_back({x, y, x + static_cast<float>(0.8 * cw), y + static_cast<float>(0.8 * ch), 0.8f, 0});
+        }
+      } else {
+        for (int d = 0; d < a.detections; ++d) {
+          const float x = 100.0f * static_cast<float>(d) +
+                          static_cast<float>(std::fmod(static_cast<double>(r.seq_first) * a.motion_px, 1600.0));
+          r.detections.push_back({x, 200, x + 80, 400, 0.8f, 0});
+        }
       }
     } else {
       r.kind = tp::ReportKind::kProgress;
@@ -248,7 +261,7 @@ int BenchAggregator(const BenchAggregatorArgs& a) {
   if (!a.json_file.empty()) {
     nlohmann::json j = {{"target", a.target},       {"edges", a.edges},         {"streams", a.streams},
                         {"window", a.window},       {"rate", a.rate},           {"event_every", a.event_every},
-                        {"detections", a.detections}, {"motion_px", a.motion_px}, {"seconds", a.seconds},   {"sent", sent},
+                        {"detections", a.detections}, {"motion_px", a.motion_px}, {"layout", a.layout}, {"seconds", a.seconds},   {"sent", sent},
                         {"acked", acked},           {"acked_timed", timed},     {"stored_per_s", stored_per_s},
                         {"ack_ms_p50", p50},        {"ack_ms_p99", p99},        {"ack_ms_max", max},
                         {"errors", errors}};
@@ -283,6 +296,9 @@ void AddBenchAggregatorCommand(CLI::App& bench, int* exit_code) {
   cmd->add_option("--detections", a->detections, "rows per event")->check(CLI::Range(0, 1000))->capture_default_str();
   cmd->add_option("--motion-px", a->motion_px, "each row's box moves this far right per frame of its stream")
       ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
+  cmd->add_option("--layout", a->layout, "row: boxes 100 px apart in a row; grid: tiling the frame (crowded scenes)")
+      ->check(CLI::IsMember({"row", "grid"}))
       ->capture_default_str();
   cmd->add_option("--key-hex", a->key_hex, "the edges' key (hex); default: VIGIL_EDGE_KEY");
   cmd->add_option("--json", a->json_file, "also write one JSON object to this file");

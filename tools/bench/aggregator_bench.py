@@ -17,6 +17,9 @@ the server runs on the same machine, so its CPU is part of the cost.
 Confirmation (issue 20): --confirm off,on runs each case without and with a `confirm:` section (--confirm-yaml: its
 body), and reads the tracking time per report from vigil_aggregator_confirm_seconds and the events' states from
 vigil_aggregator_event_states_total; --event-every 1 --motion-px 4 makes every frame an event of moving boxes.
+Where the trackers' association runs (confirm.association.device): --association cpu,cuda:0 runs each confirmed
+case on each; --detections 3,30,300 sweeps the boxes per event (--layout grid tiles them over the frame), and the
+frames the device associated are read from vigil_aggregator_association_frames_total.
 
   tools/bench/aggregator_bench.py --vigil build/src/vigil --pg-url postgresql://vigil@127.0.0.1:54329/vigil_test \
       --engines sqlite,postgresql --rates 0,4000 --seconds 10 --json out.json
@@ -107,8 +110,9 @@ class Broker:
         self.proc.wait(timeout=10)
 
 
-def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None, confirm: bool = False) -> dict:
-    case = work / f"{engine}-{int(rate)}{'-confirm' if confirm else ''}"
+def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None, confirm: bool = False,
+             detections: int = 3, association: str = "") -> dict:
+    case = work / f"{engine}-{int(rate)}{'-confirm' if confirm else ''}-{detections}-{association.replace(':', '')}"
     case.mkdir(parents=True)
     edge_ids = [f"bench-{i}" for i in range(a.edges)]
     keys = case / "keys.yaml"
@@ -118,7 +122,7 @@ def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None, con
     if engine == "sqlite":
         db = str(case / "agg.db")
     else:
-        schema = f"bench_{os.getpid()}_{int(rate)}{'_c' if confirm else ''}"
+        schema = f"bench_{os.getpid()}_{int(rate)}{'_c' if confirm else ''}_{detections}"
         psql(a.pg_url, f"DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")
         db = f"'{a.pg_url}{'&' if '?' in a.pg_url else '?'}options=-csearch_path%3D{schema}'"
     port, http = free_port(), free_port()
@@ -129,6 +133,8 @@ def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None, con
     confirm_yaml = ""
     if confirm:
         confirm_yaml = "confirm:\n" + "".join(f"  {line}\n" for line in a.confirm_yaml.split("\n") if line)
+        if association:
+            confirm_yaml += f"  association: {{device: '{association}'}}\n"
     (case / "agg.yaml").write_text(f"listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\ndb: {db}\n"
                                    f"auth: {{keys_file: {keys}}}\nbatch_max: {a.batch_max}\n{push}{confirm_yaml}")
     log = open(case / "agg.log", "wb")
@@ -143,8 +149,8 @@ def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None, con
         out = case / "bench.json"
         cmd = [a.vigil, "bench", "aggregator", "--target", f"127.0.0.1:{port}", "--edges", str(a.edges),
                "--streams", str(a.streams), "--seconds", str(a.seconds), "--rate", str(rate), "--window",
-               str(a.window), "--event-every", str(a.event_every), "--detections", str(a.detections),
-               "--motion-px", str(a.motion_px),
+               str(a.window), "--event-every", str(a.event_every), "--detections", str(detections),
+               "--motion-px", str(a.motion_px), "--layout", a.layout,
                "--key-hex", KEY_HEX, "--json", str(out)]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.seconds + 120)
         sys.stdout.write(r.stdout)
@@ -170,8 +176,12 @@ def run_case(a, engine: str, rate: float, work: Path, broker: Broker | None, con
         states = {f"{at}_{st}": delta("vigil_aggregator_event_states_total", state=st, at=at)
                   for at, st in (("stored", "pending"), ("stored", "confirmed"), ("stored", "rejected"),
                                  ("decided", "confirmed"), ("decided", "rejected"))}
+        associated = {l.get("at", ""): v - value(m0, "vigil_aggregator_association_frames_total", at=l.get("at", ""))
+                      for l, v in m1.get("vigil_aggregator_association_frames_total", [])}
         return {
-            "engine": engine, "confirm": confirm, "offered_per_s": rate,
+            "engine": engine, "confirm": confirm, "offered_per_s": rate, "detections": detections,
+            "association": association or "default", "association_frames": associated,
+            "association_failures": delta("vigil_aggregator_association_failures_total"),
             "confirm_us_per_report": 1e6 * delta("vigil_aggregator_confirm_seconds_sum") / max(1, bench["acked"]),
             "confirm_batch_ms_p99_le": 1e3 * histogram_quantile(m0, m1, "vigil_aggregator_confirm_seconds", 0.99),
             "event_states": states, "events_pending_at_end": value(m1, "vigil_aggregator_events_pending"), "edges": a.edges, "streams": a.edges * a.streams,
@@ -203,7 +213,10 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--event-every", type=int, default=4)
-    p.add_argument("--detections", type=int, default=3)
+    p.add_argument("--detections", default="3", help="rows per event, comma-separated: one case each")
+    p.add_argument("--layout", default="row", help="row or grid (vigil bench aggregator --layout)")
+    p.add_argument("--association", default="",
+                   help="confirm.association.device per confirmed case, comma-separated (cpu,cuda:0); default: none set")
     p.add_argument("--motion-px", type=float, default=0)
     p.add_argument("--confirm", default="off", help="off, on or off,on (each case both ways)")
     p.add_argument("--confirm-yaml", default="rules: {k: 3, m: 5}",
@@ -225,17 +238,19 @@ def main() -> int:
         try:
             for rate in (float(r) for r in a.rates.split(",")):
                 for engine in engines:
-                    for confirm in a.confirm.split(","):
-                        rows.append(run_case(a, engine, rate, Path(tmp), broker, confirm == "on"))
-                        print(json.dumps(rows[-1]))
+                    for dets in (int(d) for d in a.detections.split(",")):
+                        for confirm in a.confirm.split(","):
+                            for assoc in (a.association.split(",") if confirm == "on" and a.association else [""]):
+                                rows.append(run_case(a, engine, rate, Path(tmp), broker, confirm == "on", dets, assoc))
+                                print(json.dumps(rows[-1]), flush=True)
         finally:
             if broker:
                 broker.stop()
-    print(f"\n{'engine':<11}{'confirm':>8}{'offered/s':>10}{'stored/s':>10}{'ack p50':>9}{'ack p99':>9}{'commit p99≤':>12}"
+    print(f"\n{'engine':<11}{'boxes':>6}{'assoc':>8}{'confirm':>8}{'offered/s':>10}{'stored/s':>10}{'ack p50':>9}{'ack p99':>9}{'commit p99≤':>12}"
           f"{'cpu µs/rep':>11}{'cores':>7}{'pushed/s':>10}{'drain s':>8}{'track µs/rep':>13}")
     for r in rows:
         offered = "max" if r["offered_per_s"] == 0 else f"{r['offered_per_s']:.0f}"
-        print(f"{r['engine']:<11}{'on' if r['confirm'] else 'off':>8}{offered:>10}{r['stored_per_s']:>10.0f}{r['ack_ms_p50']:>9.1f}{r['ack_ms_p99']:>9.1f}"
+        print(f"{r['engine']:<11}{r['detections']:>6}{r['association'] if r['confirm'] else '-':>8}{'on' if r['confirm'] else 'off':>8}{offered:>10}{r['stored_per_s']:>10.0f}{r['ack_ms_p50']:>9.1f}{r['ack_ms_p99']:>9.1f}"
               f"{r['commit_ms_p99_le']:>12.1f}{r['aggregator_cpu_us_per_report']:>11.1f}"
               f"{r['aggregator_cpu_cores']:>7.2f}{r['pushed_per_s']:>10.0f}{r['push_drain_s_after_load']:>8.1f}"
               f"{r['confirm_us_per_report']:>13.2f}")
