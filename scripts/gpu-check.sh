@@ -27,7 +27,7 @@
 #   confirm   the aggregator's confirmation (issue 20) at CONFIRM_RATE (3840) reports/s of 128 streams, every frame
 #             an event of CONFIRM_BOXES (3,30,100,300) moving boxes tiling the frame: `vigil aggregator` (SQLite)
 #             with confirm.association.device cpu and cuda:0 (CONFIRM_ASSOCIATION) under `vigil bench aggregator`
-#             (tools/bench/aggregator_bench.py): the tracking time per report, side by side
+#             (tools/bench/aggregator_bench.py): the tracking time per report, side by side (CONFIRM_ARGS: more options)
 #   models    fp16/fp32 detections on real images vs ONNX Runtime (tools/gpu/check_models.py)
 #   bench     vigil-engine vs PyTorch eager / torch.compile (tools/gpu/bench_torch.py), YOLOv8n first
 #   classify  the aggregator's second model (issue 20): `vigil model classify` on cuda:0 vs the CPU backend on crops
@@ -206,7 +206,7 @@ for p in pathlib.Path(sys.argv[1]).glob("*.jpg"):
       confirm) timeout "$lim" python3 "$ROOT/tools/bench/aggregator_bench.py" --vigil "$DEV/bin/vigil" --engines sqlite \
           --no-mqtt --confirm on --association "${CONFIRM_ASSOCIATION:-cpu,cuda:0}" --rates "${CONFIRM_RATE:-3840}" \
           --edges 4 --streams 32 --seconds "${CONFIRM_SECONDS:-8}" --event-every 1 --motion-px 4 --layout grid \
-          --detections "${CONFIRM_BOXES:-3,30,100,300}" --json "$OUT/confirm.json" >"$OUT/confirm.log" 2>&1 || rc=$? ;;
+          --detections "${CONFIRM_BOXES:-3,30,100,300}" --json "$OUT/confirm.json" ${CONFIRM_ARGS:-} >"$OUT/confirm.log" 2>&1 || rc=$? ;;
       models) timeout "$lim" python3 "$ROOT/tools/gpu/check_models.py" --engine "$DEV/bin/vigil-engine" --models "$DEV/models" \
           --images "$DEV/images" --out "$OUT/models.json" >"$OUT/models.log" 2>&1 || rc=$? ;;
       bench) timeout "$lim" python3 "$ROOT/tools/gpu/bench_torch.py" --engine "$DEV/bin/vigil-engine" --work /tmp/bench \

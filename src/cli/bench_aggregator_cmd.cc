@@ -11,8 +11,8 @@
 // --event-every-th frame an event of --detections rows of class 0 ("person"; 80×200 px boxes 100 px apart, moving
 // --motion-px to the right per frame of their stream, wrapping at x = 1600: load for confirm.h's tracker; with
 // --layout grid the boxes tile the 1920×1080 frame instead, each 80 % of its cell, moving right and wrapping after a
-// fifth of the cell's width: a crowded scene of hundreds of boxes), the others progress. At most
-// --window Reports per edge await their Ack; --rate caps the reports per second of all edges together (0: as
+// fifth of the cell's width: a crowded scene of hundreds of boxes), the others progress; a frame's pts_ns is its seq at 30 FPS. At
+// most --window Reports per edge await their Ack; --rate caps the reports per second of all edges together (0: as
 // fast as the acks allow). The Ack of a Report comes after the aggregator committed it (durable before ack), so
 //   - stored/s: Reports acknowledged per second over the timed part (after one warm-up second);
 //   - ack latency p50/p99/max (ms): Link::Send to its Ack, the storage queue and the commit included.
@@ -159,6 +159,9 @@ void RunEdge(const BenchAggregatorArgs& a, int index, const std::string& key, co
     r.run = run;
     r.seq_first = r.seq_last = seqs[static_cast<size_t>(s)]++;
     r.capture_ns = r.publish_ns = NowNs();
+    // A 30 FPS source's presentation time: the stream's own clock (confirm.h tracks in it), not the send time —
+    // reports leave in bursts as acks free the window, and their send times say nothing of the frames' spacing.
+    r.pts_ns = static_cast<int64_t>(r.seq_first) * 1'000'000'000 / 30;
     if (a.event_every > 0 && r.seq_first % static_cast<uint64_t>(a.event_every) == 0) {
       r.kind = tp::ReportKind::kEvent;
       r.severity = tp::Severity::kWarning;

@@ -224,13 +224,16 @@ def main() -> int:
     p.add_argument("--batch-max", type=int, default=512)
     p.add_argument("--no-mqtt", action="store_true")
     p.add_argument("--json")
+    p.add_argument("--work", help="keep each case's agg.yaml, logs and database here (default: a temporary folder)")
     a = p.parse_args()
     engines = a.engines.split(",")
     if "postgresql" in engines and not a.pg_url:
         p.error("postgresql needs --pg-url (or VIGIL_TEST_POSTGRES)")
     broker = None
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="vigil-aggbench-") as tmp:
+    rows, failed = [], []
+    with tempfile.TemporaryDirectory(prefix="vigil-aggbench-") as scratch:
+        tmp = a.work or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         if not a.no_mqtt:
             if not shutil.which("mosquitto"):
                 p.error("mosquitto not installed (or --no-mqtt)")
@@ -241,7 +244,14 @@ def main() -> int:
                     for dets in (int(d) for d in a.detections.split(",")):
                         for confirm in a.confirm.split(","):
                             for assoc in (a.association.split(",") if confirm == "on" and a.association else [""]):
-                                rows.append(run_case(a, engine, rate, Path(tmp), broker, confirm == "on", dets, assoc))
+                                try:
+                                    row = run_case(a, engine, rate, Path(tmp), broker, confirm == "on", dets, assoc)
+                                except (RuntimeError, subprocess.TimeoutExpired) as e:  # a case that cannot keep up
+                                    print(f"case {engine} {dets} boxes confirm {confirm} {assoc}: {e}", file=sys.stderr)
+                                    failed.append({"engine": engine, "detections": dets, "confirm": confirm == "on",
+                                                   "association": assoc, "error": str(e)[:2000]})
+                                    continue
+                                rows.append(row)
                                 print(json.dumps(rows[-1]), flush=True)
         finally:
             if broker:
@@ -255,8 +265,11 @@ def main() -> int:
               f"{r['aggregator_cpu_cores']:>7.2f}{r['pushed_per_s']:>10.0f}{r['push_drain_s_after_load']:>8.1f}"
               f"{r['confirm_us_per_report']:>13.2f}")
     if a.json:
-        Path(a.json).write_text(json.dumps({"args": vars(a), "rows": rows}, indent=1) + "\n")
-    return 0
+        Path(a.json).write_text(json.dumps({"args": vars(a), "rows": rows, "failed": failed}, indent=1) + "\n")
+    for f in failed:
+        print(f"FAILED: {f['engine']} {f['detections']} boxes confirm {f['confirm']} {f['association']}: "
+              f"{f['error'][:300]}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
