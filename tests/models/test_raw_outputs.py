@@ -9,8 +9,11 @@ Measures (tests/models/measures.py):
   Different sigmoid implementations (ORT's fused approximation vs. std::exp) measured ~2e-5 here.
 - end-to-end [B,300,6]: compared as sets per class (TopK near-ties may reorder rows), see
   measures.end2end_errors.
-Tolerance 1e-4 for the generated fp32 models: 5x above the measured implementation noise on scores,
-50x on boxes, and well below any real defect. The real YOLOX-Nano is more sensitive: ORT with and
+Tolerance for the generated fp32 models: 1e-4 on boxes (50x above the measured noise), 2e-4 on scores.
+Random weights give pre-sigmoid logits up to |252| (yolov8n at 640), and summation order over such
+magnitudes moves a logit near the clip by ~2e-4 in absolute terms: on a CPU with AVX2 but no AVX-512
+(AMD EPYC, the CI machine) ORT against itself measured 3.4e-5 on that model (1.5e-5..2.1e-5 on the
+others), so 2e-4 stays 6x above that floor while a real defect costs >= 1e-2. The real YOLOX-Nano is more sensitive: ORT with and
 without graph optimisations differ by up to 2e-5 (box) / 5.4e-5 (score: a logit moved by 4e-4) on
 these photos, so it gets 3e-4 (a wrong pad value, channel order or resize still costs >1e-2).
 test_oracle.py::test_tolerances_above_noise_floor keeps these margins checked. fp16: see _check_fp16.
@@ -28,7 +31,7 @@ import oracle  # noqa: E402
 from common import describe, model_params, model_path, output_file, shared_model, vigil, THREADS  # noqa: E402
 from measures import end2end_errors, raw_errors  # noqa: E402
 
-FP32_TOL = {"box": 1e-4, "score": 1e-4}
+FP32_TOL = {"box": 1e-4, "score": 2e-4}
 REAL_TOL = {"box": 3e-4, "score": 3e-4}
 # fp16: output rounding alone costs ~4e-4 (box) / ~5e-3 (score, logit clip 1e-2) and ORT's fp16 kernels
 # differ from the fp32-compute twin by ~7e-4 / ~1e-2 (measured); a misread dtype or a missing cast is O(1).
