@@ -44,8 +44,14 @@ import pytest
 
 from common import THREADS, vigil_bin
 from edge_harness import (Aggregator, Camera, FanOutCamera, ReportProxy, accept_each, free_port, loopback_listener,
-                          metric, query, read_metrics, stored_frames)
+                          metric, query, read_metrics, skip_without, stored_frames)
 from test_edge_e2e import FRAMES, MODEL, assert_accounted_once, vtest200  # noqa: F401 (fixture)
+
+
+@pytest.fixture(autouse=True)
+def _needs():
+    """Every test here runs `vigil edge` on the real int8 YOLOv8n (VIGIL_SHARED_MODELS): skipped, named, without it."""
+    skip_without(MODEL)
 
 
 def make_pair_certs(d: Path) -> dict[str, Path]:
