@@ -13,9 +13,10 @@ Tolerance for the generated fp32 models: 1e-4 on boxes (50x above the measured n
 Random weights give pre-sigmoid logits up to |252| (yolov8n at 640), and summation order over such
 magnitudes moves a logit near the clip by ~2e-4 in absolute terms: on a CPU with AVX2 but no AVX-512
 (AMD EPYC, the CI machine) ORT against itself measured 3.4e-5 on that model (1.5e-5..2.1e-5 on the
-others), so 2e-4 stays 6x above that floor while a real defect costs >= 1e-2. The real YOLOX-Nano is more sensitive: ORT with and
-without graph optimisations differ by up to 2e-5 (box) / 5.4e-5 (score: a logit moved by 4e-4) on
-these photos, so it gets 3e-4 (a wrong pad value, channel order or resize still costs >1e-2).
+others), so 2e-4 stays 6x above that floor while a real defect costs >= 1e-2.
+The real YOLOX-Nano is more sensitive: ORT with and without graph optimisations differ by up to
+2e-5 (box) / 5.4e-5 (score: a logit moved by 4e-4) on these photos, so it gets 3e-4 (a wrong pad
+value, channel order or resize still costs >1e-2).
 test_oracle.py::test_tolerances_above_noise_floor keeps these margins checked. fp16: see _check_fp16.
 """
 from __future__ import annotations
