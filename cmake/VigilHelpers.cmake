@@ -42,3 +42,10 @@ function(vigil_warnings target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
   endif()
 endfunction()
+
+# vigil_private_includes(target): the modules' internal headers (src/<module>/…, included as "<module>/x.h") for
+# the target's own sources, never exported (no PUBLIC src/): a module sees another's public headers only
+# (include/vigil/<module>/), and tools/check_borders.py fails the build's tests on an include across a border.
+function(vigil_private_includes target)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+endfunction()

@@ -35,6 +35,7 @@ test_pkgs=(
   mosquitto mosquitto-clients        # the MQTT push tests start a broker and subscribe with mosquitto_sub
   postgresql                         # the storage suites run against PostgreSQL too (scripts/postgres.sh starts one)
   chromium chromium-driver python3-selenium  # the dashboard's test drives a headless Chromium
+  clang libomp-dev                   # the thread-safety check: clang -Wthread-safety over every source (scripts/thread-safety.sh)
 )
 fuzz_pkgs=(
   clang libclang-rt-dev              # libFuzzer, ASan/UBSan runtimes

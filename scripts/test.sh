@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up everything and runs every test: Debian packages, build, the test virtualenv
+# Sets up everything and runs every test: Debian packages, build, the module-border and lock checks, the test virtualenv
 # (ONNX Runtime as the oracle, Ultralytics to export random-weight test models), the models, ctest,
 # then 60 s of fuzzing the protocol decoders (scripts/fuzz.sh).
 set -euo pipefail
@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 build=${VIGIL_BUILD_DIR:-build}
 scripts/deps.sh test
 scripts/build.sh
+# The borders between modules (docs/architecture.md's table) and the locks (clang -Wthread-safety), checked.
+python3 tools/check_borders.py --build "$build"
+scripts/thread-safety.sh "$build"
 scripts/test-venv.sh "$build/venv"
 "$build/venv/bin/python" tools/testmodels/make_models.py --out "$build/testmodels"
 # A PostgreSQL server of the tests' own on loopback: the storage suites and the aggregator e2e tests run against

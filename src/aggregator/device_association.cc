@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "aggregator/cuda/association_kernels.h"
-#include "common/cuda_status.h"
+#include "vigil/common/cuda_status.h"
 #include "vigil/aggregator/association.h"
 #include "vigil/transport/protocol.h"
 

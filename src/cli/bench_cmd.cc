@@ -37,10 +37,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
-#include "infer/backend.h"
 #include "vigil/infer/engine.h"
 #if VIGIL_HAVE_CUDA
-#include "infer/cuda/device.h"
+#include "vigil/infer/cuda_device.h"
 #endif
 
 namespace vigil::cli {

@@ -34,9 +34,9 @@
 #include "vigil/topology/topology.h"
 #endif
 #ifdef VIGIL_HAVE_CUDA
-#include "infer/cuda/copy_timing.h"
-#include "infer/cuda/device.h"
-#include "infer/cuda/host_pinner.h"
+#include "vigil/infer/cuda_copy_timing.h"
+#include "vigil/infer/cuda_device.h"
+#include "vigil/infer/cuda_host_pinner.h"
 #endif
 
 namespace vigil::cli {

@@ -84,7 +84,7 @@
 
 #include "cli/bench_stats.h"
 #include "cli/commands.h"
-#include "testing/test_certs.h"  // throwaway TLS certificates for the tls link (OpenSSL API, header-only)
+#include "vigil/transport/throwaway_certs.h"  // throwaway TLS certificates for the tls link
 #include "vigil/transport/auth.h"
 #include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/unix_socket.h"
@@ -773,7 +773,7 @@ int BenchTransport(const BenchTransportArgs& a) {
     std::ofstream(dir / "keys.yaml") << kEdge << ": " << key_hex << "\n";
   }
   if (std::find(links.begin(), links.end(), "tls") != links.end()) {
-    if (StatusOr<testing::TestCerts> certs = testing::MakeTestCerts(CertsDir(dir.string())); !certs.ok()) {
+    if (StatusOr<transport::ThrowawayCerts> certs = transport::MakeThrowawayCerts(CertsDir(dir.string())); !certs.ok()) {
       std::fprintf(stderr, "vigil bench transport: %s\n", std::string(certs.status().message()).c_str());
       fs::remove_all(dir, ec);
       return 1;

@@ -9,7 +9,7 @@
 #include "vigil/detect/letterbox.h"
 #include "vigil/detect/nms.h"
 #if VIGIL_HAVE_CUDA
-#include "common/cuda_status.h"
+#include "vigil/common/cuda_status.h"
 #include "detect/cuda/gpu_stages.h"
 #endif
 

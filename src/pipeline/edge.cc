@@ -34,7 +34,7 @@
 #include "vigil/pipeline/takeover_timeline.h"
 #include "vigil/pipeline/workers.h"
 #include "vigil/replication/frame_ring.h"
-#include "transport/device_memory.h"
+#include "vigil/transport/device_memory.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/courier.h"
 #include "vigil/pipeline/snapshotter.h"

@@ -13,7 +13,7 @@
 
 #include "vigil/pipeline/atomic_file.h"
 #if VIGIL_HAVE_CUDA
-#include "infer/cuda/device.h"
+#include "vigil/infer/cuda_device.h"
 #endif
 #include "vigil/topology/numa_stats.h"
 #include "vigil/topology/report.h"

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <thread>
 
-#include "transport/device_memory.h"
-#include "transport/ring.h"  // SharedMemory
+#include "vigil/transport/device_memory.h"
+#include "vigil/transport/shared_memory.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/unix_socket.h"
 
@@ -20,7 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-using transport::ring::SharedMemory;
+using transport::SharedMemory;
 
 constexpr uint64_t kRingMagic = 0x314d524652474956ull;  // "VIGRFRM1"
 constexpr uint32_t kSlotMagic = 0x5446524d;              // "MRFT"

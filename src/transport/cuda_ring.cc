@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
-#include "common/cuda_status.h"
-#include "device_memory.h"
+#include "vigil/common/cuda_status.h"
+#include "vigil/transport/device_memory.h"
 #include "ring.h"
 #include "transport/cuda/ring_kernels.h"
 

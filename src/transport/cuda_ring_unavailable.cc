@@ -1,5 +1,5 @@
 // The cuda_ipc ring's CUDA backend and device_memory.h in a build without CUDA (cuda_ring.cc is the real one).
-#include "device_memory.h"
+#include "vigil/transport/device_memory.h"
 #include "ring.h"
 
 namespace vigil::transport::ring {

@@ -32,6 +32,7 @@
 
 #include "vigil/common/status.h"
 #include "vigil/transport/protocol.h"
+#include "vigil/transport/shared_memory.h"
 
 namespace vigil::transport::ring {
 
@@ -68,37 +69,9 @@ inline size_t SignalOffset(uint64_t seq, uint32_t slots) { return kSignalsOffset
 inline uint64_t SignalValue(uint64_t seq, uint32_t used) { return ((seq + 1) << 24) | used; }
 inline size_t RoundUp8(size_t n) { return (n + 7) & ~size_t{7}; }
 
-inline std::atomic_ref<uint64_t> Word(void* control, size_t offset) {
-  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(static_cast<char*>(control) + offset));
-}
+inline std::atomic_ref<uint64_t> Word(void* control, size_t offset) { return WordAt(control, offset); }
 
-// A POSIX shared-memory object mapped read-write: created (mode 0600, a random name) or opened by name.
-class SharedMemory {
- public:
-  // A new object named /vigil-<this pid>-<random>-<what>. Errors: Unavailable naming the object and the OS reason.
-  static StatusOr<std::unique_ptr<SharedMemory>> Create(std::string_view what, size_t bytes);
-  static StatusOr<std::unique_ptr<SharedMemory>> Open(const std::string& name, size_t bytes);
-  ~SharedMemory();  // unmaps; unlinks the name if this side created it and has not yet
-  SharedMemory(const SharedMemory&) = delete;
-  SharedMemory& operator=(const SharedMemory&) = delete;
-  void Unlink();  // removes the name (the mappings stay); idempotent
-  // Removes /dev/shm objects that Create made for processes of this user that are gone (a creator killed
-  // before it unlinked: mid-handshake); returns how many. Create calls it once per process. "Gone" is judged in
-  // this PID namespace: processes sharing /dev/shm across PID namespaces (containers with a shared IPC namespace)
-  // should run as different users. Thread-safe.
-  static int RemoveStale();
-  const std::string& name() const { return name_; }
-  char* data() const { return data_; }
-  size_t size() const { return bytes_; }
-
- private:
-  SharedMemory(std::string name, char* data, size_t bytes, bool owner)
-      : name_(std::move(name)), data_(data), bytes_(bytes), owner_(owner) {}
-  std::string name_;
-  char* data_;
-  size_t bytes_;
-  bool owner_;
-};
+using transport::SharedMemory;  // vigil/transport/shared_memory.h
 
 // The consumer's GPU ring (memory "cuda"); memory "host" has none (the mirror is the ring).
 class RingMemory {

@@ -16,7 +16,7 @@
 // puts one ordinary Report frame into the byte stream in their place.
 #include "vigil/transport/ucx.h"
 
-#include "device_memory.h"
+#include "vigil/transport/device_memory.h"
 #include "sockaddr.h"
 #include "vigil/transport/outbox.h"
 #include "vigil/transport/protocol.h"

@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "infer/backend.h"
-#include "infer/cuda/device.h"
+#include "vigil/infer/cuda_device.h"
 #include "cuda/op_grid_cases.h"
 #include "testing/graph_builder.h"
 #include "vigil/infer/engine.h"

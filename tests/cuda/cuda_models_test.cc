@@ -22,7 +22,7 @@
 
 #include <gtest/gtest.h>
 
-#include "infer/cuda/device.h"
+#include "vigil/infer/cuda_device.h"
 #include "testing/graph_builder.h"
 #include "vigil/infer/engine.h"
 

@@ -22,8 +22,8 @@
 
 #include "detect/cuda/detect_kernels.h"
 #include "detect/cuda/gpu_stages.h"
-#include "infer/cuda/cuda_util.h"
-#include "infer/cuda/device.h"
+#include "vigil/infer/cuda_util.h"
+#include "vigil/infer/cuda_device.h"
 #include "testing/require_gpu.h"
 #include "testing/graph_builder.h"
 #include "vigil/common/npy.h"

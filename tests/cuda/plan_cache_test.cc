@@ -18,7 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "infer/cuda/cudnn_conv.h"
-#include "infer/cuda/device.h"
+#include "vigil/infer/cuda_device.h"
 #include "testing/require_gpu.h"
 #include "infer/cuda/plan_cache.h"
 #include "testing/graph_builder.h"

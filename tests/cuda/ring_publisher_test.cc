@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "vigil/common/status.h"
-#include "infer/cuda/device.h"
+#include "vigil/infer/cuda_device.h"
 #include "testing/require_gpu.h"
 #include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/link.h"

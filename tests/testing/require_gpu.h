@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "infer/cuda/device.h"
+#include "vigil/infer/cuda_device.h"
 
 #define VIGIL_REQUIRE_GPU()                                                                                  \
   do {                                                                                                       \

@@ -2,7 +2,7 @@
 // that another module allocated.
 //
 // The topology module's HostBufferPool allocates NUMA-local host buffers; a device backend (CUDA:
-// infer/cuda/host_pinner.h, cudaHostRegister) pins them so that its copies run by DMA at full speed
+// vigil/infer/cuda_host_pinner.h, cudaHostRegister) pins them so that its copies run by DMA at full speed
 // without a bounce through the driver's own staging buffer. The interface lives here, in common, so
 // that neither module depends on the other: whoever wires them (the edge pipeline, a benchmark) hands
 // the pool a pinner.

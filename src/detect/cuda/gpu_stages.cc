@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "detect/cuda/detect_kernels.h"
-#include "infer/cuda/cuda_util.h"
+#include "vigil/infer/cuda_util.h"
 #include "vigil/detect/nms.h"
 
 namespace vigil::detect {

@@ -1,7 +1,7 @@
 // TimeHostToDevice (infer/cuda/copy_timing.h).
 #include <cuda_runtime.h>
 
-#include "infer/cuda/copy_timing.h"
+#include "vigil/infer/cuda_copy_timing.h"
 
 namespace vigil::cuda {
 namespace {

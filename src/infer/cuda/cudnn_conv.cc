@@ -9,7 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <spdlog/spdlog.h>
 
-#include "infer/cuda/cuda_util.h"
+#include "vigil/infer/cuda_util.h"
 
 namespace vigil::cuda {
 namespace {

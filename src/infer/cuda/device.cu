@@ -1,7 +1,7 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
-#include "infer/cuda/device.h"
+#include "vigil/infer/cuda_device.h"
 
 namespace vigil::cuda {
 

@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "infer/cuda/host_pinner.h"
+#include "vigil/infer/cuda_host_pinner.h"
 
 namespace vigil::cuda {
 

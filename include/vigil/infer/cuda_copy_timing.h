@@ -1,4 +1,4 @@
-// copy_timing.h — host→device copy timing for `vigil bench placement` (pageable vs pinned vs NUMA-local
+// vigil/infer/cuda_copy_timing.h — host→device copy timing for `vigil bench placement` (pageable vs pinned vs NUMA-local
 // pinned host memory). Built only with VIGIL_HAVE_CUDA.
 //
 // Method (as NVIDIA's bandwidthTest sample): one device buffer of `bytes` (cudaMalloc on `device`), a

@@ -1,4 +1,4 @@
-// Internal: the few CUDA runtime calls the links make outside the cuda_ipc ring (ucx.cc): waiting for a
+// vigil/transport/device_memory.h — the few CUDA runtime calls the links make outside the cuda_ipc ring (ucx.cc): waiting for a
 // DevicePayload's ready event, a device buffer to receive rows into, and the copy to the host for storage; and
 // those of the hot standby's picture ring in GPU memory (replication/frame_ring.h): a peer's memory opened
 // from its IPC handle, 2-D copies, stream-ordered buffers.

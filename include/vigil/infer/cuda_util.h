@@ -1,4 +1,4 @@
-// cuda_util.h — error conversion and RAII owners for the CUDA backend (host code).
+// vigil/infer/cuda_util.h — error conversion and RAII owners for the CUDA backend (host code).
 //
 // Errors: every CUDA runtime, cuDNN and cuBLAS status becomes a vigil::Status naming the call and the
 // library's own message; out-of-memory becomes ResourceExhausted, everything else Internal.
@@ -14,7 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
-#include "common/cuda_status.h"  // CudaStatus, VIGIL_CUDA
+#include "vigil/common/cuda_status.h"  // CudaStatus, VIGIL_CUDA
 #include "vigil/common/status.h"
 
 namespace vigil::cuda {

@@ -1,4 +1,4 @@
-// host_pinner.h — page-locks host memory for CUDA: the CUDA implementation of the pinner hook
+// vigil/infer/cuda_host_pinner.h — page-locks host memory for CUDA: the CUDA implementation of the pinner hook
 // (vigil/common/host_memory_pinner.h) that topology's HostBufferPool calls for its slab.
 //
 // Pin registers the range with cudaHostRegister(cudaHostRegisterPortable): the memory stays where it

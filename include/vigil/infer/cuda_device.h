@@ -1,4 +1,4 @@
-// device.h — CUDA device discovery (the CUDA backend itself lands with the CUDA issue).
+// vigil/infer/cuda_device.h — CUDA device discovery (ordinal, name, PCI bus id, compute capability, memory).
 // Thread-safety: thread-safe (the CUDA runtime serialises these calls). Errors: a machine without
 // a driver or GPU reports zero devices and the runtime's error string, never a crash.
 #pragma once

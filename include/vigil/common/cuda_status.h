@@ -1,5 +1,5 @@
-// cuda_status.h — a CUDA runtime error as a vigil::Status (header-only; for code built with CUDA: the CUDA
-// backend's infer/cuda/cuda_util.h, the cuda_ipc ring's transport/cuda_ring.cc).
+// vigil/common/cuda_status.h — a CUDA runtime error as a vigil::Status (header-only; for code built with CUDA: the CUDA
+// backend's vigil/infer/cuda_util.h, the cuda_ipc ring's transport/cuda_ring.cc).
 //
 // The Status names the call and CUDA's own message; out-of-memory becomes ResourceExhausted, everything else
 // Internal. Thread-safety: pure.
