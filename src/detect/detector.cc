@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 
 #include "spdlog/spdlog.h"
 #include "vigil/detect/decode.h"
@@ -208,7 +207,7 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::DetectChunkOnGpu(std::sp
                                                                          size_t first, std::vector<DeviceRows>* kept,
                                                                          std::vector<DetectTiming>& times) const {
 #if VIGIL_HAVE_CUDA
-  std::lock_guard<std::mutex> lock(gpu_->mutex());
+  MutexLock lock(gpu_->mutex());
   const int64_t t0 = SteadyNs();
   auto infos = gpu_->Enqueue(frames);
   if (!infos.ok()) {
@@ -261,7 +260,7 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::DetectChunkOnGpu(std::sp
 StatusOr<DeviceDetections> Detector::DetectOnDevice(std::span<const FrameRef> frames) const {
 #if VIGIL_HAVE_CUDA
   if (gpu_ != nullptr) {
-    std::lock_guard<std::mutex> lock(gpu_->mutex());
+    MutexLock lock(gpu_->mutex());
     auto infos = gpu_->Enqueue(frames);
     if (!infos.ok()) {
       (void)gpu_->Synchronize();
@@ -280,7 +279,7 @@ StatusOr<DeviceDetections> Detector::DetectOnDevice(std::span<const FrameRef> fr
 Status Detector::Synchronize() const {
 #if VIGIL_HAVE_CUDA
   if (gpu_ != nullptr) {
-    std::lock_guard<std::mutex> lock(gpu_->mutex());
+    MutexLock lock(gpu_->mutex());
     return gpu_->Synchronize();
   }
 #endif
