@@ -205,16 +205,20 @@ StatusOr<std::optional<Frame>> Source::Next() {
 
 void Source::Interrupt() {
   {
-    std::lock_guard<std::mutex> lock(wait_mu_);
+    MutexLock lock(wait_mu_);
     interrupted_.store(true);
   }
-  wait_cv_.notify_all();
+  wait_cv_.NotifyAll();
   stats_.SetState(StreamState::kStopped, who_);
 }
 
 bool Source::WaitFor(std::chrono::nanoseconds d) {
-  std::unique_lock<std::mutex> lock(wait_mu_);
-  return !wait_cv_.wait_for(lock, d, [this] { return interrupted(); });
+  MutexLock lock(wait_mu_);
+  const auto deadline = std::chrono::steady_clock::now() + d;  // a CondVar deadline (as wait_for's)
+  while (!interrupted()) {
+    if (!wait_cv_.WaitUntil(lock, deadline)) return !interrupted();
+  }
+  return false;
 }
 
 int64_t Source::Retime(const Picture& picture) {
