@@ -112,6 +112,7 @@
 #include <string>
 #include <vector>
 
+#include "vigil/common/clock.h"
 #include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/video/frame.h"
@@ -269,7 +270,7 @@ class Source {
   bool paced_ = false;
   std::atomic<int64_t> unpaced_through_{-1};  // DoNotPaceThrough; -1: none
   std::atomic<bool> reanchor_{false};          // DoNotPaceThrough: the next paced frame starts the clock
-  std::chrono::steady_clock::time_point pace_anchor_;
+  int64_t pace_anchor_ns_ = 0;  // SystemClock()->SteadyNs() of the paced frame that started the clock
   int64_t pace_anchor_pts_ns_ = 0;
 };
 
