@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "spdlog/spdlog.h"
+#include "vigil/common/clock.h"
 #include "vigil/detect/decode.h"
 #include "vigil/detect/letterbox.h"
 #include "vigil/detect/nms.h"
@@ -38,10 +39,7 @@ int64_t RoundUpToStride(int64_t v) {
   return (v + kStride - 1) / kStride * kStride;
 }
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t SteadyNs() { return SystemClock()->SteadyNs(); }
 
 // A borrowed view of an Image (host memory, compact rows).
 FrameRef ViewOf(const Image& image) {
