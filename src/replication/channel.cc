@@ -32,10 +32,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kChannelVersion = 1;
 constexpr size_t kHeartbeatTokenBytes = 32;
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
 StatusOr<std::string> ReadPem(const std::string& what, const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError(StrCat("replication tls: ", what, " is required (mutual TLS)"));
   std::ifstream in(path);
@@ -587,7 +583,10 @@ class PrimaryService final : public v1::Replication::Service {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, reason);
   }
 
+  int64_t SteadyNs() const { return clock_->SteadyNs(); }
+
   const PrimaryChannelOptions opt_;
+  vigil::Clock* const clock_ = opt_.clock != nullptr ? opt_.clock : SystemClock();
   mutable Mutex mu_;
   CondVar ledger_cv_;
   PrimaryChannelStats stats_ VIGIL_GUARDED_BY(mu_);
@@ -882,7 +881,10 @@ class GrpcStandbyChannel final : public StandbyChannel {
     }
   }
 
+  int64_t SteadyNs() const { return clock_->SteadyNs(); }
+
   const StandbyChannelOptions opt_;
+  vigil::Clock* const clock_ = opt_.clock != nullptr ? opt_.clock : SystemClock();
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Replication::Stub> stub_;
   grpc::ClientContext ctx_;

@@ -461,13 +461,16 @@ class Ring final : public FrameRing {
       ++complete;
     }
     if (complete == 0) {
-      oldest_seen_ = {};
+      oldest_seen_ns_ = 0;
       return false;
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (oldest_seen_ == std::chrono::steady_clock::time_point{}) oldest_seen_ = now;
-    if (2 * complete < opt_.slots && now - oldest_seen_ < opt_.batch_hold) return false;
-    oldest_seen_ = {};
+    const int64_t now = clock_->SteadyNs();
+    if (oldest_seen_ns_ == 0) oldest_seen_ns_ = now;
+    if (2 * complete < opt_.slots &&
+        now - oldest_seen_ns_ < std::chrono::duration_cast<std::chrono::nanoseconds>(opt_.batch_hold).count()) {
+      return false;
+    }
+    oldest_seen_ns_ = 0;
     return true;
   }
 
@@ -596,6 +599,7 @@ class Ring final : public FrameRing {
   }
 
   const FrameRingOptions opt_;
+  vigil::Clock* const clock_ = opt_.clock != nullptr ? opt_.clock : SystemClock();
   std::unique_ptr<SharedMemory> shm_;
   std::unique_ptr<transport::device_memory::ExportedMemory> gpu_;  // memory cuda: the pixels' slots
   std::unique_ptr<transport::Connection> conn_;
@@ -605,7 +609,7 @@ class Ring final : public FrameRing {
   mutable Mutex mu_;
   uint64_t next_ VIGIL_GUARDED_BY(mu_) = 0;
   FrameRingStats stats_ VIGIL_GUARDED_BY(mu_);
-  std::chrono::steady_clock::time_point oldest_seen_ VIGIL_GUARDED_BY(mu_);  // slot next_ first seen complete; {}: not yet
+  int64_t oldest_seen_ns_ VIGIL_GUARDED_BY(mu_) = 0;  // clock_->SteadyNs() slot next_ was first seen complete; 0: not yet
 };
 
 }  // namespace
