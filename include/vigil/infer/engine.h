@@ -178,7 +178,7 @@ class Engine {
   std::vector<TensorInfo> inputs_, outputs_;
   // Set at load, never reset. Run, Profile, EnqueueOnDevice and SynchronizeDevice call into it holding mu_
   // (one inference at a time: the model's arena and buffers are shared); ArenaBytes and device_io read
-  // what compiling fixed, without the lock. Hence no PT_GUARDED_BY: mu_ serialises calls, not fields.
+  // what compiling fixed, without the lock. mu_ serialises calls into it; it guards no field here.
   std::unique_ptr<CompiledModel> compiled_;
   mutable Mutex mu_;
 };
