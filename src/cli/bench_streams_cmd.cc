@@ -36,7 +36,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -48,6 +47,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "vigil/common/mutex.h"
 #ifdef VIGIL_HAVE_PIPELINE
 #include "cli/bench_stats.h"
 #include "vigil/aggregator/aggregator.h"
@@ -209,7 +209,9 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
     cfg.streams.push_back(std::move(sc));
   }
 
-  std::mutex mu;
+  // mu guards tracks, the *_ms vectors, served_by_device, batches and batch_frames (local variables: the
+  // analysis cannot annotate them).
+  Mutex mu;
   std::vector<StreamTrack> tracks(static_cast<size_t>(n));
   std::map<std::string, size_t> index;
   for (int s = 0; s < n; ++s) index[StreamId(s)] = static_cast<size_t>(s);
@@ -226,7 +228,7 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
   options.on_started = [&](uint16_t) { started_ns = NowNs(); };
   options.on_detected = [&](const pipeline::BatchResult& b) {
     const int64_t from = from_ns.load(), end = end_ns.load(), late = late_ns.load();
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     int in_window = 0;
     for (const pipeline::WorkItem& it : b.items) {
       StreamTrack& t = tracks[it.stream];
@@ -248,7 +250,7 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
   };
   options.on_acked = [&](const transport::Ack& ack) {
     const int64_t now = NowNs();
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     auto i = index.find(ack.stream);
     if (i == index.end()) return;
     std::map<uint64_t, int64_t>& due = tracks[i->second].due;
@@ -272,7 +274,7 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
   }
   // Then until every stream has a frame detected (decoders start one after another: NVDEC takes ~55 ms each).
   auto all_streaming = [&] {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     return std::all_of(tracks.begin(), tracks.end(), [](const StreamTrack& t) { return t.anchor_ns != INT64_MAX; });
   };
   for (int i = 0; i < 6000 && started_ns.load() != 0 && !finished.load() && !all_streaming(); ++i) {
@@ -316,7 +318,7 @@ TrialResult RunTrial(const BenchStreamsArgs& a, int n, const std::vector<std::st
       ++r.streams_by_decoder[line.substr(at, line.find('"', at) - at)];
     }
   }
-  std::lock_guard lock(mu);
+  MutexLock lock(mu);
   const int64_t expected_per_stream = static_cast<int64_t>(std::llround(a.seconds * play.fps));
   r.min_stream_fps = 1e18;
   for (const StreamTrack& t : tracks) {

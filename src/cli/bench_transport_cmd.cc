@@ -77,13 +77,13 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#include <mutex>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_stats.h"
 #include "cli/commands.h"
+#include "vigil/common/mutex.h"
 #include "vigil/transport/throwaway_certs.h"  // throwaway TLS certificates for the tls link
 #include "vigil/transport/auth.h"
 #include "vigil/transport/cuda_ipc.h"
@@ -156,12 +156,12 @@ class AckAtOnce final : public tp::ReceiverHandler {
 #endif
   }
   std::vector<double> TakeOneWay() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return std::exchange(one_way_us_, {});
   }
   // Reports received, and of them those whose rows differ from the pattern the client sends.
   std::pair<uint64_t, uint64_t> Checked() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return {reports_, reports_wrong_};
   }
   Status OnHello(const std::shared_ptr<tp::Session>& s) override {
@@ -195,7 +195,7 @@ class AckAtOnce final : public tp::ReceiverHandler {
               d.class_id != static_cast<float>(i % 80);
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       one_way_us_.push_back(static_cast<double>(MonotonicNs() - r.publish_ns) / 1000.0);
       ++reports_;
       if (wrong) ++reports_wrong_;
@@ -209,9 +209,10 @@ class AckAtOnce final : public tp::ReceiverHandler {
   const bool to_device_;
   void* dev_ = nullptr;
   size_t dev_bytes_ = 0;
-  std::mutex mu_;
-  std::vector<double> one_way_us_;  // GUARDED_BY(mu_)
-  uint64_t reports_ = 0, reports_wrong_ = 0;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::vector<double> one_way_us_ VIGIL_GUARDED_BY(mu_);
+  uint64_t reports_ VIGIL_GUARDED_BY(mu_) = 0;
+  uint64_t reports_wrong_ VIGIL_GUARDED_BY(mu_) = 0;
 };
 
 std::string CertsDir(const std::string& dir) { return (fs::path(dir) / "certs").string(); }

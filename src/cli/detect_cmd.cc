@@ -47,6 +47,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "cli/commands.h"
+#include "vigil/common/clock.h"
 #include "vigil/detect/detector.h"
 #include "vigil/detect/image.h"
 #ifdef VIGIL_HAVE_FFMPEG
@@ -238,14 +239,14 @@ class ProgressLine {
  public:
   ProgressLine(std::string name, std::optional<uint64_t> total)
       : enabled_(isatty(STDERR_FILENO) == 1), name_(std::move(name)), total_(total),
-        start_(std::chrono::steady_clock::now()) {}
+        start_ns_(SystemClock()->SteadyNs()) {}
 
   void Update(uint64_t done, bool last = false) {
     if (!enabled_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!last && now - drawn_ < std::chrono::milliseconds(100)) return;
-    drawn_ = now;
-    const double seconds = std::chrono::duration<double>(now - start_).count();
+    const int64_t now = SystemClock()->SteadyNs();
+    if (!last && drawn_ns_ != 0 && now - drawn_ns_ < 100'000'000) return;
+    drawn_ns_ = now;
+    const double seconds = static_cast<double>(now - start_ns_) / 1e9;
     const double fps = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
     std::string line = name_;
     if (total_ && *total_ > 0) {
@@ -274,8 +275,8 @@ class ProgressLine {
   const bool enabled_;
   const std::string name_;
   const std::optional<uint64_t> total_;
-  const std::chrono::steady_clock::time_point start_;
-  std::chrono::steady_clock::time_point drawn_{};
+  const int64_t start_ns_;  // SystemClock()->SteadyNs()
+  int64_t drawn_ns_ = 0;    // the last draw's; 0: none yet
 };
 
 // Detects objects in every frame of the video at `path`: JSON per frame, annotated video, summary line.
@@ -320,9 +321,9 @@ bool DetectVideo(const std::string& path, const detect::Detector& detector, Outp
     if (batch.empty()) break;
     images.assign(batch.size(), {});
     for (size_t i = 0; i < batch.size(); ++i) images[i] = {batch[i].width, batch[i].height, std::move(batch[i].bgr)};
-    const auto start = std::chrono::steady_clock::now();
+    const int64_t start_ns = SystemClock()->SteadyNs();
     StatusOr<std::vector<std::vector<detect::Detection>>> results = detector.Detect(images);
-    ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    ms += static_cast<double>(SystemClock()->SteadyNs() - start_ns) / 1e6;
     if (!results.ok()) {
       PrintError(StrCat(path, ": frame ", batch[0].seq, ": ", results.status().message()));
       break;
@@ -471,10 +472,9 @@ int RunDetect(const DetectArgs& a) {
       sources.push_back(&in);
     }
     if (images.empty()) continue;
-    const auto start = std::chrono::steady_clock::now();
+    const int64_t start_ns = SystemClock()->SteadyNs();
     StatusOr<std::vector<std::vector<detect::Detection>>> results = detector.Detect(images);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / images.size();
+    const double ms = static_cast<double>(SystemClock()->SteadyNs() - start_ns) / 1e6 / images.size();
     if (!results.ok()) {
       for (const Input* in : sources) PrintError(StrCat(in->path, ": ", std::string(results.status().message())));
       failed += static_cast<int>(images.size());

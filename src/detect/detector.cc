@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 
 #include "spdlog/spdlog.h"
+#include "vigil/common/clock.h"
 #include "vigil/detect/decode.h"
 #include "vigil/detect/letterbox.h"
 #include "vigil/detect/nms.h"
@@ -39,10 +39,7 @@ int64_t RoundUpToStride(int64_t v) {
   return (v + kStride - 1) / kStride * kStride;
 }
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t SteadyNs() { return SystemClock()->SteadyNs(); }
 
 // A borrowed view of an Image (host memory, compact rows).
 FrameRef ViewOf(const Image& image) {
@@ -208,7 +205,7 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::DetectChunkOnGpu(std::sp
                                                                          size_t first, std::vector<DeviceRows>* kept,
                                                                          std::vector<DetectTiming>& times) const {
 #if VIGIL_HAVE_CUDA
-  std::lock_guard<std::mutex> lock(gpu_->mutex());
+  MutexLock lock(gpu_->mutex());
   const int64_t t0 = SteadyNs();
   auto infos = gpu_->Enqueue(frames);
   if (!infos.ok()) {
@@ -261,7 +258,7 @@ StatusOr<std::vector<std::vector<Detection>>> Detector::DetectChunkOnGpu(std::sp
 StatusOr<DeviceDetections> Detector::DetectOnDevice(std::span<const FrameRef> frames) const {
 #if VIGIL_HAVE_CUDA
   if (gpu_ != nullptr) {
-    std::lock_guard<std::mutex> lock(gpu_->mutex());
+    MutexLock lock(gpu_->mutex());
     auto infos = gpu_->Enqueue(frames);
     if (!infos.ok()) {
       (void)gpu_->Synchronize();
@@ -280,7 +277,7 @@ StatusOr<DeviceDetections> Detector::DetectOnDevice(std::span<const FrameRef> fr
 Status Detector::Synchronize() const {
 #if VIGIL_HAVE_CUDA
   if (gpu_ != nullptr) {
-    std::lock_guard<std::mutex> lock(gpu_->mutex());
+    MutexLock lock(gpu_->mutex());
     return gpu_->Synchronize();
   }
 #endif

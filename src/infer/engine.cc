@@ -199,12 +199,12 @@ Status Engine::Run(std::span<const Tensor> inputs, std::vector<Tensor>* outputs)
                                                      ", got ", DTypeName(inputs[i].dtype())));
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return compiled_->Run(converted, outputs);
 }
 
 std::vector<NodeTiming> Engine::Profile() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return compiled_->Profile();
 }
 
@@ -213,12 +213,12 @@ size_t Engine::ArenaBytes() const { return compiled_->ArenaBytes(); }
 const DeviceIo* Engine::device_io() const { return compiled_->device_io(); }
 
 Status Engine::EnqueueOnDevice() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return compiled_->EnqueueOnDevice();
 }
 
 Status Engine::SynchronizeDevice() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return compiled_->SynchronizeDevice();
 }
 

@@ -13,8 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <mutex>
 #include <unordered_map>
+
+#include "vigil/common/mutex.h"
 
 namespace vigil::metrics {
 namespace {
@@ -97,7 +98,7 @@ struct Registry::Impl {
   // Looks up or creates `name`'s family. REQUIRES: mu held.
   template <typename T>
   prometheus::Family<T>& GetFamily(std::string_view name, std::string_view help, Type type,
-                                   const std::vector<double>* bounds, const Labels& labels) {
+                                   const std::vector<double>* bounds, const Labels& labels) VIGIL_REQUIRES(mu) {
     if (!prometheus::CheckMetricName(std::string(name))) Fatal("invalid metric name '" + std::string(name) + "'");
     for (const auto& [label, value] : labels) {
       if (!prometheus::CheckLabelName(label) || label == "le") {
@@ -136,47 +137,47 @@ struct Registry::Impl {
 
   prometheus::Registry registry;  // Merge: one family per name
 
-  std::mutex mu;
-  std::map<std::string, Family, std::less<>> families;                                      // GUARDED_BY(mu)
-  std::unordered_map<const prometheus::Counter*, std::unique_ptr<Counter>> counters;        // GUARDED_BY(mu)
-  std::unordered_map<const prometheus::Gauge*, std::unique_ptr<Gauge>> gauges;              // GUARDED_BY(mu)
-  std::unordered_map<const prometheus::Histogram*, std::unique_ptr<Histogram>> histograms;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::map<std::string, Family, std::less<>> families VIGIL_GUARDED_BY(mu);
+  std::unordered_map<const prometheus::Counter*, std::unique_ptr<Counter>> counters VIGIL_GUARDED_BY(mu);
+  std::unordered_map<const prometheus::Gauge*, std::unique_ptr<Gauge>> gauges VIGIL_GUARDED_BY(mu);
+  std::unordered_map<const prometheus::Histogram*, std::unique_ptr<Histogram>> histograms VIGIL_GUARDED_BY(mu);
 
-  mutable std::mutex hooks_mu;
-  std::vector<std::function<void()>> hooks;  // GUARDED_BY(hooks_mu)
+  mutable Mutex hooks_mu;
+  std::vector<std::function<void()>> hooks VIGIL_GUARDED_BY(hooks_mu);
 };
 
 Registry::Registry() : impl_(std::make_unique<Impl>()) {}
 Registry::~Registry() = default;
 
 Counter& Registry::GetCounter(std::string_view name, std::string_view help, const Labels& labels) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   auto& family = impl_->GetFamily<prometheus::Counter>(name, help, kCounter, nullptr, labels);
   return Impl::HandleOf(impl_->counters, family.Add(labels));
 }
 
 Gauge& Registry::GetGauge(std::string_view name, std::string_view help, const Labels& labels) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   auto& family = impl_->GetFamily<prometheus::Gauge>(name, help, kGauge, nullptr, labels);
   return Impl::HandleOf(impl_->gauges, family.Add(labels));
 }
 
 Histogram& Registry::GetHistogram(std::string_view name, std::string_view help, const std::vector<double>& bounds,
                                   const Labels& labels) {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   auto& family = impl_->GetFamily<prometheus::Histogram>(name, help, kHistogram, &bounds, labels);
   return Impl::HandleOf(impl_->histograms, family.Add(labels, bounds), bounds.size());
 }
 
 void Registry::AddCollectHook(std::function<void()> hook) {
-  std::lock_guard lock(impl_->hooks_mu);
+  MutexLock lock(impl_->hooks_mu);
   impl_->hooks.push_back(std::move(hook));
 }
 
 std::string Registry::Render() const {
   std::vector<std::function<void()>> hooks;
   {
-    std::lock_guard lock(impl_->hooks_mu);
+    MutexLock lock(impl_->hooks_mu);
     hooks = impl_->hooks;
   }
   for (const auto& hook : hooks) hook();

@@ -15,15 +15,14 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <condition_variable>
 #include <deque>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "replication.grpc.pb.h"
+#include "vigil/common/mutex.h"
 
 namespace vigil::replication {
 namespace {
@@ -32,10 +31,6 @@ namespace v1 = ::vigil::replication::v1;
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kChannelVersion = 1;
 constexpr size_t kHeartbeatTokenBytes = 32;
-
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
 
 StatusOr<std::string> ReadPem(const std::string& what, const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError(StrCat("replication tls: ", what, " is required (mutual TLS)"));
@@ -300,10 +295,10 @@ class PrimaryService final : public v1::Replication::Service {
     const std::string node = p.node().substr(0, 200);
     v1::PrimaryMessage paired;
     {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       if (stats_.standby_connected) {
         const std::string other = stats_.standby;
-        lock.unlock();
+        lock.Unlock();
         return Refuse(stream, peer, StrCat("another standby ('", other, "') is paired with this primary"));
       }
       stats_.standby_connected = true;
@@ -323,20 +318,21 @@ class PrimaryService final : public v1::Replication::Service {
       paired.mutable_paired()->set_frames_token(offer.token);
     }
     grpc::Status end = grpc::Status::OK;
-    std::mutex write_mu;  // one Write at a time: heartbeat answers (this thread) and ledger states (sender)
-    bool over = false;    // GUARDED_BY(mu_) the stream is ending: the sender stops
+    Mutex write_mu;    // one Write at a time: heartbeat answers (this thread) and ledger states (sender)
+    bool over = false;  // the stream is ending: the sender stops. Read and written under mu_ (a local variable,
+                        // which the analysis cannot annotate)
     std::thread sender;
     if (stream->Write(paired)) {
       sender = std::thread([&] {
         uint64_t sent = 0;           // the ledger version this standby has
         uint64_t next_frame = 0;     // the first ordinal this standby has not been sent
         uint64_t next_result = 0;    // the same for results
-        std::unique_lock lock(mu_);
+        MutexLock lock(mu_);
         for (;;) {
-          ledger_cv_.wait(lock, [&] {
-            return over || ledger_version_ > sent || frames_.lower_bound(next_frame) != frames_.end() ||
-                   results_.lower_bound(next_result) != results_.end() || (finish_ && !finish_sent_);
-          });
+          while (!over && ledger_version_ <= sent && frames_.lower_bound(next_frame) == frames_.end() &&
+                 results_.lower_bound(next_result) == results_.end() && !(finish_ && !finish_sent_)) {
+            ledger_cv_.Wait(lock);
+          }
           if (over) return;
           v1::PrimaryMessage m;
           // Retained frames queued before the latest ledger state go first (a standby that pairs gets the
@@ -377,16 +373,16 @@ class PrimaryService final : public v1::Replication::Service {
             m.mutable_finished()->set_reason(finish_reason_);
             finish_sent_ = true;
           }
-          lock.unlock();
+          lock.Unlock();
           bool ok;
           {
-            std::lock_guard w(write_mu);
+            MutexLock w(write_mu);
             ok = stream->Write(m);
           }
-          lock.lock();
+          lock.Lock();
           if (!ok) return;
           if (finishing) {
-            ledger_cv_.notify_all();  // Finish waits for it
+            ledger_cv_.NotifyAll();  // Finish waits for it
           } else if (frame_due) {
             ++stats_.frames_sent;
             stats_.frame_bytes_sent += frame_bytes;
@@ -406,25 +402,25 @@ class PrimaryService final : public v1::Replication::Service {
         const int64_t now = SteadyNs();
         if (opt_.on_heartbeat) opt_.on_heartbeat(now);
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           ++stats_.heartbeats;
         }
         v1::PrimaryMessage answer;
         answer.mutable_heartbeat()->set_sent_ns(now);
         answer.mutable_heartbeat()->set_echo_ns(m.heartbeat().sent_ns());
-        std::lock_guard w(write_mu);
+        MutexLock w(write_mu);
         if (!stream->Write(answer)) break;
       }
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       over = true;
       stats_.standby_connected = false;
       stats_.standby.clear();
       hb_token_.clear();                        // the pairing's heartbeat stream ends with it
       if (hb_ctx_ != nullptr) hb_ctx_->TryCancel();
     }
-    ledger_cv_.notify_all();
+    ledger_cv_.NotifyAll();
     if (sender.joinable()) sender.join();
     const Status why = ctx->IsCancelled() ? absl::UnavailableError(StrCat("standby '", node, "': the stream was cancelled"))
                        : end.ok()         ? absl::UnavailableError(StrCat("standby '", node, "' ended the stream"))
@@ -442,7 +438,7 @@ class PrimaryService final : public v1::Replication::Service {
     if (!stream->Read(&m)) return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before its first heartbeat");
     std::string token;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (hb_token_.empty() || m.token().size() != hb_token_.size() ||
           CRYPTO_memcmp(m.token().data(), hb_token_.data(), hb_token_.size()) != 0) {
         ++stats_.heartbeat_streams_refused;
@@ -457,7 +453,7 @@ class PrimaryService final : public v1::Replication::Service {
     do {
       const int64_t now = SteadyNs();
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         if (hb_ctx_ != ctx || hb_token_ != token) break;  // replaced, or the pairing ended
         ++stats_.heartbeats;
       }
@@ -467,41 +463,43 @@ class PrimaryService final : public v1::Replication::Service {
       answer.set_echo_ns(m.sent_ns());
       if (!stream->Write(answer)) break;
     } while (stream->Read(&m));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (hb_ctx_ == ctx) hb_ctx_ = nullptr;  // cancelled only while registered: never after this returns
     return grpc::Status::OK;
   }
 
   PrimaryChannelStats stats() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return stats_;
   }
 
   void Finish(bool streams_done, std::string reason) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (finish_) return;  // said already (a step-down, then the run's end)
     finish_ = streams_done;
     finish_reason_ = std::move(reason);
     finish_sent_ = false;
-    ledger_cv_.notify_all();
+    ledger_cv_.NotifyAll();
     if (stats_.standby_connected) {
-      ledger_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return finish_sent_ || !stats_.standby_connected; });
+      const auto deadline = Clock::now() + std::chrono::seconds(1);  // a CondVar deadline
+      while (!finish_sent_ && stats_.standby_connected && ledger_cv_.WaitUntil(lock, deadline)) {
+      }
     }
   }
 
   void PublishLedger(std::vector<MirroredStream> streams) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (streams == ledger_) return;  // unchanged: nothing to send
       ledger_ = std::move(streams);
       ++ledger_version_;
       ledger_barrier_ = frames_queued_;  // the frames queued so far go out before this state
     }
-    ledger_cv_.notify_all();
+    ledger_cv_.NotifyAll();
   }
   bool MirrorFrame(MirroredFrame frame) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (frame.jpeg.empty() || frame.jpeg.size() > kMaxMirroredJpegBytes) {  // the channel carries JPEGs only
         ++stats_.frames_refused;
         return false;
@@ -520,12 +518,12 @@ class PrimaryService final : public v1::Replication::Service {
       stats_.frames_retained = frames_.size();
       stats_.retained_bytes = retained_bytes_;
     }
-    ledger_cv_.notify_all();
+    ledger_cv_.NotifyAll();
     return true;
   }
   bool MirrorResult(MirroredResult result) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (result.detections.size() > kMaxMirroredDetections) {
         ++stats_.results_refused;
         return false;
@@ -540,11 +538,11 @@ class PrimaryService final : public v1::Replication::Service {
       }
       stats_.results_retained = results_.size();
     }
-    ledger_cv_.notify_all();
+    ledger_cv_.NotifyAll();
     return true;
   }
   void Acknowledge(const std::string& stream, uint64_t run, uint64_t through) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto stored = [&](uint64_t r, uint64_t seq) { return r < run || (r == run && seq <= through); };
     if (auto it = by_stream_.find(stream); it != by_stream_.end()) {
       std::deque<uint64_t>& of_stream = it->second;
@@ -575,7 +573,7 @@ class PrimaryService final : public v1::Replication::Service {
                       const std::string& reason) {
     spdlog::warn("replication: refused to pair with {}: {}", peer, reason);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       ++stats_.refused;
       stats_.last_refusal = reason;
     }
@@ -585,32 +583,35 @@ class PrimaryService final : public v1::Replication::Service {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, reason);
   }
 
+  int64_t SteadyNs() const { return clock_->SteadyNs(); }
+
   const PrimaryChannelOptions opt_;
-  mutable std::mutex mu_;
-  std::condition_variable ledger_cv_;
-  PrimaryChannelStats stats_;            // GUARDED_BY(mu_)
-  std::vector<MirroredStream> ledger_;   // GUARDED_BY(mu_) the latest published records
-  uint64_t ledger_version_ = 0;          // GUARDED_BY(mu_) 0: none published yet
+  vigil::Clock* const clock_ = opt_.clock != nullptr ? opt_.clock : SystemClock();
+  mutable Mutex mu_;
+  CondVar ledger_cv_;
+  PrimaryChannelStats stats_ VIGIL_GUARDED_BY(mu_);
+  std::vector<MirroredStream> ledger_ VIGIL_GUARDED_BY(mu_);  // the latest published records
+  uint64_t ledger_version_ VIGIL_GUARDED_BY(mu_) = 0;         // 0: none published yet
   // Mirrored frames kept until acknowledged, by ordinal (the order given); per stream, its ordinals in order.
-  std::map<uint64_t, MirroredFrame> frames_;                     // GUARDED_BY(mu_)
-  std::map<std::string, std::deque<uint64_t>, std::less<>> by_stream_;  // GUARDED_BY(mu_)
-  size_t retained_bytes_ = 0;            // GUARDED_BY(mu_)
-  uint64_t frames_queued_ = 0;           // GUARDED_BY(mu_) ordinals handed out
+  std::map<uint64_t, MirroredFrame> frames_ VIGIL_GUARDED_BY(mu_);
+  std::map<std::string, std::deque<uint64_t>, std::less<>> by_stream_ VIGIL_GUARDED_BY(mu_);
+  size_t retained_bytes_ VIGIL_GUARDED_BY(mu_) = 0;
+  uint64_t frames_queued_ VIGIL_GUARDED_BY(mu_) = 0;  // ordinals handed out
   // Mirrored results kept until acknowledged, by their own ordinal; each goes out after the frames whose
   // ordinal is below its after_frames (those queued before it).
   struct Retained {
     MirroredResult result;
     uint64_t after_frames = 0;
   };
-  std::map<uint64_t, Retained> results_;                                 // GUARDED_BY(mu_)
-  std::map<std::string, std::deque<uint64_t>, std::less<>> results_by_stream_;  // GUARDED_BY(mu_)
-  uint64_t results_queued_ = 0;          // GUARDED_BY(mu_)
-  uint64_t ledger_barrier_ = 0;          // GUARDED_BY(mu_) frames with an ordinal below it precede ledger_
-  std::optional<bool> finish_;           // GUARDED_BY(mu_) Finish(streams_done) was called
-  std::string finish_reason_;            // GUARDED_BY(mu_)
-  bool finish_sent_ = false;             // GUARDED_BY(mu_)
-  std::string hb_token_;                 // GUARDED_BY(mu_) the current pairing's heartbeat token ("" unpaired)
-  grpc::ServerContext* hb_ctx_ = nullptr;  // GUARDED_BY(mu_) its Heartbeats stream, while one runs
+  std::map<uint64_t, Retained> results_ VIGIL_GUARDED_BY(mu_);
+  std::map<std::string, std::deque<uint64_t>, std::less<>> results_by_stream_ VIGIL_GUARDED_BY(mu_);
+  uint64_t results_queued_ VIGIL_GUARDED_BY(mu_) = 0;
+  uint64_t ledger_barrier_ VIGIL_GUARDED_BY(mu_) = 0;  // frames with an ordinal below it precede ledger_
+  std::optional<bool> finish_ VIGIL_GUARDED_BY(mu_);   // Finish(streams_done) was called
+  std::string finish_reason_ VIGIL_GUARDED_BY(mu_);
+  bool finish_sent_ VIGIL_GUARDED_BY(mu_) = false;
+  std::string hb_token_ VIGIL_GUARDED_BY(mu_);  // the current pairing's heartbeat token ("" unpaired)
+  grpc::ServerContext* hb_ctx_ VIGIL_GUARDED_BY(mu_) = nullptr;  // its Heartbeats stream, while one runs
 };
 
 class GrpcPrimaryChannel final : public PrimaryChannel {
@@ -631,7 +632,7 @@ class GrpcPrimaryChannel final : public PrimaryChannel {
     Stop();
   }
   void Stop() override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopped_) return;
     stopped_ = true;
     // gRPC takes system_clock deadlines. After 200 ms the open stream is cancelled.
@@ -643,8 +644,8 @@ class GrpcPrimaryChannel final : public PrimaryChannel {
   std::unique_ptr<PrimaryService> service_;
   std::unique_ptr<grpc::Server> server_;
   const uint16_t port_;
-  std::mutex mu_;
-  bool stopped_ = false;
+  Mutex mu_;
+  bool stopped_ VIGIL_GUARDED_BY(mu_) = false;
 };
 
 // ---- the standby -----------------------------------------------------------------------------------
@@ -680,18 +681,19 @@ class GrpcStandbyChannel final : public StandbyChannel {
     // The first answer within the deadline: a watchdog cancels the stream otherwise.
     std::atomic<bool> answered{false};
     std::thread watchdog([&] {
-      std::unique_lock lock(mu_);
-      cv_.wait_until(lock, deadline, [&] { return answered.load(); });
+      MutexLock lock(mu_);
+      while (!answered.load() && cv_.WaitUntil(lock, deadline)) {
+      }
       if (!answered.load()) ctx_.TryCancel();
     });
     v1::PrimaryMessage reply;
     const bool wrote = stream_->Write(pair);
     const bool got = wrote && stream_->Read(&reply);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       answered = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     watchdog.join();
     if (!got) {
       const grpc::Status s = stream_->Finish();
@@ -766,11 +768,11 @@ class GrpcStandbyChannel final : public StandbyChannel {
 
   void Stop() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) return;
       stopping_ = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (stream_) ctx_.TryCancel();
     if (hb_stream_) hb_ctx_.TryCancel();
     if (heartbeats_.joinable()) heartbeats_.join();
@@ -828,11 +830,11 @@ class GrpcStandbyChannel final : public StandbyChannel {
                    : FromGrpc(s, StrCat("primary ", opt_.primary));
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       ended_ = true;
       if (stopping_) return;  // our own Stop: not news
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
     spdlog::warn("replication: {}", std::string(why.message()));
     if (opt_.on_end) opt_.on_end(why);
   }
@@ -847,7 +849,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
     }
     hb_live_.store(false);
     const grpc::Status s = hb_stream_->Finish();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!stopping_ && !ended_) {
       spdlog::info("replication: the heartbeat stream to primary {} ended ({}); heartbeats go on the mirroring stream",
                    opt_.primary, s.ok() ? std::string("by the primary") : s.error_message());
@@ -855,9 +857,9 @@ class GrpcStandbyChannel final : public StandbyChannel {
   }
 
   void HeartbeatLoop() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     for (;;) {
-      lock.unlock();
+      lock.Unlock();
       const int64_t now = SteadyNs();
       bool ok = true;
       if (hb_live_.load()) {
@@ -870,14 +872,19 @@ class GrpcStandbyChannel final : public StandbyChannel {
         hb.mutable_heartbeat()->set_sent_ns(now);
         ok = stream_->Write(hb);
       }
-      lock.lock();
+      lock.Lock();
       if (!ok || stopping_ || ended_) return;
-      cv_.wait_for(lock, opt_.heartbeat_interval, [&] { return stopping_ || ended_; });
+      const auto deadline = Clock::now() + opt_.heartbeat_interval;  // a CondVar deadline
+      while (!stopping_ && !ended_ && cv_.WaitUntil(lock, deadline)) {
+      }
       if (stopping_ || ended_) return;
     }
   }
 
+  int64_t SteadyNs() const { return clock_->SteadyNs(); }
+
   const StandbyChannelOptions opt_;
+  vigil::Clock* const clock_ = opt_.clock != nullptr ? opt_.clock : SystemClock();
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Replication::Stub> stub_;
   grpc::ClientContext ctx_;
@@ -893,10 +900,10 @@ class GrpcStandbyChannel final : public StandbyChannel {
   std::atomic<uint64_t> answered_{0};
   std::atomic<uint64_t> frames_{0};
   std::atomic<uint64_t> results_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;  // GUARDED_BY(mu_)
-  bool ended_ = false;     // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  bool stopping_ VIGIL_GUARDED_BY(mu_) = false;
+  bool ended_ VIGIL_GUARDED_BY(mu_) = false;
   std::thread reader_, heartbeats_, hb_reader_;
 };
 

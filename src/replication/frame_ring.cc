@@ -7,9 +7,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
+#include "vigil/common/mutex.h"
 #include "vigil/transport/device_memory.h"
 #include "vigil/transport/shared_memory.h"
 #include "vigil/transport/auth.h"
@@ -116,19 +116,19 @@ class Publisher final : public FramePublisher {
       const transport::Nonce n = transport::RandomNonce();
       t.append(reinterpret_cast<const char*>(n.data()), std::min(n.size(), kFrameTokenBytes - t.size()));
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     token_ = t;
     EndSession("a new standby pairs");
     return t;
   }
 
   bool active() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return ring_ != nullptr;
   }
 
   Status Write(const MirroredFrame& f, const uint8_t* bgr, size_t stride) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     VIGIL_RETURN_IF_ERROR(Usable());
     const size_t bytes = size_t{f.height} * stride;
     if (f.stream.size() > kMaxStream || f.width == 0 || f.height == 0 || f.width > kMaxSide || f.height > kMaxSide ||
@@ -148,7 +148,7 @@ class Publisher final : public FramePublisher {
   }
 
   Status WriteDevice(const MirroredFrame& f, const FramePublisher::DevicePicture& p) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     VIGIL_RETURN_IF_ERROR(Usable());
     if (!gpu_) return absl::FailedPreconditionError("frame ring: the standby's ring is in host memory");
     const size_t bytes = PackedNv12Bytes(f.width, f.height);
@@ -172,19 +172,19 @@ class Publisher final : public FramePublisher {
   }
 
   bool in_gpu_memory() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return gpu_ != nullptr;
   }
 
   size_t slot_capacity() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (ring_ == nullptr) return 0;
     return gpu_ ? gpu_slot_bytes_ : slot_bytes_ - kSlotHeader;
   }
 
  private:
-  // REQUIRES mu_ for the helpers below.
-  Status Usable() {
+  // The helpers below REQUIRE mu_.
+  Status Usable() VIGIL_REQUIRES(mu_) {
     if (ring_ == nullptr) return absl::UnavailableError("frame ring: no standby ring mapped");
     if (Word(ring_->data(), offsetof(Control, closed)).load(std::memory_order_acquire) != 0) {
       EndSession("the standby closed its ring");
@@ -192,7 +192,7 @@ class Publisher final : public FramePublisher {
     }
     return absl::OkStatus();
   }
-  Status HaveFreeSlot() {
+  Status HaveFreeSlot() VIGIL_REQUIRES(mu_) {
     const uint64_t consumed = Word(ring_->data(), offsetof(Control, consumed)).load(std::memory_order_acquire);
     if (next_ - consumed >= slots_) {
       ++stats_.ring_full;
@@ -200,15 +200,15 @@ class Publisher final : public FramePublisher {
     }
     return absl::OkStatus();
   }
-  void* GpuSlot() const { return static_cast<char*>(gpu_->data()) + (next_ % slots_) * gpu_slot_bytes_; }
-  Status Lost(const Status& st) {  // a CUDA error: the session is not trusted any more
+  void* GpuSlot() const VIGIL_REQUIRES(mu_) { return static_cast<char*>(gpu_->data()) + (next_ % slots_) * gpu_slot_bytes_; }
+  Status Lost(const Status& st) VIGIL_REQUIRES(mu_) {  // a CUDA error: the session is not trusted any more
     const std::string why = StrCat("frame ring: copy into the standby's GPU ring: ", st.message());
     EndSession(why.c_str());
     return absl::UnavailableError(why);
   }
   // The slot's header (and, host memory, its pixels from `host_pixels`), then its signal.
   Status Commit(const MirroredFrame& f, uint32_t format, uint32_t stride, size_t bytes, uint32_t matrix,
-                bool full_range, const uint8_t* host_pixels) {
+                bool full_range, const uint8_t* host_pixels) VIGIL_REQUIRES(mu_) {
     char* base = ring_->data();
     char* slot = base + SlotsOffset(slots_) + (next_ % slots_) * slot_bytes_;
     FrameSlot h{};
@@ -243,19 +243,19 @@ class Publisher final : public FramePublisher {
 
  public:
   FramePublisherStats stats() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     FramePublisherStats s = stats_;
     s.active = ring_ != nullptr;
     return s;
   }
 
   void CorruptNextSlotsForTesting(int n) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     corrupt_next_ = n;
   }
 
  private:
-  void EndSession(const char* why) {  // REQUIRES mu_
+  void EndSession(const char* why) VIGIL_REQUIRES(mu_) {
     if (ring_ == nullptr) return;
     spdlog::info("frame ring {}: session ends: {}", socket_, why);
     ring_.reset();
@@ -266,7 +266,7 @@ class Publisher final : public FramePublisher {
 
   void Refuse(transport::Connection& c, const std::string& why) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       ++stats_.refused;
       stats_.last_refusal = why;
     }
@@ -308,7 +308,7 @@ class Publisher final : public FramePublisher {
     }
     std::string expected;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       expected = token_;
     }
     if (!SameToken(h.token, expected)) {  // before anything else of the peer's is looked at
@@ -368,7 +368,7 @@ class Publisher final : public FramePublisher {
     std::string ok;
     Put<uint8_t>(&ok, 0);
     Put<uint16_t>(&ok, 0);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!SameToken(h.token, token_)) return;  // a new pairing came meanwhile
     EndSession("another ring mapped");
     if (!c->Write(ok, milliseconds(1000)).ok()) return;
@@ -392,19 +392,19 @@ class Publisher final : public FramePublisher {
       if (c.ok()) {
         Admit(std::move(*c));
       } else if (absl::IsPermissionDenied(c.status())) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         ++stats_.refused;
         stats_.last_refusal = std::string(c.status().message());
       }
       // The session's socket: the standby's process gone shows as its end.
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (conn_) {
         char b;
         StatusOr<size_t> n = conn_->Read(&b, 1, milliseconds(0));
         if (!n.ok() && !absl::IsDeadlineExceeded(n.status())) EndSession("the standby's socket closed");
       }
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     EndSession("stopping");
   }
 
@@ -412,18 +412,18 @@ class Publisher final : public FramePublisher {
   const std::string socket_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  mutable std::mutex mu_;
-  std::string token_;                       // GUARDED_BY(mu_)
-  std::unique_ptr<SharedMemory> ring_;      // GUARDED_BY(mu_)
-  std::unique_ptr<transport::device_memory::IpcMemory> gpu_;  // GUARDED_BY(mu_) the GPU slots (memory cuda)
-  int gpu_device_ = -1;                     // GUARDED_BY(mu_)
-  size_t gpu_slot_bytes_ = 0;               // GUARDED_BY(mu_)
-  std::unique_ptr<transport::Connection> conn_;  // GUARDED_BY(mu_)
-  uint32_t slots_ = 0;                      // GUARDED_BY(mu_)
-  size_t slot_bytes_ = 0;                   // GUARDED_BY(mu_)
-  uint64_t next_ = 0;                       // GUARDED_BY(mu_)
-  int corrupt_next_ = 0;                    // GUARDED_BY(mu_)
-  FramePublisherStats stats_;               // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::string token_ VIGIL_GUARDED_BY(mu_);
+  std::unique_ptr<SharedMemory> ring_ VIGIL_GUARDED_BY(mu_);
+  std::unique_ptr<transport::device_memory::IpcMemory> gpu_ VIGIL_GUARDED_BY(mu_);  // the GPU slots (memory cuda)
+  int gpu_device_ VIGIL_GUARDED_BY(mu_) = -1;
+  size_t gpu_slot_bytes_ VIGIL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<transport::Connection> conn_ VIGIL_GUARDED_BY(mu_);
+  uint32_t slots_ VIGIL_GUARDED_BY(mu_) = 0;
+  size_t slot_bytes_ VIGIL_GUARDED_BY(mu_) = 0;
+  uint64_t next_ VIGIL_GUARDED_BY(mu_) = 0;
+  int corrupt_next_ VIGIL_GUARDED_BY(mu_) = 0;
+  FramePublisherStats stats_ VIGIL_GUARDED_BY(mu_);
 };
 
 class Ring final : public FrameRing {
@@ -446,14 +446,14 @@ class Ring final : public FrameRing {
   }
   void Drain() override { ReadAvailable(/*all=*/true); }
   FrameRingStats stats() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return stats_;
   }
 
  private:
   // Whether the reader thread takes the complete slots now (batch_hold): half the ring complete, or the oldest
-  // complete slot seen batch_hold ago. REQUIRES: mu_ held.
-  bool BatchDue(char* base) {
+  // complete slot seen batch_hold ago.
+  bool BatchDue(char* base) VIGIL_REQUIRES(mu_) {
     if (opt_.batch_hold.count() <= 0) return true;
     uint32_t complete = 0;
     while (complete < opt_.slots &&
@@ -461,13 +461,16 @@ class Ring final : public FrameRing {
       ++complete;
     }
     if (complete == 0) {
-      oldest_seen_ = {};
+      oldest_seen_ns_ = 0;
       return false;
     }
-    const auto now = std::chrono::steady_clock::now();
-    if (oldest_seen_ == std::chrono::steady_clock::time_point{}) oldest_seen_ = now;
-    if (2 * complete < opt_.slots && now - oldest_seen_ < opt_.batch_hold) return false;
-    oldest_seen_ = {};
+    const int64_t now = clock_->SteadyNs();
+    if (oldest_seen_ns_ == 0) oldest_seen_ns_ = now;
+    if (2 * complete < opt_.slots &&
+        now - oldest_seen_ns_ < std::chrono::duration_cast<std::chrono::nanoseconds>(opt_.batch_hold).count()) {
+      return false;
+    }
+    oldest_seen_ns_ = 0;
     return true;
   }
 
@@ -478,7 +481,7 @@ class Ring final : public FrameRing {
   // slots released in order (a slot is released only once its copy is done: the primary cannot overwrite it
   // mid-copy).
   size_t ReadAvailable(bool all) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     char* base = shm_->data();
     if (!all && !BatchDue(base)) return 0;
     size_t n = 0;
@@ -596,16 +599,17 @@ class Ring final : public FrameRing {
   }
 
   const FrameRingOptions opt_;
+  vigil::Clock* const clock_ = opt_.clock != nullptr ? opt_.clock : SystemClock();
   std::unique_ptr<SharedMemory> shm_;
   std::unique_ptr<transport::device_memory::ExportedMemory> gpu_;  // memory cuda: the pixels' slots
   std::unique_ptr<transport::Connection> conn_;
   const size_t host_slot_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  mutable std::mutex mu_;
-  uint64_t next_ = 0;     // GUARDED_BY(mu_)
-  FrameRingStats stats_;  // GUARDED_BY(mu_)
-  std::chrono::steady_clock::time_point oldest_seen_;  // GUARDED_BY(mu_) slot next_ first seen complete; {}: not yet
+  mutable Mutex mu_;
+  uint64_t next_ VIGIL_GUARDED_BY(mu_) = 0;
+  FrameRingStats stats_ VIGIL_GUARDED_BY(mu_);
+  int64_t oldest_seen_ns_ VIGIL_GUARDED_BY(mu_) = 0;  // clock_->SteadyNs() slot next_ was first seen complete; 0: not yet
 };
 
 }  // namespace

@@ -4,15 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
-#include "absl/base/thread_annotations.h"
+#include "vigil/common/mutex.h"
 
 namespace vigil::topology {
 namespace internal {
@@ -25,18 +23,18 @@ struct HostBufferPoolState {
   HostBufferPoolOptions options;
   HostBuffer slab;
   bool pinned = false;  // set once at creation
-  std::mutex mu;
-  std::condition_variable freed;
-  std::vector<size_t> free_list ABSL_GUARDED_BY(mu);  // indexes; the back is handed out next
-  HostBufferPoolStats stats ABSL_GUARDED_BY(mu);
+  Mutex mu;
+  CondVar freed;
+  std::vector<size_t> free_list VIGIL_GUARDED_BY(mu);  // indexes; the back is handed out next
+  HostBufferPoolStats stats VIGIL_GUARDED_BY(mu);
 
-  void Give(size_t index) {
+  void Give(size_t index) VIGIL_EXCLUDES(mu) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       free_list.push_back(index);
       --stats.in_use;
     }
-    freed.notify_one();
+    freed.NotifyOne();
   }
 };
 
@@ -85,33 +83,38 @@ StatusOr<HostBufferPool> HostBufferPool::Create(Binder& binder, HostBufferPoolOp
   auto state = std::make_shared<internal::HostBufferPoolState>();
   state->options = std::move(options);
   state->slab = std::move(*slab);
-  HostBufferPoolStats& st = state->stats;
-  st.capacity = state->options.buffers;
-  st.buffer_bytes = state->options.buffer_bytes;
-  st.stride = stride;
-  st.slab_bytes = state->slab.mapped();
-  st.numa_node = state->slab.numa_node();
-  st.huge_pages = state->slab.huge_pages();
-  if (HostMemoryPinner* pinner = state->options.pinner) {
-    Status pinned = pinner->Pin(state->slab.data(), state->slab.mapped());
-    st.pinned = state->pinned = pinned.ok();
-    if (!pinned.ok()) {
-      spdlog::warn("topology: {}: pinning {} bytes with {} failed; the buffers stay pageable: {}", who,
-                   state->slab.mapped(), pinner->name(), std::string(pinned.message()));
+  {
+    MutexLock lock(state->mu);  // nobody else sees the state yet: the lock is for the analysis
+    HostBufferPoolStats& st = state->stats;
+    st.capacity = state->options.buffers;
+    st.buffer_bytes = state->options.buffer_bytes;
+    st.stride = stride;
+    st.slab_bytes = state->slab.mapped();
+    st.numa_node = state->slab.numa_node();
+    st.huge_pages = state->slab.huge_pages();
+    if (HostMemoryPinner* pinner = state->options.pinner) {
+      Status pinned = pinner->Pin(state->slab.data(), state->slab.mapped());
+      st.pinned = state->pinned = pinned.ok();
+      if (!pinned.ok()) {
+        spdlog::warn("topology: {}: pinning {} bytes with {} failed; the buffers stay pageable: {}", who,
+                     state->slab.mapped(), pinner->name(), std::string(pinned.message()));
+      }
     }
+    // Highest index at the front, so that the first acquires hand out buffers 0, 1, 2, ...
+    for (size_t i = st.capacity; i-- > 0;) state->free_list.push_back(i);
   }
-  // Highest index at the front, so that the first acquires hand out buffers 0, 1, 2, ...
-  for (size_t i = st.capacity; i-- > 0;) state->free_list.push_back(i);
   return HostBufferPool(std::move(state));
 }
 
 StatusOr<PooledBuffer> HostBufferPool::Acquire(std::chrono::nanoseconds timeout) {
   internal::HostBufferPoolState& s = *state_;
-  std::unique_lock<std::mutex> lock(s.mu);
+  MutexLock lock(s.mu);
   if (s.free_list.empty()) {
     if (timeout > std::chrono::nanoseconds(0)) {
       ++s.stats.waits;
-      s.freed.wait_for(lock, timeout, [&s]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) { return !s.free_list.empty(); });
+      const auto deadline = std::chrono::steady_clock::now() + timeout;  // a CondVar deadline (as wait_for's)
+      while (s.free_list.empty() && s.freed.WaitUntil(lock, deadline)) {
+      }
     }
     if (s.free_list.empty()) {
       ++s.stats.failures;
@@ -131,7 +134,7 @@ StatusOr<PooledBuffer> HostBufferPool::Acquire(std::chrono::nanoseconds timeout)
 }
 
 HostBufferPoolStats HostBufferPool::stats() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(state_->mu);
   return state_->stats;
 }
 

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
+#include "vigil/common/mutex.h"
 #include "vigil/transport/health.h"
 
 namespace vigil::transport {
@@ -24,11 +24,6 @@ constexpr milliseconds kReaderPoll{50};
 // How long a session that ended waits for a probe in progress to finish (the probe may be why it ended).
 constexpr milliseconds kProbeGrace{1000};
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 class CourierImpl final : public Courier {
  public:
   CourierImpl(CourierOptions o, Outbox* outbox, CourierHandler* handler)
@@ -39,21 +34,21 @@ class CourierImpl final : public Courier {
   ~CourierImpl() override { Close(); }
 
   CourierStats Stats() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     CourierStats s = stats_;
     s.snapshots_queued = snapshots_.size();
     return s;
   }
 
   void SetSourceStates(SourceStates states) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (source_states_ && *source_states_ == states) return;
     source_states_ = std::move(states);
     ++source_states_version_;
   }
 
   bool OfferSnapshot(Snapshot snapshot) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stop_ || stats_.fenced || snapshot_bytes_ + snapshot.jpeg.size() > opt_.max_snapshot_bytes) {
       ++stats_.snapshots_dropped;
       return false;
@@ -65,15 +60,15 @@ class CourierImpl final : public Courier {
 
   void Close() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stop_) return;
       stop_ = true;
       if (live_) live_->Close();
       if (probing_) probing_->Close();
-      cv_.notify_all();
+      cv_.NotifyAll();
     }
     if (sender_.joinable()) sender_.join();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stats_.snapshots_dropped += snapshots_.size();
     snapshots_.clear();
     snapshot_bytes_ = 0;
@@ -85,35 +80,34 @@ class CourierImpl final : public Courier {
     size_t index = 0;
     Welcome welcome;
   };
-  // What one session's reader and prober threads tell the sender.
+  // What one session's reader and prober threads tell the sender. (What the prober sets under mu_ is the
+  // courier's: fail_back_ and session_done_, one session running at a time.)
   struct SessionState {
     std::atomic<bool> broken{false};     // the reader ended: the session is lost
     std::atomic<bool> delivered{false};  // an Ack or Reject arrived
     std::atomic<int64_t> heard_ns{0};    // steady time of the last frame received
-    std::optional<Opened> fail_back;     // GUARDED_BY(mu_) set by the prober
-    bool done = false;                   // GUARDED_BY(mu_) the session is over: the prober stops
   };
 
   int64_t Now() const { return clock_->SteadyNs(); }
 
-  bool stopping() const {
-    std::lock_guard lock(mu_);
+  bool stopping() const VIGIL_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return stop_ || stats_.fenced;
   }
 
   void SetError(const Status& st) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stats_.last_error = std::string(st.message());
   }
 
   // Records fencing and calls OnFenced once; `link` (when set) is closed so the sender stops at once.
   void Fence(const Status& why, Link* link) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stats_.fenced) return;
       stats_.fenced = true;
       stats_.last_error = std::string(why.message());
-      cv_.notify_all();
+      cv_.NotifyAll();
     }
     if (link) link->Close();
     spdlog::error("courier {}: fenced, stopping: {}", opt_.edge, std::string(why.message()));
@@ -128,15 +122,15 @@ class CourierImpl final : public Courier {
     hello.edge = opt_.edge;
     hello.protocol_version = kProtocolVersion;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stop_ || stats_.fenced) return absl::CancelledError("courier closed");
       hello.epoch = stats_.epoch;
       this->*slot = &link;
     }
     StatusOr<Welcome> welcome = link.Open(hello, opt_.connect_timeout);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     this->*slot = nullptr;
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (welcome.ok()) return welcome;
     ++stats_.open_failures;
     ++stats_.links[i].open_failures;
@@ -181,8 +175,10 @@ class CourierImpl final : public Courier {
         backoff.Reset();
         continue;
       }
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, backoff.Next(), [&] { return stop_ || stats_.fenced; });
+      MutexLock lock(mu_);
+      const auto deadline = std::chrono::steady_clock::now() + backoff.Next();  // a CondVar deadline
+      while (!stop_ && !stats_.fenced && cv_.WaitUntil(lock, deadline)) {
+      }
     }
   }
 
@@ -191,12 +187,14 @@ class CourierImpl final : public Courier {
   bool RunSession(size_t index, const Welcome& welcome, bool fail_back, std::optional<Opened>* next) {
     Link& link = *opt_.links[index];
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stop_ || stats_.fenced) {
         link.Close();
         return false;
       }
       live_ = &link;
+      fail_back_.reset();
+      session_done_ = false;
       ++stats_.sessions;
       ++stats_.links[index].sessions;
       stats_.links[index].transports = link.transports();
@@ -232,26 +230,28 @@ class CourierImpl final : public Courier {
     if (prober.joinable()) {
       // A probe that is opening a preferred link may be why this session ended (admitting it supersedes this
       // one at the aggregator): give it a moment to finish and use it, rather than open that link again.
-      std::unique_lock lock(mu_);
-      state.done = true;
-      cv_.notify_all();
-      cv_.wait_for(lock, std::min(opt_.connect_timeout, kProbeGrace), [&] { return probing_ == nullptr; });
+      MutexLock lock(mu_);
+      session_done_ = true;
+      cv_.NotifyAll();
+      const auto deadline = std::chrono::steady_clock::now() + std::min(opt_.connect_timeout, kProbeGrace);
+      while (probing_ != nullptr && cv_.WaitUntil(lock, deadline)) {
+      }
       if (probing_ != nullptr) probing_->Close();
-      lock.unlock();
+      lock.Unlock();
       prober.join();
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     live_ = nullptr;
     stats_.connected = false;
     stats_.link.clear();
-    if (state.fail_back && !stop_ && !stats_.fenced) {
+    if (fail_back_ && !stop_ && !stats_.fenced) {
       spdlog::info("courier {}: moving from {} link {} to the preferred {} link {}", opt_.edge, link.kind(),
-                   link.target(), opt_.links[state.fail_back->index]->kind(),
-                   opt_.links[state.fail_back->index]->target());
-      *next = std::move(state.fail_back);
+                   link.target(), opt_.links[fail_back_->index]->kind(), opt_.links[fail_back_->index]->target());
+      *next = std::exchange(fail_back_, std::nullopt);
       return state.delivered.load();
     }
-    if (state.fail_back) opt_.links[state.fail_back->index]->Close();  // stopping: never used
+    if (fail_back_) opt_.links[fail_back_->index]->Close();  // stopping: never used
+    fail_back_.reset();
     if (!stop_ && !stats_.fenced) {
       ++stats_.disconnects;
       if (!st.ok()) stats_.last_error = std::string(st.message());
@@ -267,30 +267,30 @@ class CourierImpl final : public Courier {
     schedule.SessionStarted(index, Now());
     for (;;) {
       {
-        std::unique_lock lock(mu_);
-        if (stop_ || stats_.fenced || state.done) return;
+        MutexLock lock(mu_);
+        if (stop_ || stats_.fenced || session_done_) return;
         if (!schedule.ProbeDue(Now())) {
           const int64_t wait_ns = std::max<int64_t>(schedule.next_probe() - Now(), 1'000'000);
-          cv_.wait_for(lock, std::min(std::chrono::nanoseconds(wait_ns), std::chrono::nanoseconds(kSenderPoll)));
+          cv_.WaitFor(lock, std::min(std::chrono::nanoseconds(wait_ns), std::chrono::nanoseconds(kSenderPoll)));
           continue;
         }
         ++stats_.probes;
       }
       for (size_t j = 0; j < index; ++j) {
         {
-          std::lock_guard lock(mu_);
-          if (state.done || stop_ || stats_.fenced) return;
+          MutexLock lock(mu_);
+          if (session_done_ || stop_ || stats_.fenced) return;
         }
         StatusOr<Welcome> welcome = OpenLink(j, &CourierImpl::probing_);
         if (welcome.ok()) {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           if (stop_ || stats_.fenced) {  // stopping: the session is never used
             opt_.links[j]->Close();
             return;
           }
-          state.fail_back = Opened{j, std::move(*welcome)};
+          fail_back_ = Opened{j, std::move(*welcome)};
           state.broken = true;  // the sender leaves this session now
-          cv_.notify_all();
+          cv_.NotifyAll();
           return;
         }
         if (welcome.status().code() == absl::StatusCode::kPermissionDenied) {
@@ -324,14 +324,14 @@ class CourierImpl final : public Courier {
           return absl::UnavailableError(StrCat(link.target(), ": nothing heard from the aggregator for ",
                                                health.silent_for(now) / 1'000'000, " ms"));
         case SessionHealth::Verdict::kAckOverdue: {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           ++stats_.ack_timeouts;
           return absl::UnavailableError(StrCat(link.target(), ": message ", health.oldest_id(),
                                                " not acknowledged for ", health.oldest_unacked_for(now) / 1'000'000,
                                                " ms: re-sending in a new session"));
         }
         case SessionHealth::Verdict::kSendHeartbeat:
-          VIGIL_RETURN_IF_ERROR(link.SendHeartbeat(NowNs(), opt_.peer_timeout));
+          VIGIL_RETURN_IF_ERROR(link.SendHeartbeat(clock_->WallNs(), opt_.peer_timeout));
           health.Wrote(now);
           continue;
         case SessionHealth::Verdict::kOk:
@@ -363,7 +363,7 @@ class CourierImpl final : public Courier {
       health.Wrote(Now());
       send_id = after;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         for (const OutboxMessage* m : batch) {
           ++stats_.sent;
           ++stats_.links[index].sent;
@@ -384,14 +384,14 @@ class CourierImpl final : public Courier {
     std::optional<SourceStates> states;
     uint64_t version = 0;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!source_states_ || source_states_version_ == *sent_version) return absl::OkStatus();
       states = source_states_;
       version = source_states_version_;
     }
     VIGIL_RETURN_IF_ERROR(link.SendAside(*states, opt_.peer_timeout));
     *sent_version = version;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++stats_.source_states_sent;
     return absl::OkStatus();
   }
@@ -402,14 +402,14 @@ class CourierImpl final : public Courier {
     *sent = false;
     Snapshot snap;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (snapshots_.empty()) return absl::OkStatus();
       snap = std::move(snapshots_.front());
       snapshots_.pop_front();
       snapshot_bytes_ -= snap.jpeg.size();
     }
     Status st = link.SendAside(snap, opt_.peer_timeout);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!st.ok()) {
       ++stats_.snapshots_lost;
       return st;
@@ -436,7 +436,7 @@ class CourierImpl final : public Courier {
       Reject reject{RejectReason::kInvalid, r.stream, r.run, r.seq_first, r.seq_last, 0,
                     StrCat("not sent: ", st.message())};
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         reject.epoch = stats_.epoch;
       }
       if (outbox_->Complete(r.stream, r.run, r.seq_first, false)) handler_->OnReject(reject);
@@ -503,18 +503,21 @@ class CourierImpl final : public Courier {
   Outbox* const outbox_;
   CourierHandler* const handler_;
   vigil::Clock* const clock_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;    // stop, fenced, session done or probe result
-  bool stop_ = false;             // GUARDED_BY(mu_)
-  Link* live_ = nullptr;          // GUARDED_BY(mu_) the link opening or in session, for Close
-  Link* probing_ = nullptr;       // GUARDED_BY(mu_) the link a probe is opening, for Close
-  size_t last_link_ = SIZE_MAX;   // GUARDED_BY(mu_) index of the previous session's link
-  uint64_t sent_high_ = 0;        // GUARDED_BY(mu_) one past the highest message id ever sent
-  CourierStats stats_;            // GUARDED_BY(mu_)
-  std::deque<Snapshot> snapshots_;  // GUARDED_BY(mu_) waiting for the sender
-  std::optional<SourceStates> source_states_;  // GUARDED_BY(mu_) the newest
-  uint64_t source_states_version_ = 0;         // GUARDED_BY(mu_) bumped by each change (from 1)
-  size_t snapshot_bytes_ = 0;       // GUARDED_BY(mu_) their JPEG bytes
+  mutable Mutex mu_;
+  CondVar cv_;  // stop, fenced, session done or probe result
+  bool stop_ VIGIL_GUARDED_BY(mu_) = false;
+  Link* live_ VIGIL_GUARDED_BY(mu_) = nullptr;     // the link opening or in session, for Close
+  Link* probing_ VIGIL_GUARDED_BY(mu_) = nullptr;  // the link a probe is opening, for Close
+  size_t last_link_ VIGIL_GUARDED_BY(mu_) = SIZE_MAX;  // index of the previous session's link
+  uint64_t sent_high_ VIGIL_GUARDED_BY(mu_) = 0;       // one past the highest message id ever sent
+  CourierStats stats_ VIGIL_GUARDED_BY(mu_);
+  std::deque<Snapshot> snapshots_ VIGIL_GUARDED_BY(mu_);  // waiting for the sender
+  std::optional<SourceStates> source_states_ VIGIL_GUARDED_BY(mu_);  // the newest
+  uint64_t source_states_version_ VIGIL_GUARDED_BY(mu_) = 0;  // bumped by each change (from 1)
+  size_t snapshot_bytes_ VIGIL_GUARDED_BY(mu_) = 0;           // their JPEG bytes
+  // The running session's (RunSession resets them; its prober is joined before the next session):
+  std::optional<Opened> fail_back_ VIGIL_GUARDED_BY(mu_);  // set by the prober: a preferred link it opened
+  bool session_done_ VIGIL_GUARDED_BY(mu_) = false;        // the session is over: the prober stops
   std::thread sender_;
 };
 

@@ -8,13 +8,13 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <utility>
 
 #include "ring.h"
 #include "ring_writer.h"
 #include "socket_connection.h"
+#include "vigil/common/mutex.h"
 #include "vigil/transport/unix_socket.h"
 
 namespace vigil::transport {
@@ -61,17 +61,17 @@ class RingConnection final : public Connection {
   Status Write(std::string_view bytes, milliseconds timeout) override { return sock_->Write(bytes, timeout); }
   void Shutdown() override {
     sock_->Shutdown();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (shared_) ring::Word(shared_->data(), offsetof(ring::ControlHeader, closed)).store(1);
   }
   std::string peer() const override { return sock_->peer(); }
   std::string transports() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return active_ ? (memory_ ? "cuda_ipc" : "shm") : "";
   }
 
   std::optional<SessionOffer> OfferSession() override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     RingOffer offer;
     Status st = SetUp(&offer);
     if (!st.ok()) {
@@ -81,6 +81,7 @@ class RingConnection final : public Connection {
       offer.error = std::string(st.message());
       memory_.reset();
       shared_.reset();
+      ring_ctl_ = nullptr;
       return SessionOffer{EncodeFrame(offer), false};
     }
     ++counters().rings_offered;
@@ -99,7 +100,7 @@ class RingConnection final : public Connection {
     const size_t had = out->size();
     size_t bytes = 0;
     for (;;) {
-      if (active_) {
+      if (polling_) {
         // While spinning, the ring alone for up to kSocketEvery (a pause between polls), then one look at the
         // socket: a report is seen within ~0.1 µs of its signal instead of after a recv and a yield.
         const auto now = Clock::now();
@@ -123,7 +124,7 @@ class RingConnection final : public Connection {
       // The socket: at once when a ring is polled, else blocking for what is left.
       const auto now = Clock::now();
       milliseconds wait(0);
-      if (!active_ && deadline > now) wait = std::chrono::ceil<milliseconds>(deadline - now);
+      if (!polling_ && deadline > now) wait = std::chrono::ceil<milliseconds>(deadline - now);
       StatusOr<size_t> n = sock_->Read(sock_buf_, sizeof sock_buf_, wait);
       if (n.ok()) {
         bytes += *n;
@@ -133,7 +134,7 @@ class RingConnection final : public Connection {
       }
       if (n.status().code() != absl::StatusCode::kDeadlineExceeded) return n.status();
       if (Clock::now() >= deadline) return n.status();
-      if (!active_) continue;
+      if (!polling_) continue;
       if (Clock::now() < spin_until) {
         std::this_thread::yield();
         continue;
@@ -151,7 +152,7 @@ class RingConnection final : public Connection {
   }
 
  private:
-  Status SetUp(RingOffer* offer) {
+  Status SetUp(RingOffer* offer) VIGIL_REQUIRES(mu_) {
     if (opt_.device != "host") {
       VIGIL_ASSIGN_OR_RETURN(memory_,
                              ring::AllocateRing(opt_.device, static_cast<size_t>(opt_.slots) * opt_.slot_bytes));
@@ -167,6 +168,7 @@ class RingConnection final : public Connection {
     offer->device = memory_ ? memory_->device() : "";
     offer->handle = memory_ ? memory_->handle() : "";
     offer->control = shared_->name();
+    ring_ctl_ = shared_->data();
     offer->slots = opt_.slots;
     offer->slot_bytes = opt_.slot_bytes;
     return absl::OkStatus();
@@ -188,10 +190,11 @@ class RingConnection final : public Connection {
         classes_ = h->class_names.size();  // the edge names every class of its model: device rows are checked
       }
       if (std::holds_alternative<RingAccept>(**m)) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         if (shared_ && !active_) {  // the receiver judges a RingAccept out of place (it is passed on)
           shared_->Unlink();
           active_ = true;
+          polling_ = true;
           spdlog::info("cuda_ipc {}: ring mapped by the edge ({} slots of {} bytes, {})", sock_->peer(), opt_.slots,
                        opt_.slot_bytes, memory_ ? StrCat("GPU memory on ", memory_->device()) : "host memory");
         }
@@ -203,7 +206,7 @@ class RingConnection final : public Connection {
   // Takes every complete slot from next_ on, its messages to `out` and its size to *bytes. An error: a slot that
   // fails a check (what earlier slots gave stays in `out`).
   Status PollRing(std::deque<StatusOr<Message>>* out, size_t* bytes) {
-    char* ctl = shared_->data();
+    char* ctl = ring_ctl_;
     for (size_t taken = 0; taken < (1u << 20);) {
       const uint64_t word = ring::Word(ctl, ring::SignalOffset(next_, opt_.slots)).load(std::memory_order_acquire);
       if ((word >> 24) != next_ + 1) break;
@@ -232,7 +235,7 @@ class RingConnection final : public Connection {
     // copies (the header here, frames in the decoder's buffer, a device report's header in copy_ and its rows in
     // the Report): the edge shares the memory.
     const char* slot =
-        shared_->data() + ring::MirrorOffset(opt_.slots) + static_cast<size_t>(next_ % opt_.slots) * opt_.slot_bytes;
+        ring_ctl_ + ring::MirrorOffset(opt_.slots) + static_cast<size_t>(next_ % opt_.slots) * opt_.slot_bytes;
     ring::SlotHeader h;
     std::memcpy(&h, slot, sizeof h);
     if (h.magic != ring::kSlotMagic) return Bad("bad slot magic");
@@ -280,11 +283,15 @@ class RingConnection final : public Connection {
 
   const std::unique_ptr<SocketConnection> sock_;
   const CudaIpcListenOptions opt_;
-  mutable std::mutex mu_;  // memory_/shared_ set-up, active_ (set by the reader thread)
-  std::unique_ptr<ring::RingMemory> memory_;   // the GPU ring; null for memory "host"
-  std::unique_ptr<ring::SharedMemory> shared_;  // control block, signals, host mirror
-  bool active_ = false;
+  // The reader thread (the receiver's, which also calls OfferSession) sets these up; Shutdown and transports()
+  // read them from other threads.
+  mutable Mutex mu_;
+  std::unique_ptr<ring::RingMemory> memory_ VIGIL_GUARDED_BY(mu_);   // the GPU ring; null for memory "host"
+  std::unique_ptr<ring::SharedMemory> shared_ VIGIL_GUARDED_BY(mu_);  // control block, signals, host mirror
+  bool active_ VIGIL_GUARDED_BY(mu_) = false;
   // Reader thread only:
+  bool polling_ = false;        // active_, as the reader thread (its only writer) knows it: poll the ring
+  char* ring_ctl_ = nullptr;    // shared_->data() while shared_ is set (the control block, then the mirror)
   uint64_t next_ = 0;
   size_t classes_ = 0;  // the Hello's class names (0: none named)
   std::vector<char> copy_;  // a device report's header, checked here

@@ -2,10 +2,10 @@
 #include <absl/strings/match.h>
 
 #include <algorithm>
-#include <mutex>
 #include <vector>
 
 #include "ring_writer.h"
+#include "vigil/common/mutex.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/link.h"
 
@@ -30,7 +30,7 @@ class FramedLink final : public Link {
   std::string_view kind() const override { return opt_.kind; }
   std::string target() const override { return dialer_->target(); }
   std::string transports() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (ring_) return ring_->transports();
     return conn_ ? conn_->transports() : std::string();
   }
@@ -45,7 +45,7 @@ class FramedLink final : public Link {
     if (!dialed.ok()) return Annotate(dialed.status(), target());
     std::shared_ptr<Connection> conn = std::move(*dialed);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       conn_ = conn;
       epoch_ = 0;
       link_seq_ = 0;
@@ -54,7 +54,7 @@ class FramedLink final : public Link {
     decoder_ = FrameDecoder();
     std::shared_ptr<RingWriter> ring;
     StatusOr<Welcome> welcome = Handshake(*conn, hello, deadline, &ring);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!welcome.ok() || conn_ != conn) {  // failed, or Close ran meanwhile
       conn->Shutdown();
       if (conn_ == conn) conn_.reset();
@@ -71,7 +71,7 @@ class FramedLink final : public Link {
     std::string edge;
     uint64_t epoch = 0, link_seq = 0;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       conn = conn_;
       edge = edge_;
       epoch = epoch_;
@@ -81,7 +81,7 @@ class FramedLink final : public Link {
     if (std::shared_ptr<RingWriter> ring = current_ring()) {
       uint64_t seq = link_seq;
       Status st = ring->Write(messages, edge, epoch, &seq, Clock::now() + timeout);
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (conn_ == conn) link_seq_ = seq;
       return st;
     }
@@ -117,7 +117,7 @@ class FramedLink final : public Link {
     // The numbers are taken whatever the write does: a failed write ends the session, and the next one
     // starts again from 0.
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (conn_ == conn) link_seq_ = next_seq;
     }
     return conn->Write(out_, Left(deadline));
@@ -161,7 +161,7 @@ class FramedLink final : public Link {
   }
 
   void Close() override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (conn_) conn_->Shutdown();
     conn_.reset();
     if (ring_) ring_->Abort();  // a Send in progress holds it; the last holder unmaps
@@ -170,11 +170,11 @@ class FramedLink final : public Link {
 
  private:
   std::shared_ptr<Connection> current() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return conn_;
   }
   std::shared_ptr<RingWriter> current_ring() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return ring_;
   }
 
@@ -188,7 +188,7 @@ class FramedLink final : public Link {
                        uint64_t epoch, uint64_t link_seq, Clock::time_point deadline) {
     uint64_t next_seq = link_seq;
     auto take_numbers = [&] {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (conn_.get() == &conn) link_seq_ = next_seq;
     };
     out_.clear();
@@ -325,12 +325,12 @@ class FramedLink final : public Link {
 
   const std::shared_ptr<Dialer> dialer_;
   const LinkOptions opt_;
-  mutable std::mutex mu_;
-  std::shared_ptr<Connection> conn_;  // GUARDED_BY(mu_) the session's connection; null when none
-  std::shared_ptr<RingWriter> ring_;  // GUARDED_BY(mu_) cuda_ipc: the session's ring; null otherwise
-  std::string edge_;                  // GUARDED_BY(mu_) from the session's Hello
-  uint64_t epoch_ = 0;                // GUARDED_BY(mu_) from the session's Welcome
-  uint64_t link_seq_ = 0;             // GUARDED_BY(mu_) the next Report's link_seq
+  mutable Mutex mu_;
+  std::shared_ptr<Connection> conn_ VIGIL_GUARDED_BY(mu_);  // the session's connection; null when none
+  std::shared_ptr<RingWriter> ring_ VIGIL_GUARDED_BY(mu_);  // cuda_ipc: the session's ring; null otherwise
+  std::string edge_ VIGIL_GUARDED_BY(mu_);                  // from the session's Hello
+  uint64_t epoch_ VIGIL_GUARDED_BY(mu_) = 0;                // from the session's Welcome
+  uint64_t link_seq_ VIGIL_GUARDED_BY(mu_) = 0;             // the next Report's link_seq
   // Used by the Receive (and Open) thread only:
   FrameDecoder decoder_;
   std::vector<char> buf_ = std::vector<char>(kReadBufferBytes);

@@ -7,14 +7,20 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Waits on `cv` for `pred`, treating waits of a year or more as "forever" (now + max overflows).
-template <typename Pred>
-bool WaitFor(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, milliseconds wait, Pred pred) {
-  if (wait >= std::chrono::hours(24 * 365)) {
-    cv.wait(lock, pred);
+// The CondVar deadline of a wait of `wait` from now; none for waits of a year or more ("forever": now + max
+// overflows).
+std::optional<std::chrono::steady_clock::time_point> DeadlineAfter(milliseconds wait) {
+  if (wait >= std::chrono::hours(24 * 365)) return std::nullopt;
+  return std::chrono::steady_clock::now() + std::max(wait, milliseconds(0));
+}
+
+// One wait on `cv` (callers loop on their condition); false when `deadline` passed.
+bool WaitOnce(CondVar& cv, MutexLock& lock, const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+  if (!deadline) {
+    cv.Wait(lock);
     return true;
   }
-  return cv.wait_for(lock, std::max(wait, milliseconds(0)), pred);
+  return cv.WaitUntil(lock, *deadline);
 }
 
 // The field rules of a message before the link stamps edge and epoch.
@@ -48,8 +54,11 @@ StatusOr<uint64_t> Outbox::Push(Report report, milliseconds wait, std::optional<
   auto msg = std::make_shared<OutboxMessage>();
   msg->report = std::move(report);
   msg->device = std::move(device);
-  std::unique_lock lock(mu_);
-  if (!WaitFor(cv_, lock, wait, [&] { return closed_ || pending_.size() < capacity_; })) {
+  MutexLock lock(mu_);
+  const auto deadline = DeadlineAfter(wait);
+  while (!closed_ && pending_.size() >= capacity_ && WaitOnce(cv_, lock, deadline)) {
+  }
+  if (!closed_ && pending_.size() >= capacity_) {
     ++stats_.backpressure;
     return absl::ResourceExhaustedError(StrCat("outbox full: ", pending_.size(), " messages held (capacity ",
                                                capacity_, "), none acknowledged within ", wait.count(), " ms"));
@@ -60,13 +69,13 @@ StatusOr<uint64_t> Outbox::Push(Report report, milliseconds wait, std::optional<
   done_.push_back(false);
   ++stats_.pushed;
   ++stats_.pending;
-  cv_.notify_all();
+  cv_.NotifyAll();
   return pending_.back()->id;
 }
 
 std::vector<std::shared_ptr<const OutboxMessage>> Outbox::PendingFrom(uint64_t from_id, size_t max) const {
   std::vector<std::shared_ptr<const OutboxMessage>> out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (pending_.empty()) return out;
   const uint64_t front = pending_.front()->id;
   for (size_t i = from_id > front ? from_id - front : 0; i < pending_.size() && out.size() < max; ++i) {
@@ -76,12 +85,12 @@ std::vector<std::shared_ptr<const OutboxMessage>> Outbox::PendingFrom(uint64_t f
 }
 
 uint64_t Outbox::front_id() const {
-  std::lock_guard lock(mu_);
-  return pending_.empty() ? next_id_ : pending_.front()->id;
+  MutexLock lock(mu_);
+  return FrontIdLocked();
 }
 
 uint64_t Outbox::next_id() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return next_id_;
 }
 
@@ -95,12 +104,12 @@ size_t Outbox::FindPending(const std::string& stream, uint64_t run, uint64_t seq
 }
 
 bool Outbox::IsPending(const std::string& stream, uint64_t run, uint64_t seq_first) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return FindPending(stream, run, seq_first) < pending_.size();
 }
 
 bool Outbox::Complete(const std::string& stream, uint64_t run, uint64_t seq_first, bool acked) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const size_t i = FindPending(stream, run, seq_first);
   if (i == pending_.size()) return false;  // already completed (a duplicate ack after a re-send)
   done_[i] = true;
@@ -110,41 +119,47 @@ bool Outbox::Complete(const std::string& stream, uint64_t run, uint64_t seq_firs
     pending_.pop_front();
     done_.pop_front();
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   return true;
 }
 
 bool Outbox::WaitBeyond(uint64_t id, milliseconds timeout) const {
-  std::unique_lock lock(mu_);
-  WaitFor(cv_, lock, timeout, [&] { return closed_ || next_id_ > id; });
+  MutexLock lock(mu_);
+  const auto deadline = DeadlineAfter(timeout);
+  while (!closed_ && next_id_ <= id && WaitOnce(cv_, lock, deadline)) {
+  }
   return next_id_ > id;
 }
 
 bool Outbox::WaitEmpty(milliseconds timeout) const {
-  std::unique_lock lock(mu_);
-  return WaitFor(cv_, lock, timeout, [&] { return stats_.pending == 0; });
+  MutexLock lock(mu_);
+  const auto deadline = DeadlineAfter(timeout);
+  while (stats_.pending != 0 && WaitOnce(cv_, lock, deadline)) {
+  }
+  return stats_.pending == 0;
 }
 
 bool Outbox::WaitCompleted(uint64_t id, milliseconds timeout) const {
-  std::unique_lock lock(mu_);
-  auto completed = [&] { return (pending_.empty() ? next_id_ : pending_.front()->id) >= id; };
-  WaitFor(cv_, lock, timeout, [&] { return closed_ || completed(); });
-  return completed();
+  MutexLock lock(mu_);
+  const auto deadline = DeadlineAfter(timeout);
+  while (!closed_ && FrontIdLocked() < id && WaitOnce(cv_, lock, deadline)) {
+  }
+  return FrontIdLocked() >= id;
 }
 
 void Outbox::Close() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   closed_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool Outbox::closed() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return closed_;
 }
 
 OutboxStats Outbox::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 

@@ -31,69 +31,69 @@ Session::Session(uint64_t id, std::shared_ptr<Connection> conn, Hello hello, siz
       link_(std::move(link)) {}
 
 uint64_t Session::epoch() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return epoch_;
 }
 
 void Session::Admit(const Welcome& welcome) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (epoch_ != 0 || closed_ || closing_ || welcome.epoch == 0) return;
   epoch_ = welcome.epoch;
   std::string frame = EncodeFrame(welcome);
   queue_bytes_ += frame.size();
   queue_.push_back(std::move(frame));
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Session::Refuse(RejectReason reason, uint64_t epoch, std::string detail) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (closed_ || closing_) return;
   std::string frame = EncodeFrame(Reject{reason, "", 0, 0, 0, epoch, std::move(detail)});
   queue_bytes_ += frame.size();
   queue_.push_back(std::move(frame));
   closing_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool Session::Enqueue(std::string frames) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (closed_ || closing_) return false;
   if (queue_bytes_ + frames.size() > max_queue_bytes_) {
     spdlog::warn("receiver: edge {} ({}): {} bytes queued and not written, over the limit of {}: closing the session",
                  hello_.edge, conn_->peer(), queue_bytes_ + frames.size(), max_queue_bytes_);
     closed_ = true;
     conn_->Shutdown();
-    cv_.notify_all();
+    cv_.NotifyAll();
     return false;
   }
   queue_bytes_ += frames.size();
   queue_.push_back(std::move(frames));
-  cv_.notify_all();
+  cv_.NotifyAll();
   return true;
 }
 
 void Session::Close() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   closed_ = true;
   conn_->Shutdown();
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool Session::closed() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return closed_ || closing_;
 }
 
 void Session::Supersede() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   superseded_ = true;
   closed_ = true;
   conn_->Shutdown();
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool Session::superseded() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return superseded_;
 }
 
@@ -101,8 +101,8 @@ void Session::WriterLoop(milliseconds write_timeout) {
   std::string batch;
   for (;;) {
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return closed_ || !queue_.empty() || closing_; });
+      MutexLock lock(mu_);
+      while (!closed_ && queue_.empty() && !closing_) cv_.Wait(lock);
       if (closed_) return;
       if (queue_.empty()) {  // closing_ and everything written: the Reject went out
         closed_ = true;
@@ -141,10 +141,10 @@ struct Receiver::Impl {
   std::unique_ptr<Listener> listener;
   std::thread acceptor;
   std::atomic<bool> stop{false};
-  mutable std::mutex mu;
-  std::map<uint64_t, Conn> conns;  // GUARDED_BY(mu)
-  uint64_t next_id = 1;            // GUARDED_BY(mu)
-  ReceiverStats stats;             // GUARDED_BY(mu)
+  mutable Mutex mu;
+  std::map<uint64_t, Conn> conns VIGIL_GUARDED_BY(mu);
+  uint64_t next_id VIGIL_GUARDED_BY(mu) = 1;
+  ReceiverStats stats VIGIL_GUARDED_BY(mu);
 
   void AcceptLoop() {
     while (!stop.load()) {
@@ -153,7 +153,7 @@ struct Receiver::Impl {
       if (!c.ok()) {
         if (c.status().code() == absl::StatusCode::kPermissionDenied) {  // a Unix-socket peer's uid
           spdlog::warn("receiver {}: refusing {}", listener->address(), std::string(c.status().message()));
-          std::lock_guard lock(mu);
+          MutexLock lock(mu);
           ++stats.rejected[kRejectPeerCredentials];
           continue;
         }
@@ -168,11 +168,11 @@ struct Receiver::Impl {
         // Nothing is sent: a peer that may not connect learns nothing, not even the protocol.
         spdlog::warn("receiver {}: refusing {}: not in the allow-list", listener->address(), conn->peer());
         conn->Shutdown();
-        std::lock_guard lock(mu);
+        MutexLock lock(mu);
         ++stats.rejected[kRejectAddress];
         continue;
       }
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (stats.active >= static_cast<uint64_t>(opt.max_connections)) {
         ++stats.refused;
         spdlog::warn("receiver {}: refusing {}: {} connections open", listener->address(), conn->peer(), stats.active);
@@ -193,7 +193,7 @@ struct Receiver::Impl {
   void ReapFinished() {
     std::vector<std::thread> done;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       for (auto it = conns.begin(); it != conns.end();) {
         if (it->second.finished) {
           done.push_back(std::move(it->second.thread));
@@ -216,7 +216,7 @@ struct Receiver::Impl {
     }
     conn->Shutdown();
     if (session) handler->OnClose(session, why);
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     --stats.active;
     if (auto it = conns.find(id); it != conns.end()) it->second.finished = true;  // absent once Stop took over
   }
@@ -241,7 +241,7 @@ struct Receiver::Impl {
                      const Status& why) {
     spdlog::warn("receiver {}: {}: refused ({}): {}", listener->kind(), conn.peer(), reason, std::string(why.message()));
     (void)conn.Write(EncodeFrame(Reject{wire_reason, "", 0, 0, 0, 0, std::string(wire_detail)}), opt.write_timeout);
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     ++stats.rejected[reason];
     return why;
   }
@@ -275,7 +275,7 @@ struct Receiver::Impl {
       spdlog::warn("receiver: {} (edge {}): closing the connection: {}", conn->peer(), (*session)->edge(),
                    std::string(st.message()));
       (*session)->Refuse(reason, (*session)->epoch(), std::string(st.message()));
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       ++stats.protocol_errors;
       return st;
     };
@@ -293,14 +293,14 @@ struct Receiver::Impl {
                                absl::DeadlineExceededError(StrCat("no authenticated Hello within ",
                                                                   opt.handshake_timeout.count(), " ms")));
           }
-          std::lock_guard lock(mu);
+          MutexLock lock(mu);
           ++stats.timeouts;
         }
         if (!*session && awaiting_ring && !stop.load()) {
           // The edge could not map the ring (no GPU of that bus id, no peer access, no CUDA): it hung up.
           spdlog::warn("receiver {}: {}: edge '{}' did not take the ring offered: {}", listener->kind(), conn->peer(),
                        hello->edge.substr(0, 200), std::string(n.status().message()));
-          std::lock_guard lock(mu);
+          MutexLock lock(mu);
           ++stats.rejected[kRejectRingRefused];
           return n.status();
         }
@@ -313,7 +313,7 @@ struct Receiver::Impl {
                        key == nullptr && opt.keys ? "this aggregator has no key for that edge id in its keys_file"
                                                   : "it could not verify our proof: its key differs from the one in "
                                                     "our keys_file (or it is not a vigil edge)");
-          std::lock_guard lock(mu);
+          MutexLock lock(mu);
           ++stats.rejected[reason];
           return n.status();
         }
@@ -321,7 +321,7 @@ struct Receiver::Impl {
           // A peer without a certificate we trust, or one that does not speak TLS.
           spdlog::warn("receiver {}: {}: refused (tls): {}", listener->kind(), conn->peer(),
                        std::string(n.status().message()));
-          std::lock_guard lock(mu);
+          MutexLock lock(mu);
           ++stats.rejected[kRejectTls];
           return n.status();
         }
@@ -331,7 +331,7 @@ struct Receiver::Impl {
         return n.status();
       }
       {
-        std::lock_guard lock(mu);
+        MutexLock lock(mu);
         stats.bytes += *n;
       }
       if (!decodes) decoder.Feed(std::string_view(buf.data(), *n));
@@ -348,7 +348,7 @@ struct Receiver::Impl {
         }
         if (!m->has_value()) break;
         {
-          std::lock_guard lock(mu);
+          MutexLock lock(mu);
           ++stats.frames;
         }
         Message& msg = **m;
@@ -417,7 +417,7 @@ struct Receiver::Impl {
             }
           }
           {
-            std::lock_guard lock(mu);
+            MutexLock lock(mu);
             ++stats.authenticated;
           }
           if (std::optional<Connection::SessionOffer> offer = conn->OfferSession()) {
@@ -427,7 +427,7 @@ struct Receiver::Impl {
               spdlog::warn("receiver {}: {}: edge '{}': no ring could be offered; closing", listener->kind(),
                            conn->peer(), hello->edge.substr(0, 200));
               {
-                std::lock_guard lock(mu);
+                MutexLock lock(mu);
                 ++stats.rejected[kRejectRingUnavailable];
               }
               (void)conn->Write(offer->frames, opt.write_timeout);
@@ -452,13 +452,13 @@ struct Receiver::Impl {
                                  StrCat("a report from edge '", r->edge, "' on the connection of '", s.edge(), "'")));
           }
           if (r->link_seq < next_link_seq) {  // a repeated frame: its first copy was taken
-            std::lock_guard lock(mu);
+            MutexLock lock(mu);
             ++stats.repeated_reports;
             continue;
           }
           if (r->link_seq > next_link_seq) {
             {
-              std::lock_guard lock(mu);
+              MutexLock lock(mu);
               ++stats.sequence_gaps;
             }
             return violation(RejectReason::kProtocolError,
@@ -468,7 +468,7 @@ struct Receiver::Impl {
           ++next_link_seq;
           if (r->epoch != epoch) {
             {
-              std::lock_guard lock(mu);
+              MutexLock lock(mu);
               ++stats.stale_reports;
             }
             (void)s.Enqueue(EncodeFrame(Reject{RejectReason::kStaleEpoch, r->stream, r->run, r->seq_first, r->seq_last,
@@ -534,7 +534,7 @@ const std::string& Receiver::address() const { return impl_->listener->address()
 std::string_view Receiver::kind() const { return impl_->listener->kind(); }
 
 ReceiverStats Receiver::Stats() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->stats;
 }
 
@@ -542,12 +542,12 @@ void Receiver::Stop() {
   if (impl_->stop.exchange(true)) return;
   impl_->acceptor.join();
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     for (auto& [id, c] : impl_->conns) c.conn->Shutdown();
   }
   std::map<uint64_t, Impl::Conn> conns;
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     conns.swap(impl_->conns);
   }
   for (auto& [id, c] : conns) c.thread.join();

@@ -27,11 +27,10 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 
 #include "transport/openssl_handles.h"
+#include "vigil/common/mutex.h"
 
 namespace vigil::transport {
 namespace {
@@ -170,7 +169,7 @@ class TlsConnection final : public Connection {
   }
 
   ~TlsConnection() override {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     // A healthy session says goodbye (close_notify) without waiting for the network or the peer's reply.
     if (ssl_ && handshake_done_ && !shut_.load() && fatal_.ok() && read_error_.ok() && write_error_.ok()) {
       ERR_clear_error();
@@ -182,7 +181,7 @@ class TlsConnection final : public Connection {
 
   Status Write(std::string_view bytes, milliseconds timeout) override {
     const auto deadline = Clock::now() + timeout;
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     VIGIL_RETURN_IF_ERROR(Usable(/*writing=*/true));
     while (!bytes.empty()) {
       const int len = static_cast<int>(std::min(bytes.size(), kWriteChunkBytes));
@@ -206,7 +205,7 @@ class TlsConnection final : public Connection {
   StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
     if (max == 0) return absl::InvalidArgumentError("tls: Read into an empty buffer");
     const auto deadline = Clock::now() + timeout;
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     for (;;) {
       VIGIL_RETURN_IF_ERROR(Usable(/*writing=*/false));
       const uint64_t seen = input_events_;
@@ -230,18 +229,21 @@ class TlsConnection final : public Connection {
   void Shutdown() override {
     shut_.store(true);
     inner_->Shutdown();  // a thread in inner->Read or inner->Write returns at once
-    std::lock_guard lock(mu_);
-    cv_.notify_all();  // and threads waiting for one of them
+    MutexLock lock(mu_);
+    cv_.NotifyAll();  // and threads waiting for one of them
   }
 
   std::string peer() const override { return inner_->peer(); }
   std::string transports() const override { return inner_->transports(); }
 
  private:
-  using Lock = std::unique_lock<std::mutex>;
+  // The helpers below that take the caller's `lock` release and retake mu_ itself (mu_.Unlock()/Lock()) where
+  // they wait on the inner connection, so that the analysis sees mu_ held again on return; `lock` is what
+  // cv_ waits with.
+  using Lock = MutexLock;
 
-  // Whether calls may proceed. REQUIRES: mu_ held.
-  Status Usable(bool writing) const {
+  // Whether calls may proceed.
+  Status Usable(bool writing) const VIGIL_REQUIRES(mu_) {
     if (shut_.load()) return absl::UnavailableError(StrCat(peer(), ": connection shut down"));
     if (!fatal_.ok()) return fatal_;
     if (writing && !write_error_.ok()) return write_error_;
@@ -249,11 +251,11 @@ class TlsConnection final : public Connection {
   }
 
   // Notes the end of the handshake right after each SSL call: after a failure OpenSSL reports "in init"
-  // again, so it cannot be asked then. REQUIRES: mu_ held.
-  void NoteHandshake() {
+  // again, so it cannot be asked then.
+  void NoteHandshake() VIGIL_REQUIRES(mu_) {
     if (!handshake_done_ && SSL_is_init_finished(ssl_.get())) handshake_done_ = true;
   }
-  bool InHandshake() const { return !handshake_done_; }
+  bool InHandshake() const VIGIL_REQUIRES(mu_) { return !handshake_done_; }
 
   // An inner connection's message without its leading "peer: " (ours names the peer already).
   std::string InnerReason(const Status& st) const {
@@ -263,7 +265,7 @@ class TlsConnection final : public Connection {
     return m;
   }
 
-  Status TimedOut(milliseconds timeout) const {
+  Status TimedOut(milliseconds timeout) const VIGIL_REQUIRES(mu_) {
     if (InHandshake()) {
       return absl::DeadlineExceededError(
           StrCat("tls handshake with ", peer(), " did not complete within ", timeout.count(), " ms"));
@@ -273,9 +275,9 @@ class TlsConnection final : public Connection {
 
   // Turns SSL_get_error's `err` for the call just made into the error to return: the peer's
   // close_notify, or a TLS failure (which becomes fatal_). OK for SSL_ERROR_NONE and for WANT_READ /
-  // WANT_WRITE (the caller flushes, gets input and retries). REQUIRES: mu_ held since the call, so that
-  // the SSL state and this thread's OpenSSL error queue are still the call's.
-  Status CheckSslError(Lock& lock, int err, Clock::time_point deadline, bool wait_for_others) {
+  // WANT_WRITE (the caller flushes, gets input and retries). mu_ held since the call, so that the SSL state
+  // and this thread's OpenSSL error queue are still the call's.
+  Status CheckSslError(Lock& lock, int err, Clock::time_point deadline, bool wait_for_others) VIGIL_REQUIRES(mu_) {
     switch (err) {
       case SSL_ERROR_NONE:
       case SSL_ERROR_WANT_READ:
@@ -305,23 +307,24 @@ class TlsConnection final : public Connection {
   // waits while another thread does. `seen` is input_events_ at the time of that SSL call: if input
   // arrived since (while this thread flushed), the call is retried at once — another thread may have
   // moved the handshake on with it, and waiting for more input could wait for input that never comes.
-  // OK means "retry the SSL call". REQUIRES: mu_ held (released while reading or waiting).
-  Status AwaitInput(Lock& lock, uint64_t seen, Clock::time_point deadline, milliseconds timeout) {
+  // OK means "retry the SSL call". mu_ held (released while reading or waiting).
+  Status AwaitInput(Lock& lock, uint64_t seen, Clock::time_point deadline, milliseconds timeout)
+      VIGIL_REQUIRES(mu_) {
     if (input_events_ != seen) return absl::OkStatus();
     if (!read_error_.ok()) return read_error_;
     if (reading_) {  // its end (data, timeout or error) increments input_events_
-      if (!cv_.wait_until(lock, deadline, [&] { return shut_.load() || input_events_ != seen; })) {
-        return TimedOut(timeout);
+      while (!shut_.load() && input_events_ == seen) {
+        if (!cv_.WaitUntil(lock, deadline) && !shut_.load() && input_events_ == seen) return TimedOut(timeout);
       }
       return absl::OkStatus();
     }
     reading_ = true;
-    lock.unlock();
+    mu_.Unlock();
     StatusOr<size_t> n = inner_->Read(in_buf_.get(), kInnerReadBytes, Remaining(deadline));
-    lock.lock();
+    mu_.Lock();
     reading_ = false;
     ++input_events_;
-    cv_.notify_all();
+    cv_.NotifyAll();
     if (n.ok()) {
       BIO_write(rbio_, in_buf_.get(), static_cast<int>(*n));  // a memory BIO grows; never fails short
       return absl::OkStatus();
@@ -337,14 +340,16 @@ class TlsConnection final : public Connection {
   // Sends what wbio_ holds through inner->Write, in order. With `wait_for_others` it returns once
   // everything queued so far went out (waiting for another flusher first); without, it sends what is
   // queued unless another thread is flushing (which then sends it: a waiting flusher drains until
-  // wbio_ is empty). REQUIRES: mu_ held (released while sending or waiting).
-  Status Flush(Lock& lock, Clock::time_point deadline, bool wait_for_others) {
+  // wbio_ is empty). mu_ held (released while sending or waiting).
+  Status Flush(Lock& lock, Clock::time_point deadline, bool wait_for_others) VIGIL_REQUIRES(mu_) {
     for (;;) {
       if (BIO_ctrl_pending(wbio_) == 0) return wait_for_others ? write_error_ : absl::OkStatus();
       if (!write_error_.ok()) return write_error_;
       if (writing_) {
         if (!wait_for_others) return absl::OkStatus();
-        if (!cv_.wait_until(lock, deadline, [&] { return shut_.load() || !writing_; })) {
+        bool timed_out = false;
+        while (!shut_.load() && writing_ && !timed_out) timed_out = !cv_.WaitUntil(lock, deadline);
+        if (timed_out && !shut_.load() && writing_) {
           return absl::DeadlineExceededError(StrCat(peer(), ": tls: send blocked (the peer is not reading)"));
         }
         if (shut_.load()) return absl::UnavailableError(StrCat(peer(), ": connection shut down"));
@@ -354,11 +359,11 @@ class TlsConnection final : public Connection {
       std::string out(BIO_ctrl_pending(wbio_), '\0');
       const int got = BIO_read(wbio_, out.data(), static_cast<int>(out.size()));
       out.resize(got > 0 ? static_cast<size_t>(got) : 0);
-      lock.unlock();
+      mu_.Unlock();
       Status st = inner_->Write(out, Remaining(deadline));
-      lock.lock();
+      mu_.Lock();
       writing_ = false;
-      cv_.notify_all();
+      cv_.NotifyAll();
       if (!st.ok()) {
         // Part of a record may be on the wire: nothing written after it would decrypt at the peer.
         write_error_ = absl::UnavailableError(
@@ -374,19 +379,19 @@ class TlsConnection final : public Connection {
   const bool server_;
   const std::unique_ptr<char[]> in_buf_;  // used by the thread that holds `reading_`
 
-  std::mutex mu_;
-  std::condition_variable cv_;   // reading_ or writing_ ended, or Shutdown
-  SslPtr ssl_;                   // GUARDED_BY(mu_); null when construction failed (fatal_ says why)
-  BIO* rbio_ = nullptr;          // GUARDED_BY(mu_) owned by ssl_: inner → SSL
-  BIO* wbio_ = nullptr;          // GUARDED_BY(mu_) owned by ssl_: SSL → inner
-  bool reading_ = false;         // GUARDED_BY(mu_) a thread is in inner_->Read
-  bool writing_ = false;         // GUARDED_BY(mu_) a thread is in inner_->Write
-  uint64_t input_events_ = 0;    // GUARDED_BY(mu_) inner reads finished, for threads waiting for input
-  bool handshake_done_ = false;  // GUARDED_BY(mu_)
-  bool received_data_ = false;   // GUARDED_BY(mu_) a Read returned data
-  Status fatal_;                 // GUARDED_BY(mu_) a TLS failure (handshake, protocol): every call returns it
-  Status read_error_;            // GUARDED_BY(mu_) the inner stream ended (peer closed, reset, Shutdown)
-  Status write_error_;           // GUARDED_BY(mu_) an inner Write failed: the outgoing stream is broken
+  Mutex mu_;
+  CondVar cv_;  // reading_ or writing_ ended, or Shutdown
+  SslPtr ssl_ VIGIL_GUARDED_BY(mu_);                // null when construction failed (fatal_ says why)
+  BIO* rbio_ VIGIL_GUARDED_BY(mu_) = nullptr;       // owned by ssl_: inner → SSL
+  BIO* wbio_ VIGIL_GUARDED_BY(mu_) = nullptr;       // owned by ssl_: SSL → inner
+  bool reading_ VIGIL_GUARDED_BY(mu_) = false;      // a thread is in inner_->Read
+  bool writing_ VIGIL_GUARDED_BY(mu_) = false;      // a thread is in inner_->Write
+  uint64_t input_events_ VIGIL_GUARDED_BY(mu_) = 0;  // inner reads finished, for threads waiting for input
+  bool handshake_done_ VIGIL_GUARDED_BY(mu_) = false;
+  bool received_data_ VIGIL_GUARDED_BY(mu_) = false;  // a Read returned data
+  Status fatal_ VIGIL_GUARDED_BY(mu_);        // a TLS failure (handshake, protocol): every call returns it
+  Status read_error_ VIGIL_GUARDED_BY(mu_);   // the inner stream ended (peer closed, reset, Shutdown)
+  Status write_error_ VIGIL_GUARDED_BY(mu_);  // an inner Write failed: the outgoing stream is broken
   std::atomic<bool> shut_{false};
 };
 

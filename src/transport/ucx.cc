@@ -18,6 +18,7 @@
 
 #include "vigil/transport/device_memory.h"
 #include "sockaddr.h"
+#include "vigil/common/mutex.h"
 #include "vigil/transport/outbox.h"
 #include "vigil/transport/protocol.h"
 
@@ -30,14 +31,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <future>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -187,7 +186,7 @@ struct SendSlot {
   char* data = nullptr;
   size_t len = 0;
   DataHeader header{};
-  bool busy = false;  // GUARDED_BY(conn->mu) handed to UCX (or about to be)
+  size_t index = 0;  // in conn->slots; conn->slot_busy[index] says whether UCX has it
 };
 
 // A received data message (or one whose rendezvous data is still coming).
@@ -229,36 +228,37 @@ struct ConnState {
   char* buffers = nullptr;  // send_buffers × max_message_bytes, registered as `memh`
   std::vector<SendSlot> slots;
 
-  mutable std::mutex mu;
-  std::condition_variable cv;  // any change below: Read, Write, Dial and close wait on it
-  Status failure;              // GUARDED_BY(mu) why the endpoint failed; OK while it works
-  bool shut = false;           // GUARDED_BY(mu) Shutdown called
-  bool connected = false;      // GUARDED_BY(mu) the peer's Hello arrived
-  bool closed = false;         // GUARDED_BY(mu) endpoint closed and registration released
-  std::string transports;      // GUARDED_BY(mu)
+  mutable Mutex mu;
+  CondVar cv;  // any change below: Read, Write, Dial and close wait on it
+  Status failure VIGIL_GUARDED_BY(mu);  // why the endpoint failed; OK while it works
+  bool shut VIGIL_GUARDED_BY(mu) = false;       // Shutdown called
+  bool connected VIGIL_GUARDED_BY(mu) = false;  // the peer's Hello arrived
+  bool closed VIGIL_GUARDED_BY(mu) = false;     // endpoint closed and registration released
+  std::string transports VIGIL_GUARDED_BY(mu);
   // Sending side.
-  uint64_t next_send_seq = 0;  // GUARDED_BY(mu)
-  uint64_t sent_bytes = 0;     // GUARDED_BY(mu)
-  uint64_t peer_window = 0;    // GUARDED_BY(mu) from the peer's Hello
-  uint64_t peer_consumed = 0;  // GUARDED_BY(mu) from the peer's latest Credit
-  bool fin_sent = false;       // GUARDED_BY(mu)
-  bool fin_acked = false;      // GUARDED_BY(mu)
+  std::vector<bool> slot_busy VIGIL_GUARDED_BY(mu);  // per slot: handed to UCX (or about to be)
+  uint64_t next_send_seq VIGIL_GUARDED_BY(mu) = 0;
+  uint64_t sent_bytes VIGIL_GUARDED_BY(mu) = 0;
+  uint64_t peer_window VIGIL_GUARDED_BY(mu) = 0;    // from the peer's Hello
+  uint64_t peer_consumed VIGIL_GUARDED_BY(mu) = 0;  // from the peer's latest Credit
+  bool fin_sent VIGIL_GUARDED_BY(mu) = false;
+  bool fin_acked VIGIL_GUARDED_BY(mu) = false;
   // Receiving side.
-  std::map<uint64_t, Chunk> rx;     // GUARDED_BY(mu) by sequence number; erased once drained
-  uint64_t next_read_seq = 0;       // GUARDED_BY(mu)
-  uint64_t next_arrival_seq = 0;    // GUARDED_BY(mu) one past the highest sequence number arrived
-  uint64_t consumed = 0;            // GUARDED_BY(mu) bytes drained by Read
-  uint64_t consumed_reported = 0;   // GUARDED_BY(mu) the last Credit sent
-  bool peer_fin = false;            // GUARDED_BY(mu)
-  uint64_t peer_fin_count = 0;      // GUARDED_BY(mu) data messages the peer sent in all
+  std::map<uint64_t, Chunk> rx VIGIL_GUARDED_BY(mu);  // by sequence number; erased once drained
+  uint64_t next_read_seq VIGIL_GUARDED_BY(mu) = 0;
+  uint64_t next_arrival_seq VIGIL_GUARDED_BY(mu) = 0;   // one past the highest sequence number arrived
+  uint64_t consumed VIGIL_GUARDED_BY(mu) = 0;           // bytes drained by Read
+  uint64_t consumed_reported VIGIL_GUARDED_BY(mu) = 0;  // the last Credit sent
+  bool peer_fin VIGIL_GUARDED_BY(mu) = false;
+  uint64_t peer_fin_count VIGIL_GUARDED_BY(mu) = 0;  // data messages the peer sent in all
 
-  // REQUIRES: mu held. Records the first failure and wakes every waiter.
-  void FailLocked(Status why) {
+  // Records the first failure and wakes every waiter.
+  void FailLocked(Status why) VIGIL_REQUIRES(mu) {
     if (failure.ok()) failure = std::move(why);
-    cv.notify_all();
+    cv.NotifyAll();
   }
-  // REQUIRES: mu held. Every data message the peer sent before its FIN is here, in memory.
-  bool AllBeforeFinArrivedLocked() const {
+  // Every data message the peer sent before its FIN is here, in memory.
+  bool AllBeforeFinArrivedLocked() const VIGIL_REQUIRES(mu) {
     if (!peer_fin) return false;
     uint64_t seq = next_read_seq;
     for (auto it = rx.lower_bound(seq); seq < peer_fin_count; ++seq, ++it) {
@@ -270,9 +270,9 @@ struct ConnState {
 
 // Where a listener's connected endpoints wait for Accept.
 struct AcceptQueue {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::shared_ptr<ConnState>> ready;  // GUARDED_BY(mu)
+  Mutex mu;
+  CondVar cv;
+  std::deque<std::shared_ptr<ConnState>> ready VIGIL_GUARDED_BY(mu);
 };
 
 // A UCP context + worker and the thread that makes every UCP call on them.
@@ -304,8 +304,8 @@ class Worker {
   }
 
   // Runs `fn` on the progress thread (never call from it). Any thread.
-  void Post(std::function<void()> fn) {
-    std::lock_guard lock(mu_);
+  void Post(std::function<void()> fn) VIGIL_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     commands_.push_back(std::move(fn));
     // Documented safe from any thread in any thread mode. Under mu_: the stop command may run and the
     // thread destroy the worker as soon as the command is queued, so Cleanup takes mu_ first.
@@ -426,9 +426,9 @@ class Worker {
   void SendData(SendSlot* slot) {
     ConnState* conn = slot->conn;
     if (conn->ep == nullptr || conn->close_started) {  // the connection is gone; its reader sees why
-      std::lock_guard lock(conn->mu);
-      slot->busy = false;
-      conn->cv.notify_all();
+      MutexLock lock(conn->mu);
+      conn->slot_busy[slot->index] = false;
+      conn->cv.NotifyAll();
       return;
     }
     ucp_request_param_t p{};
@@ -472,7 +472,7 @@ class Worker {
     if (m->device >= 0 && m->device != current_device_) {
       Status st = device_memory::Use(m->device);
       if (!st.ok()) {
-        std::lock_guard lock(conn->mu);
+        MutexLock lock(conn->mu);
         conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": sending rows: ", st.message())));
         return;
       }
@@ -593,7 +593,7 @@ class Worker {
     eps_.clear();
     closing_.clear();
     {
-      std::lock_guard lock(mu_);  // no Post is signalling the worker now, and none will
+      MutexLock lock(mu_);  // no Post is signalling the worker now, and none will
       destroyed_ = true;
     }
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
@@ -611,13 +611,13 @@ class Worker {
       Sweep();
       if (stopping_ && (eps_.empty() || Clock::now() > stop_deadline_)) return;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         if (!commands_.empty()) continue;
       }
       const ucs_status_t st = ucp_worker_arm(worker_);
       if (st == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again
       {
-        std::lock_guard lock(mu_);  // a command posted before the arm: its signal may have been drained
+        MutexLock lock(mu_);  // a command posted before the arm: its signal may have been drained
         if (!commands_.empty()) continue;
       }
       // Not armed (an interface without events): poll briefly rather than sleep through its events.
@@ -630,7 +630,7 @@ class Worker {
   void RunCommands() {
     std::vector<std::function<void()>> batch;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       batch.swap(commands_);
     }
     for (auto& fn : batch) fn();
@@ -668,7 +668,7 @@ class Worker {
     }
     if (c->ep != nullptr) --g_endpoints;
     c->ep = nullptr;
-    std::lock_guard lock(c->mu);
+    MutexLock lock(c->mu);
     c->closed = true;
     c->FailLocked(absl::UnavailableError(StrCat(c->peer, ": connection closed")));
   }
@@ -684,7 +684,12 @@ class Worker {
       SendSlot s;
       s.conn = conn;
       s.data = conn->buffers + static_cast<size_t>(i) * o.max_message_bytes;
+      s.index = static_cast<size_t>(i);
       conn->slots.push_back(s);
+    }
+    {
+      MutexLock lock(conn->mu);  // not shared yet: the lock is for the analysis
+      conn->slot_busy.assign(conn->slots.size(), false);
     }
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
@@ -728,16 +733,16 @@ class Worker {
   // Progress thread: a UCX request of `conn` finished with `st`.
   static void Completed(ConnState* conn, ucs_status_t st, std::string_view what) {
     if (st == UCS_OK || st == UCS_ERR_CANCELED) return;
-    std::lock_guard lock(conn->mu);
+    MutexLock lock(conn->mu);
     conn->FailLocked(
         absl::UnavailableError(StrCat(conn->peer, ": ", conn->connected ? what : kNotConnected, ": ", UcsError(st))));
   }
 
   static void DataSent(SendSlot* slot, ucs_status_t st) {
     Completed(slot->conn, st, "sending data");
-    std::lock_guard lock(slot->conn->mu);
-    slot->busy = false;
-    slot->conn->cv.notify_all();
+    MutexLock lock(slot->conn->mu);
+    slot->conn->slot_busy[slot->index] = false;
+    slot->conn->cv.NotifyAll();
   }
 
   // The peer's endpoint failed or went away: fail the connection now, close the endpoint after progress
@@ -745,7 +750,7 @@ class Worker {
   static void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t st) {
     auto* conn = static_cast<ConnState*>(arg);
     {
-      std::lock_guard lock(conn->mu);
+      MutexLock lock(conn->mu);
       conn->FailLocked(absl::UnavailableError(
           StrCat(conn->peer, ": ", conn->connected ? "UCX endpoint error" : kNotConnected, ": ", UcsError(st))));
     }
@@ -791,7 +796,7 @@ class Worker {
     std::memcpy(&h, header, sizeof h);
     // Known before Dial/Accept return (they wait for `connected`), so transports() answers at once.
     if (static_cast<ControlType>(h.type) == ControlType::kHello) UpdateTransports(conn);
-    std::unique_lock lock(conn->mu);
+    MutexLock lock(conn->mu);
     if (h.version != kWireVersion) {
       conn->FailLocked(absl::UnavailableError(
           StrCat(conn->peer, ": the peer speaks vigil UCX wire version ", h.version, ", this is ", kWireVersion)));
@@ -801,34 +806,34 @@ class Worker {
       case ControlType::kHello: {
         conn->peer_window = h.value;
         conn->connected = true;
-        conn->cv.notify_all();
-        lock.unlock();
+        conn->cv.NotifyAll();
+        lock.Unlock();
         if (conn->awaiting_accept) {
           conn->awaiting_accept = false;
           std::shared_ptr<ConnState> keep = w->eps_[conn->ep];
           if (w->accept_queue_) {
-            std::lock_guard qlock(w->accept_queue_->mu);
+            MutexLock qlock(w->accept_queue_->mu);
             w->accept_queue_->ready.push_back(std::move(keep));
-            w->accept_queue_->cv.notify_all();
+            w->accept_queue_->cv.NotifyAll();
           } else {
             w->deferred_.push_back([w, keep] { w->BeginClose(keep, true); });
           }
         }
-        break;
+        return UCS_OK;  // (conn->mu released)
       }
       case ControlType::kCredit:
         conn->peer_consumed = std::max(conn->peer_consumed, h.value);
-        conn->cv.notify_all();
+        conn->cv.NotifyAll();
         break;
       case ControlType::kFin:
         conn->peer_fin = true;
         conn->peer_fin_count = h.value;
-        conn->cv.notify_all();
+        conn->cv.NotifyAll();
         w->MaybeAckFinLocked(conn);
         break;
       case ControlType::kFinAck:
         conn->fin_acked = true;
-        conn->cv.notify_all();
+        conn->cv.NotifyAll();
         break;
     }
     return UCS_OK;
@@ -841,22 +846,22 @@ class Worker {
     std::string t = EndpointTransports(conn->ep);
     if (t.empty()) return;
     conn->transports_known = true;
-    std::lock_guard lock(conn->mu);
+    MutexLock lock(conn->mu);
     conn->transports = std::move(t);
   }
 
-  // REQUIRES: conn->mu held; progress thread. Acknowledges the peer's FIN once everything before it is
-  // in memory (then the peer may close: nothing is still to be fetched from it).
-  void MaybeAckFinLocked(ConnState* conn) {
+  // Progress thread. Acknowledges the peer's FIN once everything before it is in memory (then the peer may
+  // close: nothing is still to be fetched from it).
+  void MaybeAckFinLocked(ConnState* conn) VIGIL_REQUIRES(conn->mu) {
     if (conn->fin_ack_sent || !conn->AllBeforeFinArrivedLocked()) return;
     conn->fin_ack_sent = true;
     std::shared_ptr<ConnState> keep = eps_[conn->ep];
     deferred_.push_back([this, keep] { SendControl(keep.get(), ControlType::kFinAck, 0); });
   }
 
-  // REQUIRES: conn->mu held. The chunk for data message `seq` (either kind), or null when it arrived before
-  // (the connection then fails).
-  static Chunk* NewChunkLocked(ConnState* conn, uint64_t seq) {
+  // The chunk for data message `seq` (either kind), or null when it arrived before (the connection then
+  // fails).
+  static Chunk* NewChunkLocked(ConnState* conn, uint64_t seq) VIGIL_REQUIRES(conn->mu) {
     if (seq < conn->next_read_seq || conn->rx.count(seq) != 0) {
       conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": data message ", seq, " arrived twice")));
       return nullptr;
@@ -875,7 +880,7 @@ class Worker {
     DataHeader h;
     std::memcpy(&h, header, sizeof h);
     UpdateTransports(conn);
-    std::lock_guard lock(conn->mu);
+    MutexLock lock(conn->mu);
     Chunk* chunk = NewChunkLocked(conn, h.seq);
     if (chunk == nullptr) return UCS_OK;
     Chunk& c = *chunk;
@@ -885,7 +890,7 @@ class Worker {
     if (!rndv) {
       std::memcpy(c.bytes.get(), data, length);
       c.ready = true;
-      conn->cv.notify_all();
+      conn->cv.NotifyAll();
       if (conn->peer_fin) w->MaybeAckFinLocked(conn);
       return UCS_OK;
     }
@@ -917,7 +922,7 @@ class Worker {
       }
     }
     UpdateTransports(conn);
-    std::lock_guard lock(conn->mu);
+    MutexLock lock(conn->mu);
     if (!malformed.empty()) {
       ++g_rows_rejected;
       conn->FailLocked(absl::DataLossError(StrCat(conn->peer, ": a malformed rows message: ", malformed)));
@@ -942,10 +947,11 @@ class Worker {
     return UCS_INPROGRESS;
   }
 
-  // REQUIRES: conn->mu held; progress thread. The rows of chunk `seq` are in c.bytes (host): checks them and
-  // makes the chunk one Report frame (ready), or fails the connection (nothing of it is read).
-  void FinishRowsLocked(ConnState* conn, uint64_t seq, Chunk& c) {
+  // Progress thread. The rows of chunk `seq` are in c.bytes (host): checks them and makes the chunk one Report
+  // frame (ready), or fails the connection (nothing of it is read).
+  void FinishRowsLocked(ConnState* conn, uint64_t seq, Chunk& c) VIGIL_REQUIRES(conn->mu) {
     auto reject = [&](const auto& why) {
+      conn->mu.AssertHeld();  // run right here, under the caller's lock
       ++g_rows_rejected;
       conn->FailLocked(absl::DataLossError(StrCat(conn->peer, ": rows message ", seq, " rejected: ", why)));
     };
@@ -965,7 +971,7 @@ class Worker {
     c.frame.clear();
     c.ready = true;
     ++g_rows_received;
-    conn->cv.notify_all();
+    conn->cv.NotifyAll();
     if (conn->peer_fin) MaybeAckFinLocked(conn);
   }
 
@@ -974,7 +980,7 @@ class Worker {
     size_t size = 0;
     bool into_device = false;
     {
-      std::lock_guard lock(conn->mu);
+      MutexLock lock(conn->mu);
       auto it = conn->rx.find(seq);
       if (it != conn->rx.end()) {
         buf = it->second.bytes.get();
@@ -997,7 +1003,7 @@ class Worker {
             device_memory::Allocate(conn->options.receive_device, kMaxDetections * kRowBytes);
         if (!made.ok()) {
           ucp_am_data_release(worker_, desc);
-          std::lock_guard lock(conn->mu);
+          MutexLock lock(conn->mu);
           conn->FailLocked(absl::UnavailableError(StrCat(conn->peer, ": receiving rows: ", made.status().message())));
           return;
         }
@@ -1006,7 +1012,7 @@ class Worker {
       current_device_ = conn->options.receive_device;  // Allocate made it current
       buf = static_cast<char*>(dev->data());
       memory_type = UCS_MEMORY_TYPE_CUDA;
-      std::lock_guard lock(conn->mu);
+      MutexLock lock(conn->mu);
       conn->rx[seq].device = std::move(dev);
     }
     struct Pending {
@@ -1038,13 +1044,13 @@ class Worker {
     Completed(conn, st, "receiving rendezvous data");
     if (st != UCS_OK) return;
     ++g_rendezvous;
-    std::lock_guard lock(conn->mu);
+    MutexLock lock(conn->mu);
     auto it = conn->rx.find(seq);
     if (it == conn->rx.end()) return;
     Chunk& c = it->second;
     if (!c.is_rows) {
       c.ready = true;
-      conn->cv.notify_all();
+      conn->cv.NotifyAll();
       if (conn->peer_fin) MaybeAckFinLocked(conn);
       return;
     }
@@ -1062,9 +1068,9 @@ class Worker {
 
   const UcxOptions options_;
   std::thread thread_;
-  std::mutex mu_;
-  std::vector<std::function<void()>> commands_;  // GUARDED_BY(mu_)
-  bool destroyed_ = false;                        // GUARDED_BY(mu_) the UCP worker is gone
+  Mutex mu_;
+  std::vector<std::function<void()>> commands_ VIGIL_GUARDED_BY(mu_);
+  bool destroyed_ VIGIL_GUARDED_BY(mu_) = false;  // the UCP worker is gone
   // Progress thread only (set up before the thread reports it started, torn down after its loop):
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -1088,25 +1094,28 @@ class UcxConnection final : public Connection {
 
   ~UcxConnection() override {
     Shutdown();
-    std::unique_lock lock(c_->mu);
+    MutexLock lock(c_->mu);
     // Wait until the peer has everything we wrote (it acknowledged our FIN), unless it cannot read any
-    // more anyway (it sent its own FIN, or failed), or we wrote nothing.
+    // more anyway (it sent its own FIN, or failed), or we wrote nothing. (CondVar deadlines.)
     const bool wrote = c_->next_send_seq > 0;
-    c_->cv.wait_for(lock, c_->options.linger, [&] {
-      return !wrote || c_->fin_acked || c_->peer_fin || !c_->failure.ok() || c_->closed;
-    });
+    const auto linger_until = Clock::now() + c_->options.linger;
+    while (wrote && !c_->fin_acked && !c_->peer_fin && c_->failure.ok() && !c_->closed &&
+           c_->cv.WaitUntil(lock, linger_until)) {
+    }
     const bool force = !c_->failure.ok() || (wrote && !c_->fin_acked && !c_->peer_fin);
-    lock.unlock();
+    lock.Unlock();
     worker_->Post([w = worker_.get(), c = c_, force] { w->BeginClose(c, force); });
-    lock.lock();
-    c_->cv.wait_for(lock, kCloseTimeout, [&] { return c_->closed; });
+    lock.Lock();
+    const auto close_until = Clock::now() + kCloseTimeout;
+    while (!c_->closed && c_->cv.WaitUntil(lock, close_until)) {
+    }
     // Past the timeout the worker still owns the state and releases it when UCX finishes (or when the
     // worker stops, which for a dialed connection is right after this).
   }
 
   Status Write(std::string_view bytes, milliseconds timeout) override {
     const auto deadline = Clock::now() + timeout;
-    std::unique_lock lock(c_->mu);
+    MutexLock lock(c_->mu);
     while (!bytes.empty()) {
       if (c_->shut) return absl::UnavailableError(StrCat(c_->peer, ": connection shut down"));
       if (!c_->failure.ok()) return c_->failure;
@@ -1115,7 +1124,7 @@ class UcxConnection final : public Connection {
       const uint64_t credit = c_->peer_window > unconsumed ? c_->peer_window - unconsumed : 0;
       SendSlot* slot = nullptr;
       for (SendSlot& s : c_->slots) {
-        if (!s.busy) {
+        if (!c_->slot_busy[s.index]) {
           slot = &s;
           break;
         }
@@ -1124,7 +1133,7 @@ class UcxConnection final : public Connection {
         const size_t n = std::min<uint64_t>({bytes.size(), c_->options.max_message_bytes, credit});
         std::memcpy(slot->data, bytes.data(), n);
         slot->len = n;
-        slot->busy = true;
+        c_->slot_busy[slot->index] = true;
         slot->header.seq = c_->next_send_seq++;
         c_->sent_bytes += n;
         bytes.remove_prefix(n);
@@ -1137,14 +1146,14 @@ class UcxConnection final : public Connection {
         return absl::DeadlineExceededError(
             StrCat(c_->peer, ": send blocked for ", timeout.count(), " ms (the peer is not reading)"));
       }
-      c_->cv.wait_until(lock, deadline);
+      c_->cv.WaitUntil(lock, deadline);
     }
     return absl::OkStatus();
   }
 
   StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
     const auto deadline = Clock::now() + timeout;
-    std::unique_lock lock(c_->mu);
+    MutexLock lock(c_->mu);
     for (;;) {
       if (c_->shut) return absl::UnavailableError(StrCat(c_->peer, ": connection shut down"));
       size_t n = 0;
@@ -1179,15 +1188,15 @@ class UcxConnection final : public Connection {
       if (Clock::now() >= deadline) {
         return absl::DeadlineExceededError(StrCat(c_->peer, ": nothing received for ", timeout.count(), " ms"));
       }
-      c_->cv.wait_until(lock, deadline);
+      c_->cv.WaitUntil(lock, deadline);
     }
   }
 
   void Shutdown() override {
-    std::lock_guard lock(c_->mu);
+    MutexLock lock(c_->mu);
     if (c_->shut) return;
     c_->shut = true;
-    c_->cv.notify_all();
+    c_->cv.NotifyAll();
     if (c_->fin_sent || !c_->failure.ok()) return;
     c_->fin_sent = true;
     worker_->Post([w = worker_.get(), keep = c_, count = c_->next_send_seq] {
@@ -1198,7 +1207,7 @@ class UcxConnection final : public Connection {
   std::string peer() const override { return c_->peer; }
 
   std::string transports() const override {
-    std::lock_guard lock(c_->mu);
+    MutexLock lock(c_->mu);
     return c_->transports;
   }
 
@@ -1227,7 +1236,7 @@ class UcxConnection final : public Connection {
     m->keepalive = rows.keepalive;
     RowsHeader h{0, rows.count, static_cast<uint32_t>(frame.size())};
     const uint64_t wire = frame.size() + m->row_bytes;
-    std::unique_lock lock(c_->mu);
+    MutexLock lock(c_->mu);
     for (;;) {
       if (c_->shut) return absl::UnavailableError(StrCat(c_->peer, ": connection shut down"));
       if (!c_->failure.ok()) return c_->failure;
@@ -1239,7 +1248,7 @@ class UcxConnection final : public Connection {
         return absl::DeadlineExceededError(
             StrCat(c_->peer, ": send blocked for ", timeout.count(), " ms (the peer is not reading)"));
       }
-      c_->cv.wait_until(lock, deadline);
+      c_->cv.WaitUntil(lock, deadline);
     }
     h.seq = c_->next_send_seq++;
     c_->sent_bytes += wire;
@@ -1277,15 +1286,16 @@ class UcxDialer final : public Dialer {
         last_error = StrCat(conn->peer, ": ", st.message());
         continue;
       }
-      std::unique_lock lock(conn->mu);
-      conn->cv.wait_until(lock, deadline, [&] { return conn->connected || !conn->failure.ok(); });
+      MutexLock lock(conn->mu);
+      while (!conn->connected && conn->failure.ok() && conn->cv.WaitUntil(lock, deadline)) {
+      }
       if (conn->connected && conn->failure.ok()) {
-        lock.unlock();
+        lock.Unlock();
         return std::unique_ptr<Connection>(new UcxConnection(std::move(worker), std::move(conn)));
       }
       last_error = conn->failure.ok() ? StrCat(conn->peer, ": no answer within ", timeout.count(), " ms")
                                       : std::string(conn->failure.message());
-      lock.unlock();
+      lock.Unlock();
       worker->Post([w = worker.get(), conn] { w->BeginClose(conn, /*force=*/true); });
       if (Clock::now() >= deadline) break;
     }
@@ -1312,7 +1322,7 @@ class UcxListener final : public Listener {
     });
     std::deque<std::shared_ptr<ConnState>> unaccepted;
     {
-      std::lock_guard lock(queue_->mu);
+      MutexLock lock(queue_->mu);
       unaccepted.swap(queue_->ready);
     }
     for (auto& c : unaccepted) worker_->Post([w = worker_.get(), c] { w->BeginClose(c, /*force=*/true); });
@@ -1323,10 +1333,11 @@ class UcxListener final : public Listener {
   const std::string& address() const override { return address_; }
 
   StatusOr<std::unique_ptr<Connection>> Accept(milliseconds timeout) override {
-    std::unique_lock lock(queue_->mu);
-    if (!queue_->cv.wait_for(lock, timeout, [&] { return !queue_->ready.empty(); })) {
-      return absl::DeadlineExceededError("no connection");
+    MutexLock lock(queue_->mu);
+    const auto deadline = Clock::now() + timeout;  // a CondVar deadline (as wait_for's)
+    while (queue_->ready.empty() && queue_->cv.WaitUntil(lock, deadline)) {
     }
+    if (queue_->ready.empty()) return absl::DeadlineExceededError("no connection");
     std::shared_ptr<ConnState> conn = std::move(queue_->ready.front());
     queue_->ready.pop_front();
     return std::unique_ptr<Connection>(new UcxConnection(worker_, std::move(conn)));

@@ -37,13 +37,10 @@ extern "C" {
 namespace vigil::video::internal {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr AVRational kNanoseconds{1, 1'000'000'000};
 constexpr int kMaxConsecutiveReadErrors = 100;
 
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
+int64_t SteadyNowNs() { return SystemClock()->SteadyNs(); }
 
 // Set: FFmpeg's error messages on this thread are appended here too (one per line), to say why a call
 // failed where its error code does not (a missing driver comes back as EPERM).

@@ -38,7 +38,7 @@ class ImageSource final : public Source {
       const size_t index = next_++;
       const std::string& path = paths_[index];
       cv::Mat image;
-      const auto t0 = std::chrono::steady_clock::now();
+      const int64_t t0 = SystemClock()->SteadyNs();
       try {
         image = cv::imread(path, cv::IMREAD_COLOR);
       } catch (const cv::Exception& e) {
@@ -57,8 +57,7 @@ class ImageSource final : public Source {
       picture.frame.bgr.resize(size_t(image.rows) * image.cols * 3);
       cv::Mat out(image.rows, image.cols, CV_8UC3, picture.frame.bgr.data());
       image.copyTo(out);
-      picture.frame.decode_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    std::chrono::steady_clock::now() - t0).count();
+      picture.frame.decode_ns = SystemClock()->SteadyNs() - t0;
       picture.pts_ns = int64_t(index) * interval_ns_;
       picture.discontinuity = new_pass_;
       picture.nominal_duration_ns = interval_ns_;

@@ -13,7 +13,6 @@ namespace vigil::video {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 bool IsImagePath(std::string_view path) {
   static constexpr std::array<std::string_view, 20> kExtensions = {
@@ -193,10 +192,8 @@ StatusOr<std::optional<Frame>> Source::Next() {
     frame.run = options_.run;
     frame.seq = seq;
     frame.pts_ns = pts_ns;
-    frame.capture_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::system_clock::now().time_since_epoch()).count();
-    frame.source_steady_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 Clock::now().time_since_epoch()).count();
+    frame.capture_time_ns = SystemClock()->WallNs();
+    frame.source_steady_ns = SystemClock()->SteadyNs();
     stats_.SetState(StreamState::kStreaming, who_);
     stats_.frames_delivered.fetch_add(1, std::memory_order_relaxed);
     return frame;
@@ -205,16 +202,20 @@ StatusOr<std::optional<Frame>> Source::Next() {
 
 void Source::Interrupt() {
   {
-    std::lock_guard<std::mutex> lock(wait_mu_);
+    MutexLock lock(wait_mu_);
     interrupted_.store(true);
   }
-  wait_cv_.notify_all();
+  wait_cv_.NotifyAll();
   stats_.SetState(StreamState::kStopped, who_);
 }
 
 bool Source::WaitFor(std::chrono::nanoseconds d) {
-  std::unique_lock<std::mutex> lock(wait_mu_);
-  return !wait_cv_.wait_for(lock, d, [this] { return interrupted(); });
+  MutexLock lock(wait_mu_);
+  const auto deadline = std::chrono::steady_clock::now() + d;  // a CondVar deadline (as wait_for's)
+  while (!interrupted()) {
+    if (!wait_cv_.WaitUntil(lock, deadline)) return !interrupted();
+  }
+  return false;
 }
 
 int64_t Source::Retime(const Picture& picture) {
@@ -250,15 +251,15 @@ bool Source::KeepForTargetFps(int64_t pts_ns) {
 }
 
 bool Source::Pace(int64_t pts_ns) {
-  const auto now = Clock::now();
-  auto due = pace_anchor_ + std::chrono::nanoseconds(pts_ns - pace_anchor_pts_ns_);
-  if (!paced_ || due < now - std::chrono::seconds(1)) {
+  const int64_t now = SystemClock()->SteadyNs();
+  const int64_t due = pace_anchor_ns_ + (pts_ns - pace_anchor_pts_ns_);
+  if (!paced_ || due < now - 1'000'000'000) {
     paced_ = true;
-    pace_anchor_ = now;
+    pace_anchor_ns_ = now;
     pace_anchor_pts_ns_ = pts_ns;
     return !interrupted();
   }
-  return due <= now ? !interrupted() : WaitFor(due - now);
+  return due <= now ? !interrupted() : WaitFor(std::chrono::nanoseconds(due - now));
 }
 
 StatusOr<std::unique_ptr<Source>> OpenSource(SourceOptions options) {

@@ -20,7 +20,7 @@ std::string_view StreamStateName(StreamState state) {
 void StatsRecorder::SetState(StreamState state, std::string_view who, std::string_view why) {
   StreamState old;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const bool terminal = state_ == StreamState::kEnded || state_ == StreamState::kFailed || state_ == StreamState::kStopped;
     if (state_ == state || terminal) return;
     old = state_;
@@ -37,7 +37,7 @@ void StatsRecorder::SetState(StreamState state, std::string_view who, std::strin
 }
 
 StreamState StatsRecorder::state() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return state_;
 }
 
@@ -48,12 +48,12 @@ void StatsRecorder::DecodeError(std::string_view message) {
 }
 
 void StatsRecorder::SetLastError(std::string_view message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   last_error_.assign(message.data(), message.size());
 }
 
 void StatsRecorder::SetHwaccel(std::string_view hwaccel) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   hwaccel_.assign(hwaccel.data(), hwaccel.size());
 }
 
@@ -70,7 +70,7 @@ StreamStats StatsRecorder::Snapshot() const {
   s.reconnect_attempts = reconnect_attempts.load(kRelaxed);
   s.reconnects = reconnects.load(kRelaxed);
   s.disconnects = disconnects.load(kRelaxed);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   s.state = state_;
   s.state_changes = state_changes_;
   s.last_error = last_error_;

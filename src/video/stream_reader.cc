@@ -30,7 +30,7 @@ void StreamReader::Run() {
     Frame& frame = **next;
     if (on_frame_ && !on_frame_(frame)) continue;
     std::optional<Frame> dropped;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (drop_oldest_) {
       if (queue_.size() >= capacity_) {
         dropped = std::move(queue_.front());
@@ -38,53 +38,56 @@ void StreamReader::Run() {
         ++dropped_;
       }
     } else {
-      cv_.wait(lock, [this] { return stop_ || queue_.size() < capacity_; });
+      while (!stop_ && queue_.size() >= capacity_) cv_.Wait(lock);
       if (stop_) {
-        lock.unlock();
+        lock.Unlock();
         if (on_drop_) on_drop_(frame, DropReason::kStopped);
         break;
       }
     }
     queue_.push_back(std::move(frame));
-    cv_.notify_all();
-    lock.unlock();
+    cv_.NotifyAll();
+    lock.Unlock();
     if (dropped && on_drop_) on_drop_(*dropped, DropReason::kQueueFull);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   finished_ = true;
   final_status_ = status;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 StreamReader::PopResult StreamReader::Pop(Frame* frame, std::chrono::nanoseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [this] { return !queue_.empty() || finished_; })) return PopResult::kTimeout;
+  MutexLock lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;  // a CondVar deadline (as wait_for's)
+  while (queue_.empty() && !finished_) {
+    if (!cv_.WaitUntil(lock, deadline) && queue_.empty() && !finished_) return PopResult::kTimeout;
+  }
   if (queue_.empty()) return PopResult::kEnd;
   *frame = std::move(queue_.front());
   queue_.pop_front();
-  cv_.notify_all();
+  cv_.NotifyAll();
   return PopResult::kFrame;
 }
 
 void StreamReader::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   source_->Interrupt();
-  cv_.notify_all();
-  std::lock_guard<std::mutex> lock(join_mu_);
+  cv_.NotifyAll();
+  MutexLock lock(join_mu_);
   if (thread_.joinable()) thread_.join();
 }
 
 Status StreamReader::final_status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return final_status_;
 }
 
 StreamStats StreamReader::Stats() const {
   StreamStats stats = source_->Stats();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   stats.dropped_queue_full = dropped_;
   stats.queue_depth = queue_.size();
   return stats;

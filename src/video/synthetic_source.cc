@@ -158,8 +158,8 @@ class SyntheticSource final : public Source {
     const uint64_t index = index_++;
     if (spec_.live) {
       // A camera: picture p (all passes) exists at open + p / fps; a late reader gets it at once.
-      const auto due = opened_ + std::chrono::nanoseconds(static_cast<int64_t>(std::llround(double(produced_) * 1e9 / spec_.fps)));
-      if (const auto wait = due - std::chrono::steady_clock::now(); wait > std::chrono::nanoseconds(0) && !WaitFor(wait)) {
+      const int64_t due = opened_ns_ + static_cast<int64_t>(std::llround(double(produced_) * 1e9 / spec_.fps));
+      if (const int64_t wait = due - SystemClock()->SteadyNs(); wait > 0 && !WaitFor(std::chrono::nanoseconds(wait))) {
         return absl::CancelledError(StrCat(who(), ": stopped"));
       }
     }
@@ -177,7 +177,7 @@ class SyntheticSource final : public Source {
     ++produced_;
     if (skipped_for_resume) return std::optional<Picture>(std::move(picture));
 
-    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t t0 = SystemClock()->SteadyNs();
     const size_t row_bytes = size_t(spec_.width) * 3;
     const uint8_t* src = pattern_.data() + size_t(index % kPatternPeriod) * 3;
     std::vector<uint8_t>& bgr = picture.frame.bgr;
@@ -188,8 +188,7 @@ class SyntheticSource final : public Source {
           StrCat(who(), ": cannot allocate a ", row_bytes * spec_.height, "-byte frame"));
     }
     for (int y = 0; y < spec_.height; ++y, src += pattern_stride_) bgr.insert(bgr.end(), src, src + row_bytes);
-    picture.frame.decode_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    picture.frame.decode_ns = SystemClock()->SteadyNs() - t0;
     return std::optional<Picture>(std::move(picture));
   }
 
@@ -200,7 +199,7 @@ class SyntheticSource final : public Source {
   std::vector<uint8_t> pattern_;     // height rows of pattern_stride_ bytes, BGR
   uint64_t index_ = 0;               // next frame of this pass
   uint64_t produced_ = 0;            // pictures returned by DecodeNext so far, all passes
-  const std::chrono::steady_clock::time_point opened_ = std::chrono::steady_clock::now();  // live: picture 0 due
+  const int64_t opened_ns_ = SystemClock()->SteadyNs();  // live: picture 0 due
   bool new_pass_ = false;
 };
 

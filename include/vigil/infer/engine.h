@@ -19,12 +19,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/common/tensor.h"
 #include "vigil/infer/graph.h"
@@ -157,9 +157,9 @@ class Engine {
   // Runs the model. `inputs` index-aligned with inputs(); float32 inputs are converted to float16
   // when the model takes float16 (and vice versa). `outputs` receives owned tensors aligned with
   // outputs(). Errors: InvalidArgument naming the input whose count, dtype or shape mismatches.
-  Status Run(std::span<const Tensor> inputs, std::vector<Tensor>* outputs);
+  Status Run(std::span<const Tensor> inputs, std::vector<Tensor>* outputs) VIGIL_EXCLUDES(mu_);
 
-  std::vector<NodeTiming> Profile() const;
+  std::vector<NodeTiming> Profile() const VIGIL_EXCLUDES(mu_);
   size_t ArenaBytes() const;
 
   // Device-resident inference (CUDA backend): nullptr on the CPU backend. EnqueueOnDevice enqueues one
@@ -168,16 +168,19 @@ class Engine {
   // reports errors of host-fallback kernels. Not to be mixed concurrently with Run (same buffers);
   // one thread at a time. Errors: Unimplemented on the CPU backend, Internal for CUDA failures.
   const DeviceIo* device_io() const;
-  Status EnqueueOnDevice();
-  Status SynchronizeDevice();
+  Status EnqueueOnDevice() VIGIL_EXCLUDES(mu_);
+  Status SynchronizeDevice() VIGIL_EXCLUDES(mu_);
 
  private:
   Engine();
   Graph graph_;
   ModelSummary summary_;
   std::vector<TensorInfo> inputs_, outputs_;
+  // Set at load, never reset. Run, Profile, EnqueueOnDevice and SynchronizeDevice call into it holding mu_
+  // (one inference at a time: the model's arena and buffers are shared); ArenaBytes and device_io read
+  // what compiling fixed, without the lock. mu_ serialises calls into it; it guards no field here.
   std::unique_ptr<CompiledModel> compiled_;
-  mutable std::mutex mu_;  // serialises Run
+  mutable Mutex mu_;
 };
 
 }  // namespace vigil::infer

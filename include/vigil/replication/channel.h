@@ -13,8 +13,7 @@
 // their own: a standby slow to take ledger states, frames or results (a busy machine, a blocked callback), or
 // flow control on the mirroring stream, delays no answer — a false takeover needs the primary truly silent. If
 // that stream cannot be opened or ends, heartbeats go on the mirroring stream (the answers' thread is then the
-// reader's). Each side calls its `on_heartbeat` with the arrival time (steady
-// clock, ns) — the input of a FailureDetector (failure_detector.h) — and `on_end` once with why the stream
+// reader's). Each side calls its `on_heartbeat` with the arrival time (its options' `clock`, SteadyNs) — the input of a FailureDetector (failure_detector.h) — and `on_end` once with why the stream
 // ended (the peer's process gone shows as EOF/reset at once; a hung peer only as missing heartbeats).
 //
 // Ledger mirroring: the primary publishes its ledger's records (PublishLedger: the latest state wins) and
@@ -59,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "vigil/common/clock.h"
 #include "vigil/common/status.h"
 #include "vigil/replication/pair.h"
 
@@ -154,6 +154,7 @@ struct PrimaryChannelOptions {
   // ends (with the reason). Optional.
   std::function<void(int64_t)> on_heartbeat;
   std::function<void(const Status&)> on_end;
+  Clock* clock = nullptr;  // heartbeat times (on_heartbeat, the answers' sent_ns). Default: null = SystemClock()
   size_t max_retained_frames = 256;  // mirrored frames kept until acknowledged, at most (≥ 1)
   size_t max_retained_results = 4096;  // mirrored results kept until acknowledged, at most (≥ 1)
   // Called at each pairing, before Paired is sent: the picture ring offered to that standby (optional;
@@ -215,7 +216,8 @@ struct StandbyChannelOptions {
   std::string node;
   PairDigest digest;
   std::chrono::milliseconds heartbeat_interval{500};
-  std::function<void(int64_t)> on_heartbeat;  // the primary's answers, arrival steady ns
+  std::function<void(int64_t)> on_heartbeat;  // the primary's answers, arrival steady ns (clock->SteadyNs())
+  Clock* clock = nullptr;  // heartbeat times (on_heartbeat, sent_ns). Default: null = SystemClock()
   std::function<void(const Status&)> on_end;  // once, when the stream ends after pairing
   std::function<void(const std::vector<MirroredStream>&)> on_ledger;  // each ledger state the primary sends
   std::function<void(MirroredFrame&&)> on_frame;  // each mirrored picture (empty: frames are received and dropped)

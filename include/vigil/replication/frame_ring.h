@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "vigil/common/clock.h"
 #include "vigil/common/status.h"
 #include "vigil/replication/channel.h"
 
@@ -120,6 +121,7 @@ struct FrameRingOptions {
   // this long (0..10 s; 0: each as it completes). A picture in a complete slot is the standby's already (the ring
   // is its memory): the hold delays only its copy, never what a takeover gets (Drain).
   std::chrono::milliseconds batch_hold{20};
+  Clock* clock = nullptr;  // what batch_hold is measured on (SteadyNs). Default: null = SystemClock()
   // Each picture read, in slot order, with `bgr` and `stride` set, or `gpu` (jpeg empty).
   std::function<void(MirroredFrame&&)> on_frame;
   // Optional: asked with a picture's identity and times (stream, run, seq, capture_ns, pts_ns, width, height; no

@@ -17,17 +17,16 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/transport/protocol.h"
 
@@ -72,47 +71,49 @@ class Outbox {
   // kMaxDetections rows, no `download`, or host detections of another count), ResourceExhausted (still full
   // after `wait`, counted), Cancelled (after Close). Returns the message's id. Clears edge and epoch.
   StatusOr<uint64_t> Push(Report report, std::chrono::milliseconds wait,
-                          std::optional<DevicePayload> device = std::nullopt);
+                          std::optional<DevicePayload> device = std::nullopt) VIGIL_EXCLUDES(mu_);
 
   // The pending messages with id ≥ from_id, oldest first, at most `max` of them. Shared pointers: a
   // completed message stays valid for the caller that is sending it.
-  std::vector<std::shared_ptr<const OutboxMessage>> PendingFrom(uint64_t from_id, size_t max) const;
+  std::vector<std::shared_ptr<const OutboxMessage>> PendingFrom(uint64_t from_id, size_t max) const VIGIL_EXCLUDES(mu_);
   // Id of the oldest pending message (= next_id() when none is pending).
-  uint64_t front_id() const;
+  uint64_t front_id() const VIGIL_EXCLUDES(mu_);
   // Id the next Push gets.
-  uint64_t next_id() const;
+  uint64_t next_id() const VIGIL_EXCLUDES(mu_);
 
   // Completes the oldest pending message of (stream, run) whose seq_first is `seq_first` (acked: true for
   // an Ack, false for a Reject). false when there is none (an Ack for a message already completed).
-  bool Complete(const std::string& stream, uint64_t run, uint64_t seq_first, bool acked);
+  bool Complete(const std::string& stream, uint64_t run, uint64_t seq_first, bool acked) VIGIL_EXCLUDES(mu_);
   // Whether Complete(stream, run, seq_first, …) would find a pending message now.
-  bool IsPending(const std::string& stream, uint64_t run, uint64_t seq_first) const;
+  bool IsPending(const std::string& stream, uint64_t run, uint64_t seq_first) const VIGIL_EXCLUDES(mu_);
 
   // Waits until a message with id ≥ id exists (or Close, or the timeout); true when one does.
-  bool WaitBeyond(uint64_t id, std::chrono::milliseconds timeout) const;
+  bool WaitBeyond(uint64_t id, std::chrono::milliseconds timeout) const VIGIL_EXCLUDES(mu_);
   // Waits until nothing is pending; false when the timeout passed first.
-  bool WaitEmpty(std::chrono::milliseconds timeout) const;
+  bool WaitEmpty(std::chrono::milliseconds timeout) const VIGIL_EXCLUDES(mu_);
   // Waits until every message with id < `id` is completed (acked or rejected), whatever was pushed after
   // them; false when the timeout passed first or the outbox was closed with one still pending.
-  bool WaitCompleted(uint64_t id, std::chrono::milliseconds timeout) const;
+  bool WaitCompleted(uint64_t id, std::chrono::milliseconds timeout) const VIGIL_EXCLUDES(mu_);
   // Makes Push fail with Cancelled and wakes every waiter. Pending messages stay readable. Idempotent.
-  void Close();
-  bool closed() const;
+  void Close() VIGIL_EXCLUDES(mu_);
+  bool closed() const VIGIL_EXCLUDES(mu_);
 
-  OutboxStats Stats() const;
+  OutboxStats Stats() const VIGIL_EXCLUDES(mu_);
 
  private:
-  // Index in pending_ of the matching message not yet done; pending_.size() when none. REQUIRES: mu_ held.
-  size_t FindPending(const std::string& stream, uint64_t run, uint64_t seq_first) const;
+  // Index in pending_ of the matching message not yet done; pending_.size() when none.
+  size_t FindPending(const std::string& stream, uint64_t run, uint64_t seq_first) const VIGIL_REQUIRES(mu_);
+  // front_id() with the lock held.
+  uint64_t FrontIdLocked() const VIGIL_REQUIRES(mu_) { return pending_.empty() ? next_id_ : pending_.front()->id; }
 
   const size_t capacity_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  std::deque<std::shared_ptr<OutboxMessage>> pending_;  // GUARDED_BY(mu_) ascending id; done ones leave from the front
-  std::deque<bool> done_;                              // GUARDED_BY(mu_) parallel to pending_
-  uint64_t next_id_ = 0;                               // GUARDED_BY(mu_)
-  bool closed_ = false;                                // GUARDED_BY(mu_)
-  OutboxStats stats_;                                  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  mutable CondVar cv_;
+  std::deque<std::shared_ptr<OutboxMessage>> pending_ VIGIL_GUARDED_BY(mu_);  // ascending id; done ones leave from the front
+  std::deque<bool> done_ VIGIL_GUARDED_BY(mu_);                               // parallel to pending_
+  uint64_t next_id_ VIGIL_GUARDED_BY(mu_) = 0;
+  bool closed_ VIGIL_GUARDED_BY(mu_) = false;
+  OutboxStats stats_ VIGIL_GUARDED_BY(mu_);
 };
 
 }  // namespace vigil::transport

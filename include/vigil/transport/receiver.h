@@ -30,15 +30,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/connection.h"
@@ -58,47 +57,47 @@ class Session {
   const Hello& hello() const { return hello_; }  // as received: held epoch, flags, class names, streams
   std::string peer() const { return conn_->peer(); }
   // The epoch the session was admitted with; 0 before Admit.
-  uint64_t epoch() const;
+  uint64_t epoch() const VIGIL_EXCLUDES(mu_);
   bool admitted() const { return epoch() != 0; }
 
   // Admits the session with welcome.epoch (≥ 1) and queues the Welcome. Later calls are ignored.
-  void Admit(const Welcome& welcome);
+  void Admit(const Welcome& welcome) VIGIL_EXCLUDES(mu_);
   // Queues Reject(reason, empty stream, detail, epoch) and closes the connection once it is written
   // (fenced: another instance was admitted; or the Hello was refused).
-  void Refuse(RejectReason reason, uint64_t epoch, std::string detail);
+  void Refuse(RejectReason reason, uint64_t epoch, std::string detail) VIGIL_EXCLUDES(mu_);
   // Queues encoded frames (one or more, e.g. a batch of Acks) for the writer thread; never blocks.
   // false when the session is closed, or the queue would exceed max_send_queue_bytes (the session is then
   // closed: its edge re-sends after reconnecting).
-  bool Enqueue(std::string frames);
+  bool Enqueue(std::string frames) VIGIL_EXCLUDES(mu_);
   // Closes the connection (the receiver then ends it and calls OnClose).
-  void Close();
-  bool closed() const;
+  void Close() VIGIL_EXCLUDES(mu_);
+  bool closed() const VIGIL_EXCLUDES(mu_);
   // Marks the session as replaced by a newer session of the same edge instance (it reconnected, maybe
   // over another link) and closes it: the handler ignores whatever of it is still queued, because the
   // edge re-sends it on the new session. Sticky.
-  void Supersede();
-  bool superseded() const;
+  void Supersede() VIGIL_EXCLUDES(mu_);
+  bool superseded() const VIGIL_EXCLUDES(mu_);
 
  private:
   friend class Receiver;
   // Writer thread: sends queued frames until closed (frames still queued at Close are dropped). After
   // Refuse it closes the connection once the Reject is written. A failed or blocked (write_timeout)
   // write closes the session.
-  void WriterLoop(std::chrono::milliseconds write_timeout);
+  void WriterLoop(std::chrono::milliseconds write_timeout) VIGIL_EXCLUDES(mu_);
 
   const uint64_t id_;
   const std::shared_ptr<Connection> conn_;
   const Hello hello_;
   const size_t max_queue_bytes_;
   const std::string link_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> queue_;  // GUARDED_BY(mu_)
-  size_t queue_bytes_ = 0;         // GUARDED_BY(mu_)
-  uint64_t epoch_ = 0;             // GUARDED_BY(mu_)
-  bool closing_ = false;           // GUARDED_BY(mu_) close after the queue drains (Refuse)
-  bool closed_ = false;            // GUARDED_BY(mu_)
-  bool superseded_ = false;        // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<std::string> queue_ VIGIL_GUARDED_BY(mu_);
+  size_t queue_bytes_ VIGIL_GUARDED_BY(mu_) = 0;
+  uint64_t epoch_ VIGIL_GUARDED_BY(mu_) = 0;
+  bool closing_ VIGIL_GUARDED_BY(mu_) = false;  // close after the queue drains (Refuse)
+  bool closed_ VIGIL_GUARDED_BY(mu_) = false;
+  bool superseded_ VIGIL_GUARDED_BY(mu_) = false;
 };
 
 class ReceiverHandler {

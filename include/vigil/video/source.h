@@ -104,16 +104,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "vigil/common/clock.h"
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/video/frame.h"
 #include "vigil/video/stats.h"
@@ -240,7 +240,7 @@ class Source {
 
   bool interrupted() const { return interrupted_.load(std::memory_order_relaxed); }
   // Sleeps for `d` or until Interrupt(); false when interrupted.
-  bool WaitFor(std::chrono::nanoseconds d);
+  bool WaitFor(std::chrono::nanoseconds d) VIGIL_EXCLUDES(wait_mu_);
   const std::string& who() const { return who_; }  // "stream 'id' (uri)" for logs and errors
 
   SourceOptions options_;
@@ -256,8 +256,10 @@ class Source {
   const bool live_;
   const std::string who_;
   std::atomic<bool> interrupted_{false};
-  std::mutex wait_mu_;
-  std::condition_variable wait_cv_;
+  // WaitFor sleeps on wait_cv_; Interrupt sets interrupted_ (an atomic) under wait_mu_ so that the wake-up is
+  // not lost between WaitFor's check and its wait. wait_mu_ guards no field.
+  Mutex wait_mu_;
+  CondVar wait_cv_;
   // Next()'s state (one calling thread).
   std::optional<Status> finished_;  // set when Next() has returned the end or an error
   bool have_pts_ = false;
@@ -268,7 +270,7 @@ class Source {
   bool paced_ = false;
   std::atomic<int64_t> unpaced_through_{-1};  // DoNotPaceThrough; -1: none
   std::atomic<bool> reanchor_{false};          // DoNotPaceThrough: the next paced frame starts the clock
-  std::chrono::steady_clock::time_point pace_anchor_;
+  int64_t pace_anchor_ns_ = 0;  // SystemClock()->SteadyNs() of the paced frame that started the clock
   int64_t pace_anchor_pts_ns_ = 0;
 };
 

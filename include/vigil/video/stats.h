@@ -8,11 +8,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <string_view>
 
-#include "absl/base/thread_annotations.h"
+#include "vigil/common/mutex.h"
 
 namespace vigil::video {
 
@@ -57,21 +56,21 @@ class StatsRecorder {
 
   // Sets the state; when it differs from the current one, counts and logs "<who>: <old> -> <new>[: why]".
   // kEnded, kFailed and kStopped are final: later calls leave them.
-  void SetState(StreamState state, std::string_view who, std::string_view why = {});
-  StreamState state() const;
+  void SetState(StreamState state, std::string_view who, std::string_view why = {}) VIGIL_EXCLUDES(mu_);
+  StreamState state() const VIGIL_EXCLUDES(mu_);
   // Counts one decode error, remembers `message` as last_error and logs it (warn; rate-limited to the
   // first 5 and then every power of two, so a broken stream does not flood the log).
   void DecodeError(std::string_view message);
-  void SetLastError(std::string_view message);
-  void SetHwaccel(std::string_view hwaccel);
-  StreamStats Snapshot() const;
+  void SetLastError(std::string_view message) VIGIL_EXCLUDES(mu_);
+  void SetHwaccel(std::string_view hwaccel) VIGIL_EXCLUDES(mu_);
+  StreamStats Snapshot() const VIGIL_EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;
-  StreamState state_ ABSL_GUARDED_BY(mu_) = StreamState::kIdle;
-  uint64_t state_changes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string last_error_ ABSL_GUARDED_BY(mu_);
-  std::string hwaccel_ ABSL_GUARDED_BY(mu_);
+  mutable Mutex mu_;
+  StreamState state_ VIGIL_GUARDED_BY(mu_) = StreamState::kIdle;
+  uint64_t state_changes_ VIGIL_GUARDED_BY(mu_) = 0;
+  std::string last_error_ VIGIL_GUARDED_BY(mu_);
+  std::string hwaccel_ VIGIL_GUARDED_BY(mu_);
 };
 
 }  // namespace vigil::video

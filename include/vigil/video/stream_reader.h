@@ -11,16 +11,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 
-#include "absl/base/thread_annotations.h"
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/video/frame.h"
 #include "vigil/video/source.h"
@@ -62,34 +60,34 @@ class StreamReader {
     kTimeout,  // nothing arrived within the timeout; the stream goes on
     kEnd,      // the queue is empty and the Source has finished: final_status() says how
   };
-  PopResult Pop(Frame* frame, std::chrono::nanoseconds timeout);
+  PopResult Pop(Frame* frame, std::chrono::nanoseconds timeout) VIGIL_EXCLUDES(mu_);
 
   // Interrupts the Source, wakes a blocked producer and joins the thread. Frames already queued can still
   // be popped. Idempotent.
-  void Stop();
+  void Stop() VIGIL_EXCLUDES(mu_, join_mu_);
   // After kEnd: OK when the input ended or Stop() ended it, else the error that ended the Source.
-  Status final_status() const;
+  Status final_status() const VIGIL_EXCLUDES(mu_);
   // The Source's counters plus dropped_queue_full and queue_depth.
-  StreamStats Stats() const;
+  StreamStats Stats() const VIGIL_EXCLUDES(mu_);
   const SourceOptions& source_options() const { return source_->options(); }
 
  private:
-  void Run();
+  void Run() VIGIL_EXCLUDES(mu_);
 
   const std::unique_ptr<Source> source_;
   const size_t capacity_;
   const bool drop_oldest_;
   const std::function<bool(Frame&)> on_frame_;
   const std::function<void(const Frame&, DropReason)> on_drop_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // signalled on push, pop, finish and stop
-  std::deque<Frame> queue_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  Status final_status_ ABSL_GUARDED_BY(mu_);
-  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  std::mutex join_mu_;  // serialises Stop()'s join
-  std::thread thread_;  // last: started after everything above is initialised
+  mutable Mutex mu_;
+  CondVar cv_;  // signalled on push, pop, finish and stop
+  std::deque<Frame> queue_ VIGIL_GUARDED_BY(mu_);
+  bool finished_ VIGIL_GUARDED_BY(mu_) = false;
+  bool stop_ VIGIL_GUARDED_BY(mu_) = false;
+  Status final_status_ VIGIL_GUARDED_BY(mu_);
+  uint64_t dropped_ VIGIL_GUARDED_BY(mu_) = 0;
+  Mutex join_mu_;  // serialises Stop()'s join
+  std::thread thread_ VIGIL_GUARDED_BY(join_mu_);  // last: started after everything above is initialised
 };
 
 }  // namespace vigil::video

@@ -345,9 +345,9 @@ Status GpuStages::CopyToHost() { return buffers_->post->CopyToHost(AsStream(stre
 struct GpuStages::RowPool {
   int device = 0;
   size_t bytes = 0;
-  std::mutex mu;
-  std::vector<float*> free;  // GUARDED_BY(mu)
-  int made = 0;              // GUARDED_BY(mu)
+  Mutex mu;
+  std::vector<float*> free VIGIL_GUARDED_BY(mu);
+  int made VIGIL_GUARDED_BY(mu) = 0;
   ~RowPool() {
     cudaSetDevice(device);
     for (float* p : free) cudaFree(p);
@@ -365,7 +365,7 @@ StatusOr<std::shared_ptr<const float>> GpuStages::KeepRows() {
   }
   float* buf = nullptr;
   {
-    std::lock_guard lock(row_pool_->mu);
+    MutexLock lock(row_pool_->mu);
     if (!row_pool_->free.empty()) {
       buf = row_pool_->free.back();
       row_pool_->free.pop_back();
@@ -378,7 +378,7 @@ StatusOr<std::shared_ptr<const float>> GpuStages::KeepRows() {
   }
   if (buf == nullptr) return std::shared_ptr<const float>();
   std::shared_ptr<const float> kept(buf, [pool = row_pool_](const float* p) {
-    std::lock_guard lock(pool->mu);
+    MutexLock lock(pool->mu);
     pool->free.push_back(const_cast<float*>(p));
   });
   VIGIL_CUDA(cudaMemcpyAsync(buf, d.rows, static_cast<size_t>(d.images) * d.max_det * 6 * sizeof(float),

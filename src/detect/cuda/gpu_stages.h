@@ -10,19 +10,19 @@
 // Memory: device — frame buffers batch × the largest frame seen (grown, never shrunk), candidates
 // batch × N × (16 + 4 + 16) bytes, the sort's scratch, the detections; host — page-locked staging of
 // the same frame size, the slot table and the detection mirrors.
-// Thread-safety: none; the Detector serialises calls with mutex(). Errors: InvalidArgument naming the
+// Thread-safety: none; the Detector serialises calls with mutex() (every call but Create REQUIRES it). Errors: InvalidArgument naming the
 // frame index and reason; FailedPrecondition for a device frame on another GPU; ResourceExhausted /
 // Internal for CUDA failures, naming the call.
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <span>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
 #include "detect/cuda/detect_kernels.h"
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/detect/detector.h"
 #include "vigil/detect/letterbox.h"
@@ -70,37 +70,39 @@ class GpuStages {
 
   // Enqueues the whole sequence for 1..batch frames (waiting first for a previous batch still in
   // flight, whose buffers are reused) and returns each frame's letterbox geometry.
-  StatusOr<std::vector<LetterboxInfo>> Enqueue(std::span<const FrameRef> frames);
+  StatusOr<std::vector<LetterboxInfo>> Enqueue(std::span<const FrameRef> frames) VIGIL_REQUIRES(mu_);
   // Enqueues the copy of the last batch's detections into the host mirrors (HostDetections).
-  Status CopyToHost();
+  Status CopyToHost() VIGIL_REQUIRES(mu_);
   // Waits for everything enqueued; reports the engine's host-kernel errors and CUDA errors.
-  Status Synchronize();
+  Status Synchronize() VIGIL_REQUIRES(mu_);
   // The last batch's detections from the host mirrors. REQUIRES: CopyToHost, then Synchronize.
-  std::vector<std::vector<Detection>> HostDetections() const;
-  DeviceDetections device_detections() const;
+  std::vector<std::vector<Detection>> HostDetections() const VIGIL_REQUIRES(mu_);
+  DeviceDetections device_detections() const VIGIL_REQUIRES(mu_);
   // Enqueues a copy of the last batch's rows ([images, max_det, 6] float) into a buffer of the kept-rows
   // pool (after Enqueue, before Synchronize) and returns it; null when all kMaxKeptRowBuffers buffers are
   // held (the caller uses host rows then). The buffer returns to the pool when the last holder lets go
   // (any thread; no CUDA call); the pool's memory is freed when the GpuStages and every buffer are gone.
-  StatusOr<std::shared_ptr<const float>> KeepRows();
+  StatusOr<std::shared_ptr<const float>> KeepRows() VIGIL_REQUIRES(mu_);
   static constexpr int kMaxKeptRowBuffers = 64;
 
-  std::mutex& mutex() { return mu_; }
+  // The lock every call above REQUIRES (held by the Detector around each batch).
+  Mutex& mutex() VIGIL_RETURN_CAPABILITY(mu_) { return mu_; }
 
  private:
   struct Buffers;
   struct RowPool;
-  std::shared_ptr<RowPool> row_pool_;  // made on the first KeepRows
+  std::shared_ptr<RowPool> row_pool_ VIGIL_GUARDED_BY(mu_);  // made on the first KeepRows
   GpuStages() = default;
-  Status EnsureFrameCapacity(size_t bytes);
+  Status EnsureFrameCapacity(size_t bytes) VIGIL_REQUIRES(mu_);
 
   infer::Engine* engine_ = nullptr;
   ModelInfo model_;
   int device_ = 0;
   void* stream_ = nullptr;
-  bool pending_ = false;  // work enqueued and not yet waited for
+  bool pending_ VIGIL_GUARDED_BY(mu_) = false;  // work enqueued and not yet waited for
+  // Made by Create, never replaced; its buffers are used only by the calls that REQUIRE mu_.
   std::unique_ptr<Buffers> buffers_;
-  std::mutex mu_;
+  Mutex mu_;
 };
 
 }  // namespace vigil::detect

@@ -22,6 +22,7 @@
 #include "infer/cpu/onednn_kernels.h"
 #include "infer/op_registry.h"
 #include "infer/passes/memory_plan.h"
+#include "vigil/common/clock.h"
 #include "vigil/infer/engine.h"
 
 namespace vigil::infer {
@@ -271,10 +272,10 @@ Status CpuCompiledModel::Run(std::span<const Tensor> inputs, std::vector<Tensor>
     for (const auto& [slot, index] : step.graph_inputs) {
       step.inputs[slot] = Tensor::Wrap(inputs[index].dtype(), inputs[index].shape(), const_cast<void*>(inputs[index].raw()));
     }
-    const auto start = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    const int64_t start_ns = profile_ ? SystemClock()->SteadyNs() : 0;
     Status status = step.kernel->Run(step.inputs, step.outputs);
     if (profile_) {
-      timings_[s].total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      timings_[s].total_ms += static_cast<double>(SystemClock()->SteadyNs() - start_ns) / 1e6;
       ++timings_[s].calls;
     }
     if (!status.ok()) {

@@ -38,36 +38,36 @@ PlanCache& PlanCache::Global() {
 }
 
 std::optional<PlanChoice> PlanCache::Find(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   return it->second;
 }
 
 void PlanCache::Put(const std::string& key, const PlanChoice& choice) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   entries_[key] = choice;
 }
 
 size_t PlanCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return entries_.size();
 }
 
 void PlanCache::Clear() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   entries_.clear();
 }
 
 void PlanCache::Record(const PlanCacheStats& load) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   totals_.hits += load.hits;
   totals_.timed += load.timed;
   totals_.failed_restores += load.failed_restores;
 }
 
 PlanCacheStats PlanCache::totals() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return totals_;
 }
 
@@ -124,7 +124,7 @@ Status PlanCache::Load(const std::string& path) {
   if (!entries.ok()) {
     return absl::InvalidArgumentError(StrCat("cuDNN plan cache '", path, "': ", entries.status().message()));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   entries_.insert(entries->begin(), entries->end());  // held entries win
   return absl::OkStatus();
 }
@@ -135,7 +135,7 @@ Status PlanCache::Save(const std::string& path) const {
     if (auto current = Parse(*text); current.ok()) merged = *std::move(current);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [key, c] : entries_) merged[key] = c;
   }
   const std::string context = StrCat("cuDNN plan cache '", path, "'");

@@ -22,12 +22,12 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 
 namespace vigil::cuda {
@@ -49,31 +49,31 @@ class PlanCache {
  public:
   static PlanCache& Global();
 
-  std::optional<PlanChoice> Find(const std::string& key) const;
-  void Put(const std::string& key, const PlanChoice& choice);
-  size_t size() const;
+  std::optional<PlanChoice> Find(const std::string& key) const VIGIL_EXCLUDES(mu_);
+  void Put(const std::string& key, const PlanChoice& choice) VIGIL_EXCLUDES(mu_);
+  size_t size() const VIGIL_EXCLUDES(mu_);
   // Drops every entry (a fresh process's state; for tests). The totals stay.
-  void Clear();
+  void Clear() VIGIL_EXCLUDES(mu_);
   // The process's plan look-ups: each load's counts added by Record.
-  void Record(const PlanCacheStats& load);
-  PlanCacheStats totals() const;
+  void Record(const PlanCacheStats& load) VIGIL_EXCLUDES(mu_);
+  PlanCacheStats totals() const VIGIL_EXCLUDES(mu_);
 
   // Merges the entries of the file at `path` in (entries already held win). A missing file is OK;
   // an unreadable, non-JSON, foreign-format or other-version file is InvalidArgument/NotFound naming
   // the file and the reason, and nothing is merged.
-  Status Load(const std::string& path);
+  Status Load(const std::string& path) VIGIL_EXCLUDES(mu_);
   // Writes the held entries, merged over the file's current valid entries (another process may have
   // added some), to `path` atomically; creates missing parent folders.
-  Status Save(const std::string& path) const;
+  Status Save(const std::string& path) const VIGIL_EXCLUDES(mu_);
 
   // The file format on its own (for Load/Save and tests).
   static std::string Serialize(const std::map<std::string, PlanChoice>& entries);
   static StatusOr<std::map<std::string, PlanChoice>> Parse(const std::string& text);
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, PlanChoice> entries_;
-  PlanCacheStats totals_;
+  mutable Mutex mu_;
+  std::map<std::string, PlanChoice> entries_ VIGIL_GUARDED_BY(mu_);
+  PlanCacheStats totals_ VIGIL_GUARDED_BY(mu_);
 };
 
 }  // namespace vigil::cuda

@@ -236,7 +236,10 @@ Status RunDynamicQuantize(const KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const float* px = x.data<float>();
   const int64_t n = x.numel();
-  const auto [scale, zp] = DynamicQuantParams(px, n);
+  // Not a structured binding: clang < 16 (the thread-safety check's) cannot name one in an OpenMP region.
+  const std::pair<float, uint8_t> params = DynamicQuantParams(px, n);
+  const float scale = params.first;
+  const uint8_t zp = params.second;
   uint8_t* y = ctx.outputs[0].data<uint8_t>();
 #pragma omp parallel for num_threads(ThreadsFor(n))
   for (int64_t i = 0; i < n; ++i) y[i] = QuantizeValue<uint8_t>(px[i] / scale, zp);
@@ -267,7 +270,10 @@ Status RunDynamicFakeQuantizeF32(const KernelContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const float* px = x.data<float>();
   const int64_t n = x.numel();
-  const auto [scale, zp] = DynamicQuantParams(px, n);
+  // Not a structured binding: clang < 16 (the thread-safety check's) cannot name one in an OpenMP region.
+  const std::pair<float, uint8_t> params = DynamicQuantParams(px, n);
+  const float scale = params.first;
+  const uint8_t zp = params.second;
   const bool centered = ctx.node.GetInt("centered", 0) != 0;
   const float step = centered ? 1.f : scale;
   float* y = ctx.outputs[0].data<float>();
