@@ -4,328 +4,40 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <cmath>
-#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <map>
-#include <mutex>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 #include <unordered_set>
 #include <tuple>
 
 #include "vigil/aggregator/store.h"
-#include "vigil/common/config.h"
+#include "vigil/common/clock.h"
+#include "vigil/common/mutex.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/http_access.h"
-#include "aggregator/dashboard_assets.h"
+#include "aggregator/config.h"
+#include "aggregator/http_api.h"
+#include "aggregator/live_feed.h"
+#include "aggregator/transport_metrics.h"
 #include "vigil/transport/receiver.h"
 #include "vigil/transport/tls.h"
 #include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/ucx.h"
-#if VIGIL_HAVE_TURBOJPEG
-#include "vigil/video/snapshot.h"
-#endif
 
 namespace vigil::aggregator {
 namespace {
 
-using nlohmann::json;
 using transport::RejectReason;
 using transport::Report;
 using transport::Session;
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// Client-supplied text (edge ids, labels) may be invalid UTF-8: replace, never throw.
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// "cuda:N" → N; anything else → nullopt.
-std::optional<int> ParseCudaDevice(const std::string& s) {
-  if (s.rfind("cuda:", 0) != 0 || s.size() == 5 || s.size() > 9) return std::nullopt;
-  int n = 0;
-  for (size_t i = 5; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return std::nullopt;
-    n = n * 10 + (s[i] - '0');
-  }
-  return n;
-}
-
-// A secret from `<key>_file` (its first line) or the environment variable `<key>_env`; never logged.
-void ReadSecret(ConfigMap& m, const std::string& key, std::string* out) {
-  std::string path, env;
-  m.Get(key + "_file", &path);
-  m.Get(key + "_env", &env);
-  if (!path.empty() && !env.empty()) m.Error(key + "_env", StrCat("give ", key, "_file or ", key, "_env, not both"));
-  if (!path.empty()) {
-    std::ifstream in(path);
-    const int open_errno = in ? 0 : errno;
-    std::getline(in, *out);
-    if (!in && out->empty()) {
-      m.Error(key + "_file", StrCat(path, ": cannot read it (", open_errno != 0 ? std::strerror(open_errno) : "empty",
-                                    ")"));
-    }
-  } else if (!env.empty()) {
-    const char* v = std::getenv(env.c_str());
-    if (v == nullptr || *v == '\0') m.Error(key + "_env", StrCat("the environment variable ", env, " is not set"));
-    if (v != nullptr) *out = v;
-  }
-}
-
-StatusOr<AggregatorConfig> FromFile(const ConfigFile& file) {
-  AggregatorConfig c;
-  ConfigMap root = file.root();
-  root.GetHostPort("listen", &c.listen_host, &c.listen_port);
-  c.ucx_enabled = root.GetHostPort("ucx_listen", &c.ucx_host, &c.ucx_port);
-  if (root.Get("ucx_device", &c.ucx_device) && c.ucx_device != "host" && !ParseCudaDevice(c.ucx_device)) {
-    root.Error("ucx_device", StrCat("'", c.ucx_device, "': expected cuda:N or host"));
-  }
-  if (std::optional<ConfigMap> ipc = root.Map("cuda_ipc")) {
-    c.cuda_ipc_enabled = true;
-    ipc->Get("socket", &c.cuda_ipc_socket, ConfigMap::kRequired);
-    if (ipc->Get("device", &c.cuda_ipc_device) && c.cuda_ipc_device != "host" &&
-        c.cuda_ipc_device.rfind("cuda:", 0) != 0) {
-      ipc->Error("device", StrCat("'", c.cuda_ipc_device, "': expected cuda:N or host"));
-    }
-    ipc->Get("slots", &c.cuda_ipc_slots, uint32_t{2}, uint32_t{65536});
-    ipc->Get("slot_bytes", &c.cuda_ipc_slot_bytes, uint32_t{4096}, uint32_t{(1u << 24) - 8});
-    std::vector<std::string> uids;
-    if (ipc->Get("allow_uids", &uids)) {
-      for (const std::string& u : uids) {
-        char* end = nullptr;
-        const unsigned long v = std::strtoul(u.c_str(), &end, 10);
-        if (u.empty() || *end != '\0' || v > 0xFFFFFFFEul) {
-          ipc->Error("allow_uids", StrCat("'", u, "' is not a numeric uid"));
-        } else {
-          c.cuda_ipc_allow_uids.push_back(static_cast<uint32_t>(v));
-        }
-      }
-    }
-  }
-  if (std::optional<ConfigMap> tls = root.Map("tls")) {
-    tls->Get("cert_file", &c.tls_cert_file, ConfigMap::kRequired);
-    tls->Get("key_file", &c.tls_key_file, ConfigMap::kRequired);
-    tls->Get("client_ca_file", &c.tls_client_ca_file);
-  }
-  root.Get("allow", &c.allow);
-  if (std::optional<ConfigMap> auth = root.Map("auth")) {
-    auth->Get("keys_file", &c.keys_file);
-    auth->Get("required", &c.auth_required);
-  }
-  root.GetHostPort("http", &c.http_host, &c.http_port);
-  if (std::optional<ConfigMap> tls = root.Map("http_tls")) {
-    tls->Get("cert_file", &c.http_cert_file, ConfigMap::kRequired);
-    tls->Get("key_file", &c.http_key_file, ConfigMap::kRequired);
-  }
-  root.Get("http_token_file", &c.http_token_file);
-  if (root.Get("db", &c.db_path) && c.db_path.empty()) root.Error("db", "must name a file or a postgresql:// URL");
-  ReadSecret(root, "db_password", &c.db_password);
-  if (!c.db_password.empty() && !c.db_path.starts_with("postgres")) {
-    root.Error("db_password_file", "a password is for a PostgreSQL database (db: postgresql://...)");
-  }
-  std::string sync;
-  if (root.GetOneOf("db_synchronous", &sync, {"normal", "full"})) c.db_synchronous_full = sync == "full";
-  if (std::optional<ConfigMap> ret = root.Map("retention")) {
-    double hours = 0;
-    if (ret->Get("max_age_hours", &hours, 1e-3, 87600.0)) c.retention.max_age_ns = static_cast<int64_t>(hours * 3.6e12);
-    int64_t max_events = 0;
-    if (ret->Get("max_events", &max_events, int64_t{1}, int64_t{1} << 50)) c.retention.max_events = static_cast<uint64_t>(max_events);
-    ret->Get("interval_s", &c.retention_interval_s, 1, 86400);
-  }
-  root.Get("max_connections", &c.max_connections, 1, 65536);
-  root.Get("batch_max", &c.batch_max, 1, 100000);
-  root.Get("queue_max", &c.queue_max, 1, 10000000);
-  root.Get("snapshot_queue_mb", &c.snapshot_queue_mb, 1, 4096);
-  root.Get("peer_timeout_ms", &c.peer_timeout_ms, 100, 3600000);
-  std::set<std::string> sink_names;
-  for (ConfigMap& pm : root.Maps("push")) {
-    PushSinkConfig sink;
-    pm.Get("name", &sink.route.sink, ConfigMap::kRequired);
-    if (!sink.route.sink.empty() && !sink_names.insert(sink.route.sink).second) {
-      pm.Error("name", StrCat("'", sink.route.sink, "' names two push sinks"));
-    }
-    sink.webhook.sink = sink.mqtt.sink = sink.route.sink;
-    std::optional<ConfigMap> w = pm.Map("webhook");
-    std::optional<ConfigMap> q = pm.Map("mqtt");
-    if (!w && !q) pm.Error("name", StrCat("push sink '", sink.route.sink, "' has no delivery: give a webhook: or an mqtt: section"));
-    if (w && q) pm.Error("mqtt", "a push sink has one delivery: webhook or mqtt, not both");
-    if (w) {
-      if (w->Get("url", &sink.webhook.url, ConfigMap::kRequired) && sink.webhook.url.rfind("http://", 0) != 0 &&
-          sink.webhook.url.rfind("https://", 0) != 0) {
-        w->Error("url", StrCat("'", sink.webhook.url, "' is not an http:// or https:// URL"));
-      }
-      w->Get("timeout_ms", &sink.webhook.timeout_ms, int64_t{100}, int64_t{600000});
-      w->Get("ca_file", &sink.webhook.ca_file);
-      ReadSecret(*w, "token", &sink.webhook.token);
-    }
-    if (q) {
-      sink.mqtt_sink = !w;
-      uint16_t port = 1883;
-      std::string broker;
-      if (q->Get("broker", &broker) && broker.find("://") != std::string::npos) {
-        q->Error("broker", StrCat("'", broker, "': give host:port, without a scheme (e.g. 10.0.0.5:1883; TLS: ca_file)"));
-      } else {
-        q->GetHostPort("broker", &sink.mqtt.host, &port, ConfigMap::kRequired);
-      }
-      sink.mqtt.port = port;
-      if (q->Get("topic_prefix", &sink.mqtt.topic_prefix) &&
-          (sink.mqtt.topic_prefix.empty() || sink.mqtt.topic_prefix.find_first_of("+#") != std::string::npos)) {
-        q->Error("topic_prefix", "must be a topic without the wildcards + and #");
-      }
-      q->Get("client_id", &sink.mqtt.client_id);
-      q->Get("username", &sink.mqtt.username);
-      ReadSecret(*q, "password", &sink.mqtt.password);
-      q->Get("ca_file", &sink.mqtt.ca_file);
-      q->Get("timeout_ms", &sink.mqtt.timeout_ms, int64_t{100}, int64_t{600000});
-    }
-    if (std::optional<ConfigMap> r = pm.Map("route")) {
-      r->Get("edges", &sink.route.edges);
-      r->Get("streams", &sink.route.streams);
-      r->Get("classes", &sink.route.classes);
-      r->GetOneOf("min_severity", &sink.route.min_severity, {"info", "warning", "critical"});
-    }
-    std::string on;
-    if (pm.GetOneOf("on", &on, {"stored", "confirmed"})) sink.route.on_confirmed = on == "confirmed";
-    if (pm.Get("once_per_track", &sink.route.once_per_track) && sink.route.once_per_track && !sink.route.on_confirmed) {
-      pm.Error("once_per_track", "needs on: confirmed (one alert per confirmed object)");
-    }
-    if (std::optional<ConfigMap> r = pm.Map("retry")) {
-      r->Get("initial_ms", &sink.retry.initial_ms, int64_t{1}, int64_t{3600000});
-      r->Get("max_ms", &sink.retry.max_ms, int64_t{1}, int64_t{86400000});
-      r->Get("max_attempts", &sink.retry.max_attempts, 1, 1000000);
-      if (sink.retry.max_ms < sink.retry.initial_ms) {
-        r->Error("max_ms", StrCat(sink.retry.max_ms, " is below initial_ms (", sink.retry.initial_ms, ")"));
-      }
-    }
-    c.push.push_back(std::move(sink));
-  }
-  if (std::optional<ConfigMap> cm = root.Map("confirm")) {
-    ConfirmConfig& k = c.confirm;
-    k.enabled = true;
-    if (std::optional<ConfigMap> t = cm->Map("tracker")) {
-      TrackerOptions& o = k.tracker;
-      auto unit = [&](const char* key, float* out, double min) {
-        double v = *out;
-        if (t->Get(key, &v, min, 1.0)) *out = static_cast<float>(v);
-      };
-      unit("high_score", &o.high_score, 1e-6);
-      unit("low_score", &o.low_score, 0.0);
-      unit("new_track_score", &o.new_track_score, 0.0);
-      unit("match_iou", &o.match_iou, 0.0);
-      unit("low_match_iou", &o.low_match_iou, 0.0);
-      t->Get("min_hits", &o.min_hits, 1, 1000);
-      t->Get("max_lost_s", &o.max_lost_s, 0.0, 3600.0);
-      if (Status st = ValidateTrackerOptions(o); !st.ok()) {
-        // "tracker: low_score 0.5: must be in [0, high_score 0.3)": said at the key it names.
-        std::string msg(st.message());
-        if (msg.starts_with("tracker: ")) msg = msg.substr(9);
-        t->Error(msg.substr(0, msg.find(' ')), msg);
-      }
-    }
-    auto rules = [](const ConfigMap& m, TrackRules* r) {
-      m.Get("k", &r->k, 1, 1000);
-      m.Get("m", &r->m, 1, 1000);
-      if (r->k > r->m) m.Error("k", StrCat(r->k, " is above m (", r->m, "): seen in k of the last m frames"));
-      m.Get("min_duration_s", &r->min_duration_s, 0.0, 86400.0);
-      m.Get("min_travel_px", &r->min_travel_px, 0.0, 1e6);
-    };
-    if (std::optional<ConfigMap> r = cm->Map("rules")) rules(*r, &k.rules);
-    for (ConfigMap& om : cm->Maps("overrides")) {
-      ConfirmRuleOverride o;
-      o.rules = k.rules;  // what an override does not say, the defaults say
-      om.Get("streams", &o.streams);
-      om.Get("classes", &o.classes);
-      rules(om, &o.rules);
-      k.overrides.push_back(std::move(o));
-    }
-    cm->Get("idle_s", &k.idle_s, 0.1, 3600.0);
-    if (std::optional<ConfigMap> as = cm->Map("association")) {
-      if (as->Get("device", &k.association_device) && k.association_device != "auto" &&
-          k.association_device != "cpu" && !ParseCudaDevice(k.association_device)) {
-        as->Error("device", StrCat("'", k.association_device, "': expected auto, cpu or cuda:N"));
-      }
-      as->Get("max_streams", &k.association_limits.max_streams, uint32_t{1}, uint32_t{65536});
-      as->Get("max_tracks", &k.association_limits.max_tracks, uint32_t{1}, uint32_t{4096});
-      as->Get("max_detections", &k.association_limits.max_detections, uint32_t{1},
-              static_cast<uint32_t>(transport::kMaxDetections));
-    }
-    if (std::optional<ConfigMap> cl = cm->Map("classifier")) {
-      ClassifierConfig& x = k.classifier;
-      k.classifier_enabled = true;
-      if (cl->Get("model", &x.model, ConfigMap::kRequired) && !std::filesystem::is_regular_file(x.model)) {
-        cl->Error("model", StrCat("'", x.model, "' is not a file"));
-      }
-      if (cl->Get("device", &x.device) && x.device != "cpu" && !x.device.starts_with("cuda")) {
-        cl->Error("device", StrCat("'", x.device, "' is not cpu or cuda:N"));
-      }
-      cl->Get("threads", &x.threads, 0, 256);
-      cl->Get("labels", &x.labels);
-      std::string norm;
-      if (cl->GetOneOf("normalize", &norm, {"unit", "imagenet"})) x.imagenet = norm == "imagenet";
-      double min_score = x.min_score;
-      if (cl->Get("min_score", &min_score, 0.0, 1.0)) x.min_score = static_cast<float>(min_score);
-      cl->Get("confirm", &x.confirm);
-      cl->Get("reject", &x.reject);
-      if (std::optional<ConfigMap> re = cl->Map("relabel")) {
-        for (const std::string& key : re->Keys()) {
-          std::string to;
-          if (re->Get(key, &to) && !to.empty()) x.relabel[key] = to;
-        }
-      }
-      cl->Get("wait_s", &x.wait_s, 0.1, 600.0);
-      for (const std::string& l : x.confirm) {
-        if (std::find(x.reject.begin(), x.reject.end(), l) != x.reject.end()) {
-          cl->Error("reject", StrCat("'", l, "' is in both confirm and reject"));
-        }
-      }
-    }
-  }
-  if (c.auth_required && c.keys_file.empty()) {
-    root.Error("auth", "keys_file is required (a YAML map `edge-id: hex key`; make a key with `openssl rand -hex 32`), "
-                       "or `auth: {required: false}` to accept edges without authentication");
-  }
-  VIGIL_RETURN_IF_ERROR(file.Finish());
-  return c;
-}
-
-// Parses an optional query parameter; *error names it when malformed.
-bool ParamInt(const httplib::Request& req, const char* name, int64_t min, int64_t max, int64_t* out,
-              std::string* error) {
-  if (!req.has_param(name)) return true;
-  const std::string v = req.get_param_value(name);
-  int64_t x = 0;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || end != v.data() + v.size() || x < min || x > max) {
-    *error = StrCat(name, ": '", v, "' is not an integer in [", min, ", ", max, "]");
-    return false;
-  }
-  *out = x;
-  return true;
-}
-
 }  // namespace
 
-StatusOr<AggregatorConfig> LoadAggregatorConfig(const std::string& path) {
-  VIGIL_ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Load(path));
-  return FromFile(file);
-}
-
-StatusOr<AggregatorConfig> ParseAggregatorConfig(std::string_view yaml, const std::string& name) {
-  VIGIL_ASSIGN_OR_RETURN(ConfigFile file, ConfigFile::Parse(yaml, name));
-  return FromFile(file);
-}
-
-struct Aggregator::Impl final : transport::ReceiverHandler {
+struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
   struct Item {
     std::shared_ptr<Session> session;
     std::optional<Report> report;  // nullopt: the session's Hello, to be granted or refused
@@ -341,32 +53,36 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   std::vector<std::unique_ptr<transport::Receiver>> receivers;  // the tcp link first, then ucx
   metrics::Registry registry;
   std::unique_ptr<httplib::Server> http;
+  LiveFeed live;                  // the live channel's feed (aggregator/live_feed.h)
+  std::unique_ptr<HttpApi> api;   // the routes registered on `http` (aggregator/http_api.h)
   int http_port = 0;
   std::thread http_thread, storage_thread;
   bool stopped = false;  // Stop/Kill ran (controlling thread only)
 
-  std::mutex mu;
-  std::condition_variable not_empty, not_full;
-  std::deque<Item> queue;                // GUARDED_BY(mu)
+  Clock* clock = SystemClock();  // every time read (steady: intervals, waits; wall: timestamps stored)
+
+  mutable Mutex mu;
+  CondVar not_empty, not_full;
+  std::deque<Item> queue VIGIL_GUARDED_BY(mu);
   struct PendingPicture {
     std::shared_ptr<Session> session;
     transport::Snapshot snapshot;
   };
-  std::deque<PendingPicture> snapshot_queue;  // GUARDED_BY(mu) waiting for storage, apart from the reports
-  size_t snapshot_queue_bytes = 0;            // GUARDED_BY(mu) their JPEG bytes
-  bool closing = false;                  // GUARDED_BY(mu) reports arriving now are dropped unacked
-  bool stop_storage = false;             // GUARDED_BY(mu) storage exits once the queue is empty
-  bool drop_queue = false;               // GUARDED_BY(mu) storage exits at once (Kill)
-  std::string storage_error;             // GUARDED_BY(mu) the last failed transaction; "" when healthy
-  // GUARDED_BY(mu) open sessions past their Hello (admitted or not yet), by edge id: the storage thread
-  // evicts the older ones when it grants a newer epoch.
-  std::multimap<std::string, std::shared_ptr<Session>> sessions;
-  // GUARDED_BY(mu) per edge id, its latest grant since this aggregator started, and when (wall ns): "new" (the
-  // first instance of the id), "replaced" (a new instance after a granted epoch: a restart or a standby's
-  // takeover), "promote" (a Hello with kHelloPromote) or "readmitted" (the same instance, a new session).
-  std::map<std::string, std::pair<std::string, int64_t>> last_grant;
-  // GUARDED_BY(mu) per (edge, stream), what its source was doing at the edge's latest SourceStates.
-  std::map<std::pair<std::string, std::string>, transport::SourceState> source_states;
+  std::deque<PendingPicture> snapshot_queue VIGIL_GUARDED_BY(mu);  // waiting for storage, apart from the reports
+  size_t snapshot_queue_bytes VIGIL_GUARDED_BY(mu) = 0;             // their JPEG bytes
+  bool closing VIGIL_GUARDED_BY(mu) = false;       // reports arriving now are dropped unacked
+  bool stop_storage VIGIL_GUARDED_BY(mu) = false;  // storage exits once the queue is empty
+  bool drop_queue VIGIL_GUARDED_BY(mu) = false;    // storage exits at once (Kill)
+  std::string storage_error VIGIL_GUARDED_BY(mu);  // the last failed transaction; "" when healthy
+  // Open sessions past their Hello (admitted or not yet), by edge id: the storage thread evicts the older ones
+  // when it grants a newer epoch.
+  std::multimap<std::string, std::shared_ptr<Session>> sessions VIGIL_GUARDED_BY(mu);
+  // Per edge id, its latest grant since this aggregator started, and when (wall ns): "new" (the first instance of
+  // the id), "replaced" (a new instance after a granted epoch: a restart or a standby's takeover), "promote" (a
+  // Hello with kHelloPromote) or "readmitted" (the same instance, a new session).
+  std::map<std::string, std::pair<std::string, int64_t>> last_grant VIGIL_GUARDED_BY(mu);
+  // Per (edge, stream), what its source was doing at the edge's latest SourceStates.
+  std::map<std::pair<std::string, std::string>, transport::SourceState> source_states VIGIL_GUARDED_BY(mu);
 
   // Storage thread only.
   std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
@@ -417,9 +133,9 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   std::unique_ptr<Classifier> classifier;
   std::unique_ptr<SecondStage> second;
   std::thread classifier_thread;
-  std::mutex second_mu;
-  std::condition_variable second_cv;
-  bool second_stop = false;                  // GUARDED_BY(second_mu)
+  Mutex second_mu;
+  CondVar second_cv;
+  bool second_stop VIGIL_GUARDED_BY(second_mu) = false;
   std::atomic<bool> second_ready{false};     // decisions wait in `second`
   SecondStageStats second_counted;           // storage thread: what the metrics have
   metrics::Counter& SecondModel(const char* result) {
@@ -431,15 +147,18 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   void ClassifierLoop() {
     for (;;) {
       {
-        std::unique_lock lock(second_mu);
+        MutexLock lock(second_mu);
         // Events waiting for crops are looked at every 100 ms; otherwise it sleeps until one is added.
-        second_cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return second_stop || second->waiting() > 0; });
+        const auto deadline = SteadyDeadline(clock->SteadyNs() + 100'000'000);
+        while (!second_stop && second->waiting() == 0) {
+          if (!second_cv.WaitUntil(lock, deadline)) break;
+        }
         if (second_stop) return;
       }
       if (second->Step(SteadyNowNs()) > 0) {
         second_ready = true;
-        std::lock_guard lock(mu);
-        not_empty.notify_all();
+        MutexLock lock(mu);
+        not_empty.NotifyAll();
       }
     }
   }
@@ -497,8 +216,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     const int64_t now = SteadyNowNs();
     for (auto& [d, boxes] : handoff) second->Add(std::move(d), boxes, now);
     handoff.clear();
-    std::lock_guard lock(second_mu);
-    second_cv.notify_all();
+    MutexLock lock(second_mu);
+    second_cv.NotifyAll();
   }
 
   // Storage thread: the second model's decisions, in a transaction of their own.
@@ -521,7 +240,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       second_ready = true;
       return;
     }
-    PublishDecisions(second_unstored, decided, now_wall);
+    live.PublishDecisions(second_unstored, decided, now_wall);
     second_unstored.clear();
     CountDecided(decided);
     const SecondStageStats st = second->stats();
@@ -613,25 +332,25 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   Status OnHello(const std::shared_ptr<Session>& s) override {
     spdlog::info("aggregator: edge {} connected from {} (holds epoch {}{})", s->edge(), s->peer(), s->hello().epoch,
                  (s->hello().flags & transport::kHelloPromote) != 0 ? ", promote" : "");
-    std::unique_lock lock(mu);
+    MutexLock lock(mu);
     sessions.emplace(s->edge(), s);
     edges_connected.Set(static_cast<double>(sessions.size()));
     if (!closing) queue.push_back({s, std::nullopt});  // closing: never answered; the receiver closes it
-    not_empty.notify_one();
+    not_empty.NotifyOne();
     return absl::OkStatus();
   }
 
   void OnReport(const std::shared_ptr<Session>& s, Report r) override {
-    std::unique_lock lock(mu);
-    not_full.wait(lock, [&] { return closing || queue.size() < static_cast<size_t>(cfg.queue_max); });
+    MutexLock lock(mu);
+    while (!closing && queue.size() >= static_cast<size_t>(cfg.queue_max)) not_full.Wait(lock);
     if (closing) return;  // not acked: the edge re-sends it to the next aggregator
     queue.push_back({s, std::move(r)});
-    not_empty.notify_one();
+    not_empty.NotifyOne();
   }
 
   // Never blocks the connection: a picture that finds the queue full is dropped and counted.
   void OnSnapshot(const std::shared_ptr<Session>& s, transport::Snapshot snap) override {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     if (closing || s->superseded()) {
       (closing ? snapshots_stopping : snapshots_superseded).Inc();
       return;
@@ -642,11 +361,11 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
     snapshot_queue_bytes += snap.jpeg.size();
     snapshot_queue.push_back({s, std::move(snap)});
-    not_empty.notify_one();
+    not_empty.NotifyOne();
   }
 
   void OnSourceStates(const std::shared_ptr<Session>& s, transport::SourceStates states) override {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     if (s->superseded()) return;
     for (const transport::SourceStates::Entry& e : states.streams) source_states[{s->edge(), e.stream}] = e.state;
   }
@@ -656,7 +375,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   void ProcessSnapshots() {
     std::vector<PendingPicture> batch;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       size_t taken_bytes = 0;
       while (!snapshot_queue.empty() && batch.size() < 256 &&
              (batch.empty() || taken_bytes + snapshot_queue.front().snapshot.jpeg.size() <= (size_t{8} << 20))) {
@@ -691,7 +410,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
 
   void OnClose(const std::shared_ptr<Session>& s, const Status& why) override {
     spdlog::info("aggregator: edge {} ({}) disconnected: {}", s->edge(), s->peer(), std::string(why.message()));
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     auto [first, last] = sessions.equal_range(s->edge());
     for (auto it = first; it != last; ++it) {
       if (it->second == s) {
@@ -705,18 +424,22 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
   // ---- storage thread ----
 
   void StorageLoop() {
-    using Clock = std::chrono::steady_clock;
+    constexpr int64_t kNever = INT64_MAX;  // steady ns
     const bool prunes = cfg.retention.any();
-    Clock::time_point next_prune = prunes ? Clock::now() : Clock::time_point::max();
-    Clock::time_point next_expire = confirmer ? Clock::now() : Clock::time_point::max();
+    int64_t next_prune = prunes ? clock->SteadyNs() : kNever;
+    int64_t next_expire = confirmer ? clock->SteadyNs() : kNever;
     for (;;) {
       std::vector<Item> batch;
       {
-        std::unique_lock lock(mu);
-        not_empty.wait_until(lock, std::min(next_prune, next_expire),
-                             [&] {
-                               return stop_storage || !queue.empty() || !snapshot_queue.empty() || second_ready;
-                             });
+        MutexLock lock(mu);
+        const int64_t wake = std::min(next_prune, next_expire);
+        while (!stop_storage && queue.empty() && snapshot_queue.empty() && !second_ready) {
+          if (wake == kNever) {
+            not_empty.Wait(lock);
+          } else if (!not_empty.WaitUntil(lock, SteadyDeadline(wake))) {
+            break;
+          }
+        }
         if (drop_queue || (stop_storage && queue.empty())) {
           snapshots_stopping.Inc(static_cast<double>(snapshot_queue.size()));  // never stored: counted
           snapshot_queue.clear();
@@ -724,18 +447,18 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
           return;
         }
       }
-      if (Clock::now() >= next_prune) {  // between batches: retention holds the writer for a chunk at a time
+      if (clock->SteadyNs() >= next_prune) {  // between batches: retention holds the writer for a chunk at a time
         Prune();
-        next_prune = Clock::now() + std::chrono::seconds(cfg.retention_interval_s);
+        next_prune = clock->SteadyNs() + int64_t{cfg.retention_interval_s} * 1'000'000'000;
       }
-      if (Clock::now() >= next_expire) {  // a tenth of idle_s late at most
+      if (clock->SteadyNs() >= next_expire) {  // a tenth of idle_s late at most
         ExpireTracks();
-        next_expire = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(cfg.confirm.idle_s * 100));
+        next_expire = clock->SteadyNs() + static_cast<int64_t>(cfg.confirm.idle_s * 100) * 1'000'000;
       }
       ProcessSnapshots();  // between report batches: pictures never hold up the reports for long
       if (second && (second_ready || !second_unstored.empty())) StoreSecondModel();
       {
-        std::unique_lock lock(mu);
+        MutexLock lock(mu);
         if (queue.empty()) continue;
         // A Hello alone, or the reports up to the next Hello: a grant commits between the transactions
         // of the reports queued before and after it.
@@ -748,7 +471,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
             queue.pop_front();
           }
         }
-        not_full.notify_all();
+        not_full.NotifyAll();
       }
       if (batch.front().report) {
         ProcessReports(batch);
@@ -758,9 +481,11 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     }
   }
 
-  static int64_t SteadyNowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
+  int64_t SteadyNowNs() const { return clock->SteadyNs(); }
+  int64_t NowNs() const { return clock->WallNs(); }
+  // A CondVar deadline on steady_clock from a steady time of the Clock seam (SystemClock's origin is steady_clock's).
+  static std::chrono::steady_clock::time_point SteadyDeadline(int64_t steady_ns) {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(steady_ns));
   }
 
   void CountDecided(const DecisionResult& d) {
@@ -909,7 +634,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
         UnmarkTracks(marked);
         return r.status();
       }
-      PublishDecisions(decisions, decided, now_wall);
+      live.PublishDecisions(decisions, decided, now_wall);
     }
     confirmer->Commit();
     HandOff(handoff);
@@ -943,11 +668,11 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
 
   void StorageFailed(const Status& st) {
     storage_errors.Inc();
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     storage_error = std::string(st.message());
   }
   void StorageHealthy() {
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     storage_error.clear();
   }
 
@@ -993,7 +718,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     // Evict the sessions of older epochs first, so no Welcome coexists with an older admitted session.
     std::vector<std::shared_ptr<Session>> older, same;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       auto [first, last] = sessions.equal_range(h.edge);
       for (auto it = first; it != last; ++it) {
         const std::shared_ptr<Session>& o = it->second;
@@ -1026,7 +751,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
                  g->kind == Grant::kNew ? "granted" : "re-admitted", g->epoch);
     current_epochs[h.edge] = g->epoch;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       // "replaced": a new instance took the edge id over from a granted epoch — a restart, or a standby's takeover.
       last_grant[h.edge] = {g->kind == Grant::kReadmitted                      ? "readmitted"
                             : (h.flags & transport::kHelloPromote) != 0 ? "promote"
@@ -1075,7 +800,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
     std::vector<std::pair<EventDecision, size_t>> handoff;  // to the second model once committed
     std::vector<int64_t> marked;                             // tracks first confirmed by this batch
     if (confirmer) {
-      const auto c0 = std::chrono::steady_clock::now();
+      const int64_t c0 = SteadyNowNs();
       confirmer->Begin();
       verdicts.reserve(batch.size());
       std::vector<ObservedReport> observed;
@@ -1096,12 +821,12 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       decisions = confirmer->TakeDecisions();
       RouteToSecondModel(reports, verdicts, decisions, &handoff);
       MarkNewTracks(verdicts, decisions, &marked);
-      confirm_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
+      confirm_seconds.Observe(static_cast<double>(SteadyNowNs() - c0) * 1e-9);
     }
-    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t t0 = SteadyNowNs();
     DecisionResult decided;
     StatusOr<std::vector<ApplyResult>> results = store->Apply(reports, now, decisions, &decided);
-    commit_seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    commit_seconds.Observe(static_cast<double>(SteadyNowNs() - t0) * 1e-9);
     if (confirmer) {
       if (results.ok()) {
         confirmer->Commit();
@@ -1112,7 +837,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
           }
         }
         CountDecided(decided);
-        PublishDecisions(decisions, decided, now);
+        live.PublishDecisions(decisions, decided, now);
       } else {
         confirmer->Rollback();
         UnmarkTracks(marked);
@@ -1166,612 +891,48 @@ struct Aggregator::Impl final : transport::ReceiverHandler {
       for (auto& p : pushers) p->Wake();
     }
     if (std::any_of(results->begin(), results->end(), [](const ApplyResult& r) { return r.event_stored; })) {
-      std::lock_guard lock(live_mu);
-      ++live_version;
-      live_cv.notify_all();
+      live.EventsStored();
     }
   }
 
-  // ---- The live channel (/api/events/live): Server-Sent Events of each stored event ----
+  // ---- IngestView (HTTP worker threads): what /healthz and /api/stats show of the sessions ----
 
-  std::mutex live_mu;
-  std::condition_variable live_cv;
-  uint64_t live_version = 0;   // GUARDED_BY(live_mu): bumped by every commit that stored an event or decided one
-  // GUARDED_BY(live_mu) the newest decisions on pending events (JSON), numbered from 1: the live channel sends them
-  // as `event: state` (the dashboard updates the row); the oldest go beyond kMaxDecidedFeed.
-  std::deque<std::pair<uint64_t, std::string>> decided_feed;
-  uint64_t decided_seq = 0;  // GUARDED_BY(live_mu)
-  static constexpr size_t kMaxDecidedFeed = 4096;
-
-  // After a commit: the decisions that decided their event go to the live channel.
-  void PublishDecisions(const std::vector<EventDecision>& decisions, const DecisionResult& decided, int64_t at_ns) {
-    std::lock_guard lock(live_mu);
-    bool any = false;
-    for (size_t i = 0; i < decisions.size() && i < decided.applied.size(); ++i) {
-      if (!decided.applied[i]) continue;
-      const EventDecision& d = decisions[i];
-      json labels = json::array();
-      for (const DetectionUpdate& u : d.detections) {
-        labels.push_back({{"index", u.index}, {"label", u.label}, {"second_label", u.second_label},
-                          {"second_score", u.second_score}});
-      }
-      const json j = {{"key", StrCat(d.edge, "/", d.stream, "/", d.run, "/", d.seq)},
-                      {"edge", d.edge},
-                      {"stream", d.stream},
-                      {"run", d.run},
-                      {"seq", d.seq},
-                      {"state", ToString(d.state)},
-                      {"state_reason", d.reason},
-                      {"decided_ns", at_ns},
-                      {"detections", std::move(labels)}};
-      decided_feed.emplace_back(++decided_seq, j.dump(-1, ' ', false, json::error_handler_t::replace));
-      if (decided_feed.size() > kMaxDecidedFeed) decided_feed.pop_front();
-      any = true;
-    }
-    if (any) {
-      ++live_version;
-      live_cv.notify_all();
-    }
+  IngestHealth Health() const override {
+    MutexLock lock(mu);
+    return {storage_error, sessions.size(), queue.size()};
   }
-  bool live_closing = false;   // GUARDED_BY(live_mu)
-  std::atomic<int> live_streams{0};
-  static constexpr int kMaxLiveStreams = 8;  // each holds an HTTP worker thread
-
-  void LiveEvents(const httplib::Request& req, httplib::Response& res) {
-    int64_t since = -1;
-    std::string error;
-    if (!ParamInt(req, "since_seq", 0, INT64_MAX, &since, &error)) return Error(res, 400, error);
-    if (since < 0) {  // from now on: after the newest stored event
-      EventQuery newest;
-      newest.newest_first = true;
-      newest.limit = 1;
-      StatusOr<std::vector<StoredEvent>> last = store->Events(newest);
-      if (!last.ok()) return Error(res, 500, std::string(last.status().message()));
-      since = last->empty() ? 0 : last->front().id;
+  IngestEdges Edges() const override {
+    IngestEdges e;
+    MutexLock lock(mu);
+    for (const auto& [edge, session] : sessions) {
+      e.connected.insert(edge);
+      if (session->admitted() && !session->superseded()) e.links[edge].insert(session->link());
     }
-    if (live_streams.fetch_add(1) >= kMaxLiveStreams) {
-      live_streams.fetch_sub(1);
-      return Error(res, 503, StrCat("already ", kMaxLiveStreams, " live channels open: close one"));
-    }
-    res.set_header("Cache-Control", "no-cache");
-    auto cursor = std::make_shared<int64_t>(since);
-    auto decided_cursor = std::make_shared<uint64_t>(0);  // decisions from the connection on
-    auto opened = std::make_shared<bool>(false);
-    {
-      std::lock_guard lock(live_mu);
-      *decided_cursor = decided_seq;
-    }
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, cursor, decided_cursor, opened](size_t, httplib::DataSink& sink) {
-          if (!*opened) {  // says the channel is open: what is stored or decided from now on comes here
-            *opened = true;
-            static constexpr char kOpen[] = ": open\n\n";
-            if (!sink.write(kOpen, sizeof kOpen - 1)) return false;
-          }
-          uint64_t version;
-          {
-            std::lock_guard lock(live_mu);
-            if (live_closing) return false;
-            version = live_version;
-          }
-          EventQuery q;
-          q.since_id = *cursor;
-          q.limit = 200;
-          StatusOr<std::vector<StoredEvent>> events = store->Events(q);
-          if (!events.ok()) return false;
-          std::string out;
-          for (const StoredEvent& e : *events) {
-            out += StrCat("id: ", e.id, "\nevent: event\ndata: ", EventJson(e), "\n\n");
-            *cursor = e.id;
-          }
-          {  // decisions on pending events (confirm.h): after the events, so a row exists before its update
-            std::lock_guard lock(live_mu);
-            for (const auto& [n, body] : decided_feed) {
-              if (n <= *decided_cursor) continue;
-              out += StrCat("event: state\ndata: ", body, "\n\n");
-              *decided_cursor = n;
-            }
-          }
-          if (out.empty()) {
-            std::unique_lock lock(live_mu);
-            live_cv.wait_for(lock, std::chrono::seconds(15),
-                             [&] { return live_closing || live_version != version; });
-            if (live_closing) return false;
-            if (live_version == version) out = ": keepalive\n\n";  // idle: proves the channel is alive
-          }
-          return out.empty() || sink.write(out.data(), out.size());
-        },
-        [this](bool) { live_streams.fetch_sub(1); });
-  }
-
-  // The dashboard's files (src/aggregator/dashboard/, compiled in: no build step, nothing fetched).
-  void Dashboard() {
-    // Browsers ask for it on every page: an empty answer, not a refusal in the log.
-    http->Get("/favicon.ico", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
-    for (size_t i = 0; i < kDashboardAssetCount; ++i) {
-      const DashboardAsset& a = kDashboardAssets[i];
-      const std::string path = std::string(a.path) == "/index.html" ? "/" : StrCat("/ui", a.path);
-      http->Get(path, [a](const httplib::Request&, httplib::Response& res) {
-        res.set_header("Cache-Control", "no-cache");
-        res.set_header("Content-Security-Policy",
-                       "default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'");
-        res.set_content(reinterpret_cast<const char*>(a.data), a.size, a.mime);
-      });
-    }
-  }
-
-  // ---- HTTP ----
-
-  void Routes() {
-    http->Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-      json j;
-      {
-        std::lock_guard lock(mu);
-        j = {{"status", storage_error.empty() ? "ok" : "degraded"},
-             {"db", store->path()},
-             {"db_engine", store->engine()},
-             {"schema_version", store->schema_version()},
-             {"edges_connected", sessions.size()},
-             {"queue_depth", queue.size()}};
-        if (!storage_error.empty()) j["error"] = storage_error;
-      }
-      res.status = j["status"] == "ok" ? 200 : 503;
-      res.set_content(Dump(j), "application/json");
-    });
-    http->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      for (const auto& p : pushers) {  // the outbox depth, read at the scrape
-        if (StatusOr<uint64_t> depth = store->PushDepth(p->sink()); depth.ok()) {
-          registry.GetGauge("vigil_aggregator_push_outbox_depth", "Stored events waiting for a push sink",
-                            {{"sink", p->sink()}})
-              .Set(static_cast<double>(*depth));
-        }
-      }
-      res.set_content(registry.Render(), metrics::Registry::kContentType);
-    });
-    http->Get("/api/dead_letters", [this](const httplib::Request& req, httplib::Response& res) { DeadLetters(req, res); });
-    // POST /api/dead_letters/replay?sink=NAME: the sink's dead letters go back into its outbox (after it was fixed).
-    http->Post("/api/dead_letters/replay", [this](const httplib::Request& req, httplib::Response& res) {
-      const std::string sink = req.get_param_value("sink");
-      auto p = std::find_if(pushers.begin(), pushers.end(), [&](const auto& x) { return x->sink() == sink; });
-      if (p == pushers.end()) return Error(res, 400, StrCat("sink: '", sink, "' is not a push sink of this aggregator"));
-      StatusOr<uint64_t> n = store->ReplayDeadLetters(sink, NowNs());
-      if (!n.ok()) return Error(res, 500, std::string(n.status().message()));
-      spdlog::info("aggregator: push sink '{}': {} dead letter(s) queued again", sink, *n);
-      (*p)->Wake();
-      res.set_content(Dump({{"sink", sink}, {"replayed", *n}}), "application/json");
-    });
-    http->Get("/api/events", [this](const httplib::Request& req, httplib::Response& res) { Events(req, res); });
-    http->Get("/api/events/live",
-              [this](const httplib::Request& req, httplib::Response& res) { LiveEvents(req, res); });
-    http->Get(R"(/api/events/([^/]+)/snapshots)",
-              [this](const httplib::Request& req, httplib::Response& res) { EventSnapshotList(req, res); });
-    http->Get(R"(/api/events/([^/]+)/snapshot\.jpg)",
-              [this](const httplib::Request& req, httplib::Response& res) { EventSnapshot(req, res); });
-    http->Get("/api/streams/snapshot.jpg",
-              [this](const httplib::Request& req, httplib::Response& res) { LatestStreamSnapshot(req, res); });
-    Dashboard();
-    http->Get("/api/stats", [this](const httplib::Request&, httplib::Response& res) { Stats(res); });
-  }
-
-  static void Error(httplib::Response& res, int status, const std::string& message) {
-    res.status = status;
-    res.set_content(Dump({{"error", message}}), "application/json");
-  }
-
-  void DeadLetters(const httplib::Request& req, httplib::Response& res) {
-    int64_t limit = 100;
-    std::string error;
-    if (!ParamInt(req, "limit", 1, 10000, &limit, &error)) return Error(res, 400, error);
-    StatusOr<std::vector<DeadLetter>> letters = store->DeadLetters(req.get_param_value("sink"), static_cast<int>(limit));
-    if (!letters.ok()) return Error(res, 500, std::string(letters.status().message()));
-    json list = json::array();
-    for (const DeadLetter& l : *letters) {
-      list.push_back({{"sink", l.sink},
-                      {"attempts", l.attempts},
-                      {"last_error", l.last_error},
-                      {"dead_ns", l.dead_ns},
-                      {"event", json::parse(EventJson(l.event))}});
-    }
-    res.set_content(Dump({{"dead_letters", std::move(list)}}), "application/json");
-  }
-
-  void Events(const httplib::Request& req, httplib::Response& res) {
-    EventQuery q;
-    int64_t limit = 100;
-    std::string error;
-    if (!ParamInt(req, "since_seq", 0, INT64_MAX, &q.since_id, &error) ||
-        !ParamInt(req, "before_seq", 1, INT64_MAX, &q.before_id, &error) ||
-        !ParamInt(req, "limit", 1, 10000, &limit, &error)) {
-      return Error(res, 400, error);
-    }
-    const std::string order = req.get_param_value("order");
-    if (order != "" && order != "asc" && order != "desc") {
-      return Error(res, 400, StrCat("order: '", order, "' is not asc or desc"));
-    }
-    q.newest_first = order == "desc";
-    q.label = req.get_param_value("class");
-    q.severity = req.get_param_value("severity");
-    if (!q.severity.empty() && q.severity != "none" && q.severity != "info" && q.severity != "warning" &&
-        q.severity != "critical") {
-      return Error(res, 400, StrCat("severity: '", q.severity, "' is not none, info, warning or critical"));
-    }
-    q.limit = static_cast<int>(limit);
-    if (req.has_param("since_time")) {
-      const std::string v = req.get_param_value("since_time");
-      double seconds = 0;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), seconds);
-      if (ec != std::errc() || end != v.data() + v.size() || !std::isfinite(seconds) || std::abs(seconds) > 9e9) {
-        return Error(res, 400, StrCat("since_time: '", v, "' is not a Unix time in seconds (e.g. 1700000000.5)"));
-      }
-      q.since_ns = static_cast<int64_t>(std::llround(seconds * 1e9));
-    }
-    q.edge = req.get_param_value("edge");
-    q.stream = req.get_param_value("stream");
-    q.state = req.get_param_value("state");
-    if (EventState ignored; !q.state.empty() && !ParseEventState(q.state, &ignored)) {
-      return Error(res, 400, StrCat("state: '", q.state, "' is not pending, confirmed or rejected"));
-    }
-    StatusOr<std::vector<StoredEvent>> events = store->Events(q);
-    if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
-    json list = json::array();
-    for (const StoredEvent& e : *events) {
-      json j = json::parse(EventJson(e));  // as a push sink gets it, and how many pictures it has
-      j["snapshots"] = e.snapshots;
-      list.push_back(std::move(j));
-    }
-    json body = {{"events", std::move(list)}};
-    if (q.newest_first) {  // the next (older) page: before_seq = the oldest id of this one
-      body["next_before_seq"] = events->empty() ? q.before_id : events->back().id;
-    } else {
-      body["next_since_seq"] = events->empty() ? q.since_id : events->back().id;
-    }
-    res.set_content(Dump(body), "application/json");
-  }
-
-  // The event named by the route's id (req.matches[1]); nullopt after answering 400/404/500.
-  std::optional<StoredEvent> EventOf(const httplib::Request& req, httplib::Response& res) {
-    int64_t id = 0;
-    const std::string id_text = req.matches[1].str();
-    auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
-    if (ec != std::errc() || end != id_text.data() + id_text.size() || id < 1) {
-      Error(res, 400, StrCat("event id '", id_text.substr(0, 40), "' is not an event id (1, 2, ...)"));
-      return std::nullopt;
-    }
-    EventQuery q;
-    q.since_id = id - 1;
-    q.before_id = id + 1;
-    q.limit = 1;
-    StatusOr<std::vector<StoredEvent>> events = store->Events(q);
-    if (!events.ok()) {
-      Error(res, 500, std::string(events.status().message()));
-      return std::nullopt;
-    }
-    if (events->empty()) {
-      Error(res, 404, StrCat("event ", id, ": no such event"));
-      return std::nullopt;
-    }
-    return std::move(events->front());
-  }
-
-  // GET /api/events/{id}/snapshots: the pictures stored for the event (without their bytes).
-  void EventSnapshotList(const httplib::Request& req, httplib::Response& res) {
-    std::optional<StoredEvent> ev = EventOf(req, res);
-    if (!ev) return;
-    StatusOr<std::vector<StoredSnapshot>> pics = store->Snapshots(ev->edge, ev->stream, ev->run, ev->seq, false);
-    if (!pics.ok()) return Error(res, 500, std::string(pics.status().message()));
-    json list = json::array();
-    for (const StoredSnapshot& p : *pics) {
-      list.push_back({{"box", p.box},
-                      {"region", {p.x, p.y, p.width, p.height}},
-                      {"width", p.out_width},
-                      {"height", p.out_height},
-                      {"stored_ns", p.stored_ns},
-                      {"url", StrCat("/api/events/", ev->id, "/snapshot.jpg?box=", p.box)}});
-    }
-    res.set_content(Dump({{"event", ev->id}, {"snapshots", std::move(list)}}), "application/json");
-  }
-
-  // GET /api/events/{id}/snapshot.jpg?box=-1&boxes=0: one stored picture of the event (box -1: the frame; N: the
-  // crop of detection N), with the event's boxes and labels drawn when boxes=1.
-  void EventSnapshot(const httplib::Request& req, httplib::Response& res) {
-    int64_t box = -1, boxes = 0;
-    std::string error;
-    if (!ParamInt(req, "box", -1, static_cast<int64_t>(transport::kMaxDetections) - 1, &box, &error) ||
-        !ParamInt(req, "boxes", 0, 1, &boxes, &error)) {
-      return Error(res, 400, error);
-    }
-    std::optional<StoredEvent> found = EventOf(req, res);
-    if (!found) return;
-    const StoredEvent& ev = *found;
-    StatusOr<std::vector<StoredSnapshot>> pics = store->Snapshots(ev.edge, ev.stream, ev.run, ev.seq, true);
-    if (!pics.ok()) return Error(res, 500, std::string(pics.status().message()));
-    auto it = std::find_if(pics->begin(), pics->end(), [&](const StoredSnapshot& p) { return p.box == box; });
-    if (it == pics->end()) {
-      return Error(res, 404, StrCat("event ", ev.id, ": no ", box < 0 ? std::string("frame picture") : StrCat("crop of box ", box),
-                                    " stored (", pics->size(), " pictures)"));
-    }
-    SendPicture(res, *it, boxes != 0 ? &ev : nullptr);
-  }
-
-  // GET /api/streams/snapshot.jpg?edge=E&stream=S&boxes=0: the newest frame picture of a stream.
-  void LatestStreamSnapshot(const httplib::Request& req, httplib::Response& res) {
-    const std::string edge = req.get_param_value("edge"), stream = req.get_param_value("stream");
-    int64_t boxes = 0;
-    std::string error;
-    if (edge.empty() || stream.empty()) return Error(res, 400, "edge and stream are required");
-    if (!ParamInt(req, "boxes", 0, 1, &boxes, &error)) return Error(res, 400, error);
-    StatusOr<std::optional<StoredSnapshot>> pic = store->LatestSnapshot(edge, stream);
-    if (!pic.ok()) return Error(res, 500, std::string(pic.status().message()));
-    if (!pic->has_value()) {
-      return Error(res, 404, StrCat(edge, "/", stream, ": no snapshot stored (an unknown stream, snapshots off for it, "
-                                    "or no event yet)"));
-    }
-    const StoredSnapshot& p = **pic;
-    std::optional<StoredEvent> ev;
-    if (boxes != 0) {  // its event, by its frame (none yet: a picture may arrive before its event)
-      EventQuery q;
-      q.edge = edge;
-      q.stream = stream;
-      q.by_frame = true;
-      q.run = p.run;
-      q.seq = p.seq;
-      q.limit = 1;
-      StatusOr<std::vector<StoredEvent>> events = store->Events(q);
-      if (!events.ok()) return Error(res, 500, std::string(events.status().message()));
-      if (!events->empty()) ev = std::move(events->front());
-    }
-    res.set_header("Cache-Control", "no-store");
-    res.set_header("X-Vigil-Frame", StrCat(p.run, "/", p.seq));
-    SendPicture(res, p, ev ? &*ev : nullptr);
-  }
-
-  // The picture's JPEG, with `ev`'s detections drawn on it (in the picture's source region) when given.
-  static void SendPicture(httplib::Response& res, const StoredSnapshot& p, const StoredEvent* ev) {
-    if (ev == nullptr) return res.set_content(p.jpeg, "image/jpeg");
-#if VIGIL_HAVE_TURBOJPEG
-    std::vector<video::LabeledBox> boxes;
-    for (const StoredDetection& d : ev->detections) {
-      boxes.push_back({d.x1 - static_cast<float>(p.x), d.y1 - static_cast<float>(p.y), d.x2 - static_cast<float>(p.x),
-                       d.y2 - static_cast<float>(p.y), d.class_id, d.label, d.score});
-    }
-    StatusOr<std::string> drawn =
-        video::DrawBoxes(p.jpeg, static_cast<int>(p.width), static_cast<int>(p.height), boxes, 85);
-    if (!drawn.ok()) return Error(res, 500, StrCat("drawing the boxes: ", drawn.status().message()));
-    res.set_content(*drawn, "image/jpeg");
-#else
-    Error(res, 501, "boxes=1: this vigil was built without libturbojpeg (it cannot draw on a JPEG)");
-#endif
-  }
-
-  void Stats(httplib::Response& res) {
-    StatusOr<StoreStats> s = store->Stats();
-    if (!s.ok()) return Error(res, 500, std::string(s.status().message()));
-    std::set<std::string> live;
-    std::map<std::string, std::set<std::string>> links;  // edge → the links of its admitted sessions
-    std::map<std::string, std::pair<std::string, int64_t>> grants;
-    std::map<std::pair<std::string, std::string>, transport::SourceState> sources;
-    {
-      std::lock_guard lock(mu);
-      for (const auto& [edge, session] : sessions) {
-        live.insert(edge);
-        if (session->admitted() && !session->superseded()) links[edge].insert(session->link());
-      }
-      grants = last_grant;
-      sources = source_states;
-    }
-    json edges = json::array(), streams = json::array();
-    for (const EdgeStats& e : s->edges) {
-      edges.push_back({{"edge", e.edge},
-                       {"epoch", e.epoch},
-                       {"connected", live.count(e.edge) > 0},
-                       {"links", links.count(e.edge) ? json(links[e.edge]) : json::array()},
-                       {"last_grant", grants.count(e.edge) ? json{{"kind", grants[e.edge].first},
-                                                                  {"at_ns", grants[e.edge].second}}
-                                                           : json(nullptr)},
-                       {"first_seen_ns", e.first_seen_ns},
-                       {"last_seen_ns", e.last_seen_ns},
-                       {"granted_ns", e.granted_ns},
-                       {"streams", e.streams},
-                       {"frames", e.frames},
-                       {"events", e.events},
-                       {"dropped", e.dropped},
-                       {"lost", e.lost},
-                       {"missing", e.missing},
-                       {"duplicates", e.duplicates},
-                       {"stale_rejected", e.stale_rejected}});
-    }
-    for (const StreamStats& st : s->streams) {
-      json runs = json::array();
-      for (const RunStats& r : st.runs) {
-        json gaps = json::array();
-        for (const SeqRange& g : r.gaps) gaps.push_back({g.first, g.last});
-        runs.push_back({{"run", r.run},
-                        {"frames", r.frames},
-                        {"events", r.events},
-                        {"dropped", r.dropped},
-                        {"lost", r.lost},
-                        {"contiguous_through", r.contiguous_through},
-                        {"last_seq", r.last_seq},
-                        {"missing", r.missing},
-                        {"gaps", std::move(gaps)}});
-      }
-      auto src = sources.find({st.edge, st.stream});
-      streams.push_back({{"edge", st.edge},
-                         {"stream", st.stream},
-                         {"source", src == sources.end() ? json(nullptr) : json(std::string(ToString(src->second)))},
-                         {"epoch", st.epoch},
-                         {"frames", st.frames},
-                         {"events", st.events},
-                         {"dropped", st.dropped},
-                         {"lost", st.lost},
-                         {"missing", st.missing},
-                         {"duplicates", st.duplicates},
-                         {"stale_rejected", st.stale_rejected},
-                         {"runs", std::move(runs)}});
-      sources.erase({st.edge, st.stream});
-    }
-    // Streams an edge runs that have stored nothing yet (a camera that never connected): listed with their source.
-    for (const auto& [key, state] : sources) {
-      streams.push_back({{"edge", key.first}, {"stream", key.second}, {"source", std::string(ToString(state))},
-                         {"epoch", 0}, {"frames", 0}, {"events", 0}, {"dropped", 0}, {"lost", 0}, {"missing", 0},
-                         {"duplicates", 0}, {"stale_rejected", 0}, {"runs", json::array()}});
-    }
-    res.set_content(Dump({{"edges", std::move(edges)}, {"streams", std::move(streams)}}), "application/json");
-  }
-
-  // The cuda_ipc link's ring counters (process-wide), mirrored at scrape time.
-  void AddCudaIpcMetrics() {
-    struct Mirror {
-      std::mutex mu;
-      transport::CudaIpcCounters last;  // GUARDED_BY(mu)
-    };
-    auto mirror = std::make_shared<Mirror>();
-    auto counter = [&](const char* name, const char* help) { return &registry.GetCounter(name, help, {}); };
-    metrics::Counter* offered = counter("vigil_cuda_ipc_rings_offered_total", "cuda_ipc sessions offered a ring");
-    metrics::Counter* failed =
-        counter("vigil_cuda_ipc_ring_failures_total", "cuda_ipc sessions whose ring could not be set up");
-    metrics::Counter* slots = counter("vigil_cuda_ipc_slots_total", "cuda_ipc ring slots taken and checked");
-    metrics::Counter* rejected =
-        counter("vigil_cuda_ipc_slots_rejected_total", "cuda_ipc ring slots that failed a check (not stored)");
-    metrics::Counter* device =
-        counter("vigil_cuda_ipc_device_reports_total", "Reports whose rows came from the edge's device memory");
-    metrics::Counter* bytes = counter("vigil_cuda_ipc_bytes_total", "cuda_ipc slot bytes copied to the host");
-    registry.AddCollectHook([=] {
-      const transport::CudaIpcCounters now = transport::GetCudaIpcCounters();
-      std::lock_guard lock(mirror->mu);
-      transport::CudaIpcCounters& last = mirror->last;
-      auto delta = [](uint64_t a, uint64_t b) { return static_cast<double>(a - b); };
-      offered->Inc(delta(now.rings_offered, last.rings_offered));
-      failed->Inc(delta(now.ring_failures, last.ring_failures));
-      slots->Inc(delta(now.slots_received, last.slots_received));
-      rejected->Inc(delta(now.slots_rejected, last.slots_rejected));
-      device->Inc(delta(now.device_reports, last.device_reports));
-      bytes->Inc(delta(now.bytes_received, last.bytes_received));
-      last = now;
-    });
-  }
-
-  // The ucx link's rows messages (process-wide counters), mirrored at scrape time.
-  void AddUcxMetrics() {
-    struct Mirror {
-      std::mutex mu;
-      transport::UcxCounters last;  // GUARDED_BY(mu)
-    };
-    auto mirror = std::make_shared<Mirror>();
-    auto counter = [&](const char* name, const char* help) { return &registry.GetCounter(name, help, {}); };
-    metrics::Counter* rows = counter("vigil_ucx_rows_messages_total",
-                                     "ucx Reports whose rows came apart from their frame (from the edge's GPU memory)");
-    metrics::Counter* into_device =
-        counter("vigil_ucx_rows_into_device_total", "… of them received into this aggregator's GPU memory (ucx_device)");
-    metrics::Counter* rejected =
-        counter("vigil_ucx_rows_rejected_total", "ucx rows messages that failed a check (not stored; session ended)");
-    metrics::Gauge* cuda =
-        &registry.GetGauge("vigil_ucx_cuda_memory", "1 when the UCX loaded takes CUDA memory (CUDA transports)", {});
-    registry.AddCollectHook([=] {
-      const transport::UcxCounters now = transport::GetUcxCounters();
-      std::lock_guard lock(mirror->mu);
-      transport::UcxCounters& last = mirror->last;
-      auto delta = [](uint64_t a, uint64_t b) { return static_cast<double>(a - b); };
-      rows->Inc(delta(now.rows_messages_received, last.rows_messages_received));
-      into_device->Inc(delta(now.rows_received_into_device, last.rows_received_into_device));
-      rejected->Inc(delta(now.rows_messages_rejected, last.rows_messages_rejected));
-      cuda->Set(now.cuda_memory_workers > 0 ? 1 : 0);
-      last = now;
-    });
-  }
-
-  // Mirrors each receiver's counters into the registry at scrape time, labelled by link.
-  void AddTransportMetrics(transport::Receiver* rx) {
-    struct Mirror {
-      std::mutex mu;
-      transport::ReceiverStats last;  // GUARDED_BY(mu)
-    };
-    auto mirror = std::make_shared<Mirror>();
-    const std::string link(rx->kind());
-    const char* conn_help = "Edge connections by outcome";
-    auto conn = [&](const char* result) -> metrics::Counter* {
-      return &registry.GetCounter("vigil_transport_connections_total", conn_help, {{"link", link}, {"result", result}});
-    };
-    const char* disc_help = "Edge connections closed by the aggregator";
-    auto disc = [&](const char* reason) -> metrics::Counter* {
-      return &registry.GetCounter("vigil_transport_disconnects_total", disc_help, {{"link", link}, {"reason", reason}});
-    };
-    struct Counters {
-      metrics::Counter *accepted, *refused, *authenticated, *protocol, *timeouts, *gaps, *repeated, *bytes, *frames;
-    } c{conn("accepted"),
-        conn("refused"),
-        conn("authenticated"),
-        disc("protocol_error"),
-        disc("timeout"),
-        disc("sequence_gap"),
-        &registry.GetCounter("vigil_transport_repeated_reports_total", "Duplicated report frames ignored",
-                             {{"link", link}}),
-        &registry.GetCounter("vigil_transport_received_bytes_total", "Bytes received from edges", {{"link", link}}),
-        &registry.GetCounter("vigil_transport_received_frames_total", "Protocol frames received", {{"link", link}})};
-    // Every reason exists from the start (at 0), so a dashboard's rate() sees the first rejection.
-    std::map<std::string, metrics::Counter*> rejected;
-    for (const char* reason : {transport::kRejectAddress, transport::kRejectUnknownEdge, transport::kRejectBadProof,
-                               transport::kRejectNoProof, transport::kRejectHandshakeTimeout,
-                               transport::kRejectMalformed, transport::kRejectVersion, transport::kRejectTls,
-                               transport::kRejectChallengeRefused, transport::kRejectPeerCredentials,
-                               transport::kRejectRingUnavailable, transport::kRejectRingRefused}) {
-      rejected[reason] = &registry.GetCounter("vigil_transport_rejected_total",
-                                              "Connections refused before their session began, by reason",
-                                              {{"link", link}, {"reason", reason}});
-    }
-    registry.AddCollectHook([=, this] {
-      {
-        std::lock_guard lock(mu);
-        queue_depth.Set(static_cast<double>(queue.size()));
-      }
-      const transport::ReceiverStats now = rx->Stats();
-      std::lock_guard lock(mirror->mu);
-      transport::ReceiverStats& last = mirror->last;
-      auto delta = [](uint64_t a, uint64_t b) { return static_cast<double>(a - b); };
-      c.accepted->Inc(delta(now.accepted, last.accepted));
-      c.refused->Inc(delta(now.refused, last.refused));
-      c.authenticated->Inc(delta(now.authenticated, last.authenticated));
-      c.protocol->Inc(delta(now.protocol_errors - now.sequence_gaps, last.protocol_errors - last.sequence_gaps));
-      c.timeouts->Inc(delta(now.timeouts, last.timeouts));
-      c.gaps->Inc(delta(now.sequence_gaps, last.sequence_gaps));
-      c.repeated->Inc(delta(now.repeated_reports, last.repeated_reports));
-      c.bytes->Inc(delta(now.bytes, last.bytes));
-      c.frames->Inc(delta(now.frames, last.frames));
-      for (const auto& [reason, n] : now.rejected) {
-        auto it = rejected.find(reason);
-        if (it == rejected.end()) continue;
-        auto was = last.rejected.find(reason);
-        it->second->Inc(delta(n, was == last.rejected.end() ? 0 : was->second));
-      }
-      last = now;
-    });
+    e.last_grant = last_grant;
+    e.sources = source_states;
+    return e;
   }
 
   void Shutdown(bool crash) {
     if (stopped) return;
     stopped = true;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       closing = true;
       stop_storage = true;
       drop_queue = crash;
-      not_empty.notify_all();
-      not_full.notify_all();
+      not_empty.NotifyAll();
+      not_full.NotifyAll();
     }
-    {
-      std::lock_guard lock(live_mu);  // the live channels end (their HTTP threads are free for stop())
-      live_closing = true;
-      live_cv.notify_all();
-    }
+    live.Close();  // the live channels end (their HTTP threads are free for stop())
     if (crash) {  // cut the edges first: no ack for anything queued
       for (auto& rx : receivers) rx->Stop();
     }
     if (classifier_thread.joinable()) {  // what it has not decided stays pending: resumed at the next start
       {
-        std::lock_guard lock(second_mu);
+        MutexLock lock(second_mu);
         second_stop = true;
-        second_cv.notify_all();
+        second_cv.NotifyAll();
       }
       classifier_thread.join();
     }
@@ -1853,7 +1014,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
     spdlog::info("aggregator: push sink '{}': {}{}", p.route.sink, delivery->describe(),
                  !p.webhook.token.empty() ? " (bearer token)" : !p.mqtt.username.empty() ? " (credentials)" : "");
     d.pushers.push_back(std::make_unique<Pusher>(
-        d.store.get(), p.route.sink, std::move(delivery), p.retry, SystemClock(),
+        d.store.get(), p.route.sink, std::move(delivery), p.retry, d.clock,
         [=](const DeliveryOutcome& out, bool is_dead, int64_t age_ns) {
           if (out.kind == DeliveryOutcome::kDelivered) {
             delivered->Inc();
@@ -1864,7 +1025,19 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
         }));
   }
   for (auto& p : d.pushers) p->Start();  // what an earlier run left in the outbox goes out now
-  d.Routes();
+  HttpApiOptions ao;
+  ao.store = d.store.get();
+  ao.ingest = &d;
+  ao.live = &d.live;
+  ao.registry = &d.registry;
+  for (const auto& p : d.pushers) ao.push_sinks.push_back(p->sink());
+  ao.wake_push = [&d](const std::string& sink) {
+    for (auto& p : d.pushers) {
+      if (p->sink() == sink) p->Wake();
+    }
+  };
+  d.api = std::make_unique<HttpApi>(std::move(ao));
+  d.api->Register(*d.http);
   d.http_port = config.http_port == 0
                     ? d.http->bind_to_any_port(config.http_host)
                     : (d.http->bind_to_port(config.http_host, config.http_port) ? config.http_port : -1);
@@ -1880,6 +1053,10 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
     d.http_thread.join();
     return st;
   };
+  d.registry.AddCollectHook([&d] {  // read at every scrape
+    MutexLock lock(d.mu);
+    d.queue_depth.Set(static_cast<double>(d.queue.size()));
+  });
   transport::ReceiverOptions ro;
   ro.max_connections = config.max_connections;
   ro.peer_timeout = std::chrono::milliseconds(config.peer_timeout_ms);
@@ -1891,7 +1068,8 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
     if (!ip_allow_list) o.allow = nullptr;
     VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<transport::Receiver> rx,
                            transport::Receiver::Start(o, std::move(*listener), &d));
-    d.AddTransportMetrics(rx.get());
+    transport::Receiver* r = rx.get();
+    MirrorReceiverStats(d.registry, std::string(r->kind()), [r] { return r->Stats(); });
     d.receivers.push_back(std::move(rx));
     return absl::OkStatus();
   };
@@ -1917,7 +1095,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
     }
     st = start_link(transport::UcxListen(config.ucx_host, config.ucx_port, uo));
     if (!st.ok()) return fail(Annotate(st, "ucx_listen"));
-    d.AddUcxMetrics();
+    MirrorUcxCounters(d.registry);
   }
   if (config.cuda_ipc_enabled) {
     // An explicit GPU that cannot hold rings is a configuration error, not a per-session surprise.
@@ -1932,7 +1110,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
     // The allow-list is of IP networks: a Unix-socket peer is checked by its uid (allow_uids) instead.
     st = start_link(transport::CudaIpcListen(io), /*ip_allow_list=*/false);
     if (!st.ok()) return fail(Annotate(st, "cuda_ipc"));
-    d.AddCudaIpcMetrics();
+    MirrorCudaIpcCounters(d.registry);
   }
   d.storage_thread = std::thread([&d] { d.StorageLoop(); });
   std::string links;
