@@ -21,6 +21,7 @@
 #include "vigil/transport/http_access.h"
 #include "aggregator/config.h"
 #include "aggregator/http_api.h"
+#include "aggregator/ingest.h"
 #include "aggregator/live_feed.h"
 #include "aggregator/transport_metrics.h"
 #include "vigil/transport/receiver.h"
@@ -37,18 +38,12 @@ using transport::Session;
 
 }  // namespace
 
-struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
-  struct Item {
-    std::shared_ptr<Session> session;
-    std::optional<Report> report;  // nullopt: the session's Hello, to be granted or refused
-  };
-  struct StreamMetrics {
-    metrics::Counter *frames, *events, *dropped, *lost, *duplicates, *stale;
-    metrics::Histogram* frame_to_stored;
-  };
-
+struct Aggregator::Impl final : ConfirmHook {
   AggregatorConfig cfg;
   std::unique_ptr<Store> store;
+  // Sessions, the queue to storage, Hellos and report batches (aggregator/ingest.h): the receivers' handler, so it
+  // outlives them; the registry (declared after it) goes first, with its collect hook.
+  std::unique_ptr<Ingest> ingest;
   std::vector<std::unique_ptr<Pusher>> pushers;  // one per push sink
   std::vector<std::unique_ptr<transport::Receiver>> receivers;  // the tcp link first, then ucx
   metrics::Registry registry;
@@ -61,31 +56,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
 
   Clock* clock = SystemClock();  // every time read (steady: intervals, waits; wall: timestamps stored)
 
-  mutable Mutex mu;
-  CondVar not_empty, not_full;
-  std::deque<Item> queue VIGIL_GUARDED_BY(mu);
-  struct PendingPicture {
-    std::shared_ptr<Session> session;
-    transport::Snapshot snapshot;
-  };
-  std::deque<PendingPicture> snapshot_queue VIGIL_GUARDED_BY(mu);  // waiting for storage, apart from the reports
-  size_t snapshot_queue_bytes VIGIL_GUARDED_BY(mu) = 0;             // their JPEG bytes
-  bool closing VIGIL_GUARDED_BY(mu) = false;       // reports arriving now are dropped unacked
-  bool stop_storage VIGIL_GUARDED_BY(mu) = false;  // storage exits once the queue is empty
-  bool drop_queue VIGIL_GUARDED_BY(mu) = false;    // storage exits at once (Kill)
-  std::string storage_error VIGIL_GUARDED_BY(mu);  // the last failed transaction; "" when healthy
-  // Open sessions past their Hello (admitted or not yet), by edge id: the storage thread evicts the older ones
-  // when it grants a newer epoch.
-  std::multimap<std::string, std::shared_ptr<Session>> sessions VIGIL_GUARDED_BY(mu);
-  // Per edge id, its latest grant since this aggregator started, and when (wall ns): "new" (the first instance of
-  // the id), "replaced" (a new instance after a granted epoch: a restart or a standby's takeover), "promote" (a
-  // Hello with kHelloPromote) or "readmitted" (the same instance, a new session).
-  std::map<std::string, std::pair<std::string, int64_t>> last_grant VIGIL_GUARDED_BY(mu);
-  // Per (edge, stream), what its source was doing at the edge's latest SourceStates.
-  std::map<std::pair<std::string, std::string>, transport::SourceState> source_states VIGIL_GUARDED_BY(mu);
-
   // Storage thread only.
-  std::map<std::pair<std::string, std::string>, StreamMetrics> stream_metrics;
   std::unique_ptr<Confirmer> confirmer;           // `confirm:` on
   std::vector<EventDecision> second_unstored;     // the second model's decisions not stored yet (a failed commit)
   // Tracks some confirmed event already carried (once_per_track sinks alert on the first), the newest kMaxAlerted.
@@ -126,8 +97,6 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
       if (!alerted_order.empty() && alerted_order.back() == *it) alerted_order.pop_back();
     }
   }
-  std::map<std::string, uint64_t> current_epochs;  // edge → the epoch granted last (confirmation feeds only those)
-  std::set<std::string> warned_classes;  // push routes' classes an edge's model lacks, said once
 
   // The second model (confirm.classifier): its own thread classifies crops; decisions come back to storage.
   std::unique_ptr<Classifier> classifier;
@@ -157,8 +126,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
       }
       if (second->Step(SteadyNowNs()) > 0) {
         second_ready = true;
-        MutexLock lock(mu);
-        not_empty.NotifyAll();
+        ingest->WakeStorage();
       }
     }
   }
@@ -234,7 +202,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
     StatusOr<std::vector<ApplyResult>> r = store->Apply({}, now_wall, second_unstored, &decided);
     if (!r.ok()) {
       UnmarkTracks(marked);
-      StorageFailed(r.status());
+      ingest->StorageFailed(r.status());
       spdlog::error("aggregator: storing {} decisions of the second model failed (tried again): {}",
                     second_unstored.size(), std::string(r.status().message()));
       second_ready = true;
@@ -276,24 +244,6 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
   ConfirmStats association_counted;
   metrics::Histogram& confirm_seconds = registry.GetHistogram(
       "vigil_aggregator_confirm_seconds", "Tracking a batch of reports", metrics::LatencyBuckets());
-  metrics::Counter& stored_reports =
-      registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "stored"}});
-  metrics::Counter& duplicate_reports =
-      registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "duplicate"}});
-  metrics::Counter& stale_reports =
-      registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "stale"}});
-  metrics::Counter& superseded_reports =
-      registry.GetCounter("vigil_aggregator_reports_total", "Reports by outcome", {{"result", "superseded"}});
-  metrics::Counter& hellos_granted =
-      registry.GetCounter("vigil_aggregator_hellos_total", "Hellos by decision", {{"result", "granted"}});
-  metrics::Counter& hellos_readmitted =
-      registry.GetCounter("vigil_aggregator_hellos_total", "Hellos by decision", {{"result", "readmitted"}});
-  metrics::Counter& hellos_fenced =
-      registry.GetCounter("vigil_aggregator_hellos_total", "Hellos by decision", {{"result", "fenced"}});
-  metrics::Counter& evicted_sessions = registry.GetCounter(
-      "vigil_aggregator_evicted_sessions_total", "Sessions fenced off because their edge id was granted a newer epoch");
-  metrics::Histogram& commit_seconds = registry.GetHistogram(
-      "vigil_aggregator_commit_seconds", "Duration of one storage transaction", metrics::LatencyBuckets());
   metrics::Counter& retention_events = registry.GetCounter(
       "vigil_aggregator_retention_deleted_total", "Rows retention deleted", {{"what", "events"}});
   metrics::Counter& retention_frames = registry.GetCounter(
@@ -305,121 +255,8 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
   metrics::Gauge& retention_kept_for_push = registry.GetGauge(
       "vigil_aggregator_retention_kept_for_push",
       "Events past the age limit kept because a push sink has not delivered them (at the last pruning)");
-  metrics::Counter& storage_errors =
-      registry.GetCounter("vigil_aggregator_storage_errors_total", "Storage transactions that failed");
-  metrics::Gauge& queue_depth =
-      registry.GetGauge("vigil_aggregator_queue_depth", "Reports received and waiting for storage");
-  metrics::Counter& Snapshots(const char* result) {
-    return registry.GetCounter("vigil_aggregator_snapshots_total", "Snapshots (event pictures) received, by outcome",
-                               {{"result", result}});
-  }
-  metrics::Counter& snapshots_stored = Snapshots("stored");
-  metrics::Counter& snapshots_duplicate = Snapshots("duplicate");
-  metrics::Counter& snapshots_queue_full = Snapshots("dropped_queue_full");
-  metrics::Counter& snapshots_superseded = Snapshots("dropped_superseded");
-  metrics::Counter& snapshots_stopping = Snapshots("dropped_stopping");
-  metrics::Counter& snapshots_failed = Snapshots("storage_failed");
-  metrics::Counter& snapshot_bytes =
-      registry.GetCounter("vigil_aggregator_snapshot_bytes_total",
-                          "JPEG bytes of the snapshots given to storage (repeats of stored ones included)");
-  metrics::Gauge& edges_connected =
-      registry.GetGauge("vigil_aggregator_edges_connected", "Edge connections past their Hello");
 
   // ---- ReceiverHandler (connection threads) ----
-
-  // The Hello is decided on the storage thread, in queue order with the reports (a report queued before it
-  // is stored or refused under the epochs as they were).
-  Status OnHello(const std::shared_ptr<Session>& s) override {
-    spdlog::info("aggregator: edge {} connected from {} (holds epoch {}{})", s->edge(), s->peer(), s->hello().epoch,
-                 (s->hello().flags & transport::kHelloPromote) != 0 ? ", promote" : "");
-    MutexLock lock(mu);
-    sessions.emplace(s->edge(), s);
-    edges_connected.Set(static_cast<double>(sessions.size()));
-    if (!closing) queue.push_back({s, std::nullopt});  // closing: never answered; the receiver closes it
-    not_empty.NotifyOne();
-    return absl::OkStatus();
-  }
-
-  void OnReport(const std::shared_ptr<Session>& s, Report r) override {
-    MutexLock lock(mu);
-    while (!closing && queue.size() >= static_cast<size_t>(cfg.queue_max)) not_full.Wait(lock);
-    if (closing) return;  // not acked: the edge re-sends it to the next aggregator
-    queue.push_back({s, std::move(r)});
-    not_empty.NotifyOne();
-  }
-
-  // Never blocks the connection: a picture that finds the queue full is dropped and counted.
-  void OnSnapshot(const std::shared_ptr<Session>& s, transport::Snapshot snap) override {
-    MutexLock lock(mu);
-    if (closing || s->superseded()) {
-      (closing ? snapshots_stopping : snapshots_superseded).Inc();
-      return;
-    }
-    if (snapshot_queue_bytes + snap.jpeg.size() > static_cast<size_t>(cfg.snapshot_queue_mb) << 20) {
-      snapshots_queue_full.Inc();
-      return;
-    }
-    snapshot_queue_bytes += snap.jpeg.size();
-    snapshot_queue.push_back({s, std::move(snap)});
-    not_empty.NotifyOne();
-  }
-
-  void OnSourceStates(const std::shared_ptr<Session>& s, transport::SourceStates states) override {
-    MutexLock lock(mu);
-    if (s->superseded()) return;
-    for (const transport::SourceStates::Entry& e : states.streams) source_states[{s->edge(), e.stream}] = e.state;
-  }
-
-  // Storage thread: the queued snapshots in one transaction (at most 256 pictures or 8 MiB at a time: the writer is
-  // held briefly, and PostgreSQL's hex parameters stay small).
-  void ProcessSnapshots() {
-    std::vector<PendingPicture> batch;
-    {
-      MutexLock lock(mu);
-      size_t taken_bytes = 0;
-      while (!snapshot_queue.empty() && batch.size() < 256 &&
-             (batch.empty() || taken_bytes + snapshot_queue.front().snapshot.jpeg.size() <= (size_t{8} << 20))) {
-        taken_bytes += snapshot_queue.front().snapshot.jpeg.size();
-        snapshot_queue_bytes -= snapshot_queue.front().snapshot.jpeg.size();
-        batch.push_back(std::move(snapshot_queue.front()));
-        snapshot_queue.pop_front();
-      }
-    }
-    if (batch.empty()) return;
-    std::vector<PendingSnapshot> pending;
-    size_t bytes = 0;
-    for (const PendingPicture& p : batch) {
-      if (p.session->superseded()) {  // its edge re-sends nothing of it: the picture goes, counted
-        snapshots_superseded.Inc();
-        continue;
-      }
-      pending.push_back({&p.session->edge(), &p.snapshot});
-      bytes += p.snapshot.jpeg.size();
-    }
-    StatusOr<uint64_t> stored = store->PutSnapshots(pending, NowNs());
-    if (!stored.ok()) {
-      StorageFailed(stored.status());
-      snapshots_failed.Inc(static_cast<double>(pending.size()));
-      spdlog::error("aggregator: {} snapshots not stored: {}", pending.size(), std::string(stored.status().message()));
-      return;
-    }
-    snapshots_stored.Inc(static_cast<double>(*stored));
-    snapshots_duplicate.Inc(static_cast<double>(pending.size() - *stored));
-    snapshot_bytes.Inc(static_cast<double>(bytes));
-  }
-
-  void OnClose(const std::shared_ptr<Session>& s, const Status& why) override {
-    spdlog::info("aggregator: edge {} ({}) disconnected: {}", s->edge(), s->peer(), std::string(why.message()));
-    MutexLock lock(mu);
-    auto [first, last] = sessions.equal_range(s->edge());
-    for (auto it = first; it != last; ++it) {
-      if (it->second == s) {
-        sessions.erase(it);
-        break;
-      }
-    }
-    edges_connected.Set(static_cast<double>(sessions.size()));
-  }
 
   // ---- storage thread ----
 
@@ -429,24 +266,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
     int64_t next_prune = prunes ? clock->SteadyNs() : kNever;
     int64_t next_expire = confirmer ? clock->SteadyNs() : kNever;
     for (;;) {
-      std::vector<Item> batch;
-      {
-        MutexLock lock(mu);
-        const int64_t wake = std::min(next_prune, next_expire);
-        while (!stop_storage && queue.empty() && snapshot_queue.empty() && !second_ready) {
-          if (wake == kNever) {
-            not_empty.Wait(lock);
-          } else if (!not_empty.WaitUntil(lock, SteadyDeadline(wake))) {
-            break;
-          }
-        }
-        if (drop_queue || (stop_storage && queue.empty())) {
-          snapshots_stopping.Inc(static_cast<double>(snapshot_queue.size()));  // never stored: counted
-          snapshot_queue.clear();
-          snapshot_queue_bytes = 0;
-          return;
-        }
-      }
+      if (!ingest->WaitForWork(std::min(next_prune, next_expire), &second_ready)) return;
       if (clock->SteadyNs() >= next_prune) {  // between batches: retention holds the writer for a chunk at a time
         Prune();
         next_prune = clock->SteadyNs() + int64_t{cfg.retention_interval_s} * 1'000'000'000;
@@ -455,30 +275,44 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
         ExpireTracks();
         next_expire = clock->SteadyNs() + static_cast<int64_t>(cfg.confirm.idle_s * 100) * 1'000'000;
       }
-      ProcessSnapshots();  // between report batches: pictures never hold up the reports for long
+      ingest->ProcessSnapshots();  // between report batches: pictures never hold up the reports for long
       if (second && (second_ready || !second_unstored.empty())) StoreSecondModel();
-      {
-        MutexLock lock(mu);
-        if (queue.empty()) continue;
-        // A Hello alone, or the reports up to the next Hello: a grant commits between the transactions
-        // of the reports queued before and after it.
-        if (!queue.front().report) {
-          batch.push_back(std::move(queue.front()));
-          queue.pop_front();
-        } else {
-          while (!queue.empty() && queue.front().report && batch.size() < static_cast<size_t>(cfg.batch_max)) {
-            batch.push_back(std::move(queue.front()));
-            queue.pop_front();
-          }
-        }
-        not_full.NotifyAll();
-      }
-      if (batch.front().report) {
-        ProcessReports(batch);
-      } else {
-        ProcessHello(batch.front().session);
+      ingest->ProcessNext();  // a Hello, or the reports up to the next one
+    }
+  }
+
+  // ---- ConfirmHook (storage thread): confirmation's part in a report batch's transaction ----
+
+  void Observe(const std::vector<ObservedReport>& observed, std::vector<PendingReport>& reports,
+               BatchConfirmation& plan) override {
+    const int64_t c0 = SteadyNowNs();
+    confirmer->Begin();
+    plan.verdicts.reserve(reports.size());
+    std::vector<std::optional<EventVerdict>> got = confirmer->ObserveBatch(observed, SteadyNowNs());
+    for (size_t i = 0; i < reports.size(); ++i) {
+      if (got[i]) {
+        plan.verdicts.push_back(std::move(*got[i]));
+        reports[i].verdict = &plan.verdicts.back();  // reserved: never moves
       }
     }
+    plan.decisions = confirmer->TakeDecisions();
+    RouteToSecondModel(reports, plan.verdicts, plan.decisions, &plan.handoff);
+    MarkNewTracks(plan.verdicts, plan.decisions, &plan.marked);
+    confirm_seconds.Observe(static_cast<double>(SteadyNowNs() - c0) * 1e-9);
+  }
+  void Committed(BatchConfirmation& plan, const std::vector<PendingReport>& reports,
+                 const std::vector<ApplyResult>& results, const DecisionResult& decided, int64_t now_ns) override {
+    confirmer->Commit();
+    HandOff(plan.handoff);
+    for (size_t i = 0; i < reports.size(); ++i) {
+      if (reports[i].verdict != nullptr && results[i].event_stored) EventStates(reports[i].verdict->state, "stored").Inc();
+    }
+    CountDecided(decided);
+    live.PublishDecisions(plan.decisions, decided, now_ns);
+  }
+  void RolledBack(BatchConfirmation& plan) override {
+    confirmer->Rollback();
+    UnmarkTracks(plan.marked);
   }
 
   int64_t SteadyNowNs() const { return clock->SteadyNs(); }
@@ -609,7 +443,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
     confirmer->Expire(SteadyNowNs());
     StatusOr<DecisionResult> d = StoreConfirmerDecisions();
     if (!d.ok()) {
-      StorageFailed(d.status());
+      ingest->StorageFailed(d.status());
       spdlog::error("aggregator: storing decisions on pending events failed (tried again): {}",
                     std::string(d.status().message()));
     }
@@ -648,7 +482,7 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
   void Prune() {
     StatusOr<RetentionResult> r = store->Prune(cfg.retention, NowNs());
     if (!r.ok()) {
-      StorageFailed(r.status());
+      ingest->StorageFailed(r.status());
       spdlog::error("aggregator: retention failed (it tries again in {} s): {}", cfg.retention_interval_s,
                     std::string(r.status().message()));
       return;
@@ -666,264 +500,12 @@ struct Aggregator::Impl final : transport::ReceiverHandler, IngestView {
     }
   }
 
-  void StorageFailed(const Status& st) {
-    storage_errors.Inc();
-    MutexLock lock(mu);
-    storage_error = std::string(st.message());
-  }
-  void StorageHealthy() {
-    MutexLock lock(mu);
-    storage_error.clear();
-  }
-
-  // Grants (durably, before the Welcome) or refuses the epoch of one Hello; evicts older sessions.
-  void ProcessHello(const std::shared_ptr<Session>& s) {
-    const transport::Hello& h = s->hello();
-    // A push route's class the edge's model does not have can never match: said once per (sink, class, edge).
-    for (const PushSinkConfig& p : cfg.push) {
-      for (const std::string& cls : p.route.classes) {
-        if (std::find(h.class_names.begin(), h.class_names.end(), cls) == h.class_names.end() &&
-            warned_classes.insert(StrCat(p.route.sink, "\n", cls, "\n", h.edge)).second) {
-          spdlog::warn("aggregator: push sink '{}': route class '{}' is not a class of edge {}'s model: its events never "
-                       "match it",
-                       p.route.sink, cls, h.edge);
-        }
-      }
-    }
-    StatusOr<Grant> g =
-        store->Admit(h.edge, h.epoch, (h.flags & transport::kHelloPromote) != 0, h.streams, NowNs());
-    if (!g.ok()) {
-      if (g.status().code() == absl::StatusCode::kOutOfRange) {  // an epoch no grant can follow
-        s->Refuse(RejectReason::kProtocolError, 0, StrCat("edge ", h.edge, ": ", g.status().message()));
-        return;
-      }
-      StorageFailed(g.status());
-      spdlog::error("aggregator: edge {}: cannot grant an epoch, closing its connection so it says Hello again: {}",
-                    h.edge, std::string(g.status().message()));
-      s->Close();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no hot loop against a failing disk
-      return;
-    }
-    StorageHealthy();
-    if (g->kind == Grant::kFenced) {
-      hellos_fenced.Inc();
-      spdlog::warn("aggregator: edge {} ({}): refusing held epoch {}: the current epoch is {}", h.edge, s->peer(),
-                   h.epoch, g->epoch);
-      s->Refuse(RejectReason::kFenced, g->epoch,
-                StrCat("edge ", h.edge, ": epoch ", h.epoch, " is older than ", g->epoch,
-                       ", held by a newer instance"));
-      return;
-    }
-    (g->kind == Grant::kNew ? hellos_granted : hellos_readmitted).Inc();
-    // Evict the sessions of older epochs first, so no Welcome coexists with an older admitted session.
-    std::vector<std::shared_ptr<Session>> older, same;
-    {
-      MutexLock lock(mu);
-      auto [first, last] = sessions.equal_range(h.edge);
-      for (auto it = first; it != last; ++it) {
-        const std::shared_ptr<Session>& o = it->second;
-        if (o == s || !o->admitted()) continue;
-        if (o->epoch() < g->epoch) older.push_back(o);
-        if (o->epoch() == g->epoch) same.push_back(o);
-      }
-    }
-    // The same instance came back (a new session after a break, or a move to a preferred link): its old
-    // session ends, and what it still had queued is ignored — the edge re-sends it here, after what the old
-    // session stored, so nothing is stored out of order.
-    for (const std::shared_ptr<Session>& o : same) {
-      spdlog::info("aggregator: edge {}: the session on {} ({}) is superseded by the new one on {} ({})", h.edge,
-                   o->link(), o->peer(), s->link(), s->peer());
-      o->Supersede();
-    }
-    for (const std::shared_ptr<Session>& o : older) {
-      evicted_sessions.Inc();
-      spdlog::warn("aggregator: edge {}: evicting the session of epoch {} ({}): epoch {} was granted to {}", h.edge,
-                   o->epoch(), o->peer(), g->epoch, s->peer());
-      // The evicted session is told, but not cut: a zombie that wakes up reads why it was fenced instead of a
-      // reset, and whatever it still sends is refused as stale (counted) until it closes, or until its
-      // silence reaches peer_timeout.
-      (void)o->Enqueue(transport::EncodeFrame(transport::Reject{
-          RejectReason::kFenced, "", 0, 0, 0, g->epoch,
-          StrCat("edge ", h.edge, ": epoch ", o->epoch(), " was superseded by epoch ", g->epoch,
-                 ", granted to a newer instance (", s->peer(), ")")}));
-    }
-    spdlog::info("aggregator: edge {} ({}): {} epoch {}", h.edge, s->peer(),
-                 g->kind == Grant::kNew ? "granted" : "re-admitted", g->epoch);
-    current_epochs[h.edge] = g->epoch;
-    {
-      MutexLock lock(mu);
-      // "replaced": a new instance took the edge id over from a granted epoch — a restart, or a standby's takeover.
-      last_grant[h.edge] = {g->kind == Grant::kReadmitted                      ? "readmitted"
-                            : (h.flags & transport::kHelloPromote) != 0 ? "promote"
-                            : g->previous_epoch > 0                     ? "replaced"
-                                                                         : "new",
-                            NowNs()};
-    }
-    s->Admit(transport::Welcome{g->epoch, std::move(g->streams)});
-  }
-
-  StreamMetrics& MetricsFor(const Report& r) {
-    auto key = std::make_pair(r.edge, r.stream);
-    auto it = stream_metrics.find(key);
-    if (it != stream_metrics.end()) return it->second;
-    const metrics::Labels l{{"edge", r.edge}, {"stream", r.stream}};
-    StreamMetrics m{
-        &registry.GetCounter("vigil_aggregator_frames_total", "New frames stored (events and progress)", l),
-        &registry.GetCounter("vigil_aggregator_events_total", "Events stored", l),
-        &registry.GetCounter("vigil_aggregator_dropped_frames_total", "Frames the edge numbered but did not process", l),
-        &registry.GetCounter("vigil_aggregator_lost_frames_total", "Frames lost when an edge instance died", l),
-        &registry.GetCounter("vigil_aggregator_duplicate_frames_total", "Re-sent frames ignored", l),
-        &registry.GetCounter("vigil_aggregator_stale_rejected_total", "Reports refused for a stale epoch", l),
-        &registry.GetHistogram("vigil_aggregator_frame_to_stored_seconds",
-                               "Capture on the edge to committed at the aggregator", metrics::LatencyBuckets(), l)};
-    return stream_metrics.emplace(key, m).first->second;
-  }
-
-  // Stores a batch of reports (no Hello among them) in one transaction, then queues the answers: one
-  // Enqueue per session. No socket I/O here.
-  void ProcessReports(std::vector<Item>& batch) {
-    // Reports of a superseded session are not stored: the edge re-sends them on its new session.
-    std::erase_if(batch, [this](const Item& item) {
-      if (!item.session->superseded()) return false;
-      superseded_reports.Inc();
-      return true;
-    });
-    if (batch.empty()) return;
-    const int64_t now = NowNs();
-    std::vector<PendingReport> reports;
-    reports.reserve(batch.size());
-    for (const Item& item : batch) reports.push_back({&*item.report, &item.session->hello().class_names});
-    // Confirmation: each event's verdict and track ids go into the transaction that stores it, and so do the
-    // decisions on earlier events its frame brought.
-    std::vector<EventVerdict> verdicts;
-    std::vector<EventDecision> decisions;
-    std::vector<std::pair<EventDecision, size_t>> handoff;  // to the second model once committed
-    std::vector<int64_t> marked;                             // tracks first confirmed by this batch
-    if (confirmer) {
-      const int64_t c0 = SteadyNowNs();
-      confirmer->Begin();
-      verdicts.reserve(batch.size());
-      std::vector<ObservedReport> observed;
-      observed.reserve(batch.size());
-      for (const Item& item : batch) {
-        const Report& r = *item.report;
-        auto ep = current_epochs.find(r.edge);
-        observed.push_back({&r, &item.session->hello().class_names,
-                            ep != current_epochs.end() && ep->second == r.epoch});
-      }
-      std::vector<std::optional<EventVerdict>> got = confirmer->ObserveBatch(observed, SteadyNowNs());
-      for (size_t i = 0; i < batch.size(); ++i) {
-        if (got[i]) {
-          verdicts.push_back(std::move(*got[i]));
-          reports[i].verdict = &verdicts.back();  // reserved: never moves
-        }
-      }
-      decisions = confirmer->TakeDecisions();
-      RouteToSecondModel(reports, verdicts, decisions, &handoff);
-      MarkNewTracks(verdicts, decisions, &marked);
-      confirm_seconds.Observe(static_cast<double>(SteadyNowNs() - c0) * 1e-9);
-    }
-    const int64_t t0 = SteadyNowNs();
-    DecisionResult decided;
-    StatusOr<std::vector<ApplyResult>> results = store->Apply(reports, now, decisions, &decided);
-    commit_seconds.Observe(static_cast<double>(SteadyNowNs() - t0) * 1e-9);
-    if (confirmer) {
-      if (results.ok()) {
-        confirmer->Commit();
-        HandOff(handoff);
-        for (size_t i = 0; i < batch.size(); ++i) {
-          if (reports[i].verdict != nullptr && (*results)[i].event_stored) {
-            EventStates(reports[i].verdict->state, "stored").Inc();
-          }
-        }
-        CountDecided(decided);
-        live.PublishDecisions(decisions, decided, now);
-      } else {
-        confirmer->Rollback();
-        UnmarkTracks(marked);
-      }
-    }
-    if (!results.ok()) {
-      StorageFailed(results.status());
-      spdlog::error("aggregator: storing {} reports failed, closing their connections so the edges re-send: {}",
-                    reports.size(), std::string(results.status().message()));
-      for (const Item& item : batch) item.session->Close();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // no hot loop against a failing disk
-      return;
-    }
-    StorageHealthy();
-    const int64_t committed = NowNs();
-    std::map<Session*, std::pair<std::shared_ptr<Session>, std::string>> replies;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const Report& r = *batch[i].report;
-      const ApplyResult& res = (*results)[i];
-      StreamMetrics& m = MetricsFor(r);
-      auto& [session, frames] = replies[batch[i].session.get()];
-      session = batch[i].session;
-      if (res.kind == ApplyResult::kStale) {
-        stale_reports.Inc();
-        m.stale->Inc();
-        transport::AppendFrame(
-            transport::Reject{RejectReason::kStaleEpoch, r.stream, r.run, r.seq_first, r.seq_last, res.edge_epoch,
-                              res.edge_epoch == 0
-                                  ? StrCat("edge ", r.edge, ": no epoch granted")
-                                  : StrCat("edge ", r.edge, ": epoch ", r.epoch, " is not the current epoch ",
-                                           res.edge_epoch, " (held by a newer instance)")},
-            &frames);
-        continue;
-      }
-      (res.kind == ApplyResult::kStored ? stored_reports : duplicate_reports).Inc();
-      m.frames->Inc(static_cast<double>(res.new_frames));
-      m.dropped->Inc(static_cast<double>(res.dropped_frames));
-      m.lost->Inc(static_cast<double>(res.lost_frames));
-      m.duplicates->Inc(static_cast<double>(res.duplicate_frames));
-      if (res.event_stored) m.events->Inc();
-      if (res.new_frames > 0 && r.capture_ns > 0) {
-        m.frame_to_stored->Observe(static_cast<double>(committed - r.capture_ns) * 1e-9);
-      }
-      transport::AppendFrame(transport::Ack{r.stream, r.run, r.epoch, r.seq_first, r.seq_last, res.contiguous_through},
-                             &frames);
-    }
-    // A full or closed session is closed by Enqueue: its edge reconnects and re-sends.
-    for (auto& [raw, reply] : replies) (void)reply.first->Enqueue(std::move(reply.second));
-    if (decided.pushes_queued > 0 ||
-        std::any_of(results->begin(), results->end(), [](const ApplyResult& r) { return r.pushes_queued > 0; })) {
-      for (auto& p : pushers) p->Wake();
-    }
-    if (std::any_of(results->begin(), results->end(), [](const ApplyResult& r) { return r.event_stored; })) {
-      live.EventsStored();
-    }
-  }
-
   // ---- IngestView (HTTP worker threads): what /healthz and /api/stats show of the sessions ----
-
-  IngestHealth Health() const override {
-    MutexLock lock(mu);
-    return {storage_error, sessions.size(), queue.size()};
-  }
-  IngestEdges Edges() const override {
-    IngestEdges e;
-    MutexLock lock(mu);
-    for (const auto& [edge, session] : sessions) {
-      e.connected.insert(edge);
-      if (session->admitted() && !session->superseded()) e.links[edge].insert(session->link());
-    }
-    e.last_grant = last_grant;
-    e.sources = source_states;
-    return e;
-  }
 
   void Shutdown(bool crash) {
     if (stopped) return;
     stopped = true;
-    {
-      MutexLock lock(mu);
-      closing = true;
-      stop_storage = true;
-      drop_queue = crash;
-      not_empty.NotifyAll();
-      not_full.NotifyAll();
-    }
+    ingest->Close(crash);
     live.Close();  // the live channels end (their HTTP threads are free for stop())
     if (crash) {  // cut the edges first: no ack for anything queued
       for (auto& rx : receivers) rx->Stop();
@@ -984,6 +566,20 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   so.password = config.db_password;
   for (const PushSinkConfig& p : config.push) so.routes.push_back(p.route);
   VIGIL_ASSIGN_OR_RETURN(d.store, Store::Open(config.db_path, so));
+  IngestOptions io;
+  io.store = d.store.get();
+  io.registry = &d.registry;
+  io.live = &d.live;
+  io.confirm = config.confirm.enabled ? &d : nullptr;
+  io.wake_push = [&d] {
+    for (auto& p : d.pushers) p->Wake();
+  };
+  for (const PushSinkConfig& p : config.push) io.push_routes.push_back(p.route);
+  io.queue_max = config.queue_max;
+  io.batch_max = config.batch_max;
+  io.snapshot_queue_mb = config.snapshot_queue_mb;
+  io.clock = d.clock;
+  d.ingest = std::make_unique<Ingest>(std::move(io));
   if (config.confirm.enabled) {
     VIGIL_RETURN_IF_ERROR(d.StartConfirmation());
     const TrackRules& r = config.confirm.rules;
@@ -1027,7 +623,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
   for (auto& p : d.pushers) p->Start();  // what an earlier run left in the outbox goes out now
   HttpApiOptions ao;
   ao.store = d.store.get();
-  ao.ingest = &d;
+  ao.ingest = d.ingest.get();
   ao.live = &d.live;
   ao.registry = &d.registry;
   for (const auto& p : d.pushers) ao.push_sinks.push_back(p->sink());
@@ -1053,10 +649,6 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
     d.http_thread.join();
     return st;
   };
-  d.registry.AddCollectHook([&d] {  // read at every scrape
-    MutexLock lock(d.mu);
-    d.queue_depth.Set(static_cast<double>(d.queue.size()));
-  });
   transport::ReceiverOptions ro;
   ro.max_connections = config.max_connections;
   ro.peer_timeout = std::chrono::milliseconds(config.peer_timeout_ms);
@@ -1067,7 +659,7 @@ StatusOr<std::unique_ptr<Aggregator>> Aggregator::Start(const AggregatorConfig& 
     transport::ReceiverOptions o = ro;
     if (!ip_allow_list) o.allow = nullptr;
     VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<transport::Receiver> rx,
-                           transport::Receiver::Start(o, std::move(*listener), &d));
+                           transport::Receiver::Start(o, std::move(*listener), d.ingest.get()));
     transport::Receiver* r = rx.get();
     MirrorReceiverStats(d.registry, std::string(r->kind()), [r] { return r->Stats(); });
     d.receivers.push_back(std::move(rx));
