@@ -4,41 +4,33 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cmath>
-#include <deque>
-#include <filesystem>
-#include <map>
-#include <set>
+#include <atomic>
+#include <memory>
+#include <string>
 #include <thread>
-#include <unordered_set>
-#include <tuple>
+#include <vector>
 
-#include "vigil/aggregator/store.h"
-#include "vigil/common/clock.h"
-#include "vigil/common/mutex.h"
-#include "vigil/transport/auth.h"
-#include "vigil/transport/http_access.h"
 #include "aggregator/config.h"
 #include "aggregator/confirmation.h"
 #include "aggregator/http_api.h"
 #include "aggregator/ingest.h"
 #include "aggregator/live_feed.h"
 #include "aggregator/transport_metrics.h"
+#include "vigil/aggregator/push.h"
+#include "vigil/aggregator/store.h"
+#include "vigil/common/clock.h"
+#include "vigil/transport/auth.h"
+#include "vigil/transport/cuda_ipc.h"
+#include "vigil/transport/http_access.h"
 #include "vigil/transport/receiver.h"
 #include "vigil/transport/tls.h"
-#include "vigil/transport/cuda_ipc.h"
 #include "vigil/transport/ucx.h"
 
 namespace vigil::aggregator {
-namespace {
 
-using transport::RejectReason;
-using transport::Report;
-using transport::Session;
-
-}  // namespace
-
+// The composition root: it reads nothing itself and decides nothing itself; it builds the parts, wires them and
+// runs the storage loop. Parts: Ingest (sessions, the queue, Hellos and report batches), Confirmation (tracker and
+// second model), Pusher per push sink, HttpApi over LiveFeed, the receivers and their metrics mirrors.
 struct Aggregator::Impl {
   AggregatorConfig cfg;
   std::unique_ptr<Store> store;
@@ -70,9 +62,12 @@ struct Aggregator::Impl {
       "vigil_aggregator_retention_kept_for_push",
       "Events past the age limit kept because a push sink has not delivered them (at the last pruning)");
 
-  // ---- ReceiverHandler (connection threads) ----
+  // A failed Start destroys the parts without Shutdown: the second model's thread (it wakes ingest) ends first.
+  ~Impl() {
+    if (confirmation) confirmation->Stop();
+  }
 
-  // ---- storage thread ----
+  // ---- the storage thread ----
 
   void StorageLoop() {
     constexpr int64_t kNever = INT64_MAX;  // steady ns
@@ -96,9 +91,7 @@ struct Aggregator::Impl {
     }
   }
 
-
-
-
+  // Between batches, every retention_interval_s.
   void Prune() {
     StatusOr<RetentionResult> r = store->Prune(cfg.retention, clock->WallNs());
     if (!r.ok()) {
@@ -120,7 +113,7 @@ struct Aggregator::Impl {
     }
   }
 
-  // ---- IngestView (HTTP worker threads): what /healthz and /api/stats show of the sessions ----
+  // ---- the controlling thread ----
 
   void Shutdown(bool crash) {
     if (stopped) return;
