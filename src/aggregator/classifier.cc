@@ -144,14 +144,14 @@ SecondStage::SecondStage(ClassifierConfig config, Classify classify, CropSource 
     : config_(std::move(config)), classify_(std::move(classify)), crops_(std::move(crops)) {}
 
 void SecondStage::Add(EventDecision tracked, size_t detections, int64_t now_ns) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   waiting_.push_back({std::move(tracked), detections, now_ns + static_cast<int64_t>(config_.wait_s * 1e9)});
 }
 
 size_t SecondStage::Step(int64_t now_ns) {
   std::deque<Waiting> batch;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     batch.swap(waiting_);
   }
   size_t decided = 0;
@@ -173,11 +173,11 @@ size_t SecondStage::Step(int64_t now_ns) {
       continue;
     }
     EventDecision d = Decide(w, crops);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     decided_.push_back(std::move(d));
     ++decided;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (Waiting& w : waiting_) again.push_back(std::move(w));  // added while this Step ran
   waiting_ = std::move(again);
   return decided;
@@ -213,7 +213,7 @@ EventDecision SecondStage::Decide(Waiting& w, const std::vector<StoredSnapshot>&
     if (confirmed_by.empty() && in(config_.confirm, c->label)) confirmed_by = what;
     if (rejected_by.empty() && in(config_.reject, c->label)) rejected_by = what;
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   stats_.crops += classified;
   stats_.crop_errors += errors;
   if (!confirmed_by.empty()) {
@@ -239,17 +239,17 @@ EventDecision SecondStage::Decide(Waiting& w, const std::vector<StoredSnapshot>&
 }
 
 std::vector<EventDecision> SecondStage::TakeDecisions() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return std::exchange(decided_, {});
 }
 
 size_t SecondStage::waiting() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return waiting_.size();
 }
 
 SecondStageStats SecondStage::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 

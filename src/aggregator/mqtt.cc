@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <set>
 
 #include "vigil/aggregator/push.h"
@@ -68,25 +66,30 @@ class Mqtt final : public Delivery {
   }
 
   DeliveryOutcome Deliver(const StoredEvent& event) override {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
-    std::unique_lock lock(mu_);
+    // The deadline on steady_clock from the Clock seam's steady time (SystemClock's origin is steady_clock's).
+    const std::chrono::steady_clock::time_point deadline{
+        std::chrono::nanoseconds(SystemClock()->SteadyNs() + int64_t{opt_.timeout_ms} * 1'000'000)};
+    MutexLock lock(mu_);
     if (!connected_) {
       if (!connecting_) {
         connecting_ = true;
-        lock.unlock();
+        lock.Unlock();
         const int rc = mosquitto_connect_async(m_, opt_.host.c_str(), opt_.port, opt_.keepalive_s);
-        lock.lock();
+        lock.Lock();
         if (rc != MOSQ_ERR_SUCCESS) {
           connecting_ = false;
           return {DeliveryOutcome::kRetry, StrCat("mqtt ", opt_.host, ":", opt_.port, ": ", mosquitto_strerror(rc))};
         }
       }
-      if (!cv_.wait_until(lock, deadline, [&] { return connected_; })) {
+      while (!connected_) {
+        if (!cv_.WaitUntil(lock, deadline)) break;
+      }
+      if (!connected_) {
         return {DeliveryOutcome::kRetry, StrCat("mqtt ", opt_.host, ":", opt_.port, ": not connected within ",
                                                 opt_.timeout_ms, " ms", last_error_.empty() ? "" : ": " + last_error_)};
       }
     }
-    lock.unlock();
+    lock.Unlock();
     // One message per class in the event, on <prefix>/<edge>/<stream>/<label>, and the stream's retained state.
     const std::string payload = EventJson(event);
     const std::string base = StrCat(opt_.topic_prefix, "/", Level(event.edge), "/", Level(event.stream), "/");
@@ -104,11 +107,12 @@ class Mqtt final : public Delivery {
       if (rc != MOSQ_ERR_SUCCESS) return {DeliveryOutcome::kRetry, StrCat("mqtt publish ", topic, ": ", mosquitto_strerror(rc))};
       mids.push_back(mid);
     }
-    lock.lock();
+    lock.Lock();
     // PUBACK for every message (QoS 1): the broker has them.
-    const bool acked = cv_.wait_until(lock, deadline, [&] {
-      return std::all_of(mids.begin(), mids.end(), [&](int mid) { return acked_.count(mid) != 0; });
-    });
+    while (!AllAcked(mids)) {
+      if (!cv_.WaitUntil(lock, deadline)) break;
+    }
+    const bool acked = AllAcked(mids);
     for (int mid : mids) {
       if (acked_.erase(mid) == 0) abandoned_.insert(mid);  // its PUBACK, if it comes late, claims nothing
     }
@@ -125,42 +129,49 @@ class Mqtt final : public Delivery {
   }
 
  private:
+  bool AllAcked(const std::vector<int>& mids) const VIGIL_REQUIRES(mu_) {
+    for (int mid : mids) {
+      if (acked_.count(mid) == 0) return false;
+    }
+    return true;
+  }
   void OnConnect(int rc) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       connected_ = rc == 0;
       if (rc != 0) last_error_ = mosquitto_connack_string(rc);
       acked_.clear();
       abandoned_.clear();  // a new connection: the old mids are gone
     }
     if (rc == 0) spdlog::info("push sink '{}': connected to mqtt {}:{}", opt_.sink, opt_.host, opt_.port);
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   void OnDisconnect(int rc) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (connected_ && rc != 0) spdlog::warn("push sink '{}': mqtt connection lost; reconnecting", opt_.sink);
       connected_ = false;
       last_error_ = rc == 0 ? "disconnected" : "connection lost";
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   void OnPublish(int mid) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (abandoned_.erase(mid) == 0) acked_.insert(mid);
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 
   const MqttOptions opt_;
   mosquitto* m_ = nullptr;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool connected_ = false, connecting_ = false;  // GUARDED_BY(mu_)
-  std::string last_error_;                       // GUARDED_BY(mu_)
-  std::set<int> acked_;                          // GUARDED_BY(mu_) PUBACKs not yet claimed
-  std::set<int> abandoned_;                      // GUARDED_BY(mu_) mids a timed-out delivery gave up on
+  Mutex mu_;
+  CondVar cv_;
+  bool connected_ VIGIL_GUARDED_BY(mu_) = false;
+  bool connecting_ VIGIL_GUARDED_BY(mu_) = false;
+  std::string last_error_ VIGIL_GUARDED_BY(mu_);
+  std::set<int> acked_ VIGIL_GUARDED_BY(mu_);  // PUBACKs not yet claimed
+  std::set<int> abandoned_ VIGIL_GUARDED_BY(mu_);  // mids a timed-out delivery gave up on
 };
 
 }  // namespace

@@ -168,7 +168,7 @@ Status Pusher::Flush(std::vector<int64_t>& delivered) {
   Status del = store_->PushDelivered(delivered);
   delivered.clear();
   if (!del.ok()) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++stats_.store_errors;
   }
   return del;
@@ -178,7 +178,7 @@ Status Pusher::DeliverDue(std::vector<OutboxItem>& due, std::vector<int64_t>& de
   int64_t group_began = 0;  // when the first delivery of the undeleted group began (steady ns)
   for (OutboxItem& item : due) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (stopping_) break;
     }
     if (delivered.empty()) group_began = clock_->SteadyNs();
@@ -202,7 +202,7 @@ Status Pusher::DeliverDue(std::vector<OutboxItem>& due, std::vector<int64_t>& de
       }
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!st.ok()) ++stats_.store_errors;
       if (out.kind == DeliveryOutcome::kDelivered) {
         ++stats_.delivered;
@@ -233,23 +233,23 @@ void Pusher::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 void Pusher::Wake() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     woken_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Pusher::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
 PusherStats Pusher::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 
@@ -267,8 +267,12 @@ void Pusher::Loop() {
       // Nothing due: sleep until the next row is, or a commit queues one (Wake); at most a minute.
       wait_ns = *next ? std::clamp<int64_t>(**next - clock_->WallNs(), 0, 60'000'000'000) : 60'000'000'000;
     }
-    std::unique_lock lock(mu_);
-    if (wait_ns > 0) cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns), [&] { return stopping_ || woken_; });
+    MutexLock lock(mu_);
+    // A real-time wait of wait_ns (a spurious wake-up waits it again from then): the Clock seam only times what is
+    // due, so a FakeClock in the tests never makes this loop spin.
+    while (wait_ns > 0 && !stopping_ && !woken_) {
+      if (!cv_.WaitFor(lock, std::chrono::nanoseconds(wait_ns))) break;
+    }
     if (stopping_) return;
     woken_ = false;
   }

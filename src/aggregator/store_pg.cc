@@ -12,13 +12,13 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
-#include <mutex>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 
 #include "aggregator/store_backend.h"
+#include "vigil/common/mutex.h"
 
 namespace vigil::aggregator {
 namespace {
@@ -550,7 +550,7 @@ class PgBackend final : public StoreBackend {
   }
 
   StatusOr<std::vector<StoredEvent>> Events(const EventQuery& q) const override {
-    std::lock_guard lock(read_mu_);
+    MutexLock lock(read_mu_);
 #define VIGIL_PG_EVENTS_WHERE                                                                                   \
   "SELECT " VIGIL_PG_EVENT_COLUMNS ", " VIGIL_EVENT_SNAPSHOT_COUNT                                               \
   " FROM events e JOIN streams s ON s.id = e.stream_id WHERE e.id > $1 AND e.id < $6 AND e.capture_ns >= $2 AND " \
@@ -601,7 +601,7 @@ class PgBackend final : public StoreBackend {
 
   StatusOr<std::vector<StoredSnapshot>> Snapshots(const std::string& edge, const std::string& stream, uint64_t run,
                                                   uint64_t seq, bool with_jpeg) const override {
-    std::lock_guard lock(read_mu_);
+    MutexLock lock(read_mu_);
     static constexpr const char* kWith = "SELECT " VIGIL_SNAPSHOT_COLUMNS
                                          ", jpeg FROM snapshots WHERE edge = $1 AND stream = $2 AND run = $3 AND "
                                          "seq = $4 ORDER BY box";
@@ -615,7 +615,7 @@ class PgBackend final : public StoreBackend {
 
   StatusOr<std::optional<StoredSnapshot>> LatestSnapshot(const std::string& edge,
                                                          const std::string& stream) const override {
-    std::lock_guard lock(read_mu_);
+    MutexLock lock(read_mu_);
     static constexpr const char* kSql = "SELECT " VIGIL_SNAPSHOT_COLUMNS
                                         ", jpeg FROM snapshots WHERE edge = $1 AND stream = $2 AND box = -1 "
                                         "ORDER BY stored_ns DESC LIMIT 1";
@@ -635,17 +635,18 @@ class PgBackend final : public StoreBackend {
   }
 
   StatusOr<int64_t> MaxTrackId() const override {
-    std::lock_guard lock(read_mu_);
+    MutexLock lock(read_mu_);
     static constexpr const char* kSql = "SELECT COALESCE(MAX(track_id), 0) FROM detections WHERE track_id > 0";
     VIGIL_ASSIGN_OR_RETURN(Result r, r_->Run(kSql, {}, "largest track id"));
     return Int(r.get(), 0, 0);
   }
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run) const override {
-    std::lock_guard lock(read_mu_);
+    MutexLock lock(read_mu_);
     StoreStats out;
     // One snapshot, so the numbers agree with each other.
     Status st = r_->InTransaction(
         [&]() -> Status {
+          read_mu_.AssertHeld();  // run by InTransaction, under the lock above
           static constexpr const char* kStreams =
               "SELECT id, edge, stream, epoch, duplicates, stale_rejected FROM streams ORDER BY edge, stream";
           VIGIL_ASSIGN_OR_RETURN(Result s, r_->Run(kStreams, {}, "stats: streams"));
@@ -707,7 +708,7 @@ class PgBackend final : public StoreBackend {
   StatusOr<RetentionResult> Prune(const RetentionPolicy& policy, int64_t now_ns) override;
 
   StatusOr<std::vector<OutboxItem>> PushDue(const std::string& sink, int64_t now_ns, int limit) const override {
-    std::lock_guard lock(push_mu_);
+    MutexLock lock(push_mu_);
     static constexpr const char* kSql =
         "SELECT o.id, o.attempts, " VIGIL_PG_EVENT_COLUMNS
         " FROM push_outbox o JOIN events e ON e.id = o.event_id JOIN streams s ON s.id = e.stream_id "
@@ -721,35 +722,36 @@ class PgBackend final : public StoreBackend {
     return out;
   }
   StatusOr<std::optional<int64_t>> PushNextDue(const std::string& sink) const override {
-    std::lock_guard lock(push_mu_);
+    MutexLock lock(push_mu_);
     static constexpr const char* kSql = "SELECT MIN(next_ns) FROM push_outbox WHERE sink = $1";
     VIGIL_ASSIGN_OR_RETURN(Result r, p_->Run(kSql, {sink}, "push outbox: next due"));
     if (PQgetisnull(r.get(), 0, 0)) return std::optional<int64_t>();
     return std::optional<int64_t>(Int(r.get(), 0, 0));
   }
   StatusOr<uint64_t> PushDepth(const std::string& sink) const override {
-    std::lock_guard lock(push_mu_);
+    MutexLock lock(push_mu_);
     static constexpr const char* kSql = "SELECT COUNT(*) FROM push_outbox WHERE sink = $1";
     VIGIL_ASSIGN_OR_RETURN(Result r, p_->Run(kSql, {sink}, "push outbox: depth"));
     return U64(r.get(), 0, 0);
   }
   Status PushDelivered(std::span<const int64_t> outbox_ids) override {
-    std::lock_guard lock(push_mu_);
+    MutexLock lock(push_mu_);
     Array ids;
     for (int64_t id : outbox_ids) ids.Add(id);
     static constexpr const char* kSql = "DELETE FROM push_outbox WHERE id = ANY($1::bigint[])";
     return p_->Run(kSql, {ids.Done()}, "push outbox: delete delivered rows").status();
   }
   Status PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) override {
-    std::lock_guard lock(push_mu_);
+    MutexLock lock(push_mu_);
     static constexpr const char* kSql =
         "UPDATE push_outbox SET attempts = $2, next_ns = $3, last_error = $4 WHERE id = $1";
     return p_->Run(kSql, {P(outbox_id), P(attempts), P(next_ns), Clean(error)}, "push outbox: record a failed delivery")
         .status();
   }
   Status PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns) override {
-    std::lock_guard lock(push_mu_);
+    MutexLock lock(push_mu_);
     return p_->InTransaction([&]() -> Status {
+      push_mu_.AssertHeld();  // run by InTransaction, under the lock above
       static constexpr const char* kBury =
           "INSERT INTO push_dead_letters(sink, event_id, attempts, last_error, dead_ns) "
           "SELECT sink, event_id, $2, $3, $4 FROM push_outbox WHERE id = $1 ON CONFLICT (sink, event_id) DO UPDATE "
@@ -760,7 +762,7 @@ class PgBackend final : public StoreBackend {
     });
   }
   StatusOr<std::vector<DeadLetter>> DeadLetters(const std::string& sink, int limit) const override {
-    std::lock_guard lock(push_mu_);
+    MutexLock lock(push_mu_);
     static constexpr const char* kSql =
         "SELECT d.sink, d.attempts, d.last_error, d.dead_ns, " VIGIL_PG_EVENT_COLUMNS
         " FROM push_dead_letters d JOIN events e ON e.id = d.event_id JOIN streams s ON s.id = e.stream_id "
@@ -775,9 +777,10 @@ class PgBackend final : public StoreBackend {
     return out;
   }
   StatusOr<uint64_t> ReplayDeadLetters(const std::string& sink, int64_t now_ns) override {
-    std::lock_guard lock(push_mu_);
+    MutexLock lock(push_mu_);
     uint64_t n = 0;
     Status st = p_->InTransaction([&]() -> Status {
+      push_mu_.AssertHeld();  // run by InTransaction, under the lock above
       static constexpr const char* kRevive =
           "INSERT INTO push_outbox(sink, event_id, attempts, next_ns) SELECT sink, event_id, 0, $2 "
           "FROM push_dead_letters WHERE sink = $1 ON CONFLICT (sink, event_id) DO NOTHING";
@@ -854,12 +857,15 @@ class PgBackend final : public StoreBackend {
   Status ApplyBatch(std::span<const PendingReport> batch, int64_t now_ns, std::span<const EventDecision> decisions,
                     DecisionResult& decided, std::vector<ApplyResult>& results);
 
-  std::unique_ptr<Conn> w_, r_, p_;
+  std::unique_ptr<Conn> w_;                                // the writer thread's
+  std::unique_ptr<Conn> r_ VIGIL_PT_GUARDED_BY(read_mu_);  // the readers' (HTTP API, confirmation's queries)
+  std::unique_ptr<Conn> p_ VIGIL_PT_GUARDED_BY(push_mu_);  // the pushers' and the dead-letter routes'
   std::vector<PushRoute> routes_;
   // Writer caches of committed rows (writer thread only); dropped whenever a transaction fails.
   std::map<std::pair<std::string, std::string>, StreamState> streams_;
   std::map<std::pair<int64_t, uint64_t>, RunState> runs_;
-  mutable std::mutex read_mu_, push_mu_;  // r_ / p_
+  mutable Mutex read_mu_;
+  mutable Mutex push_mu_;
 };
 
 Status PgBackend::ApplyBatch(std::span<const PendingReport> batch, int64_t now_ns,

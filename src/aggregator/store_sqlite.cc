@@ -1,11 +1,11 @@
 // The SQLite engine of aggregator::Store (store.h).
 #include "aggregator/store_backend.h"
+#include "vigil/common/mutex.h"
 
 #include <sqlite3.h>
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -304,16 +304,25 @@ struct SqliteImpl {
 
   // The push connection (Pushers' threads, the API's dead letters), serialized by push_mu.
   DbPtr pdb;
-  mutable std::mutex push_mu;
-  mutable Stmt push_due, push_detections, push_next, push_depth, push_delete, push_retry, push_bury, push_begin,
-      push_commit, push_rollback, dead_letters, revive, forget_dead;  // GUARDED_BY(push_mu)
+  mutable Mutex push_mu;
+  mutable Stmt push_due VIGIL_GUARDED_BY(push_mu), push_detections VIGIL_GUARDED_BY(push_mu),
+      push_next VIGIL_GUARDED_BY(push_mu), push_depth VIGIL_GUARDED_BY(push_mu), push_delete VIGIL_GUARDED_BY(push_mu),
+      push_retry VIGIL_GUARDED_BY(push_mu), push_bury VIGIL_GUARDED_BY(push_mu), push_begin VIGIL_GUARDED_BY(push_mu),
+      push_commit VIGIL_GUARDED_BY(push_mu), push_rollback VIGIL_GUARDED_BY(push_mu),
+      dead_letters VIGIL_GUARDED_BY(push_mu), revive VIGIL_GUARDED_BY(push_mu), forget_dead VIGIL_GUARDED_BY(push_mu);
 
-  mutable std::mutex read_mu;
-  mutable Stmt events_query, events_query_desc, detections_query, streams_query, runs_query, gap_query,
-      edges_query, snapshots_query, snapshots_meta_query, latest_snapshot_query,
-      max_track_query;  // GUARDED_BY(read_mu)
+  // The reader connection (HTTP API, confirmation's queries), serialized by read_mu.
+  mutable Mutex read_mu;
+  mutable Stmt events_query VIGIL_GUARDED_BY(read_mu), events_query_desc VIGIL_GUARDED_BY(read_mu),
+      detections_query VIGIL_GUARDED_BY(read_mu), streams_query VIGIL_GUARDED_BY(read_mu),
+      runs_query VIGIL_GUARDED_BY(read_mu), gap_query VIGIL_GUARDED_BY(read_mu), edges_query VIGIL_GUARDED_BY(read_mu),
+      snapshots_query VIGIL_GUARDED_BY(read_mu), snapshots_meta_query VIGIL_GUARDED_BY(read_mu),
+      latest_snapshot_query VIGIL_GUARDED_BY(read_mu), max_track_query VIGIL_GUARDED_BY(read_mu);
 
   Status Prepare() {
+    // At Open, before any other thread sees the store: the locks only say that the statements are theirs.
+    MutexLock push_lock(push_mu);
+    MutexLock read_lock(read_mu);
     sqlite3* w = wdb.get();
     const std::pair<Stmt*, const char*> writer[] = {
         {&begin, "BEGIN IMMEDIATE"},
@@ -638,7 +647,7 @@ class SqliteBackend final : public StoreBackend {
                                                          const std::string& stream) const override;
   StatusOr<StoreStats> Stats(size_t max_gaps_per_run) const override;
   StatusOr<int64_t> MaxTrackId() const override {
-    std::lock_guard lock(impl_->read_mu);
+    MutexLock lock(impl_->read_mu);
     VIGIL_ASSIGN_OR_RETURN(bool row, impl_->max_track_query.Bind().Step());
     const int64_t v = row ? impl_->max_track_query.Int(0) : 0;
     impl_->max_track_query.Reset();
@@ -804,7 +813,7 @@ Status ReadDetections(Stmt& det, StoredEvent& ev) {
 }  // namespace
 
 StatusOr<std::vector<StoredEvent>> SqliteBackend::Events(const EventQuery& q) const {
-  std::lock_guard lock(impl_->read_mu);
+  MutexLock lock(impl_->read_mu);
   Stmt& e = q.newest_first ? impl_->events_query_desc : impl_->events_query;
   std::vector<StoredEvent> out;
   e.Bind(q.since_id, q.since_ns, q.edge, q.stream, q.limit, q.before_id, q.label, q.severity, q.by_frame ? 1 : 0,
@@ -855,7 +864,7 @@ StatusOr<std::vector<StoredSnapshot>> ReadSnapshots(Stmt& q, bool with_jpeg) {
 
 StatusOr<std::vector<StoredSnapshot>> SqliteBackend::Snapshots(const std::string& edge, const std::string& stream,
                                                                uint64_t run, uint64_t seq, bool with_jpeg) const {
-  std::lock_guard lock(impl_->read_mu);
+  MutexLock lock(impl_->read_mu);
   Stmt& q = with_jpeg ? impl_->snapshots_query : impl_->snapshots_meta_query;
   q.Bind(edge, stream, run, seq);
   return ReadSnapshots(q, with_jpeg);
@@ -863,7 +872,7 @@ StatusOr<std::vector<StoredSnapshot>> SqliteBackend::Snapshots(const std::string
 
 StatusOr<std::optional<StoredSnapshot>> SqliteBackend::LatestSnapshot(const std::string& edge,
                                                                       const std::string& stream) const {
-  std::lock_guard lock(impl_->read_mu);
+  MutexLock lock(impl_->read_mu);
   impl_->latest_snapshot_query.Bind(edge, stream);
   VIGIL_ASSIGN_OR_RETURN(std::vector<StoredSnapshot> v, ReadSnapshots(impl_->latest_snapshot_query, true));
   if (v.empty()) return std::optional<StoredSnapshot>();
@@ -872,7 +881,7 @@ StatusOr<std::optional<StoredSnapshot>> SqliteBackend::LatestSnapshot(const std:
 
 StatusOr<std::vector<OutboxItem>> SqliteBackend::PushDue(const std::string& sink, int64_t now_ns, int limit) const {
   SqliteImpl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
+  MutexLock lock(d.push_mu);
   std::vector<OutboxItem> out;
   d.push_due.Bind(sink, now_ns, limit);
   for (;;) {
@@ -886,7 +895,7 @@ StatusOr<std::vector<OutboxItem>> SqliteBackend::PushDue(const std::string& sink
 
 StatusOr<std::optional<int64_t>> SqliteBackend::PushNextDue(const std::string& sink) const {
   SqliteImpl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
+  MutexLock lock(d.push_mu);
   VIGIL_ASSIGN_OR_RETURN(bool row, d.push_next.Bind(sink).Step());
   std::optional<int64_t> next;
   if (row) next = d.push_next.Int(0);
@@ -896,7 +905,7 @@ StatusOr<std::optional<int64_t>> SqliteBackend::PushNextDue(const std::string& s
 
 StatusOr<uint64_t> SqliteBackend::PushDepth(const std::string& sink) const {
   SqliteImpl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
+  MutexLock lock(d.push_mu);
   VIGIL_ASSIGN_OR_RETURN(bool row, d.push_depth.Bind(sink).Step());
   const uint64_t n = row ? d.push_depth.U64(0) : 0;
   d.push_depth.Reset();
@@ -905,7 +914,7 @@ StatusOr<uint64_t> SqliteBackend::PushDepth(const std::string& sink) const {
 
 Status SqliteBackend::PushDelivered(std::span<const int64_t> outbox_ids) {
   SqliteImpl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
+  MutexLock lock(d.push_mu);
   Status st = d.push_begin.Run();
   for (size_t i = 0; st.ok() && i < outbox_ids.size(); ++i) st = d.push_delete.Bind(outbox_ids[i]).Run();
   if (st.ok()) st = d.push_commit.Run();
@@ -915,14 +924,14 @@ Status SqliteBackend::PushDelivered(std::span<const int64_t> outbox_ids) {
 
 Status SqliteBackend::PushRetry(int64_t outbox_id, int attempts, int64_t next_ns, const std::string& error) {
   SqliteImpl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
+  MutexLock lock(d.push_mu);
   return Annotate(d.push_retry.Bind(outbox_id, attempts, next_ns, error.substr(0, 1000)).Run(),
                   "push outbox: record a failed delivery");
 }
 
 Status SqliteBackend::PushDead(int64_t outbox_id, int attempts, const std::string& error, int64_t now_ns) {
   SqliteImpl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
+  MutexLock lock(d.push_mu);
   Status st = d.push_begin.Run();
   if (st.ok()) st = d.push_bury.Bind(outbox_id, attempts, error.substr(0, 1000), now_ns).Run();
   if (st.ok()) st = d.push_delete.Bind(outbox_id).Run();
@@ -933,7 +942,7 @@ Status SqliteBackend::PushDead(int64_t outbox_id, int attempts, const std::strin
 
 StatusOr<uint64_t> SqliteBackend::ReplayDeadLetters(const std::string& sink, int64_t now_ns) {
   SqliteImpl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
+  MutexLock lock(d.push_mu);
   Status st = d.push_begin.Run();
   uint64_t n = 0;
   if (st.ok()) st = d.revive.Bind(sink, now_ns).Run();
@@ -949,7 +958,7 @@ StatusOr<uint64_t> SqliteBackend::ReplayDeadLetters(const std::string& sink, int
 
 StatusOr<std::vector<DeadLetter>> SqliteBackend::DeadLetters(const std::string& sink, int limit) const {
   SqliteImpl& d = *impl_;
-  std::lock_guard lock(d.push_mu);
+  MutexLock lock(d.push_mu);
   std::vector<DeadLetter> out;
   d.dead_letters.Bind(sink, limit);
   for (;;) {
@@ -963,12 +972,13 @@ StatusOr<std::vector<DeadLetter>> SqliteBackend::DeadLetters(const std::string& 
 }
 
 StatusOr<StoreStats> SqliteBackend::Stats(size_t max_gaps_per_run) const {
-  std::lock_guard lock(impl_->read_mu);
   SqliteImpl& d = *impl_;
+  MutexLock lock(d.read_mu);
   StoreStats out;
   // One read transaction, so the numbers agree with each other.
   VIGIL_RETURN_IF_ERROR(Exec(d.rdb.get(), "BEGIN", "begin read"));
   auto body = [&]() -> Status {
+    d.read_mu.AssertHeld();  // called below, under the lock
     std::vector<int64_t> ids;
     d.streams_query.Bind();
     for (;;) {

@@ -34,11 +34,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "vigil/aggregator/store.h"
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/common/tensor.h"
 
@@ -130,10 +130,10 @@ class SecondStage {
   ClassifierConfig config_;
   Classify classify_;
   CropSource crops_;
-  mutable std::mutex mu_;
-  std::deque<Waiting> waiting_;          // GUARDED_BY(mu_)
-  std::vector<EventDecision> decided_;   // GUARDED_BY(mu_)
-  SecondStageStats stats_;               // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::deque<Waiting> waiting_ VIGIL_GUARDED_BY(mu_);
+  std::vector<EventDecision> decided_ VIGIL_GUARDED_BY(mu_);
+  SecondStageStats stats_ VIGIL_GUARDED_BY(mu_);
 };
 
 }  // namespace vigil::aggregator

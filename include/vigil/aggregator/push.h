@@ -25,11 +25,9 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -37,6 +35,7 @@
 
 #include "vigil/aggregator/store.h"
 #include "vigil/common/clock.h"
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 
 namespace vigil::aggregator {
@@ -150,10 +149,11 @@ class Pusher {
   // pause_until_ns_, which grows with the failures in a row like a row's backoff.
   int64_t pause_until_ns_ = 0;
   int failures_in_row_ = 0;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool woken_ = false, stopping_ = false;  // GUARDED_BY(mu_)
-  PusherStats stats_;                      // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool woken_ VIGIL_GUARDED_BY(mu_) = false;
+  bool stopping_ VIGIL_GUARDED_BY(mu_) = false;
+  PusherStats stats_ VIGIL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
