@@ -42,7 +42,7 @@ std::vector<StreamRecord> FromMirrored(const std::vector<replication::MirroredSt
 
 class Mirroring final : public StateStore {
  public:
-  Mirroring(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel, std::mutex* order)
+  Mirroring(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel, Mutex* order)
       : inner_(std::move(inner)), channel_(channel), order_(order) {}
   StatusOr<std::vector<StreamRecord>> Load() override { return inner_->Load(); }
   Status Save(const std::vector<StreamRecord>& records) override {
@@ -50,7 +50,7 @@ class Mirroring final : public StateStore {
     if (!st.ok()) return st;
     std::vector<replication::MirroredStream> streams = ToMirrored(records);
     if (order_ != nullptr) {
-      std::lock_guard lock(*order_);
+      MutexLock lock(*order_);
       channel_->PublishLedger(std::move(streams));
     } else {
       channel_->PublishLedger(std::move(streams));
@@ -62,7 +62,7 @@ class Mirroring final : public StateStore {
  private:
   std::unique_ptr<StateStore> inner_;
   replication::PrimaryChannel* channel_;
-  std::mutex* order_;
+  Mutex* order_;
 };
 
 }  // namespace
@@ -113,7 +113,7 @@ StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const
 }
 
 std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel,
-                                           std::mutex* order) {
+                                           Mutex* order) {
   return std::make_unique<Mirroring>(std::move(inner), channel, order);
 }
 
