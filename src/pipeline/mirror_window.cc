@@ -18,7 +18,7 @@ void MirrorWindow::Forget(PerStream& s,
 }
 
 void MirrorWindow::Add(replication::MirroredFrame frame) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto st = streams_.find(frame.stream);
   if (st == streams_.end()) {
     ++unknown_;
@@ -44,7 +44,7 @@ void MirrorWindow::Add(replication::MirroredFrame frame) {
 }
 
 bool MirrorWindow::Wanted(const replication::MirroredFrame& frame) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto st = streams_.find(frame.stream);
   if (st == streams_.end() || !st->second.Stale(frame.run, frame.seq)) return true;
   ++st->second.stats.received;
@@ -53,7 +53,7 @@ bool MirrorWindow::Wanted(const replication::MirroredFrame& frame) {
 }
 
 void MirrorWindow::AddResult(replication::MirroredResult result) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto st = streams_.find(result.stream);
   if (st == streams_.end()) {
     ++unknown_;
@@ -72,7 +72,7 @@ void MirrorWindow::AddResult(replication::MirroredResult result) {
 }
 
 void MirrorWindow::Follow(const std::vector<StreamRecord>& records) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const StreamRecord& r : records) {
     auto st = streams_.find(r.stream);
     if (st == streams_.end()) continue;
@@ -95,7 +95,7 @@ void MirrorWindow::Follow(const std::vector<StreamRecord>& records) {
 }
 
 std::optional<MirroredSeqs> MirrorWindow::Seqs(const std::string& stream, uint64_t run) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto st = streams_.find(stream);
   if (st == streams_.end()) return std::nullopt;
   MirroredSeqs out{run, {}};
@@ -115,7 +115,7 @@ std::optional<MirroredSeqs> MirrorWindow::Seqs(const std::string& stream, uint64
 std::optional<MirroredSeqs> MirrorWindow::Held(const std::string& stream) const {
   std::optional<uint64_t> run;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto st = streams_.find(stream);
     if (st != streams_.end()) run = st->second.run;
   }
@@ -124,7 +124,7 @@ std::optional<MirroredSeqs> MirrorWindow::Held(const std::string& stream) const 
 
 std::vector<replication::MirroredFrame> MirrorWindow::Take(const std::string& stream, uint64_t run,
                                                            const std::vector<uint64_t>& seqs) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<replication::MirroredFrame> out;
   auto st = streams_.find(stream);
   if (st == streams_.end()) return out;
@@ -157,13 +157,13 @@ std::vector<replication::MirroredFrame> MirrorWindow::Take(const std::string& st
 }
 
 MirrorWindowStats MirrorWindow::stats(const std::string& stream) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto st = streams_.find(stream);
   return st == streams_.end() ? MirrorWindowStats{} : st->second.stats;
 }
 
 uint64_t MirrorWindow::unknown() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return unknown_;
 }
 

@@ -11,60 +11,60 @@ MirroredLedgerWriter::MirroredLedgerWriter(StateStore* store,
 
 MirroredLedgerWriter::~MirroredLedgerWriter() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   thread_.join();
 }
 
 void MirroredLedgerWriter::Offer(std::vector<StreamRecord> records) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (pending_) ++skipped_;
     pending_ = std::move(records);
     ++offered_;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void MirroredLedgerWriter::Flush() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t want = offered_;
-  cv_.wait(lock, [&] { return done_ >= want; });
+  while (done_ < want) cv_.Wait(lock);
 }
 
 uint64_t MirroredLedgerWriter::saved() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return saved_;
 }
 
 uint64_t MirroredLedgerWriter::skipped() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return skipped_;
 }
 
 Status MirroredLedgerWriter::last_error() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return last_error_;
 }
 
 void MirroredLedgerWriter::Run() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+    while (!stop_ && !pending_.has_value()) cv_.Wait(lock);
     if (!pending_) return;  // stopping, nothing left to save
     std::vector<StreamRecord> records = std::move(*pending_);
     pending_.reset();
     const uint64_t covers = offered_;  // every state offered so far is this one or older
-    lock.unlock();
+    lock.Unlock();
     Status st = store_->Save(records);
     if (on_saved_) on_saved_(records, st);
-    lock.lock();
+    lock.Lock();
     if (st.ok()) ++saved_;
     last_error_ = std::move(st);
     done_ = covers;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 

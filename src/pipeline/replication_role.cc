@@ -5,11 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include <thread>
 
+#include "vigil/common/mutex.h"
 #include "vigil/pipeline/mirrored_ledger_writer.h"
 #include "vigil/replication/failure_detector.h"
 #include "vigil/video/source.h"
@@ -42,7 +41,7 @@ std::vector<StreamRecord> FromMirrored(const std::vector<replication::MirroredSt
 
 class Mirroring final : public StateStore {
  public:
-  Mirroring(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel, std::mutex* order)
+  Mirroring(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel, Mutex* order)
       : inner_(std::move(inner)), channel_(channel), order_(order) {}
   StatusOr<std::vector<StreamRecord>> Load() override { return inner_->Load(); }
   Status Save(const std::vector<StreamRecord>& records) override {
@@ -50,7 +49,7 @@ class Mirroring final : public StateStore {
     if (!st.ok()) return st;
     std::vector<replication::MirroredStream> streams = ToMirrored(records);
     if (order_ != nullptr) {
-      std::lock_guard lock(*order_);
+      MutexLock lock(*order_);
       channel_->PublishLedger(std::move(streams));
     } else {
       channel_->PublishLedger(std::move(streams));
@@ -62,7 +61,7 @@ class Mirroring final : public StateStore {
  private:
   std::unique_ptr<StateStore> inner_;
   replication::PrimaryChannel* channel_;
-  std::mutex* order_;
+  Mutex* order_;
 };
 
 }  // namespace
@@ -113,7 +112,7 @@ StatusOr<std::unique_ptr<replication::PrimaryChannel>> StartPrimaryChannel(const
 }
 
 std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel,
-                                           std::mutex* order) {
+                                           Mutex* order) {
   return std::make_unique<Mirroring>(std::move(inner), channel, order);
 }
 
@@ -167,15 +166,15 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
   VIGIL_RETURN_IF_ERROR(replication::ValidateFailureDetectorOptions(fo));
 
   struct Shared {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::optional<replication::FailureDetector> detector;  // GUARDED_BY(mu) from pairing on
-    bool ended = false;                                    // GUARDED_BY(mu)
-    Status why;                                            // GUARDED_BY(mu)
-    int64_t last_contact = 0;                              // GUARDED_BY(mu)
-    uint64_t ledger_states = 0;                            // GUARDED_BY(mu)
-    std::optional<bool> finished;                          // GUARDED_BY(mu) the primary's Finished(streams_done)
-    std::string finish_reason;                             // GUARDED_BY(mu) … and its reason (a step-down's)
+    Mutex mu;
+    CondVar cv;
+    std::optional<replication::FailureDetector> detector VIGIL_GUARDED_BY(mu);  // from pairing on
+    bool ended VIGIL_GUARDED_BY(mu) = false;
+    Status why VIGIL_GUARDED_BY(mu);
+    int64_t last_contact VIGIL_GUARDED_BY(mu) = 0;
+    uint64_t ledger_states VIGIL_GUARDED_BY(mu) = 0;
+    std::optional<bool> finished VIGIL_GUARDED_BY(mu);  // the primary's Finished(streams_done)
+    std::string finish_reason VIGIL_GUARDED_BY(mu);     // … and its reason (a step-down's)
   };
   auto shared = std::make_shared<Shared>();
   // The mirrored states go to the state_dir off the channel's reader thread (mirrored_ledger_writer.h): a slow
@@ -192,38 +191,38 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     if (stop.load()) return absl::CancelledError("stopped before a takeover");
     replication::StandbyChannelOptions so = StandbyOptionsOf(config, digest);
     so.on_heartbeat = [shared](int64_t at) {
-      std::lock_guard lock(shared->mu);
+      MutexLock lock(shared->mu);
       if (shared->detector) shared->detector->Heartbeat(at);
       shared->last_contact = std::max(shared->last_contact, at);
     };
     so.on_end = [shared](const Status& why) {
       {
-        std::lock_guard lock(shared->mu);
+        MutexLock lock(shared->mu);
         shared->ended = true;
         shared->why = why;
         shared->last_contact = std::max(shared->last_contact, SteadyNs());
       }
-      shared->cv.notify_all();
+      shared->cv.NotifyAll();
     };
     so.on_finished = [shared](bool streams_done, const std::string& reason) {
       {
-        std::lock_guard lock(shared->mu);
+        MutexLock lock(shared->mu);
         shared->finished = streams_done;
         shared->finish_reason = reason;
         shared->last_contact = std::max(shared->last_contact, SteadyNs());  // the primary spoke: the takeover
                                                                            // is timed from its word
       }
-      shared->cv.notify_all();
+      shared->cv.NotifyAll();
     };
     so.on_frame = on_frame;
     so.on_result = on_result;
     so.on_ledger = [shared, &writer](const std::vector<replication::MirroredStream>& streams) {
       writer.Offer(FromMirrored(streams));  // saved on the writer's thread: this one goes on reading heartbeats
-      std::lock_guard lock(shared->mu);
+      MutexLock lock(shared->mu);
       ++shared->ledger_states;
     };
     {
-      std::lock_guard lock(shared->mu);
+      MutexLock lock(shared->mu);
       shared->detector.emplace(fo, SteadyNs());
       shared->last_contact = SteadyNs();
     }
@@ -278,12 +277,12 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     // Paired: wait for the stream's end or the detector's suspicion.
     Takeover t;
     {
-      std::unique_lock lock(shared->mu);
+      MutexLock lock(shared->mu);
       shared->detector.emplace(fo, SteadyNs());  // the peer counts as heard now
       int64_t due = 0;  // when this loop meant to run next (its wait's deadline): a later run is a local pause
       for (;;) {
         if (stop.load()) {
-          lock.unlock();
+          lock.Unlock();
           (*ch)->Stop();
           return absl::CancelledError("stopped before a takeover");
         }
@@ -299,7 +298,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
           }
         }
         if (shared->finished && *shared->finished) {
-          lock.unlock();
+          lock.Unlock();
           (*ch)->Stop();
           spdlog::info("replication: primary '{}' finished every stream: standby '{}' has nothing to take over",
                        (*ch)->primary_node(), rc.node);
@@ -321,7 +320,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
         }
         const int64_t at = std::min(shared->detector->SuspectAt(now), now + 10'000'000);  // ≤ 10 ms: stop is polled
         due = std::max<int64_t>(at, now + 100'000);
-        shared->cv.wait_for(lock, std::chrono::nanoseconds(due - now));
+        shared->cv.WaitFor(lock, std::chrono::nanoseconds(due - now));
       }
       t.last_contact_ns = shared->last_contact;
     }
@@ -337,7 +336,7 @@ StatusOr<Takeover> RunStandby(const EdgeConfig& config, const replication::PairD
     }
     writer.Flush();  // the edge opens the state_dir next: the last state received is on disk first
     {
-      std::lock_guard lock(shared->mu);
+      MutexLock lock(shared->mu);
       t.ledger_states = shared->ledger_states;
     }
     spdlog::warn("replication: standby '{}' takes over edge '{}': {}; {} ledger state(s) mirrored{}", rc.node,

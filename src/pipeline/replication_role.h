@@ -14,9 +14,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/pipeline/edge_config.h"
 #include "vigil/pipeline/ledger.h"
@@ -43,7 +43,7 @@ StatusOr<std::unique_ptr<replication::FramePublisher>> ListenForFrameRing(const 
 // `order` (not owned; may be null): the lock under which the edge numbers a live picture and queues it on the
 // channel, so that a state counting a mirrored picture goes out after it (channel.h "Frame mirroring").
 std::unique_ptr<StateStore> MirroringStore(std::unique_ptr<StateStore> inner, replication::PrimaryChannel* channel,
-                                           std::mutex* order);
+                                           Mutex* order);
 
 struct Takeover {
   std::string reason;        // why the primary was judged gone

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "vigil/common/clock.h"
+
 namespace vigil::pipeline {
 
 Snapshotter::Snapshotter(size_t capacity, Sink sink, OnOutcome on_outcome)
@@ -15,10 +17,10 @@ Snapshotter::~Snapshotter() { Close(); }
 
 bool Snapshotter::Offer(Job job) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!closed_ && jobs_.size() < capacity_) {
       jobs_.push_back(std::move(job));
-      cv_.notify_all();
+      cv_.NotifyAll();
       return true;
     }
   }
@@ -27,18 +29,24 @@ bool Snapshotter::Offer(Job job) {
 }
 
 bool Snapshotter::WaitIdle(int timeout_ms) {
-  std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return jobs_.empty() && !busy_; });
+  // The wait's deadline on the steady clock, from the Clock seam (CLOCK_MONOTONIC, as steady_clock's).
+  const std::chrono::steady_clock::time_point deadline{std::chrono::nanoseconds(SystemClock()->SteadyNs()) +
+                                                        std::chrono::milliseconds(timeout_ms)};
+  MutexLock lock(mu_);
+  while (!(jobs_.empty() && !busy_)) {
+    if (!cv_.WaitUntil(lock, deadline)) return jobs_.empty() && !busy_;
+  }
+  return true;
 }
 
 void Snapshotter::Close() {
   std::deque<Job> dropped;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (closed_) return;
     closed_ = true;
     dropped.swap(jobs_);
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   if (thread_.joinable()) thread_.join();
   for (const Job& j : dropped) on_outcome_(j.stream, "queue_full", 1);
@@ -48,8 +56,8 @@ void Snapshotter::Loop() {
   for (;;) {
     Job job;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return closed_ || !jobs_.empty(); });
+      MutexLock lock(mu_);
+      while (!closed_ && jobs_.empty()) cv_.Wait(lock);
       if (closed_) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -57,9 +65,9 @@ void Snapshotter::Loop() {
     }
     Handle(job);
     job = Job{};  // a device frame's GPU picture goes back to its pool now
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     busy_ = false;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 

@@ -6,7 +6,7 @@ namespace vigil::pipeline {
 StandbyGate::StandbyGate(size_t streams) : streams_(streams) {}
 
 StandbyGate::Verdict StandbyGate::Admit(size_t stream, bool live, uint64_t position) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   PerStream& s = streams_[stream];
   for (;;) {
     if (closed_ || s.released) return Verdict::kStop;
@@ -17,57 +17,57 @@ StandbyGate::Verdict StandbyGate::Admit(size_t stream, bool live, uint64_t posit
       return Verdict::kDiscard;
     }
     s.next = position;  // held: the stream resumes here
-    cv_.wait(lock);
+    cv_.Wait(lock);
   }
 }
 
 void StandbyGate::Raise(size_t stream, std::optional<uint64_t> acked_through) {
   if (!acked_through) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     PerStream& s = streams_[stream];
     if (s.through && *s.through >= *acked_through) return;
     s.through = acked_through;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void StandbyGate::Open() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     open_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void StandbyGate::Close() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     closed_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void StandbyGate::Release(size_t stream) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     streams_[stream].released = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 uint64_t StandbyGate::next_position(size_t stream) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return streams_[stream].next;
 }
 
 uint64_t StandbyGate::discarded(size_t stream) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return streams_[stream].discarded;
 }
 
 std::optional<uint64_t> StandbyGate::cursor(size_t stream) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return streams_[stream].through;
 }
 

@@ -23,11 +23,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "vigil/common/mutex.h"
 #include "vigil/pipeline/ledger.h"
 #include "vigil/replication/channel.h"
 
@@ -82,9 +82,9 @@ class MirrorWindow {
   void Forget(PerStream& s, std::map<std::pair<uint64_t, uint64_t>, replication::MirroredFrame>::iterator it);
 
   const size_t frames_per_stream_;
-  mutable std::mutex mu_;
-  std::map<std::string, PerStream, std::less<>> streams_;  // GUARDED_BY(mu_) (keys fixed at construction)
-  uint64_t unknown_ = 0;                                  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, PerStream, std::less<>> streams_ VIGIL_GUARDED_BY(mu_);  // keys fixed at construction
+  uint64_t unknown_ VIGIL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace vigil::pipeline

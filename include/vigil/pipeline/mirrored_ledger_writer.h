@@ -12,14 +12,13 @@
 // and must outlive the writer. The destructor saves what is pending, then joins.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/pipeline/ledger.h"
 
@@ -45,13 +44,15 @@ class MirroredLedgerWriter {
 
   StateStore* const store_;
   const std::function<void(const std::vector<StreamRecord>&, const Status&)> on_saved_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<std::vector<StreamRecord>> pending_;  // GUARDED_BY(mu_)
-  uint64_t offered_ = 0, done_ = 0;                    // GUARDED_BY(mu_) states offered; offered before the last save
-  uint64_t saved_ = 0, skipped_ = 0;                   // GUARDED_BY(mu_)
-  Status last_error_;                                  // GUARDED_BY(mu_)
-  bool stop_ = false;                                  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::optional<std::vector<StreamRecord>> pending_ VIGIL_GUARDED_BY(mu_);
+  uint64_t offered_ VIGIL_GUARDED_BY(mu_) = 0;  // states offered
+  uint64_t done_ VIGIL_GUARDED_BY(mu_) = 0;     // states offered before the last save
+  uint64_t saved_ VIGIL_GUARDED_BY(mu_) = 0;
+  uint64_t skipped_ VIGIL_GUARDED_BY(mu_) = 0;
+  Status last_error_ VIGIL_GUARDED_BY(mu_);
+  bool stop_ VIGIL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

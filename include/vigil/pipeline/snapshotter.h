@@ -16,15 +16,14 @@
 // Snapshotter's thread. Close drops what is still queued (counted "queue_full") and joins the thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "vigil/common/mutex.h"
 #include "vigil/transport/protocol.h"
 #include "vigil/video/frame.h"
 #include "vigil/video/snapshot.h"
@@ -61,11 +60,11 @@ class Snapshotter {
   const size_t capacity_;
   Sink sink_;
   OnOutcome on_outcome_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;  // GUARDED_BY(mu_)
-  bool busy_ = false;     // GUARDED_BY(mu_) a job is being handled
-  bool closed_ = false;   // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Job> jobs_ VIGIL_GUARDED_BY(mu_);
+  bool busy_ VIGIL_GUARDED_BY(mu_) = false;  // a job is being handled
+  bool closed_ VIGIL_GUARDED_BY(mu_) = false;
   std::vector<bool> error_logged_;  // per stream; the thread only
   std::thread thread_;
 };

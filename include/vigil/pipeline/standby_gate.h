@@ -19,12 +19,12 @@
 // Thread-safety: every method from any thread; Admit from one reader thread per stream. Errors: none.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <vector>
+
+#include "vigil/common/mutex.h"
 
 namespace vigil::pipeline {
 
@@ -63,11 +63,11 @@ class StandbyGate {
     uint64_t discarded = 0;
     bool released = false;            // Release
   };
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<PerStream> streams_;  // GUARDED_BY(mu_)
-  bool open_ = false;               // GUARDED_BY(mu_)
-  bool closed_ = false;             // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<PerStream> streams_ VIGIL_GUARDED_BY(mu_);
+  bool open_ VIGIL_GUARDED_BY(mu_) = false;
+  bool closed_ VIGIL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace vigil::pipeline
