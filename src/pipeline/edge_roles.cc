@@ -13,7 +13,7 @@
 
 #include "edge_node.h"
 #include "replication_role.h"
-#include "transport/device_memory.h"
+#include "vigil/transport/device_memory.h"
 #include "vigil/common/clock.h"
 #include "vigil/pipeline/mirror_window.h"
 #include "vigil/pipeline/placement.h"

@@ -7,7 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "transport/device_memory.h"
+#include "vigil/transport/device_memory.h"
 #include "vigil/video/jpeg.h"
 
 namespace vigil::pipeline {
