@@ -38,22 +38,24 @@ struct StreamLedger::Stream {
 struct StreamLedger::Impl {
   LedgerOptions opt;
   transport::Outbox outbox;
-  mutable std::mutex mu;
-  mutable std::condition_variable cv;  // admitted, dirty, stop
-  std::vector<Stream> streams;         // GUARDED_BY(mu) (spec immutable)
+  Mutex save_mu VIGIL_ACQUIRED_BEFORE(mu);  // serialises StateStore::Save; taken before mu
+  mutable Mutex mu;
+  mutable CondVar cv;  // admitted, dirty, stop
+  std::vector<Stream> streams VIGIL_GUARDED_BY(mu);  // sized once in Open
+  // Each stream's spec (in `streams`, never moved after Open), immutable after Open: read without mu.
+  std::vector<const LedgerStream*> specs;
   std::map<std::string, size_t, std::less<>> index;  // immutable after Open
-  bool admitted = false;               // GUARDED_BY(mu)
-  uint64_t epoch = 0;                  // GUARDED_BY(mu)
-  bool dirty = false;                  // GUARDED_BY(mu)
-  bool stop = false;                   // GUARDED_BY(mu)
-  bool runs_durable = false;           // GUARDED_BY(mu) the runs decided by Admit are on disk
+  bool admitted VIGIL_GUARDED_BY(mu) = false;
+  uint64_t epoch VIGIL_GUARDED_BY(mu) = 0;
+  bool dirty VIGIL_GUARDED_BY(mu) = false;
+  bool stop VIGIL_GUARDED_BY(mu) = false;
+  bool runs_durable VIGIL_GUARDED_BY(mu) = false;  // the runs decided by Admit are on disk
   std::atomic<bool> cancel_waits{false};
-  std::mutex save_mu;                  // serialises StateStore::Save
   std::thread writer;
 
   explicit Impl(LedgerOptions o) : opt(std::move(o)), outbox(opt.max_outbox) {}
 
-  std::vector<StreamRecord> Snapshot() const {  // REQUIRES: mu held
+  std::vector<StreamRecord> Snapshot() const VIGIL_REQUIRES(mu) {
     std::vector<StreamRecord> out;
     for (const Stream& s : streams) {
       if (admitted) {
@@ -67,38 +69,37 @@ struct StreamLedger::Impl {
 
   // Writes the current state. The snapshot is taken under save_mu, so a later write never carries older
   // values than an earlier one. Marks the runs durable once a write succeeded after Admit.
-  // REQUIRES: mu NOT held.
-  Status SaveNow() {
-    std::lock_guard save_lock(save_mu);
+  Status SaveNow() VIGIL_EXCLUDES(mu, save_mu) {
+    MutexLock save_lock(save_mu);
     std::vector<StreamRecord> snapshot;
     bool covers_runs = false;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       snapshot = Snapshot();
       covers_runs = admitted;
       dirty = false;
     }
     Status st = opt.store->Save(snapshot);
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     if (!st.ok()) {
       dirty = true;
       for (Stream& s : streams) ++s.counters.persist_failures;
     } else if (covers_runs && !runs_durable) {
       runs_durable = true;
-      cv.notify_all();
+      cv.NotifyAll();
     }
     return st;
   }
 
-  void WriterLoop() {
+  void WriterLoop() VIGIL_EXCLUDES(mu, save_mu) {
     bool failing = false;
-    std::unique_lock lock(mu);
+    MutexLock lock(mu);
     for (;;) {
-      cv.wait(lock, [&] { return stop || dirty; });
+      while (!stop && !dirty) cv.Wait(lock);
       if (!dirty) return;  // stopping, nothing left to write
-      lock.unlock();
+      lock.Unlock();
       const Status st = SaveNow();
-      lock.lock();
+      lock.Lock();
       if (!st.ok()) {
         if (!failing) spdlog::warn("ledger: cannot persist the stream state: {}; retrying", std::string(st.message()));
         failing = true;
@@ -107,14 +108,18 @@ struct StreamLedger::Impl {
         if (failing) spdlog::info("ledger: stream state persisted again in {}", opt.store->where());
         failing = false;
       }
-      cv.wait_for(lock, opt.persist_interval, [&] { return stop; });
+      // The pause between writes is real time (as before): a FakeClock in tests does not stop the writer.
+      const auto pause_end = std::chrono::steady_clock::now() + opt.persist_interval;
+      while (!stop) {
+        if (!cv.WaitUntil(lock, pause_end)) break;
+      }
     }
   }
 
   // Hands `r` to the outbox under the stream's policy; false when it found no room and was held (as a drop
-  // mark) instead. REQUIRES: mu NOT held (Push may wait for acks).
-  bool Push(size_t i, Report r, std::optional<transport::DevicePayload> device = std::nullopt) {
-    const bool live = streams[i].spec.live;  // spec is immutable
+  // mark) instead. Push may wait for acks.
+  bool Push(size_t i, Report r, std::optional<transport::DevicePayload> device = std::nullopt) VIGIL_EXCLUDES(mu) {
+    const bool live = specs[i]->live;
     r.publish_ns = opt.clock->WallNs();
     StatusOr<uint64_t> id = absl::ResourceExhaustedError("not pushed");
     if (live) {
@@ -130,7 +135,7 @@ struct StreamLedger::Impl {
       if (absl::IsResourceExhausted(id.status()) && cancel_waits.load()) return true;
     }
     if (id.ok() || absl::IsCancelled(id.status())) return true;
-    std::lock_guard lock(mu);
+    MutexLock lock(mu);
     Stream& s = streams[i];
     if (!absl::IsResourceExhausted(id.status())) {
       // A report the protocol cannot carry (e.g. more detections than kMaxDetections, a non-finite box):
@@ -187,16 +192,21 @@ StatusOr<std::unique_ptr<StreamLedger>> StreamLedger::Open(LedgerOptions options
   if (options.max_outbox == 0) return absl::InvalidArgumentError("ledger: max_outbox must be at least 1");
   VIGIL_ASSIGN_OR_RETURN(std::vector<StreamRecord> records, options.store->Load());
   auto impl = std::make_unique<Impl>(std::move(options));
-  for (LedgerStream& spec : streams) {
-    if (impl->index.count(spec.id) != 0) {
-      return absl::InvalidArgumentError(StrCat("ledger: stream '", spec.id, "' given twice"));
+  {
+    Impl& im = *impl;
+    MutexLock lock(im.mu);  // no other thread yet: for the analysis
+    for (LedgerStream& spec : streams) {
+      if (im.index.count(spec.id) != 0) {
+        return absl::InvalidArgumentError(StrCat("ledger: stream '", spec.id, "' given twice"));
+      }
+      im.index.emplace(spec.id, im.streams.size());
+      Stream& s = im.streams.emplace_back();
+      for (const StreamRecord& r : records) {
+        if (r.stream == spec.id && r.source == spec.source && r.run != 0) s.loaded = r;
+      }
+      s.spec = std::move(spec);
     }
-    impl->index.emplace(spec.id, impl->streams.size());
-    Stream& s = impl->streams.emplace_back();
-    for (const StreamRecord& r : records) {
-      if (r.stream == spec.id && r.source == spec.source && r.run != 0) s.loaded = r;
-    }
-    s.spec = std::move(spec);
+    for (const Stream& s : im.streams) im.specs.push_back(&s.spec);  // `streams` is complete: never moves again
   }
   StreamLedger* ledger = new StreamLedger(std::move(impl));
   Impl* d = ledger->impl_.get();
@@ -207,15 +217,16 @@ StatusOr<std::unique_ptr<StreamLedger>> StreamLedger::Open(LedgerOptions options
 StreamLedger::StreamLedger(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StreamLedger::~StreamLedger() { Close(); }
 
-size_t StreamLedger::size() const { return impl_->streams.size(); }
-const std::string& StreamLedger::stream_id(size_t i) const { return impl_->streams[i].spec.id; }
+size_t StreamLedger::size() const { return impl_->specs.size(); }
+const std::string& StreamLedger::stream_id(size_t i) const { return impl_->specs[i]->id; }
 transport::Outbox& StreamLedger::outbox() { return impl_->outbox; }
 
 std::vector<transport::HelloStream> StreamLedger::ResumedStreams() const {
-  std::lock_guard lock(impl_->mu);
+  const Impl& d = *impl_;
+  MutexLock lock(d.mu);
   std::vector<transport::HelloStream> out;
-  for (const Stream& s : impl_->streams) {
-    const uint64_t run = impl_->admitted ? s.rec.run : s.loaded ? s.loaded->run : 0;
+  for (const Stream& s : d.streams) {
+    const uint64_t run = d.admitted ? s.rec.run : s.loaded ? s.loaded->run : 0;
     if (run != 0) out.push_back({s.spec.id, run});
   }
   return out;
@@ -225,7 +236,7 @@ void StreamLedger::Admit(const transport::Welcome& welcome) {
   Impl& d = *impl_;
   std::vector<std::pair<size_t, Report>> lost;
   {
-    std::lock_guard lock(d.mu);
+    MutexLock lock(d.mu);
     if (d.admitted) {
       if (welcome.epoch != d.epoch) spdlog::info("ledger: epoch {} → {}", d.epoch, welcome.epoch);
       d.epoch = welcome.epoch;
@@ -307,49 +318,57 @@ void StreamLedger::Admit(const transport::Welcome& welcome) {
     // Every run resumed is in the store already (a takeover, a restart): numbering need not wait for the
     // write below (a takeover's first pictures would wait for an fsync, ~20–150 ms on a busy disk).
     if (!new_runs) d.runs_durable = true;
-    d.cv.notify_all();
+    d.cv.NotifyAll();
   }
   // A new run must be durable before any of its frames is numbered: a crash now would otherwise start yet
   // another run for the same pictures. Until a write succeeds, Number() waits (files) or refuses (live).
   if (Status st = d.SaveNow(); !st.ok()) {
     spdlog::warn("ledger: cannot persist the runs: {}; the writer retries and no picture is numbered until then",
                  std::string(st.message()));
-    std::lock_guard lock(d.mu);
-    d.cv.notify_all();
+    MutexLock lock(d.mu);
+    d.cv.NotifyAll();
   }
   for (auto& [i, m] : lost) d.Push(i, std::move(m));
 }
 
 bool StreamLedger::admitted() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->admitted;
+  const Impl& d = *impl_;
+  MutexLock lock(d.mu);
+  return d.admitted;
 }
 
 bool StreamLedger::WaitAdmitted(std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(impl_->mu);
-  impl_->cv.wait_for(lock, timeout, [&] { return impl_->admitted || impl_->stop; });
-  return impl_->admitted;
+  Impl& d = *impl_;
+  // A real-time deadline (as before): WaitAdmitted's timeout is not the ledger clock's time.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(d.mu);
+  while (!d.admitted && !d.stop) {
+    if (!d.cv.WaitUntil(lock, deadline)) break;
+  }
+  return d.admitted;
 }
 
 uint64_t StreamLedger::epoch() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->epoch;
+  const Impl& d = *impl_;
+  MutexLock lock(d.mu);
+  return d.epoch;
 }
 
 StreamResume StreamLedger::resume(size_t stream) const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->streams[stream].resume;
+  const Impl& d = *impl_;
+  MutexLock lock(d.mu);
+  return d.streams[stream].resume;
 }
 
 bool StreamLedger::Number(size_t stream, uint64_t position, uint64_t* seq) {
   Impl& d = *impl_;
-  std::unique_lock lock(d.mu);
+  MutexLock lock(d.mu);
   Stream& s = d.streams[stream];
   if (!d.admitted || !d.runs_durable) {
     // A file's picture must get its position: wait for the runs to reach the disk (or a stop). A live
     // picture is refused and counted.
     while (!s.spec.live && d.admitted && !d.runs_durable && !d.stop && !d.cancel_waits.load()) {
-      d.cv.wait_for(lock, std::chrono::milliseconds(100));
+      d.cv.WaitFor(lock, std::chrono::milliseconds(100));
     }
     if (!d.admitted || !d.runs_durable) {
       ++s.counters.not_numbered;
@@ -367,7 +386,7 @@ bool StreamLedger::Number(size_t stream, uint64_t position, uint64_t* seq) {
     *seq = s.rec.next_seq++;
   }
   d.dirty = true;
-  d.cv.notify_all();
+  d.cv.NotifyAll();
   return true;
 }
 
@@ -375,7 +394,7 @@ void StreamLedger::Dropped(size_t stream, uint64_t seq, std::string_view reason)
   Impl& d = *impl_;
   std::optional<Report> out;
   {
-    std::lock_guard lock(d.mu);
+    MutexLock lock(d.mu);
     Stream& s = d.streams[stream];
     ++s.counters.dropped;
     if (Extends(s.drops, seq) && s.drops->report.rule == reason) {
@@ -396,7 +415,7 @@ StreamLedger::Recorded StreamLedger::Record(size_t stream, const FrameInfo& f,
   std::vector<Report> out;
   std::optional<transport::DevicePayload> event_rows;  // for the event (the last of `out`)
   {
-    std::lock_guard lock(d.mu);
+    MutexLock lock(d.mu);
     Stream& s = d.streams[stream];
     v = s.spec.rules.Evaluate(std::vector<detect::Detection>(detections.begin(), detections.end()), f.pts_ns);
     if (v.event || (s.progress && !Extends(s.progress, f.seq))) {
@@ -452,7 +471,7 @@ void StreamLedger::Tick(bool force) {
   Impl& d = *impl_;
   std::vector<std::pair<size_t, Report>> out;
   {
-    std::lock_guard lock(d.mu);
+    MutexLock lock(d.mu);
     const int64_t now = d.opt.clock->SteadyNs();
     const int64_t max_age = std::chrono::duration_cast<std::chrono::nanoseconds>(d.opt.progress_flush).count();
     for (size_t i = 0; i < d.streams.size(); ++i) {
@@ -468,11 +487,11 @@ void StreamLedger::Tick(bool force) {
   for (auto& [i, r] : out) d.Push(i, std::move(r));
   // Held marks, oldest first; the first that still finds no room goes back to the front and ends the round,
   // so their order is kept and a full outbox costs one attempt per stream.
-  for (size_t i = 0; i < d.streams.size(); ++i) {
+  for (size_t i = 0; i < d.specs.size(); ++i) {
     for (;;) {
       std::optional<Report> next;
       {
-        std::lock_guard lock(d.mu);
+        MutexLock lock(d.mu);
         if (d.streams[i].held.empty()) break;
         next = std::move(d.streams[i].held.front());
         d.streams[i].held.pop_front();
@@ -488,7 +507,7 @@ void StreamLedger::Refused(const transport::Reject& reject) {
   auto it = d.index.find(reject.stream);
   if (it == d.index.end()) return;
   {
-    std::lock_guard lock(d.mu);
+    MutexLock lock(d.mu);
     Stream& s = d.streams[it->second];
     if (!d.admitted || reject.run != s.rec.run || reject.seq_first > reject.seq_last) return;
     Report m = d.MarkOf(s, ReportKind::kDropped, reject.seq_first, "invalid_report");
@@ -503,47 +522,51 @@ void StreamLedger::OnAck(const transport::Ack& ack) {
   if (ack.contiguous_through < 0) return;
   auto it = d.index.find(ack.stream);
   if (it == d.index.end()) return;
-  std::lock_guard lock(d.mu);
+  MutexLock lock(d.mu);
   Stream& s = d.streams[it->second];
   if (!d.admitted || ack.run != s.rec.run) return;
   const uint64_t through = static_cast<uint64_t>(ack.contiguous_through);
   if (!s.rec.acked_through || through > *s.rec.acked_through) {
     s.rec.acked_through = through;
     d.dirty = true;
-    d.cv.notify_all();
+    d.cv.NotifyAll();
   }
 }
 
 std::optional<uint64_t> StreamLedger::acked_through(size_t stream) const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->streams[stream].rec.acked_through;
+  const Impl& d = *impl_;
+  MutexLock lock(d.mu);
+  return d.streams[stream].rec.acked_through;
 }
 
 uint64_t StreamLedger::run(size_t stream) const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->streams[stream].rec.run;
+  const Impl& d = *impl_;
+  MutexLock lock(d.mu);
+  return d.streams[stream].rec.run;
 }
 
 LedgerCounters StreamLedger::counters(size_t stream) const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->streams[stream].counters;
+  const Impl& d = *impl_;
+  MutexLock lock(d.mu);
+  return d.streams[stream].counters;
 }
 
 Status StreamLedger::Persist() { return impl_->SaveNow(); }
 
 void StreamLedger::CancelWaits() {
-  impl_->cancel_waits = true;
-  std::lock_guard lock(impl_->mu);
-  impl_->cv.notify_all();
+  Impl& d = *impl_;
+  d.cancel_waits = true;
+  MutexLock lock(d.mu);
+  d.cv.NotifyAll();
 }
 
 void StreamLedger::Close() {
   Impl& d = *impl_;
   {
-    std::lock_guard lock(d.mu);
+    MutexLock lock(d.mu);
     if (d.stop) return;
     d.stop = true;
-    d.cv.notify_all();
+    d.cv.NotifyAll();
   }
   d.outbox.Close();
   d.writer.join();

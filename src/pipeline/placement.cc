@@ -130,39 +130,39 @@ EdgePlacement::EdgePlacement(const PlacementConfig& config, const std::vector<to
     : streams_(streams),
       report_path_(state_dir.empty() ? std::string() : (std::filesystem::path(state_dir) / "placement.json").string()) {
   Decide(config, use_gpus, cuda_ordinal);
-  WriteReport(ReportLocked());  // replaces a previous run's report at once
+  WriteReport(Report());  // replaces a previous run's report at once (no other thread yet)
   if (!report_path_.empty()) writer_ = std::thread([this] { WriterLoop(); });
 }
 
 EdgePlacement::~EdgePlacement() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (writer_.joinable()) writer_.join();
 }
 
 void EdgePlacement::WriterLoop() {
   pthread_setname_np(pthread_self(), "vigil-placement");
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || placed_ != written_; });
+    while (!stopping_ && placed_ == written_) cv_.Wait(lock);
     if (placed_ == written_) return;  // stopping, and everything is written
     // Every thread placed up to now, in one write; those placed meanwhile go in the next.
     const uint64_t placed = placed_;
     const topology::PlacementReport report = ReportLocked();
-    lock.unlock();
+    lock.Unlock();
     WriteReport(report);
-    lock.lock();
+    lock.Lock();
     written_ = placed;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
 void EdgePlacement::FlushReport() {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return !writer_.joinable() || written_ == placed_; });
+  MutexLock lock(mu_);
+  while (writer_.joinable() && written_ != placed_) cv_.Wait(lock);
 }
 
 namespace {
@@ -171,9 +171,9 @@ namespace {
 // hundred ms: a standby does it before it takes over); an XML file is read each time.
 StatusOr<topology::Topology> DiscoverOnce(const std::string& xml) {
   if (!xml.empty() || std::getenv("VIGIL_TOPOLOGY_XML") != nullptr) return topology::Discover({xml});
-  static std::mutex mu;
-  static std::optional<StatusOr<topology::Topology>> cached;
-  std::lock_guard lock(mu);
+  static Mutex mu;
+  static std::optional<StatusOr<topology::Topology>> cached VIGIL_GUARDED_BY(mu);
+  MutexLock lock(mu);
   if (!cached) cached = topology::Discover({});
   return *cached;
 }
@@ -242,11 +242,11 @@ void EdgePlacement::PlaceThread(ThreadRole role, size_t stream) {
   }
   if (binding()) (void)binder_->BindCurrentThread(t.cpus, name);  // a failure is logged; the thread goes on unbound
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     threads_.push_back(std::move(t));
     ++placed_;
   }
-  cv_.notify_all();  // the report's writer (no file is written on the placed thread)
+  cv_.NotifyAll();  // the report's writer (no file is written on the placed thread)
 }
 
 void EdgePlacement::WriteReport(const topology::PlacementReport& report) const {
@@ -257,7 +257,7 @@ void EdgePlacement::WriteReport(const topology::PlacementReport& report) const {
 }
 
 topology::PlacementReport EdgePlacement::Report() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return ReportLocked();
 }
 
@@ -280,14 +280,17 @@ topology::PlacementReport EdgePlacement::ReportLocked() const {
 
 void RegisterNumaMetrics(metrics::Registry& registry) {
   struct State {
-    std::mutex mu;
-    topology::NumaStat baseline;
-    std::map<pid_t, double> cpu;  // tid → CPU seconds counted so far
+    Mutex mu;
+    topology::NumaStat baseline VIGIL_GUARDED_BY(mu);
+    std::map<pid_t, double> cpu VIGIL_GUARDED_BY(mu);  // tid → CPU seconds counted so far
   };
   auto state = std::make_shared<State>();
-  if (StatusOr<topology::NumaStat> s = topology::ReadNumastat(); s.ok()) state->baseline = std::move(*s);
+  if (StatusOr<topology::NumaStat> s = topology::ReadNumastat(); s.ok()) {
+    MutexLock lock(state->mu);
+    state->baseline = std::move(*s);
+  }
   registry.AddCollectHook([&registry, state] {
-    std::lock_guard<std::mutex> lock(state->mu);
+    MutexLock lock(state->mu);
     if (StatusOr<topology::NumaMaps> maps = topology::ReadNumaMaps(0); maps.ok()) {
       for (const auto& [node, bytes] : maps->bytes_on_node) {
         registry.GetGauge("vigil_process_numa_memory_bytes", "Resident memory of this process per NUMA node (numa_maps), bytes",

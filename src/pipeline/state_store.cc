@@ -182,13 +182,15 @@ class MemoryStore final : public StateStore {
  public:
   explicit MemoryStore(std::shared_ptr<MemoryState> state) : state_(std::move(state)) {}
   StatusOr<std::vector<StreamRecord>> Load() override {
-    std::lock_guard lock(state_->mu);
-    return state_->records;
+    MemoryState& st = *state_;
+    MutexLock lock(st.mu);
+    return st.records;
   }
   Status Save(const std::vector<StreamRecord>& records) override {
-    std::lock_guard lock(state_->mu);
-    state_->records = records;
-    ++state_->saves;
+    MemoryState& st = *state_;
+    MutexLock lock(st.mu);
+    st.records = records;
+    ++st.saves;
     return absl::OkStatus();
   }
   std::string where() const override { return "memory"; }

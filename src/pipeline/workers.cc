@@ -64,10 +64,14 @@ StatusOr<std::unique_ptr<WorkerPool>> WorkerPool::Load(WorkerPoolOptions options
   pool->per_stream_capacity_ = capacity;
   for (size_t d = 0; d < num_devices; ++d) {
     // Each device's batcher has a queue for every stream (streams of other devices never push to it).
-    pool->batchers_.push_back(std::make_unique<Batcher<WorkItem>>(o.max_batch, o.max_wait, capacity, o.streams));
+    pool->batchers_.push_back(std::make_unique<Batcher<WorkItem>>(o.max_batch, o.max_wait, capacity, o.streams, o.clock));
   }
-  pool->results_.resize(num_devices);
-  pool->next_ticket_.assign(num_devices, 0);
+  {
+    WorkerPool& p = *pool;
+    MutexLock lock(p.mu_);
+    p.results_.resize(num_devices);
+    p.next_ticket_.assign(num_devices, 0);
+  }
   if (o.result_capacity == 0) o.result_capacity = 2 * num_devices * static_cast<size_t>(o.workers_per_device);
 
   pool->workers_.resize(num_devices * static_cast<size_t>(o.workers_per_device));
@@ -108,7 +112,7 @@ void WorkerPool::Start(Sink sink, BeforeDetect before_detect, OnWorkerStart on_w
   on_sink_start_ = std::move(on_sink_start);
   started_ = true;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     workers_running_ = workers_.size();
   }
   for (size_t w = 0; w < workers_.size(); ++w) {
@@ -213,24 +217,24 @@ void WorkerPool::WorkerLoop(size_t w) {
     Deliver(device, ticket, RunBatch(w, batch));
     batch = {};
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   --workers_running_;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void WorkerPool::Deliver(size_t device, uint64_t ticket, BatchResult result) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   // The result the sink waits for next is always let in: otherwise results after it could fill the
   // queue while it waits for room, and nothing would move again.
-  cv_.wait(lock, [&] { return held_ < options_.result_capacity || ticket == next_ticket_[device]; });
+  while (!(held_ < options_.result_capacity || ticket == next_ticket_[device])) cv_.Wait(lock);
   results_[device].emplace(ticket, std::move(result));
   ++held_;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void WorkerPool::SinkLoop() {
   if (on_sink_start_) on_sink_start_();
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   size_t last_device = results_.size() - 1;
   for (;;) {
     // The next result in batch order of some device, if it is there.
@@ -247,7 +251,7 @@ void WorkerPool::SinkLoop() {
     }
     if (ready == nullptr) {
       if (workers_running_ == 0) break;  // every worker ended and every result was handed over
-      cv_.wait(lock);
+      cv_.Wait(lock);
       continue;
     }
     last_device = device;
@@ -255,18 +259,26 @@ void WorkerPool::SinkLoop() {
     results_[device].erase(next_ticket_[device]);
     ++next_ticket_[device];
     --held_;
-    cv_.notify_all();
-    lock.unlock();
+    cv_.NotifyAll();
+    lock.Unlock();
     sink_(r);
-    lock.lock();
+    lock.Lock();
   }
   done_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 bool WorkerPool::WaitDone(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, timeout, [&] { return done_; });
+  // The deadline is read from options_.clock; the CondVar sleeps for the time left by it.
+  Clock* const clock = options_.clock;
+  const int64_t deadline = clock->SteadyNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  MutexLock lock(mu_);
+  while (!done_) {
+    const int64_t left = deadline - clock->SteadyNs();
+    if (left <= 0) return false;
+    cv_.WaitFor(lock, std::chrono::nanoseconds(left));
+  }
+  return true;
 }
 
 }  // namespace vigil::pipeline

@@ -9,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include "vigil/common/clock.h"
+
 namespace vigil::pipeline {
 namespace {
 
@@ -67,6 +69,19 @@ TEST(Batcher, FullBatchWithoutWaitingAndPartialBatchAfterMaxWait) {
   ASSERT_EQ(b.NextBatch(&batch, milliseconds(1000)), Batcher<int>::Result::kBatch);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, milliseconds(150));  // pushed just before t0
   EXPECT_EQ(batch, (std::vector<int>{4, 5}));
+}
+
+TEST(Batcher, MaxWaitIsMeasuredByItsClock) {
+  FakeClock clock;
+  Batcher<int> b(4, std::chrono::hours(1), 16, 1, &clock);
+  ASSERT_TRUE(b.Push(0, 1));
+  ASSERT_TRUE(b.Push(0, 2));
+  clock.Advance(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::hours(1)).count());
+  // By the batcher's clock the oldest item has waited max_wait: the partial batch goes at once.
+  std::vector<int> batch;
+  ASSERT_EQ(b.NextBatch(&batch, milliseconds(1000)), Batcher<int>::Result::kBatch);
+  EXPECT_EQ(batch, (std::vector<int>{1, 2}));
+  EXPECT_EQ(b.depth(), 0u);
 }
 
 TEST(Batcher, TimeoutWhenIdleAndDrainAfterClose) {

@@ -44,11 +44,11 @@ struct Fixture {
     return std::move(*l);
   }
   void Seed(std::vector<StreamRecord> records) {
-    std::lock_guard lock(state->mu);
+    MutexLock lock(state->mu);
     state->records = std::move(records);
   }
   std::vector<StreamRecord> Saved() {
-    std::lock_guard lock(state->mu);
+    MutexLock lock(state->mu);
     return state->records;
   }
 };

@@ -15,39 +15,48 @@
 // stream's items in order across consumers can restore it by ticket (a stream's items are spread over
 // batches in ticket order). A consumer that wakes to find the items taken by another waits again.
 //
-// Thread-safety: all methods are thread-safe. Close() makes Push return false and lets NextBatch drain
-// what is queued (at once, without waiting for max_wait), then report kClosed.
+// Time: every time read (push times, max_wait and idle deadlines) goes through a vigil::Clock (default
+// SystemClock()); waits sleep on a CondVar for the time left by that clock and recheck it.
+//
+// Thread-safety: all methods are thread-safe (one vigil::Mutex guards the queues; clang checks it).
+// Close() makes Push return false and lets NextBatch drain what is queued (at once, without waiting for
+// max_wait), then report kClosed. Ownership: the Clock is not owned and outlives the Batcher.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
+#include <limits>
 #include <vector>
+
+#include "vigil/common/clock.h"
+#include "vigil/common/mutex.h"
 
 namespace vigil::pipeline {
 
 template <typename T>
 class Batcher {
  public:
-  using Clock = std::chrono::steady_clock;
-  // REQUIRES: max_batch >= 1, per_stream_capacity >= 1, streams >= 1.
-  Batcher(size_t max_batch, std::chrono::milliseconds max_wait, size_t per_stream_capacity, size_t streams)
-      : max_batch_(max_batch), max_wait_(max_wait), capacity_(per_stream_capacity), queues_(streams) {}
+  // REQUIRES: max_batch >= 1, per_stream_capacity >= 1, streams >= 1, clock != nullptr.
+  Batcher(size_t max_batch, std::chrono::milliseconds max_wait, size_t per_stream_capacity, size_t streams,
+          Clock* clock = SystemClock())
+      : max_batch_(max_batch),
+        max_wait_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(max_wait).count()),
+        capacity_(per_stream_capacity),
+        clock_(clock),
+        queues_(streams) {}
 
   // Queues `item` on `stream`'s queue; waits while that queue is full. False (item dropped) after Close().
   // REQUIRES: stream < streams.
-  bool Push(size_t stream, T item) {
-    std::unique_lock lock(mu_);
-    std::deque<Entry>& q = queues_[stream];
-    cv_.wait(lock, [&] { return closed_ || q.size() < capacity_; });
+  bool Push(size_t stream, T item) VIGIL_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    while (!closed_ && queues_[stream].size() >= capacity_) cv_.Wait(lock);
     if (closed_) return false;
-    q.push_back({std::move(item), Clock::now()});
+    queues_[stream].push_back({std::move(item), clock_->SteadyNs()});
     ++total_;
-    cv_.notify_all();
+    cv_.NotifyAll();
     return true;
   }
 
@@ -55,14 +64,21 @@ class Batcher {
   // Waits up to `idle` for a first item (kTimeout when none came), then forms a batch (above) into
   // *out (cleared first) and sets *ticket (when given) to its ticket. kClosed once closed and drained.
   // A kBatch batch has 1..max_batch items.
-  Result NextBatch(std::vector<T>* out, std::chrono::nanoseconds idle, uint64_t* ticket = nullptr) {
+  Result NextBatch(std::vector<T>* out, std::chrono::nanoseconds idle, uint64_t* ticket = nullptr)
+      VIGIL_EXCLUDES(mu_) {
     out->clear();
-    std::unique_lock lock(mu_);
-    const Clock::time_point give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(idle);
+    MutexLock lock(mu_);
+    const int64_t give_up = clock_->SteadyNs() + idle.count();
     for (;;) {
-      if (!cv_.wait_until(lock, give_up, [&] { return closed_ || total_ > 0; })) return Result::kTimeout;
+      while (!closed_ && total_ == 0) {
+        if (!WaitUntilNs(lock, give_up)) break;
+      }
+      if (!closed_ && total_ == 0) return Result::kTimeout;
       if (total_ == 0) return Result::kClosed;
-      cv_.wait_until(lock, OldestLocked() + max_wait_, [&] { return closed_ || total_ >= max_batch_; });
+      const int64_t deadline = OldestLocked() + max_wait_ns_;
+      while (!closed_ && total_ < max_batch_) {
+        if (!WaitUntilNs(lock, deadline)) break;
+      }
       if (total_ > 0) break;  // else another consumer took them meanwhile
     }
     const size_t n = queues_.size();
@@ -83,58 +99,67 @@ class Batcher {
     }
     if (ticket != nullptr) *ticket = next_ticket_;
     ++next_ticket_;
-    cv_.notify_all();
+    cv_.NotifyAll();
     return Result::kBatch;
   }
 
-  void Close() {
-    std::lock_guard lock(mu_);
+  void Close() VIGIL_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     closed_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   // Close() that also takes every queued item out (in stream order, each stream's in push order) and
   // returns them instead of letting NextBatch drain them: a stop that does not wait for the engine.
-  std::vector<T> CloseAndTake() {
+  std::vector<T> CloseAndTake() VIGIL_EXCLUDES(mu_) {
     std::vector<T> out;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     closed_ = true;
     for (std::deque<Entry>& q : queues_) {
       for (Entry& e : q) out.push_back(std::move(e.item));
       q.clear();
     }
     total_ = 0;
-    cv_.notify_all();
+    cv_.NotifyAll();
     return out;
   }
   // Items queued in all streams.
-  size_t depth() const {
-    std::lock_guard lock(mu_);
+  size_t depth() const VIGIL_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return total_;
   }
 
  private:
   struct Entry {
     T item;
-    Clock::time_point pushed;
+    int64_t pushed_ns;  // clock_->SteadyNs() at Push
   };
-  Clock::time_point OldestLocked() const {  // REQUIRES: mu_ held, total_ > 0
-    Clock::time_point oldest = Clock::time_point::max();
+  // Waits on cv_ until notified or the clock reaches `deadline_ns` (false: reached, without a wait).
+  // The CondVar sleeps for the time left by clock_ (a relative wait), so a FakeClock's time is honoured.
+  bool WaitUntilNs(MutexLock& lock, int64_t deadline_ns) VIGIL_REQUIRES(mu_) {
+    const int64_t left = deadline_ns - clock_->SteadyNs();
+    if (left <= 0) return false;
+    cv_.WaitFor(lock, std::chrono::nanoseconds(left));
+    return true;
+  }
+  int64_t OldestLocked() const VIGIL_REQUIRES(mu_) {  // REQUIRES: total_ > 0
+    int64_t oldest = std::numeric_limits<int64_t>::max();
     for (const std::deque<Entry>& q : queues_) {
-      if (!q.empty()) oldest = std::min(oldest, q.front().pushed);
+      if (!q.empty()) oldest = std::min(oldest, q.front().pushed_ns);
     }
     return oldest;
   }
 
   const size_t max_batch_;
-  const std::chrono::milliseconds max_wait_;
+  const int64_t max_wait_ns_;
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::deque<Entry>> queues_;  // GUARDED_BY(mu_) one per stream
-  size_t total_ = 0;                       // GUARDED_BY(mu_) items in all queues
-  size_t next_ = 0;                        // GUARDED_BY(mu_) the stream the next batch starts with
-  uint64_t next_ticket_ = 0;               // GUARDED_BY(mu_) the next batch's ticket
-  bool closed_ = false;                    // GUARDED_BY(mu_)
+  Clock* const clock_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<std::deque<Entry>> queues_ VIGIL_GUARDED_BY(mu_);  // one per stream
+  size_t total_ VIGIL_GUARDED_BY(mu_) = 0;                       // items in all queues
+  size_t next_ VIGIL_GUARDED_BY(mu_) = 0;                        // the stream the next batch starts with
+  uint64_t next_ticket_ VIGIL_GUARDED_BY(mu_) = 0;               // the next batch's ticket
+  bool closed_ VIGIL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace vigil::pipeline

@@ -48,10 +48,8 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -60,6 +58,7 @@
 #include <vector>
 
 #include "vigil/common/clock.h"
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/detect/detection.h"
 #include "vigil/pipeline/rules.h"
@@ -98,11 +97,11 @@ class StateStore {
 StatusOr<std::unique_ptr<StateStore>> OpenStateDir(const std::string& dir);
 
 // An in-memory store for tests: `records` outlives stores (a restart = a new store on the same records);
-// `saves` counts Save calls. Not locked.
+// `saves` counts Save calls. Read and write them under `mu` (the store takes it in Load and Save).
 struct MemoryState {
-  std::mutex mu;
-  std::vector<StreamRecord> records;  // GUARDED_BY(mu)
-  int saves = 0;                      // GUARDED_BY(mu)
+  Mutex mu;
+  std::vector<StreamRecord> records VIGIL_GUARDED_BY(mu);
+  int saves VIGIL_GUARDED_BY(mu) = 0;
 };
 std::unique_ptr<StateStore> MakeMemoryStateStore(std::shared_ptr<MemoryState> state);
 

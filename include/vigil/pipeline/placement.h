@@ -24,16 +24,15 @@
 // Thread-safety: PlaceThread and Report may be called from any thread concurrently.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "vigil/common/mutex.h"
 #include "vigil/infer/graph.h"
 #include "vigil/metrics/registry.h"
 #include "vigil/pipeline/edge_config.h"
@@ -85,21 +84,21 @@ class EdgePlacement {
   // Costs the caller a bind and a lock, never a file write: placement.json is rewritten by the report's
   // writer thread, once for every burst of placements (a takeover starts ~260 threads at 128 cameras; each
   // writing the growing report itself, fsynced, under the lock, delayed the first batch by ~130 ms).
-  void PlaceThread(ThreadRole role, size_t stream = 0);
+  void PlaceThread(ThreadRole role, size_t stream = 0) VIGIL_EXCLUDES(mu_);
 
   // Blocks until placement.json holds every thread placed so far (no-op without a state dir). For tests and
   // for a clean stop; a running edge never needs to call it.
-  void FlushReport();
+  void FlushReport() VIGIL_EXCLUDES(mu_);
 
   const topology::Plan* plan() const { return plan_ ? &*plan_ : nullptr; }
   bool binding() const { return binder_ && binder_->active(); }
-  topology::PlacementReport Report() const;
+  topology::PlacementReport Report() const VIGIL_EXCLUDES(mu_);
 
  private:
   void Decide(const PlacementConfig& config, bool use_gpus, int cuda_ordinal);  // topology, plan, binder, note; logs
-  topology::PlacementReport ReportLocked() const;  // REQUIRES: mu_ held (or no other thread yet)
+  topology::PlacementReport ReportLocked() const VIGIL_REQUIRES(mu_);
   void WriteReport(const topology::PlacementReport& report) const;  // to report_path_, when set
-  void WriterLoop();  // the report's writer thread: writes whenever threads_ changed since its last write
+  void WriterLoop() VIGIL_EXCLUDES(mu_);  // the report's writer thread: writes whenever threads_ changed since its last write
 
   const std::vector<topology::StreamSpec> streams_;
   const std::string report_path_;
@@ -107,12 +106,12 @@ class EdgePlacement {
   std::optional<topology::Plan> plan_;
   std::optional<topology::Binder> binder_;
   std::string note_;  // why nothing is bound; "" when binding
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<topology::PlacedThread> threads_;  // guarded by mu_
-  uint64_t placed_ = 0;                          // guarded by mu_: threads placed so far
-  uint64_t written_ = 0;                         // guarded by mu_: of them, in the file
-  bool stopping_ = false;                        // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<topology::PlacedThread> threads_ VIGIL_GUARDED_BY(mu_);
+  uint64_t placed_ VIGIL_GUARDED_BY(mu_) = 0;   // threads placed so far
+  uint64_t written_ VIGIL_GUARDED_BY(mu_) = 0;  // of them, in the file
+  bool stopping_ VIGIL_GUARDED_BY(mu_) = false;
   std::thread writer_;                           // WriterLoop, when report_path_ is set
 };
 

@@ -39,17 +39,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "vigil/common/clock.h"
+#include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/detect/detector.h"
 #include "vigil/pipeline/batcher.h"
@@ -101,6 +101,8 @@ struct WorkerPoolOptions {
   // Seam: makes worker w's Detector for a device (tests: a stand-in engine). Empty: Detector::Load of
   // model_path with `detector` on that device.
   std::function<StatusOr<std::unique_ptr<detect::Detector>>(const std::string& device, size_t worker)> load_detector;
+  // Every time read (the batchers' max_wait deadlines, WaitDone's timeout) goes through it. Not owned.
+  Clock* clock = SystemClock();
 };
 
 class WorkerPool {
@@ -129,7 +131,7 @@ class WorkerPool {
   // live stream's become drop marks). Batches already taken finish and reach the sink.
   std::vector<WorkItem> CloseAndTakeQueued();
   // True once the workers have ended (after Close) and the sink has had every result; waits up to `timeout`.
-  bool WaitDone(std::chrono::milliseconds timeout);
+  bool WaitDone(std::chrono::milliseconds timeout) VIGIL_EXCLUDES(mu_);
   // Waits for the workers and the sink thread to end (so: call Close first).
   void Join();
 
@@ -154,10 +156,10 @@ class WorkerPool {
     BatchResult result;
   };
   explicit WorkerPool(WorkerPoolOptions options);
-  void WorkerLoop(size_t w);
-  void SinkLoop();
+  void WorkerLoop(size_t w) VIGIL_EXCLUDES(mu_);
+  void SinkLoop() VIGIL_EXCLUDES(mu_);
   BatchResult RunBatch(size_t w, std::vector<WorkItem>& batch);
-  void Deliver(size_t device, uint64_t ticket, BatchResult result);
+  void Deliver(size_t device, uint64_t ticket, BatchResult result) VIGIL_EXCLUDES(mu_);
 
   WorkerPoolOptions options_;
   std::vector<size_t> stream_device_;
@@ -171,14 +173,14 @@ class WorkerPool {
   std::thread sink_thread_;
   bool started_ = false, joined_ = false;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  // Results not yet handed to the sink, by device then ticket.  GUARDED_BY(mu_)
-  std::vector<std::map<uint64_t, BatchResult>> results_;
-  std::vector<uint64_t> next_ticket_;  // GUARDED_BY(mu_) per device: the ticket the sink hands over next
-  size_t held_ = 0;                    // GUARDED_BY(mu_) results in results_
-  size_t workers_running_ = 0;         // GUARDED_BY(mu_)
-  bool done_ = false;                  // GUARDED_BY(mu_) the sink thread handed over the last result
+  Mutex mu_;
+  CondVar cv_;
+  // Results not yet handed to the sink, by device then ticket.
+  std::vector<std::map<uint64_t, BatchResult>> results_ VIGIL_GUARDED_BY(mu_);
+  std::vector<uint64_t> next_ticket_ VIGIL_GUARDED_BY(mu_);  // per device: the ticket the sink hands over next
+  size_t held_ VIGIL_GUARDED_BY(mu_) = 0;                    // results in results_
+  size_t workers_running_ VIGIL_GUARDED_BY(mu_) = 0;
+  bool done_ VIGIL_GUARDED_BY(mu_) = false;  // the sink thread handed over the last result
 };
 
 }  // namespace vigil::pipeline
