@@ -268,10 +268,11 @@ void Pusher::Loop() {
       wait_ns = *next ? std::clamp<int64_t>(**next - clock_->WallNs(), 0, 60'000'000'000) : 60'000'000'000;
     }
     MutexLock lock(mu_);
-    // A real-time wait of wait_ns (a spurious wake-up waits it again from then): the Clock seam only times what is
-    // due, so a FakeClock in the tests never makes this loop spin.
+    // A real-time wait of at most wait_ns, to a deadline fixed now (a spurious wake-up waits only what is left): the
+    // Clock seam only times what is due, so a FakeClock in the tests never makes this loop spin.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns);
     while (wait_ns > 0 && !stopping_ && !woken_) {
-      if (!cv_.WaitFor(lock, std::chrono::nanoseconds(wait_ns))) break;
+      if (!cv_.WaitUntil(lock, give_up)) break;
     }
     if (stopping_) return;
     woken_ = false;

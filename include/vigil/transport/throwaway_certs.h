@@ -11,6 +11,7 @@
 //    client certificate signed by it.
 // Keys are EC P-256 (fast to make); certificates are valid from an hour ago for 7 days; SHA-256.
 // Key files are written with mode 0600. Errors: Internal naming the step and OpenSSL's reason.
+// Ownership: the files are the caller's (delete the directory to discard them); nothing is kept in memory.
 // Thread-safety: distinct directories may be written from any thread.
 #pragma once
 

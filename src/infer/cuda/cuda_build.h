@@ -6,6 +6,9 @@
 // (the rest of the reference op set: reductions, TopK, Gather, Pad, Cast, quantization, ...). cuda_backend.cc plans
 // with them and runs the compiled model.
 //
+// Ownership: Resources owns the model's device memory (weights, uploads, scratch), pinned staging, the stream and
+// the cuDNN/cuBLAS handles, freed at its destruction; a Build borrows the graph, the node, the device values and the
+// Resources; each maker returns a kernel that owns its own state and points into the Resources, which outlive it.
 // Thread-safety: a Build and its Resources belong to one Compile or Plan call. Errors: makers return
 // Unimplemented (no CUDA kernel for this node: the host runs it) or the CUDA/cuDNN error that stopped them.
 #pragma once
