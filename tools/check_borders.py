@@ -13,7 +13,10 @@ that column (external libraries) is prose. The check fails, naming file, line an
   4. a quoted include names no file (neither under include/, src/, nor beside the including file);
   5. (with --build DIR) a library's direct vigil_* link dependency, as CMake configured it
      (DIR/module_links.txt, written by src/CMakeLists.txt), is not in that module's row; or a declared dependency
-     is not linked at all (directly or through another); or the declared graph has a cycle.
+     is not linked at all (directly or through another); or the declared graph has a cycle;
+  6. product code (src/, include/) reads real time itself — a std::chrono clock's now() (or an alias's),
+     clock_gettime, gettimeofday, time(nullptr) — anywhere but the Clock seam (TIME_SEAM below): code decides with a
+     Clock* and bounds blocking waits with a vigil::Deadline (include/vigil/common/deadline.h).
 Exit status 0 when clean, 1 with one line per violation, 2 on a malformed table.
 
 Usage: tools/check_borders.py [--root REPO] [--build BUILD_DIR]
@@ -35,6 +38,12 @@ WHITE_BOX = {
     "tests/testing/": {"infer"},  # graph_builder.h builds graphs through the op registry
     "bench/": {"infer"},  # conv_bench times the backends' kernels
 }
+# The only product files that read real time themselves (rule 6).
+TIME_SEAM = {"src/common/clock.cc"}
+CHRONO_CLOCK = r"(?:std::)?(?:chrono::)?(?:steady_clock|system_clock|high_resolution_clock|utc_clock|file_clock)"
+CLOCK_ALIAS = re.compile(r"\busing\s+(\w+)\s*=\s*" + CHRONO_CLOCK + r"\s*;")
+TIME_READ = re.compile(r"\b" + CHRONO_CLOCK + r"::now\s*\(|\bclock_gettime\s*\(|\bgettimeofday\s*\(|"
+                       r"\btime\s*\(\s*(?:nullptr|NULL|0)\s*\)")
 # CMake targets that are not named vigil_<module>.
 TARGET_MODULE = {"vigil": "cli", "vigil-engine": "cli"}
 # vigil_cuda holds the device code of several modules (infer/cuda, detect/cuda, transport/cuda,
@@ -143,6 +152,28 @@ def check_includes(root: Path, table: dict[str, set[str]]) -> list[str]:
     return problems
 
 
+def check_time_reads(root: Path) -> list[str]:
+    problems = []
+    for top in ("src", "include"):
+        d = root / top
+        if not d.is_dir():
+            continue
+        for path in sorted(p for p in d.rglob("*") if p.suffix in SOURCE_SUFFIXES and p.is_file()):
+            rel = path.relative_to(root).as_posix()
+            if rel in TIME_SEAM:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            aliases = CLOCK_ALIAS.findall(text)
+            alias_read = re.compile(r"\b(?:" + "|".join(map(re.escape, aliases)) + r")::now\s*\(") if aliases else None
+            for n, line in enumerate(text.splitlines(), 1):
+                code = line.split("//", 1)[0]
+                if TIME_READ.search(code) or (alias_read and alias_read.search(code)):
+                    problems.append(f"{rel}:{n}: reads real time outside the Clock seam ({line.strip()}); decide with "
+                                    f"a Clock* (vigil/common/clock.h), bound a blocking wait with a vigil::Deadline "
+                                    f"(vigil/common/deadline.h)")
+    return problems
+
+
 def check_links(build: Path, table: dict[str, set[str]]) -> list[str]:
     links_file = build / "module_links.txt"
     if not links_file.is_file():
@@ -197,6 +228,7 @@ def main(argv: list[str]) -> int:
         return 2
     problems = [f"docs/architecture.md: the module graph has a cycle: {c}" for c in cycles(table)]
     problems += check_includes(args.root, table)
+    problems += check_time_reads(args.root)
     if args.build:
         problems += check_links(args.build, table)
     for p in problems:

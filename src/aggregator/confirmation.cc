@@ -14,6 +14,7 @@
 
 #include "vigil/aggregator/association.h"
 #include "vigil/aggregator/classifier.h"
+#include "vigil/common/deadline.h"
 #include "vigil/common/mutex.h"
 
 namespace vigil::aggregator {
@@ -41,11 +42,6 @@ struct Confirmation::Impl {
 
   int64_t SteadyNowNs() const { return clock->SteadyNs(); }
   int64_t NowNs() const { return clock->WallNs(); }
-  // A CondVar deadline on steady_clock from a steady time of the Clock seam (SystemClock's origin is steady_clock's).
-  static std::chrono::steady_clock::time_point SteadyDeadline(int64_t steady_ns) {
-    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(steady_ns));
-  }
-
   // Storage thread only.
   std::unique_ptr<Confirmer> confirmer;           // `confirm:` on
   std::vector<EventDecision> second_unstored;     // the second model's decisions not stored yet (a failed commit)
@@ -108,7 +104,7 @@ struct Confirmation::Impl {
       {
         MutexLock lock(second_mu);
         // Events waiting for crops are looked at every 100 ms; otherwise it sleeps until one is added.
-        const auto deadline = SteadyDeadline(clock->SteadyNs() + 100'000'000);
+        const Deadline deadline = Deadline::AtSteadyNs(clock->SteadyNs() + 100'000'000);
         while (!second_stop && second->waiting() == 0) {
           if (!second_cv.WaitUntil(lock, deadline)) break;
         }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include "vigil/common/deadline.h"
 
 namespace vigil::aggregator {
 
@@ -138,8 +139,8 @@ IngestEdges Ingest::Edges() const {
 
 bool Ingest::WaitForWork(int64_t wake_steady_ns, const std::atomic<bool>* also) {
   MutexLock lock(mu_);
-  // The deadline on steady_clock from the Clock seam's steady time (SystemClock's origin is steady_clock's).
-  const std::chrono::steady_clock::time_point deadline{std::chrono::nanoseconds(wake_steady_ns)};
+  // From the Clock seam's steady time (SystemClock()'s origin is the Deadline's).
+  const Deadline deadline = Deadline::AtSteadyNs(wake_steady_ns);
   while (!stop_storage_ && queue_.empty() && snapshot_queue_.empty() && !(also != nullptr && also->load())) {
     if (wake_steady_ns == INT64_MAX) {
       not_empty_.Wait(lock);

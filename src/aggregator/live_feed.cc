@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include "vigil/common/deadline.h"
 
 namespace vigil::aggregator {
 
@@ -72,8 +73,8 @@ void LiveFeed::AppendDecisions(uint64_t* cursor, std::string* out) const {
 }
 
 LiveFeed::Wake LiveFeed::WaitForChange(uint64_t seen, int64_t timeout_ns) {
-  // The deadline on steady_clock, from the Clock seam's steady time (the same origin under SystemClock()).
-  const std::chrono::steady_clock::time_point deadline{std::chrono::nanoseconds(clock_->SteadyNs() + timeout_ns)};
+  // From the Clock seam's steady time (SystemClock()'s origin is the Deadline's).
+  const Deadline deadline = Deadline::AtSteadyNs(clock_->SteadyNs() + timeout_ns);
   MutexLock lock(mu_);
   while (!closed_ && version_ == seen) {
     if (!changed_.WaitUntil(lock, deadline)) break;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "vigil/aggregator/push.h"
+#include "vigil/common/deadline.h"
 
 namespace vigil::aggregator {
 namespace {
@@ -66,9 +67,7 @@ class Mqtt final : public Delivery {
   }
 
   DeliveryOutcome Deliver(const StoredEvent& event) override {
-    // The deadline on steady_clock from the Clock seam's steady time (SystemClock's origin is steady_clock's).
-    const std::chrono::steady_clock::time_point deadline{
-        std::chrono::nanoseconds(SystemClock()->SteadyNs() + int64_t{opt_.timeout_ms} * 1'000'000)};
+    const Deadline deadline = Deadline::After(std::chrono::milliseconds(opt_.timeout_ms));
     MutexLock lock(mu_);
     if (!connected_) {
       if (!connecting_) {

@@ -1,5 +1,6 @@
 // Events pushed to the plant's systems (aggregator/push.h): the Pusher and the webhook delivery (libcurl).
 #include "vigil/aggregator/push.h"
+#include "vigil/common/deadline.h"
 
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
@@ -270,7 +271,7 @@ void Pusher::Loop() {
     MutexLock lock(mu_);
     // A real-time wait of at most wait_ns, to a deadline fixed now (a spurious wake-up waits only what is left): the
     // Clock seam only times what is due, so a FakeClock in the tests never makes this loop spin.
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns);
+    const Deadline give_up = Deadline::After(std::chrono::nanoseconds(wait_ns));
     while (wait_ns > 0 && !stopping_ && !woken_) {
       if (!cv_.WaitUntil(lock, give_up)) break;
     }

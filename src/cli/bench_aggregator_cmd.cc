@@ -36,6 +36,7 @@
 
 #include "cli/bench_stats.h"
 #include "cli/commands.h"
+#include "vigil/common/clock.h"
 #include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/transport/auth.h"
@@ -73,10 +74,7 @@ struct EdgeResult {
   std::string error;
 };
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+int64_t NowNs() { return SystemClock()->WallNs(); }
 
 void RunEdge(const BenchAggregatorArgs& a, int index, const std::string& key, const std::string& host, uint16_t port,
              Clock::time_point t0, Clock::time_point timed_from, Clock::time_point end, EdgeResult* out) {
@@ -98,7 +96,7 @@ void RunEdge(const BenchAggregatorArgs& a, int index, const std::string& key, co
   std::atomic<bool> done{false}, failed{false};
   std::string reader_error;
   std::thread reader([&] {
-    auto progress = Clock::now();
+    auto progress = SteadyNow();
     for (;;) {
       {
         MutexLock lock(mu);
@@ -110,7 +108,7 @@ void RunEdge(const BenchAggregatorArgs& a, int index, const std::string& key, co
         failed = true;
         return;
       }
-      const auto now = Clock::now();
+      const auto now = SteadyNow();
       if (!m->has_value()) {
         if (now - progress > kTimeout) {
           reader_error = StrCat("no Ack within ", kTimeout.count(), " ms");
@@ -148,7 +146,7 @@ void RunEdge(const BenchAggregatorArgs& a, int index, const std::string& key, co
       const auto due = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(n / per_edge_rate));
       if (due >= end) break;
       std::this_thread::sleep_until(due);
-    } else if (Clock::now() >= end) {
+    } else if (SteadyNow() >= end) {
       break;
     }
     if (!credits.try_acquire_for(kTimeout)) continue;  // the reader reports a stall
@@ -189,7 +187,7 @@ void RunEdge(const BenchAggregatorArgs& a, int index, const std::string& key, co
     }
     {
       MutexLock lock(mu);
-      in_flight[{s, r.seq_first}] = Clock::now();
+      in_flight[{s, r.seq_first}] = SteadyNow();
     }
     const tp::OutboxMessage* p = &m;
     send_status = link->Send(std::span<const tp::OutboxMessage* const>(&p, 1), kTimeout);
@@ -229,7 +227,7 @@ int BenchAggregator(const BenchAggregatorArgs& a) {
     }
     key = *k;
   }
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyNow();
   const auto timed_from = t0 + std::chrono::seconds(1);
   const auto end = timed_from + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
   std::vector<EdgeResult> results(static_cast<size_t>(a.edges));

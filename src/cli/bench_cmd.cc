@@ -37,6 +37,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
+#include "vigil/common/clock.h"
 #include "vigil/infer/engine.h"
 #if VIGIL_HAVE_CUDA
 #include "vigil/infer/cuda_device.h"
@@ -210,7 +211,7 @@ bool ParseImgsz(const std::string& text, infer::EngineOptions* options) {
 }
 
 using Clock = std::chrono::steady_clock;
-double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double MsSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(SteadyNow() - t).count(); }
 
 int BenchEngine(const BenchEngineArgs& args) {
   infer::EngineOptions options;
@@ -244,7 +245,7 @@ int BenchEngine(const BenchEngineArgs& args) {
   r.cuda_graph = args.device != "cpu" && options.cuda_graph;
   std::vector<Tensor> inputs, outputs;
   {
-    const auto start = Clock::now();
+    const auto start = SteadyNow();
     StatusOr<std::unique_ptr<infer::Engine>> engine = infer::Engine::Load(args.model, options);
     if (!engine.ok()) {
       std::fprintf(stderr, "vigil bench engine: %s\n", std::string(engine.status().message()).c_str());
@@ -258,7 +259,7 @@ int BenchEngine(const BenchEngineArgs& args) {
     double cpu_start = 0;
     for (int i = 0; i < args.warmup + args.iters; ++i) {
       if (i == args.warmup) cpu_start = ProcessCpuMs();
-      const auto t = Clock::now();
+      const auto t = SteadyNow();
       Status st = (*engine)->Run(inputs, &outputs);
       if (!st.ok()) {
         std::fprintf(stderr, "vigil bench engine: %s: %s\n", args.model.c_str(), std::string(st.message()).c_str());
@@ -272,7 +273,7 @@ int BenchEngine(const BenchEngineArgs& args) {
       r.host_io_latency = r.latency;
       ms.clear();
       for (int i = 0; i < args.warmup + args.iters; ++i) {
-        const auto t = Clock::now();
+        const auto t = SteadyNow();
         Status st = (*engine)->EnqueueOnDevice();
         if (st.ok()) st = (*engine)->SynchronizeDevice();
         if (!st.ok()) {
@@ -282,7 +283,7 @@ int BenchEngine(const BenchEngineArgs& args) {
         if (i >= args.warmup) ms.push_back(MsSince(t));
       }
       r.latency = Summarize(ms);
-      const auto t = Clock::now();
+      const auto t = SteadyNow();
       Status st;
       for (int i = 0; i < args.iters && st.ok(); ++i) st = (*engine)->EnqueueOnDevice();
       if (st.ok()) st = (*engine)->SynchronizeDevice();

@@ -29,6 +29,7 @@
 #include "cli/commands.h"
 
 #ifdef VIGIL_HAVE_HWLOC
+#include "vigil/common/clock.h"
 #include "vigil/topology/binder.h"
 #include "vigil/topology/host_buffer_pool.h"
 #include "vigil/topology/topology.h"
@@ -69,9 +70,9 @@ Row Summarize(std::string source, int node, size_t bytes, std::vector<double> ms
 std::vector<double> TimeMemcpy(void* dst, const void* src, size_t bytes, int warmup, int iters) {
   std::vector<double> ms;
   for (int i = 0; i < warmup + iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = SteadyNow();
     std::memcpy(dst, src, bytes);
-    const auto t1 = std::chrono::steady_clock::now();
+    const auto t1 = SteadyNow();
     if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
   return ms;

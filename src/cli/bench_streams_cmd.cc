@@ -47,6 +47,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "vigil/common/clock.h"
 #include "vigil/common/mutex.h"
 #ifdef VIGIL_HAVE_PIPELINE
 #include "cli/bench_stats.h"
@@ -62,7 +63,6 @@ namespace vigil::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using SteadyClock = std::chrono::steady_clock;
 
 struct BenchStreamsArgs {
   std::string model;
@@ -84,7 +84,7 @@ struct BenchStreamsArgs {
   std::string hwaccel = "cuda";  // --video: "cuda" (NVDEC on the stream's device) or "cpu"
 };
 
-int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch()).count(); }
+int64_t NowNs() { return SystemClock()->SteadyNs(); }
 
 // One stream's bookkeeping (the sink and courier threads write it, under Trial::mu).
 struct StreamTrack {

@@ -83,6 +83,7 @@
 
 #include "cli/bench_stats.h"
 #include "cli/commands.h"
+#include "vigil/common/clock.h"
 #include "vigil/common/mutex.h"
 #include "vigil/transport/throwaway_certs.h"  // throwaway TLS certificates for the tls link
 #include "vigil/transport/auth.h"
@@ -123,7 +124,7 @@ struct BenchTransportArgs {
   std::string dir;    // keys.yaml, certs/
 };
 
-double UsSince(Clock::time_point t) { return std::chrono::duration<double, std::micro>(Clock::now() - t).count(); }
+double UsSince(Clock::time_point t) { return std::chrono::duration<double, std::micro>(SteadyNow() - t).count(); }
 
 std::vector<std::string> SplitComma(const std::string& text) {
   std::vector<std::string> out;
@@ -137,11 +138,8 @@ std::vector<std::string> SplitComma(const std::string& text) {
 
 // ---- the server process -----------------------------------------------------------------------------
 
-int64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+// CLOCK_MONOTONIC, shared by the processes of one host (SystemClock()'s steady time).
+int64_t MonotonicNs() { return SystemClock()->SteadyNs(); }
 
 // Admits every Hello with epoch 1 and acknowledges every Report at once; stores nothing. Records the
 // one-way time of each Report (its publish_ns, stamped by the client on CLOCK_MONOTONIC of this host,
@@ -523,7 +521,7 @@ Status MeasureSize(const BenchTransportArgs& a, tp::Link& link, ServerProcess& s
   half_rtt.reserve(static_cast<size_t>(a.iters));
   for (int i = 0; i < a.warmup + a.iters; ++i) {
     if (i == a.warmup) VIGIL_RETURN_IF_ERROR(server.ResetOneWay());
-    const auto t = Clock::now();
+    const auto t = SteadyNow();
     VIGIL_RETURN_IF_ERROR(SendOne(link, m, (*seq)++));
     VIGIL_RETURN_IF_ERROR(WaitAck(link));
     if (i >= a.warmup) half_rtt.push_back(UsSince(t) / 2);
@@ -540,21 +538,21 @@ Status MeasureSize(const BenchTransportArgs& a, tp::Link& link, ServerProcess& s
   Clock::time_point last_ack;
   VIGIL_ASSIGN_OR_RETURN(const double server0, server.CpuUs());
   const double client0 = ProcessCpuMs();
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyNow();
   std::thread reader([&] {
-    auto progress = Clock::now();
+    auto progress = SteadyNow();
     while (!(sending_done.load() && acked.load() == sent.load())) {
       StatusOr<std::optional<tp::Message>> msg = link.Receive(milliseconds(100));
       Status st = msg.status();
       if (st.ok() && msg->has_value()) {
         if (std::holds_alternative<tp::Ack>(**msg)) {
           acked.fetch_add(1);
-          last_ack = progress = Clock::now();
+          last_ack = progress = SteadyNow();
           credits.release();
         } else if (const tp::Reject* rj = std::get_if<tp::Reject>(&**msg)) {
           st = absl::InternalError(StrCat("Reject ", tp::ToString(rj->reason), ": ", rj->detail));
         }
-      } else if (st.ok() && Clock::now() - progress > kTimeout) {
+      } else if (st.ok() && SteadyNow() - progress > kTimeout) {
         st = absl::DeadlineExceededError(StrCat("no Ack within ", kTimeout.count(), " ms"));
       }
       if (!st.ok()) {
@@ -566,7 +564,7 @@ Status MeasureSize(const BenchTransportArgs& a, tp::Link& link, ServerProcess& s
   });
   Status send_status;
   const auto cap = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.stream_seconds));
-  while (sent.load() < a.stream_messages && Clock::now() < cap && !reader_failed.load()) {
+  while (sent.load() < a.stream_messages && SteadyNow() < cap && !reader_failed.load()) {
     if (!credits.try_acquire_for(kTimeout)) continue;  // the reader reports a stall
     send_status = SendOne(link, m, (*seq)++);
     if (!send_status.ok()) break;
@@ -618,7 +616,7 @@ Status MeasureOpens(const Dialing& dialing, const ServerProcess& server, const s
     for (int k = 0; k < 2; ++k) {
       const bool with_key = (k == 0) == (i % 2 == 0);  // alternate which goes first
       tp::Link& link = with_key ? *keyed : *open;
-      const auto t = Clock::now();
+      const auto t = SteadyNow();
       StatusOr<tp::Welcome> w = link.Open(hello, kTimeout);
       const double us = UsSince(t);
       link.Close();

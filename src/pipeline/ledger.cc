@@ -1,3 +1,4 @@
+#include "vigil/common/deadline.h"
 #include "vigil/pipeline/ledger.h"
 
 #include <spdlog/spdlog.h>
@@ -109,7 +110,7 @@ struct StreamLedger::Impl {
         failing = false;
       }
       // The pause between writes is real time (as before): a FakeClock in tests does not stop the writer.
-      const auto pause_end = std::chrono::steady_clock::now() + opt.persist_interval;
+      const Deadline pause_end = Deadline::After(opt.persist_interval);
       while (!stop) {
         if (!cv.WaitUntil(lock, pause_end)) break;
       }
@@ -127,11 +128,10 @@ struct StreamLedger::Impl {
     } else {
       // A replayable stream waits for room (it must lose nothing), in slices so that a stop cancels the
       // wait: an unreported frame of a file lies after the acknowledged cursor and is read again.
-      const auto deadline = std::chrono::steady_clock::now() + opt.replayable_wait;
+      const Deadline deadline = Deadline::After(opt.replayable_wait);
       do {
         id = outbox.Push(r, std::chrono::milliseconds(100), device);
-      } while (absl::IsResourceExhausted(id.status()) && !cancel_waits.load() &&
-               std::chrono::steady_clock::now() < deadline);
+      } while (absl::IsResourceExhausted(id.status()) && !cancel_waits.load() && !deadline.passed());
       if (absl::IsResourceExhausted(id.status()) && cancel_waits.load()) return true;
     }
     if (id.ok() || absl::IsCancelled(id.status())) return true;
@@ -340,7 +340,7 @@ bool StreamLedger::admitted() const {
 bool StreamLedger::WaitAdmitted(std::chrono::milliseconds timeout) const {
   Impl& d = *impl_;
   // A real-time deadline (as before): WaitAdmitted's timeout is not the ledger clock's time.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const Deadline deadline = Deadline::After(timeout);
   MutexLock lock(d.mu);
   while (!d.admitted && !d.stop) {
     if (!d.cv.WaitUntil(lock, deadline)) break;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "vigil/common/clock.h"
 #include "vigil/common/mutex.h"
 #include "vigil/pipeline/mirrored_ledger_writer.h"
 #include "vigil/replication/failure_detector.h"
@@ -18,10 +19,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t SteadyNs() { return SystemClock()->SteadyNs(); }
 
 replication::ChannelTls TlsOf(const ReplicationConfig& r) { return {r.cert_file, r.key_file, r.ca_file}; }
 

@@ -1,3 +1,4 @@
+#include "vigil/common/deadline.h"
 #include "vigil/pipeline/snapshotter.h"
 
 #include <spdlog/spdlog.h>
@@ -29,9 +30,7 @@ bool Snapshotter::Offer(Job job) {
 }
 
 bool Snapshotter::WaitIdle(int timeout_ms) {
-  // The wait's deadline on the steady clock, from the Clock seam (CLOCK_MONOTONIC, as steady_clock's).
-  const std::chrono::steady_clock::time_point deadline{std::chrono::nanoseconds(SystemClock()->SteadyNs()) +
-                                                        std::chrono::milliseconds(timeout_ms)};
+  const Deadline deadline = Deadline::After(std::chrono::milliseconds(timeout_ms));
   MutexLock lock(mu_);
   while (!(jobs_.empty() && !busy_)) {
     if (!cv_.WaitUntil(lock, deadline)) return jobs_.empty() && !busy_;

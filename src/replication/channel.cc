@@ -1,4 +1,5 @@
 // The replication channel over gRPC (replication/channel.h): the primary's server and the standby's client.
+#include "vigil/common/deadline.h"
 #include "vigil/replication/channel.h"
 
 #include <grpcpp/grpcpp.h>
@@ -28,7 +29,12 @@ namespace vigil::replication {
 namespace {
 
 namespace v1 = ::vigil::replication::v1;
-using Clock = std::chrono::steady_clock;
+// A Deadline as gRPC's own monotonic deadline (gRPC reads its clock; an absolute point, so that a call that waits
+// in several steps, like WaitForConnected, does not restart the span at each).
+gpr_timespec GrpcDeadline(Deadline d) {
+  if (d.never()) return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_nanos(d.left().count(), GPR_TIMESPAN));
+}
 constexpr uint32_t kChannelVersion = 1;
 constexpr size_t kHeartbeatTokenBytes = 32;
 
@@ -481,7 +487,7 @@ class PrimaryService final : public v1::Replication::Service {
     finish_sent_ = false;
     ledger_cv_.NotifyAll();
     if (stats_.standby_connected) {
-      const auto deadline = Clock::now() + std::chrono::seconds(1);  // a CondVar deadline
+      const auto deadline = Deadline::After(std::chrono::seconds(1));  // a CondVar deadline
       while (!finish_sent_ && stats_.standby_connected && ledger_cv_.WaitUntil(lock, deadline)) {
       }
     }
@@ -635,8 +641,8 @@ class GrpcPrimaryChannel final : public PrimaryChannel {
     MutexLock lock(mu_);
     if (stopped_) return;
     stopped_ = true;
-    // gRPC takes system_clock deadlines. After 200 ms the open stream is cancelled.
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    // After 200 ms the open stream is cancelled.
+    server_->Shutdown(GrpcDeadline(Deadline::After(std::chrono::milliseconds(200))));
     server_->Wait();
   }
 
@@ -656,7 +662,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
   ~GrpcStandbyChannel() override { Stop(); }
 
   Status Open(const Pems& pems, std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     grpc::SslCredentialsOptions co;
     co.pem_root_certs = pems.ca;
     co.pem_private_key = pems.key;
@@ -665,7 +671,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
     args.SetMaxReceiveMessageSize(static_cast<int>(kMaxMirroredJpegBytes + (1u << 20)));  // a mirrored picture
     channel_ = grpc::CreateCustomChannel(opt_.primary, grpc::SslCredentials(co), args);
     const std::string where = StrCat("replication: primary ", opt_.primary);
-    if (!channel_->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
+    if (!channel_->WaitForConnected(GrpcDeadline(deadline))) {
       // gRPC does not say why; a handshake of our own with the same files does.
       return absl::UnavailableError(StrCat(where, ": no answer within ", timeout.count(), " ms: ",
                                            DiagnoseTls(opt_.primary, pems)));
@@ -731,7 +737,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
   // Opens the Heartbeats stream (its own gRPC channel: its own TCP connection) and sends the first heartbeat,
   // which names the pairing; starts its reader. Errors: Unavailable (no connection before the deadline, or the
   // first write failed).
-  Status OpenHeartbeats(const Pems& pems, const std::string& token, Clock::time_point deadline) {
+  Status OpenHeartbeats(const Pems& pems, const std::string& token, Deadline deadline) {
     grpc::SslCredentialsOptions co;
     co.pem_root_certs = pems.ca;
     co.pem_private_key = pems.key;
@@ -739,8 +745,8 @@ class GrpcStandbyChannel final : public StandbyChannel {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // not the Mirror stream's connection
     hb_channel_ = grpc::CreateCustomChannel(opt_.primary, grpc::SslCredentials(co), args);
-    const auto wait_until = std::max(deadline, Clock::now() + std::chrono::milliseconds(500));
-    if (!hb_channel_->WaitForConnected(std::chrono::system_clock::now() + (wait_until - Clock::now()))) {
+    const Deadline wait_until = Deadline::Later(deadline, Deadline::After(std::chrono::milliseconds(500)));
+    if (!hb_channel_->WaitForConnected(GrpcDeadline(wait_until))) {
       return absl::UnavailableError("no second connection for heartbeats");
     }
     hb_stub_ = v1::Replication::NewStub(hb_channel_);
@@ -874,7 +880,7 @@ class GrpcStandbyChannel final : public StandbyChannel {
       }
       lock.Lock();
       if (!ok || stopping_ || ended_) return;
-      const auto deadline = Clock::now() + opt_.heartbeat_interval;  // a CondVar deadline
+      const auto deadline = Deadline::After(opt_.heartbeat_interval);  // a CondVar deadline
       while (!stopping_ && !ended_ && cv_.WaitUntil(lock, deadline)) {
       }
       if (stopping_ || ended_) return;

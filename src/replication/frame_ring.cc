@@ -1,4 +1,5 @@
 // The hot standby's same-host picture ring (replication/frame_ring.h).
+#include "vigil/common/deadline.h"
 #include "vigil/replication/frame_ring.h"
 
 #include <spdlog/spdlog.h>
@@ -18,7 +19,6 @@
 namespace vigil::replication {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using transport::SharedMemory;
 
@@ -70,11 +70,11 @@ bool SameToken(const std::string& a, const std::string& b) {
 }
 
 // Reads exactly n bytes before `deadline`.
-Status ReadExactly(transport::Connection& c, char* out, size_t n, Clock::time_point deadline) {
+Status ReadExactly(transport::Connection& c, char* out, size_t n, Deadline deadline) {
   size_t got = 0;
   while (got < n) {
-    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return absl::DeadlineExceededError("timed out");
+    if (deadline.passed()) return absl::DeadlineExceededError("timed out");
+    const auto left = std::chrono::ceil<milliseconds>(deadline.left());
     VIGIL_ASSIGN_OR_RETURN(size_t k, c.Read(out + got, n - got, left));
     got += k;
   }
@@ -281,7 +281,7 @@ class Publisher final : public FramePublisher {
 
   // One connection: the hello, the token, the ring; the session on success.
   void Admit(std::unique_ptr<transport::Connection> c) {
-    const auto deadline = Clock::now() + milliseconds(2000);
+    const auto deadline = Deadline::After(milliseconds(2000));
     char fixed[kHelloFixed];
     if (Status st = ReadExactly(*c, fixed, sizeof fixed, deadline); !st.ok()) {
       Refuse(*c, StrCat("no hello: ", st.message()));
@@ -643,7 +643,7 @@ StatusOr<std::unique_ptr<FrameRing>> FrameRing::Connect(FrameRingOptions o, mill
     bus_id = transport::device_memory::BusIdOf(gpu->device());
   }
   const size_t host_slot = gpu ? kGpuHostSlot : o.slot_bytes;
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = Deadline::After(timeout);
   VIGIL_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemory> shm, SharedMemory::Create("frames", RingBytes(o.slots, host_slot)));
   std::memset(shm->data(), 0, SlotsOffset(o.slots));
   auto* ctl = reinterpret_cast<Control*>(shm->data());
@@ -669,7 +669,7 @@ StatusOr<std::unique_ptr<FrameRing>> FrameRing::Connect(FrameRingOptions o, mill
   hello += shm->name();
   hello += bus_id;
   hello += handle;
-  const auto left = [&] { return std::max(milliseconds(1), std::chrono::ceil<milliseconds>(deadline - Clock::now())); };
+  const auto left = [&] { return std::max(milliseconds(1), std::chrono::ceil<milliseconds>(deadline.left())); };
   VIGIL_RETURN_IF_ERROR(c->Write(hello, left()));
   char head[3];
   if (Status st = ReadExactly(*c, head, sizeof head, deadline); !st.ok()) {

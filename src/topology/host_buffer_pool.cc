@@ -1,4 +1,5 @@
 // HostBufferPool and PooledBuffer (vigil/topology/host_buffer_pool.h).
+#include "vigil/common/deadline.h"
 #include "vigil/topology/host_buffer_pool.h"
 
 #include <unistd.h>
@@ -112,7 +113,7 @@ StatusOr<PooledBuffer> HostBufferPool::Acquire(std::chrono::nanoseconds timeout)
   if (s.free_list.empty()) {
     if (timeout > std::chrono::nanoseconds(0)) {
       ++s.stats.waits;
-      const auto deadline = std::chrono::steady_clock::now() + timeout;  // a CondVar deadline (as wait_for's)
+      const Deadline deadline = Deadline::After(timeout);
       while (s.free_list.empty() && s.freed.WaitUntil(lock, deadline)) {
       }
     }

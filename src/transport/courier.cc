@@ -1,3 +1,4 @@
+#include "vigil/common/deadline.h"
 #include "vigil/transport/courier.h"
 
 #include <spdlog/spdlog.h>
@@ -176,7 +177,7 @@ class CourierImpl final : public Courier {
         continue;
       }
       MutexLock lock(mu_);
-      const auto deadline = std::chrono::steady_clock::now() + backoff.Next();  // a CondVar deadline
+      const Deadline deadline = Deadline::After(backoff.Next());
       while (!stop_ && !stats_.fenced && cv_.WaitUntil(lock, deadline)) {
       }
     }
@@ -233,7 +234,7 @@ class CourierImpl final : public Courier {
       MutexLock lock(mu_);
       session_done_ = true;
       cv_.NotifyAll();
-      const auto deadline = std::chrono::steady_clock::now() + std::min(opt_.connect_timeout, kProbeGrace);
+      const Deadline deadline = Deadline::After(std::min(opt_.connect_timeout, kProbeGrace));
       while (probing_ != nullptr && cv_.WaitUntil(lock, deadline)) {
       }
       if (probing_ != nullptr) probing_->Close();

@@ -1,4 +1,5 @@
 // The cuda_ipc link (cuda_ipc.h): the aggregator's ring connection and listener, the edge's ring writer.
+#include "vigil/common/deadline.h"
 #include "vigil/transport/cuda_ipc.h"
 
 #include <poll.h>
@@ -20,7 +21,6 @@
 namespace vigil::transport {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
@@ -94,8 +94,8 @@ class RingConnection final : public Connection {
   // report's rows taken from it as they are), each checked once.
   StatusOr<size_t> ReadMessages(std::deque<StatusOr<Message>>* out, milliseconds timeout) override {
     if (!pending_error_.ok()) return std::exchange(pending_error_, absl::OkStatus());
-    const auto deadline = Clock::now() + timeout;
-    auto spin_until = Clock::now() + kSpin;
+    const auto deadline = Deadline::After(timeout);
+    auto spin_until = Deadline::After(kSpin);
     microseconds sleep = kFirstSleep;
     const size_t had = out->size();
     size_t bytes = 0;
@@ -103,8 +103,8 @@ class RingConnection final : public Connection {
       if (polling_) {
         // While spinning, the ring alone for up to kSocketEvery (a pause between polls), then one look at the
         // socket: a report is seen within ~0.1 µs of its signal instead of after a recv and a yield.
-        const auto now = Clock::now();
-        const auto look_until = now < spin_until ? std::min(now + kSocketEvery, spin_until) : now;
+        const Deadline look_until =
+            spin_until.passed() ? Deadline::After(microseconds(0)) : Deadline::Earlier(Deadline::After(kSocketEvery), spin_until);
         for (;;) {
           Status polled = PollRing(out, &bytes);
           if (!polled.ok()) {
@@ -114,17 +114,16 @@ class RingConnection final : public Connection {
           }
           if (out->size() > had) return bytes;
           if (bytes > 0) {  // a frame spanning slots is still incomplete: more is on its way
-            spin_until = Clock::now() + kSpin;
+            spin_until = Deadline::After(kSpin);
             sleep = kFirstSleep;
           }
-          if (Clock::now() >= look_until) break;
+          if (look_until.passed()) break;
           CpuRelax();
         }
       }
       // The socket: at once when a ring is polled, else blocking for what is left.
-      const auto now = Clock::now();
       milliseconds wait(0);
-      if (!polling_ && deadline > now) wait = std::chrono::ceil<milliseconds>(deadline - now);
+      if (!polling_) wait = std::chrono::ceil<milliseconds>(deadline.left());
       StatusOr<size_t> n = sock_->Read(sock_buf_, sizeof sock_buf_, wait);
       if (n.ok()) {
         bytes += *n;
@@ -133,9 +132,9 @@ class RingConnection final : public Connection {
         continue;
       }
       if (n.status().code() != absl::StatusCode::kDeadlineExceeded) return n.status();
-      if (Clock::now() >= deadline) return n.status();
+      if (deadline.passed()) return n.status();
       if (!polling_) continue;
-      if (Clock::now() < spin_until) {
+      if (!spin_until.passed()) {
         std::this_thread::yield();
         continue;
       }
@@ -417,7 +416,7 @@ RingWriter::~RingWriter() {
   if (mapping_) (void)mapping_->Drain();
 }
 
-Status RingWriter::Acquire(Clock::time_point deadline, bool* waited) {
+Status RingWriter::Acquire(Deadline deadline, bool* waited) {
   char* ctl = control_->data();
   microseconds sleep = kFirstSleep;
   for (;;) {
@@ -437,7 +436,7 @@ Status RingWriter::Acquire(Clock::time_point deadline, bool* waited) {
       *waited = true;
       ++counters().slot_waits;
     }
-    if (Clock::now() >= deadline) {
+    if (deadline.passed()) {
       return absl::DeadlineExceededError(StrCat("cuda_ipc: all ", slots_, " slots in use (the aggregator is behind)"));
     }
     std::this_thread::sleep_for(sleep);
@@ -465,7 +464,7 @@ Status RingWriter::Publish(uint32_t kind, uint32_t payload_bytes, uint32_t rows,
 }
 
 Status RingWriter::Write(std::span<const OutboxMessage* const> messages, std::string_view edge, uint64_t epoch,
-                         uint64_t* link_seq, Clock::time_point deadline) {
+                         uint64_t* link_seq, Deadline deadline) {
   // First encode every frame that goes through the host, so a payload that fails to download leaves
   // nothing of this call written.
   struct Item {

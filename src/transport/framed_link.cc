@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ring_writer.h"
+#include "vigil/common/deadline.h"
 #include "vigil/common/mutex.h"
 #include "vigil/transport/auth.h"
 #include "vigil/transport/link.h"
@@ -12,13 +13,12 @@
 namespace vigil::transport {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr size_t kReadBufferBytes = 64 << 10;
 
-milliseconds Left(Clock::time_point deadline) {
-  return std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+milliseconds Left(Deadline deadline) {
+  return std::chrono::duration_cast<milliseconds>(deadline.left());
 }
 
 class FramedLink final : public Link {
@@ -40,7 +40,7 @@ class FramedLink final : public Link {
     Hello hello = hello_in;
     hello.nonce = RandomNonce();
     VIGIL_RETURN_IF_ERROR(ValidateHello(hello));
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     StatusOr<std::unique_ptr<Connection>> dialed = dialer_->Dial(timeout);
     if (!dialed.ok()) return Annotate(dialed.status(), target());
     std::shared_ptr<Connection> conn = std::move(*dialed);
@@ -80,12 +80,12 @@ class FramedLink final : public Link {
     if (!conn) return absl::UnavailableError(StrCat(target(), ": no open session"));
     if (std::shared_ptr<RingWriter> ring = current_ring()) {
       uint64_t seq = link_seq;
-      Status st = ring->Write(messages, edge, epoch, &seq, Clock::now() + timeout);
+      Status st = ring->Write(messages, edge, epoch, &seq, Deadline::After(timeout));
       MutexLock lock(mu_);
       if (conn_ == conn) link_seq_ = seq;
       return st;
     }
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     // Rows a connection sends from where they live (ucx with CUDA transports): the frames before them go
     // first, then the rows' own message; the numbers are taken, so a failure ends the session (as a failed
     // write does: the next one starts again from 0).
@@ -138,7 +138,7 @@ class FramedLink final : public Link {
   StatusOr<std::optional<Message>> Receive(milliseconds timeout) override {
     std::shared_ptr<Connection> conn = current();
     if (!conn) return absl::UnavailableError(StrCat(target(), ": no open session"));
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     for (;;) {
       StatusOr<std::optional<Message>> m = decoder_.Next();
       if (!m.ok()) return Annotate(m.status(), StrCat(target(), ": from the aggregator"));
@@ -185,7 +185,7 @@ class FramedLink final : public Link {
 
   // Send for a batch with rows that `conn` takes from where they live (Connection::WriteReport).
   Status SendRowsApart(Connection& conn, std::span<const OutboxMessage* const> messages, const std::string& edge,
-                       uint64_t epoch, uint64_t link_seq, Clock::time_point deadline) {
+                       uint64_t epoch, uint64_t link_seq, Deadline deadline) {
     uint64_t next_seq = link_seq;
     auto take_numbers = [&] {
       MutexLock lock(mu_);
@@ -231,7 +231,7 @@ class FramedLink final : public Link {
   }
 
   // cuda_ipc: the aggregator's RingOffer (after Auth, before the Welcome): maps it and answers RingAccept.
-  StatusOr<std::shared_ptr<RingWriter>> OpenRing(Connection& conn, const RingOffer& offer, Clock::time_point deadline) {
+  StatusOr<std::shared_ptr<RingWriter>> OpenRing(Connection& conn, const RingOffer& offer, Deadline deadline) {
     StatusOr<std::unique_ptr<RingWriter>> w = RingWriter::Open(offer, opt_.ring_device, opt_.ring_linger_us);
     if (!w.ok()) return absl::UnavailableError(StrCat(target(), ": ", w.status().message()));
     Status st = conn.Write(EncodeFrame(RingAccept{}), Left(deadline));
@@ -240,7 +240,7 @@ class FramedLink final : public Link {
   }
 
   // The next message of the handshake, waiting until `deadline`; `what` names what we wait for.
-  StatusOr<Message> HandshakeMessage(Connection& conn, Clock::time_point deadline, std::string_view what) {
+  StatusOr<Message> HandshakeMessage(Connection& conn, Deadline deadline, std::string_view what) {
     for (;;) {
       StatusOr<std::optional<Message>> m = decoder_.Next();
       if (!m.ok()) {
@@ -271,7 +271,7 @@ class FramedLink final : public Link {
   }
 
   // Hello → Challenge → Auth → (cuda_ipc: RingOffer → RingAccept) → Welcome or Reject, until `deadline`.
-  StatusOr<Welcome> Handshake(Connection& conn, const Hello& hello, Clock::time_point deadline,
+  StatusOr<Welcome> Handshake(Connection& conn, const Hello& hello, Deadline deadline,
                               std::shared_ptr<RingWriter>* ring) {
     Status st = conn.Write(EncodeFrame(hello), Left(deadline));
     if (!st.ok()) return absl::UnavailableError(StrCat(target(), ": sending Hello: ", st.message()));

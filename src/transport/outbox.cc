@@ -1,3 +1,4 @@
+#include "vigil/common/deadline.h"
 #include "vigil/transport/outbox.h"
 
 #include <algorithm>
@@ -6,22 +7,6 @@ namespace vigil::transport {
 namespace {
 
 using std::chrono::milliseconds;
-
-// The CondVar deadline of a wait of `wait` from now; none for waits of a year or more ("forever": now + max
-// overflows).
-std::optional<std::chrono::steady_clock::time_point> DeadlineAfter(milliseconds wait) {
-  if (wait >= std::chrono::hours(24 * 365)) return std::nullopt;
-  return std::chrono::steady_clock::now() + std::max(wait, milliseconds(0));
-}
-
-// One wait on `cv` (callers loop on their condition); false when `deadline` passed.
-bool WaitOnce(CondVar& cv, MutexLock& lock, const std::optional<std::chrono::steady_clock::time_point>& deadline) {
-  if (!deadline) {
-    cv.Wait(lock);
-    return true;
-  }
-  return cv.WaitUntil(lock, *deadline);
-}
 
 // The field rules of a message before the link stamps edge and epoch.
 Status ValidateMessage(const Report& report, const std::optional<DevicePayload>& device) {
@@ -55,8 +40,8 @@ StatusOr<uint64_t> Outbox::Push(Report report, milliseconds wait, std::optional<
   msg->report = std::move(report);
   msg->device = std::move(device);
   MutexLock lock(mu_);
-  const auto deadline = DeadlineAfter(wait);
-  while (!closed_ && pending_.size() >= capacity_ && WaitOnce(cv_, lock, deadline)) {
+  const Deadline deadline = Deadline::After(wait);
+  while (!closed_ && pending_.size() >= capacity_ && cv_.WaitUntil(lock, deadline)) {
   }
   if (!closed_ && pending_.size() >= capacity_) {
     ++stats_.backpressure;
@@ -125,24 +110,24 @@ bool Outbox::Complete(const std::string& stream, uint64_t run, uint64_t seq_firs
 
 bool Outbox::WaitBeyond(uint64_t id, milliseconds timeout) const {
   MutexLock lock(mu_);
-  const auto deadline = DeadlineAfter(timeout);
-  while (!closed_ && next_id_ <= id && WaitOnce(cv_, lock, deadline)) {
+  const Deadline deadline = Deadline::After(timeout);
+  while (!closed_ && next_id_ <= id && cv_.WaitUntil(lock, deadline)) {
   }
   return next_id_ > id;
 }
 
 bool Outbox::WaitEmpty(milliseconds timeout) const {
   MutexLock lock(mu_);
-  const auto deadline = DeadlineAfter(timeout);
-  while (stats_.pending != 0 && WaitOnce(cv_, lock, deadline)) {
+  const Deadline deadline = Deadline::After(timeout);
+  while (stats_.pending != 0 && cv_.WaitUntil(lock, deadline)) {
   }
   return stats_.pending == 0;
 }
 
 bool Outbox::WaitCompleted(uint64_t id, milliseconds timeout) const {
   MutexLock lock(mu_);
-  const auto deadline = DeadlineAfter(timeout);
-  while (!closed_ && FrontIdLocked() < id && WaitOnce(cv_, lock, deadline)) {
+  const Deadline deadline = Deadline::After(timeout);
+  while (!closed_ && FrontIdLocked() < id && cv_.WaitUntil(lock, deadline)) {
   }
   return FrontIdLocked() >= id;
 }

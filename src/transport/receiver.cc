@@ -1,3 +1,4 @@
+#include "vigil/common/deadline.h"
 #include "vigil/transport/receiver.h"
 
 #include <absl/strings/match.h>
@@ -250,7 +251,6 @@ struct Receiver::Impl {
   // (Hello → Challenge → Auth), then starts the session's writer thread (`writer`).
   Status ServeFrames(uint64_t id, const std::shared_ptr<Connection>& conn, std::shared_ptr<Session>* session,
                      std::thread* writer) {
-    using Clock = std::chrono::steady_clock;
     // Bytes through the decoder, or — a connection that decodes itself (a cuda_ipc ring) — its messages.
     const bool decodes = conn->decodes();
     FrameDecoder decoder;
@@ -264,7 +264,7 @@ struct Receiver::Impl {
       if (!m.ok()) return m.status();
       return std::optional<Message>(std::move(*m));
     };
-    const auto handshake_deadline = Clock::now() + opt.handshake_timeout;
+    const auto handshake_deadline = Deadline::After(opt.handshake_timeout);
     std::optional<Hello> hello;   // received, waiting for Auth
     Nonce nonce{};                // ours, sent in the Challenge
     const std::string* key = nullptr;
@@ -282,8 +282,7 @@ struct Receiver::Impl {
     for (;;) {
       milliseconds wait = opt.peer_timeout;
       if (!*session) {
-        wait = std::min(wait, std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(
-                                                            handshake_deadline - Clock::now())));
+          wait = std::min(wait, std::chrono::duration_cast<milliseconds>(handshake_deadline.left()));
       }
       StatusOr<size_t> n = decodes ? conn->ReadMessages(&ready, wait) : conn->Read(buf.data(), buf.size(), wait);
       if (!n.ok()) {

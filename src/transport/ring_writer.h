@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ring.h"
+#include "vigil/common/deadline.h"
 #include "vigil/common/status.h"
 #include "vigil/transport/outbox.h"
 #include "vigil/transport/protocol.h"
@@ -30,14 +31,14 @@ class RingWriter {
   // this call was written), DeadlineExceeded (no free slot before `deadline`), Unavailable (Abort, the
   // aggregator is gone, or a CUDA error: the session is lost).
   Status Write(std::span<const OutboxMessage* const> messages, std::string_view edge, uint64_t epoch,
-               uint64_t* link_seq, std::chrono::steady_clock::time_point deadline);
+               uint64_t* link_seq, Deadline deadline);
   // Makes a Write waiting for a slot fail promptly. Thread-safe.
   void Abort() { aborted_.store(true); }
   std::string transports() const { return mapping_->transports(); }
 
  private:
   RingWriter() = default;
-  Status Acquire(std::chrono::steady_clock::time_point deadline, bool* waited);
+  Status Acquire(Deadline deadline, bool* waited);
   Status Publish(uint32_t kind, uint32_t payload_bytes, uint32_t rows, uint32_t used);
   size_t offset() const { return static_cast<size_t>(seq_ % slots_) * slot_bytes_; }
   // The slot at `offset` in the host mirror (the CPU writes a slot's host part there).

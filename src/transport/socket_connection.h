@@ -16,26 +16,21 @@
 #include <cstring>
 #include <string>
 
+#include "vigil/common/deadline.h"
 #include "vigil/transport/connection.h"
 
 namespace vigil::transport {
 namespace net {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 inline std::string Errno(int err) { return std::strerror(err); }
 
-inline int RemainingMs(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
-}
-
 // Waits for `events` on fd until `deadline`; EINTR is retried. Returns revents, 0 on timeout, -1 error.
-inline int PollUntil(int fd, short events, Clock::time_point deadline) {
+inline int PollUntil(int fd, short events, Deadline deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, RemainingMs(deadline));
+    const int n = ::poll(&p, 1, deadline.PollMs());
     if (n > 0) return p.revents;
     if (n == 0) return 0;
     if (errno != EINTR) return -1;
@@ -51,7 +46,7 @@ inline void Configure(int fd, bool tcp_nodelay) {
 
 // Connects the non-blocking socket `fd` to `addr` by `deadline`: 0, or the errno (ETIMEDOUT when the
 // deadline passed first).
-inline int ConnectBy(int fd, const sockaddr* addr, socklen_t len, Clock::time_point deadline) {
+inline int ConnectBy(int fd, const sockaddr* addr, socklen_t len, Deadline deadline) {
   if (::connect(fd, addr, len) == 0) return 0;
   int err = errno;
   if (err != EINPROGRESS && err != EAGAIN) return err;
@@ -65,7 +60,7 @@ inline int ConnectBy(int fd, const sockaddr* addr, socklen_t len, Clock::time_po
 // Accepts a connection on the non-blocking listening socket `fd` by `deadline` (close-on-exec,
 // non-blocking), its address in `peer`/`len` when given. Errors: DeadlineExceeded when none came,
 // Unavailable naming `where` and the OS reason.
-inline StatusOr<int> AcceptBy(int fd, Clock::time_point deadline, const std::string& where, sockaddr* peer = nullptr,
+inline StatusOr<int> AcceptBy(int fd, Deadline deadline, const std::string& where, sockaddr* peer = nullptr,
                               socklen_t* len = nullptr) {
   for (;;) {
     const int c = ::accept4(fd, peer, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -83,7 +78,6 @@ inline StatusOr<int> AcceptBy(int fd, Clock::time_point deadline, const std::str
 }  // namespace net
 
 class SocketConnection final : public Connection {
-  using Clock = std::chrono::steady_clock;
   using milliseconds = std::chrono::milliseconds;
 
  public:
@@ -95,7 +89,7 @@ class SocketConnection final : public Connection {
   int fd() const { return fd_; }
 
   Status Write(std::string_view bytes, milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     while (!bytes.empty()) {
       if (shut_.load()) return absl::UnavailableError(StrCat(peer_, ": connection shut down"));
       const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
@@ -118,7 +112,7 @@ class SocketConnection final : public Connection {
   }
 
   StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     for (;;) {
       if (shut_.load()) return absl::UnavailableError(StrCat(peer_, ": connection shut down"));
       const ssize_t n = ::recv(fd_, buf, max, 0);

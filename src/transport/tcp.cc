@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "vigil/common/deadline.h"
 #include "vigil/transport/connection.h"
 
 #include "sockaddr.h"
@@ -20,7 +21,6 @@
 namespace vigil::transport {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using net::AddrInfoPtr;
 using net::FormatAddress;
@@ -33,7 +33,7 @@ class TcpDialer final : public Dialer {
 
   StatusOr<std::unique_ptr<Connection>> Dial(milliseconds timeout) override {
     VIGIL_ASSIGN_OR_RETURN(AddrInfoPtr addrs, Resolve(host_, port_, false));
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     std::string last_error = "no address";
     for (addrinfo* a = addrs.get(); a != nullptr; a = a->ai_next) {
       const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
@@ -94,7 +94,7 @@ TcpListener::~TcpListener() { ::close(fd_); }
 StatusOr<std::unique_ptr<Connection>> TcpListener::Accept(milliseconds timeout) {
   sockaddr_storage peer{};
   socklen_t len = sizeof peer;
-  VIGIL_ASSIGN_OR_RETURN(const int fd, net::AcceptBy(fd_, Clock::now() + timeout, address_,
+  VIGIL_ASSIGN_OR_RETURN(const int fd, net::AcceptBy(fd_, Deadline::After(timeout), address_,
                                                      reinterpret_cast<sockaddr*>(&peer), &len));
   return std::unique_ptr<Connection>(
       new SocketConnection(fd, /*tcp_nodelay=*/true, FormatAddress(reinterpret_cast<sockaddr*>(&peer), len)));

@@ -16,6 +16,7 @@
 //    reading our writes.
 // The mutex guards the SSL object and the BIOs (OpenSSL's SSL is not safe for concurrent use); it is
 // never held across an inner Read or Write, so Shutdown and the other direction always get it promptly.
+#include "vigil/common/deadline.h"
 #include "vigil/transport/tls.h"
 
 #include <arpa/inet.h>
@@ -35,7 +36,6 @@
 namespace vigil::transport {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // Inner Read size: one full TLS record (16 KiB of payload plus at most 2 KiB of overhead) fits.
@@ -44,9 +44,9 @@ constexpr size_t kInnerReadBytes = 32 * 1024;
 constexpr size_t kWriteChunkBytes = 64 * 1024;
 
 // Rounded up, so that the inner connection's deadline is never before ours.
-milliseconds Remaining(Clock::time_point deadline) {
-  const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
-  return left.count() < 0 ? milliseconds(0) : left;
+milliseconds Remaining(Deadline deadline) {
+  if (deadline.never()) return milliseconds::max();
+  return std::chrono::ceil<milliseconds>(deadline.left());
 }
 
 // OpenSSL's default for an encrypted key is a passphrase prompt on the terminal; a service must fail.
@@ -174,13 +174,13 @@ class TlsConnection final : public Connection {
     if (ssl_ && handshake_done_ && !shut_.load() && fatal_.ok() && read_error_.ok() && write_error_.ok()) {
       ERR_clear_error();
       SSL_shutdown(ssl_.get());
-      (void)Flush(lock, Clock::now(), /*wait_for_others=*/false);
+      (void)Flush(lock, Deadline::After(milliseconds(0)), /*wait_for_others=*/false);
     }
     ERR_clear_error();
   }
 
   Status Write(std::string_view bytes, milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     MutexLock lock(mu_);
     VIGIL_RETURN_IF_ERROR(Usable(/*writing=*/true));
     while (!bytes.empty()) {
@@ -204,7 +204,7 @@ class TlsConnection final : public Connection {
 
   StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
     if (max == 0) return absl::InvalidArgumentError("tls: Read into an empty buffer");
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     MutexLock lock(mu_);
     for (;;) {
       VIGIL_RETURN_IF_ERROR(Usable(/*writing=*/false));
@@ -277,7 +277,7 @@ class TlsConnection final : public Connection {
   // close_notify, or a TLS failure (which becomes fatal_). OK for SSL_ERROR_NONE and for WANT_READ /
   // WANT_WRITE (the caller flushes, gets input and retries). mu_ held since the call, so that the SSL state
   // and this thread's OpenSSL error queue are still the call's.
-  Status CheckSslError(Lock& lock, int err, Clock::time_point deadline, bool wait_for_others) VIGIL_REQUIRES(mu_) {
+  Status CheckSslError(Lock& lock, int err, Deadline deadline, bool wait_for_others) VIGIL_REQUIRES(mu_) {
     switch (err) {
       case SSL_ERROR_NONE:
       case SSL_ERROR_WANT_READ:
@@ -308,7 +308,7 @@ class TlsConnection final : public Connection {
   // arrived since (while this thread flushed), the call is retried at once — another thread may have
   // moved the handshake on with it, and waiting for more input could wait for input that never comes.
   // OK means "retry the SSL call". mu_ held (released while reading or waiting).
-  Status AwaitInput(Lock& lock, uint64_t seen, Clock::time_point deadline, milliseconds timeout)
+  Status AwaitInput(Lock& lock, uint64_t seen, Deadline deadline, milliseconds timeout)
       VIGIL_REQUIRES(mu_) {
     if (input_events_ != seen) return absl::OkStatus();
     if (!read_error_.ok()) return read_error_;
@@ -341,7 +341,7 @@ class TlsConnection final : public Connection {
   // everything queued so far went out (waiting for another flusher first); without, it sends what is
   // queued unless another thread is flushing (which then sends it: a waiting flusher drains until
   // wbio_ is empty). mu_ held (released while sending or waiting).
-  Status Flush(Lock& lock, Clock::time_point deadline, bool wait_for_others) VIGIL_REQUIRES(mu_) {
+  Status Flush(Lock& lock, Deadline deadline, bool wait_for_others) VIGIL_REQUIRES(mu_) {
     for (;;) {
       if (BIO_ctrl_pending(wbio_) == 0) return wait_for_others ? write_error_ : absl::OkStatus();
       if (!write_error_.ok()) return write_error_;

@@ -1,4 +1,5 @@
 // Unix-domain sockets (unix_socket.h).
+#include "vigil/common/deadline.h"
 #include "vigil/transport/unix_socket.h"
 
 #include <sys/stat.h>
@@ -11,7 +12,6 @@
 namespace vigil::transport {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 StatusOr<sockaddr_un> Address(const std::string& path) {
@@ -27,7 +27,7 @@ StatusOr<sockaddr_un> Address(const std::string& path) {
 }
 
 // Connects a fresh socket to `a`; returns the fd, or -1 with errno set.
-int ConnectTo(const sockaddr_un& a, Clock::time_point deadline) {
+int ConnectTo(const sockaddr_un& a, Deadline deadline) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   const int err = net::ConnectBy(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a, deadline);
@@ -42,7 +42,7 @@ class UnixDialer final : public Dialer {
   explicit UnixDialer(std::string path) : path_(std::move(path)) {}
   StatusOr<std::unique_ptr<Connection>> Dial(milliseconds timeout) override {
     VIGIL_ASSIGN_OR_RETURN(sockaddr_un a, Address(path_));
-    const int fd = ConnectTo(a, Clock::now() + timeout);
+    const int fd = ConnectTo(a, Deadline::After(timeout));
     if (fd < 0) return absl::UnavailableError(StrCat("connect to ", target(), ": ", net::Errno(errno)));
     return std::unique_ptr<Connection>(new SocketConnection(fd, /*tcp_nodelay=*/false, StrCat("unix:", path_)));
   }
@@ -72,7 +72,7 @@ StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& 
     if (!S_ISSOCK(st.st_mode)) {
       return absl::AlreadyExistsError(StrCat("unix socket '", path, "': the path exists and is not a socket"));
     }
-    const int probe = ConnectTo(a, Clock::now() + milliseconds(200));
+    const int probe = ConnectTo(a, Deadline::After(milliseconds(200)));
     if (probe >= 0) {
       ::close(probe);
       return absl::AlreadyExistsError(StrCat("unix socket '", path, "': another process listens there"));
@@ -102,7 +102,7 @@ StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::string& 
 }
 
 StatusOr<std::unique_ptr<Connection>> UnixListener::Accept(milliseconds timeout) {
-  VIGIL_ASSIGN_OR_RETURN(const int fd, net::AcceptBy(fd_, Clock::now() + timeout, address_));
+  VIGIL_ASSIGN_OR_RETURN(const int fd, net::AcceptBy(fd_, Deadline::After(timeout), address_));
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {

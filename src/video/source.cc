@@ -1,3 +1,4 @@
+#include "vigil/common/deadline.h"
 #include "vigil/video/source.h"
 
 #include <glob.h>
@@ -211,7 +212,7 @@ void Source::Interrupt() {
 
 bool Source::WaitFor(std::chrono::nanoseconds d) {
   MutexLock lock(wait_mu_);
-  const auto deadline = std::chrono::steady_clock::now() + d;  // a CondVar deadline (as wait_for's)
+  const Deadline deadline = Deadline::After(d);
   while (!interrupted()) {
     if (!wait_cv_.WaitUntil(lock, deadline)) return !interrupted();
   }

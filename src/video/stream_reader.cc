@@ -1,3 +1,4 @@
+#include "vigil/common/deadline.h"
 #include "vigil/video/stream_reader.h"
 
 #include <algorithm>
@@ -58,7 +59,7 @@ void StreamReader::Run() {
 
 StreamReader::PopResult StreamReader::Pop(Frame* frame, std::chrono::nanoseconds timeout) {
   MutexLock lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;  // a CondVar deadline (as wait_for's)
+  const Deadline deadline = Deadline::After(timeout);
   while (queue_.empty() && !finished_) {
     if (!cv_.WaitUntil(lock, deadline) && queue_.empty() && !finished_) return PopResult::kTimeout;
   }

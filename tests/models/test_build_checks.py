@@ -77,6 +77,34 @@ def test_product_code_including_test_code_fails(tree: Path):
     assert "src/cli/main.cc" in r.stdout and "product code includes test code (tests/testing/test_certs.h)" in r.stdout
 
 
+@pytest.mark.parametrize("read", [
+    "std::chrono::steady_clock::now()",
+    "std::chrono::system_clock::now()",
+    "Wall::now()",  # through an alias of a std::chrono clock
+    "::clock_gettime(CLOCK_MONOTONIC, &ts)",
+])
+def test_a_time_read_outside_the_clock_seam_fails(tree: Path, read: str):
+    target = tree / "src" / "detect" / "nms.cc"
+    target.write_text(target.read_text() + "using Wall = std::chrono::system_clock;\n"
+                      f"inline void Peek() {{ timespec ts; (void)ts; auto t = {read}; (void)t; }}\n")
+    r = run_check(tree)
+    assert r.returncode == 1
+    lines = [l for l in r.stdout.splitlines() if "src/detect/nms.cc" in l]
+    assert len(lines) == 1, r.stdout
+    assert "reads real time outside the Clock seam" in lines[0] and read in lines[0]
+    assert "1 violation(s)" in r.stdout
+
+
+def test_the_clock_seam_itself_may_read_time(tree: Path):
+    seam = tree / "src" / "common" / "clock.cc"
+    assert "steady_clock::now()" in seam.read_text()
+    # A comment that names a clock's now() is not a read.
+    target = tree / "src" / "detect" / "nms.cc"
+    target.write_text(target.read_text() + "// never std::chrono::steady_clock::now() here\n")
+    r = run_check(tree)
+    assert "src/detect/nms.cc" not in r.stdout and "src/common/clock.cc" not in r.stdout, r.stdout
+
+
 def test_a_cycle_in_the_table_fails(tree: Path):
     doc = tree / "docs" / "architecture.md"
     text = doc.read_text()

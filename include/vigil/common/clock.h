@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 namespace vigil {
@@ -20,6 +21,12 @@ class Clock {
 
 // The process's real clocks. Never null; lives for the whole process.
 Clock* SystemClock();
+
+// SystemClock()'s steady time as a std::chrono::steady_clock time point (the same origin), for code that measures
+// real elapsed time with std::chrono arithmetic: benchmarks and their progress reports.
+inline std::chrono::steady_clock::time_point SteadyNow() {
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(SystemClock()->SteadyNs()));
+}
 
 // A clock that moves only when told to. Starts at steady 1 s and wall 2026-01-01T00:00:00Z.
 class FakeClock final : public Clock {

@@ -11,6 +11,8 @@
 // is a function of its own to clang, one that holds no lock):
 //     MutexLock lock(mu_);
 //     while (!ready_) cv_.Wait(lock);
+// A timed wait fixes its Deadline before the loop: `const Deadline d = Deadline::After(timeout);
+//     while (!ready_) if (!cv_.WaitUntil(lock, d)) break;`
 //
 // Thread-safety: Mutex and CondVar are thread-safe; a MutexLock belongs to the thread that made it.
 // Errors: none (std::mutex's system_error on a broken platform is not caught).
@@ -22,6 +24,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+
+#include "vigil/common/deadline.h"
 
 #define VIGIL_GUARDED_BY(x) ABSL_GUARDED_BY(x)
 #define VIGIL_PT_GUARDED_BY(x) ABSL_PT_GUARDED_BY(x)
@@ -93,15 +97,28 @@ class CondVar {
     cv_.wait(native);
     native.release();
   }
-  // As Wait, at most until `deadline`. false: the deadline passed.
-  template <class ClockT, class Duration>
-  bool WaitUntil(MutexLock& lock, const std::chrono::time_point<ClockT, Duration>& deadline) {
+  // As Wait, at most until `deadline` (real time: see deadline.h). false: the deadline passed. Never() waits
+  // as Wait does.
+  bool WaitUntil(MutexLock& lock, Deadline deadline) {
+    if (deadline.never()) {
+      Wait(lock);
+      return true;
+    }
+    std::unique_lock<std::mutex> native(lock.mu_.mu_, std::adopt_lock);
+    const bool woken = cv_.wait_until(native, deadline.time_point()) == std::cv_status::no_timeout;
+    native.release();
+    return woken;
+  }
+  // As Wait, at most until a steady_clock time point (deprecated: transport/ucx.cc's until it takes a Deadline).
+  template <class Duration>
+  bool WaitUntil(MutexLock& lock, const std::chrono::time_point<std::chrono::steady_clock, Duration>& deadline) {
     std::unique_lock<std::mutex> native(lock.mu_.mu_, std::adopt_lock);
     const bool woken = cv_.wait_until(native, deadline) == std::cv_status::no_timeout;
     native.release();
     return woken;
   }
-  // As Wait, at most for `timeout`. false: the time passed.
+  // As Wait, at most for `timeout`. false: the time passed. In a loop, fix a Deadline once instead (a spurious
+  // wake-up would otherwise restart the full wait).
   template <class Rep, class Period>
   bool WaitFor(MutexLock& lock, const std::chrono::duration<Rep, Period>& timeout) {
     std::unique_lock<std::mutex> native(lock.mu_.mu_, std::adopt_lock);
