@@ -1,12 +1,12 @@
 // vigil/pipeline/edge.h — the edge pipeline behind `vigil edge --config edge.yaml`.
 //
-// Data flow (docs/architecture.md): one video::StreamReader per stream (files block, live sources drop
-// the oldest frame) → a feeder thread per stream pushes frames into the WorkerPool (workers.h): the
-// cross-stream Batcher of the stream's device (a queue per stream, batches of up to max_batch taken
-// round-robin with a max_wait_ms deadline: fair when the engine is the bottleneck) → model.workers
-// Detectors per device, each on its own thread → the pool's sink thread hands each frame's detections, in
-// order per stream, to the stream ledger (ledger.h), which applies the stream's rules and queues an event
-// report or a progress mark (coalesced, flushed at least every progress_flush_ms) in its outbox → a
+// Data flow (docs/architecture.md): one video::StreamReader per stream (files block, live sources drop the oldest
+// frame) → a feeder thread per stream (both stream_ingest.h) pushes frames into the WorkerPool (workers.h; loaded
+// by worker_setup.h): the cross-stream Batcher of the stream's device (a queue per stream, batches of up to
+// max_batch taken round-robin with a max_wait_ms deadline: fair when the engine is the bottleneck) → model.workers
+// Detectors per device, each on its own thread → the pool's sink thread (detection_sink.h) hands each frame's
+// detections, in order per stream, to the stream ledger (ledger.h), which applies the stream's rules and queues an
+// event report or a progress mark (coalesced, flushed at least every progress_flush_ms) in its outbox → a
 // transport::Courier drains the outbox over the configured links (transport.links: tcp). The rules, the
 // ledger and the links never hold a worker: the GPU goes on with the next batch.
 // So every frame the ledger numbers is reported once per (edge, stream, run, seq) — as an event, a progress
