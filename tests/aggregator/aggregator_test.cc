@@ -1101,6 +1101,7 @@ TEST_F(AggregatorTest, WithConfirmationEventsAreDecidedByTheirTracksAndPendingOn
   EXPECT_EQ(Query("SELECT COUNT(*) FROM events WHERE state = 'pending'"), 0);
 }
 
+#if VIGIL_HAVE_CLASSIFIER
 // The second model (classifier.h) in the aggregator as shipped: what the tracker confirms waits for its crops; a red
 // crop confirms (the model's class "red" in confirm), a blue one rejects, an event with no crop is confirmed once
 // wait_s ran out; the classes are stored with the detections and only confirmed events reach the on-confirmed sink.
@@ -1172,6 +1173,56 @@ TEST_F(AggregatorTest, TheSecondModelDecidesWhatTheTrackerConfirmsFromTheEventsC
     EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
   }
 }
+#else
+// Built with VIGIL_WITH_CLASSIFIER=OFF (the aggregator links no vigil_infer, vigil_detect, vigil_video): a config
+// with confirm.classifier does not start, and says why; boxes on a stored picture answer 501 naming the option,
+// the picture itself is served as stored.
+TEST_F(AggregatorTest, WithoutTheClassifierBuiltInTheSecondModelAndBoxesOnPicturesFailNamingTheOption) {
+  config_.confirm.enabled = true;
+  config_.confirm.classifier_enabled = true;
+  config_.confirm.classifier.model = (dir_ / "colour.onnx").string();
+  {
+    StatusOr<std::unique_ptr<Aggregator>> a = Aggregator::Start(config_);
+    ASSERT_FALSE(a.ok());
+    EXPECT_TRUE(absl::IsUnimplemented(a.status())) << a.status();
+    EXPECT_NE(a.status().message().find("VIGIL_WITH_CLASSIFIER=OFF"), std::string::npos) << a.status();
+  }
+  config_.confirm.classifier_enabled = false;
+  config_.confirm.enabled = false;
+  const std::string jpeg = "\xFF\xD8\xFF not decoded here";
+  {
+    StatusOr<std::unique_ptr<Store>> st = Store::Open(config_.db_path);
+    ASSERT_TRUE(st.ok()) << st.status();
+    const std::string edge = "edge-1";
+    const transport::Snapshot frame{"door", 1, 0, -1, 0, 0, 768, 576, 64, 48, jpeg};
+    const std::vector<PendingSnapshot> pics = {{&edge, &frame}};
+    ASSERT_EQ(*(*st)->PutSnapshots(pics, 1), 1u);
+  }
+  auto agg = StartAggregator();
+  ASSERT_TRUE(agg);
+  RawEdge edge(agg->listen_port());
+  ASSERT_TRUE(edge.Hello("edge-1", 0, {"person"}, {{"door", 1}}));
+  Report r;
+  r.edge = "edge-1";
+  r.epoch = 1;
+  r.stream = "door";
+  r.run = 1;
+  r.seq_first = r.seq_last = 0;
+  r.capture_ns = 1'700'000'000'000'000'000;
+  r.kind = ReportKind::kEvent;
+  r.rule = "person";
+  r.detections = {{100, 50, 140, 150, 0.9f, 0}};
+  SendAndAwaitAcks(edge, {r});
+  json events = Get(agg->http_port(), "/api/events?stream=door")["events"];
+  ASSERT_EQ(events.size(), 1u) << events.dump();
+  const std::string id = std::to_string(events[0]["id"].get<int64_t>());
+  EXPECT_EQ(Get(agg->http_port(), "/api/events/" + id + "/snapshot.jpg?box=-1").get<std::string>(), jpeg);
+  json drawn = Get(agg->http_port(), "/api/events/" + id + "/snapshot.jpg?box=-1&boxes=1", 501);
+  EXPECT_EQ(drawn["error"],
+            "boxes=1: this vigil was built without VIGIL_WITH_CLASSIFIER (the aggregator links no vigil_video: it "
+            "cannot draw on a JPEG)");
+}
+#endif  // VIGIL_HAVE_CLASSIFIER
 
 TEST_F(AggregatorTest, ManyEdgesAtOnce) {
   constexpr int kEdges = 6;
