@@ -9,6 +9,10 @@ scripts/deps.sh test
 scripts/build.sh
 # The borders between modules (docs/architecture.md's table) and the locks (clang -Wthread-safety), checked.
 python3 tools/check_borders.py --build "$build"
+# The aggregator without its second model (VIGIL_WITH_CLASSIFIER=OFF) links no infer/detect/video: configured only
+# (building it is a second tree, minutes without a warm ccache) and its link graph checked against the table.
+cmake -S . -B "$build-noclassifier" -G Ninja -DVIGIL_WITH_CLASSIFIER=OFF >/dev/null
+python3 tools/check_borders.py --build "$build-noclassifier"
 scripts/thread-safety.sh "$build"
 scripts/test-venv.sh "$build/venv"
 "$build/venv/bin/python" tools/testmodels/make_models.py --out "$build/testmodels"

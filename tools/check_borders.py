@@ -4,7 +4,10 @@ docs/architecture.md, the one place they are written down.
 
 The table is the one under the heading "## Modules (folders) and dependencies": a row per module, the
 modules it may use in its "depends on" column as backticked names (`common`, `infer`, ...); anything else in
-that column (external libraries) is prose. The check fails, naming file, line and rule, when:
+that column (external libraries) is prose. Names inside "(only with OPTION: ...)" are dependencies of a CMake
+option (e.g. "(only with VIGIL_WITH_CLASSIFIER: `infer`, `detect`)"): allowed to the module's files as any other,
+and with --build linked exactly when OPTION is ON in DIR/CMakeCache.txt (required when ON, forbidden when OFF,
+either when the cache does not say). The check fails, naming file, line and rule, when:
   1. a file of module M (src/M/**, include/vigil/M/**) includes the public header of a module that is neither M
      nor in M's row ("vigil/X/..." with X not declared);
   2. any file outside module M includes one of M's internal headers ("M/..." resolved against src/, i.e.
@@ -13,7 +16,8 @@ that column (external libraries) is prose. The check fails, naming file, line an
   4. a quoted include names no file (neither under include/, src/, nor beside the including file);
   5. (with --build DIR) a library's direct vigil_* link dependency, as CMake configured it
      (DIR/module_links.txt, written by src/CMakeLists.txt), is not in that module's row; or a declared dependency
-     is not linked at all (directly or through another); or the declared graph has a cycle;
+     is not linked at all (directly or through another); or the declared graph has a cycle; or a dependency
+     "only with" an option that is OFF in the build is linked (directly or through another);
   6. product code (src/, include/) reads real time itself — a std::chrono clock's now() (or an alias's),
      clock_gettime, gettimeofday, time(nullptr) — anywhere but the Clock seam (TIME_SEAM below): code decides with a
      Clock* and bounds blocking waits with a vigil::Deadline (include/vigil/common/deadline.h).
@@ -51,11 +55,16 @@ TARGET_MODULE = {"vigil": "cli", "vigil-engine": "cli"}
 DEVICE_CODE_TARGET = "vigil_cuda"
 
 
-def read_table(doc: Path) -> dict[str, set[str]]:
+CONDITIONAL = re.compile(r"\(only with ([A-Z][A-Z0-9_]*):([^)]*)\)")
+
+
+def read_table(doc: Path) -> tuple[dict[str, set[str]], dict[str, dict[str, str]]]:
+    """The rows, and per module its dependencies that hold only with a CMake option: {module: {dep: option}}."""
     text = doc.read_text(encoding="utf-8")
     if HEADING not in text:
         raise ValueError(f"{doc}: no heading '{HEADING}'")
     rows: dict[str, set[str]] = {}
+    conditional: dict[str, dict[str, str]] = {}
     in_table = False
     for line in text[text.index(HEADING):].splitlines()[1:]:
         if line.startswith("## "):
@@ -71,13 +80,31 @@ def read_table(doc: Path) -> dict[str, set[str]]:
         in_table = True
         name = cells[0].strip("`")
         rows[name] = set(re.findall(r"`([a-z_]+)`", cells[1]))
+        for option, names in CONDITIONAL.findall(cells[1]):
+            for dep in re.findall(r"`([a-z_]+)`", names):
+                conditional.setdefault(name, {})[dep] = option
     if not rows:
         raise ValueError(f"{doc}: the table under '{HEADING}' has no rows")
     for m, deps in rows.items():
         unknown = deps - set(rows)
         if unknown:
             raise ValueError(f"{doc}: module '{m}' depends on {sorted(unknown)}, which the table does not list")
-    return rows
+    return rows, conditional
+
+
+def cmake_options(build: Path) -> dict[str, bool]:
+    """The VIGIL_WITH_* options CMake was configured with (DIR/CMakeCache.txt), ON or OFF (AUTO: left out)."""
+    cache = build / "CMakeCache.txt"
+    options: dict[str, bool] = {}
+    if cache.is_file():
+        for line in cache.read_text(errors="replace").splitlines():
+            m = re.match(r"^(VIGIL_WITH_[A-Z0-9_]+):[A-Z]+=(.*)$", line)
+            value = m.group(2).strip().upper() if m else ""
+            if value in ("ON", "TRUE", "YES", "1"):
+                options[m.group(1)] = True
+            elif value in ("OFF", "FALSE", "NO", "0"):
+                options[m.group(1)] = False
+    return options
 
 
 def module_of(rel: str, modules: set[str]) -> str | None:
@@ -174,7 +201,8 @@ def check_time_reads(root: Path) -> list[str]:
     return problems
 
 
-def check_links(build: Path, table: dict[str, set[str]]) -> list[str]:
+def check_links(build: Path, table: dict[str, set[str]],
+                conditional: dict[str, dict[str, str]] | None = None) -> list[str]:
     links_file = build / "module_links.txt"
     if not links_file.is_file():
         return [f"{links_file}: missing (configure the build: src/CMakeLists.txt writes it)"]
@@ -208,9 +236,19 @@ def check_links(build: Path, table: dict[str, set[str]]) -> list[str]:
                 closure(d, seen)
         return seen
 
+    options = cmake_options(build)
     for mod in sorted(linked):
-        missing = table[mod] - closure(mod, set())
-        for d in sorted(missing):
+        reached = closure(mod, set())
+        required = set(table[mod])
+        for d, option in sorted((conditional or {}).get(mod, {}).items()):
+            if options.get(option) is None:  # the cache does not say: either way
+                required.discard(d)
+            elif not options[option]:
+                required.discard(d)
+                if d in reached:
+                    problems.append(f"{links_file}: module '{mod}' links '{d}' (directly or through another), which "
+                                    f"its row in docs/architecture.md allows only with {option}, OFF in this build")
+        for d in sorted(required - reached):
             problems.append(f"{links_file}: module '{mod}' declares '{d}' in docs/architecture.md but its target "
                             f"does not link it (directly or through another)")
     return problems
@@ -222,7 +260,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--build", type=Path, help="a configured build directory: check CMake's link dependencies too")
     args = ap.parse_args(argv)
     try:
-        table = read_table(args.root / "docs" / "architecture.md")
+        table, conditional = read_table(args.root / "docs" / "architecture.md")
     except (OSError, ValueError) as e:
         print(f"check_borders: {e}", file=sys.stderr)
         return 2
@@ -230,7 +268,7 @@ def main(argv: list[str]) -> int:
     problems += check_includes(args.root, table)
     problems += check_time_reads(args.root)
     if args.build:
-        problems += check_links(args.build, table)
+        problems += check_links(args.build, table, conditional)
     for p in problems:
         print(p)
     print(f"check_borders: {len(table)} modules, {len(problems)} violation(s)")

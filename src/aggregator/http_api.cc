@@ -8,10 +8,8 @@
 #include <spdlog/spdlog.h>
 
 #include "aggregator/dashboard_assets.h"
+#include "aggregator/picture_boxes.h"
 #include "vigil/aggregator/push.h"
-#if VIGIL_HAVE_TURBOJPEG
-#include "vigil/video/snapshot.h"
-#endif
 
 namespace vigil::aggregator {
 namespace {
@@ -43,19 +41,10 @@ void Error(httplib::Response& res, int status, const std::string& message) {
 
 void SendPicture(httplib::Response& res, const StoredSnapshot& p, const StoredEvent* ev) {
   if (ev == nullptr) return res.set_content(p.jpeg, "image/jpeg");
-#if VIGIL_HAVE_TURBOJPEG
-  std::vector<video::LabeledBox> boxes;
-  for (const StoredDetection& d : ev->detections) {
-    boxes.push_back({d.x1 - static_cast<float>(p.x), d.y1 - static_cast<float>(p.y), d.x2 - static_cast<float>(p.x),
-                     d.y2 - static_cast<float>(p.y), d.class_id, d.label, d.score});
-  }
-  StatusOr<std::string> drawn =
-      video::DrawBoxes(p.jpeg, static_cast<int>(p.width), static_cast<int>(p.height), boxes, 85);
+  StatusOr<std::string> drawn = DrawEventBoxes(p, *ev);
+  if (absl::IsUnimplemented(drawn.status())) return Error(res, 501, StrCat("boxes=1: ", drawn.status().message()));
   if (!drawn.ok()) return Error(res, 500, StrCat("drawing the boxes: ", drawn.status().message()));
   res.set_content(*drawn, "image/jpeg");
-#else
-  Error(res, 501, "boxes=1: this vigil was built without libturbojpeg (it cannot draw on a JPEG)");
-#endif
 }
 
 }  // namespace

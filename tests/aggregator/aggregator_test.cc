@@ -1101,6 +1101,7 @@ TEST_F(AggregatorTest, WithConfirmationEventsAreDecidedByTheirTracksAndPendingOn
   EXPECT_EQ(Query("SELECT COUNT(*) FROM events WHERE state = 'pending'"), 0);
 }
 
+#if VIGIL_HAVE_CLASSIFIER
 // The second model (classifier.h) in the aggregator as shipped: what the tracker confirms waits for its crops; a red
 // crop confirms (the model's class "red" in confirm), a blue one rejects, an event with no crop is confirmed once
 // wait_s ran out; the classes are stored with the detections and only confirmed events reach the on-confirmed sink.
@@ -1171,6 +1172,70 @@ TEST_F(AggregatorTest, TheSecondModelDecidesWhatTheTrackerConfirmsFromTheEventsC
                            "vigil_aggregator_second_model_total{result=\"crops\"} 2\n"}) {
     EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
   }
+}
+#else
+// Built with VIGIL_WITH_CLASSIFIER=OFF (the aggregator links no vigil_infer, vigil_detect, vigil_video): a config
+// with confirm.classifier does not start, and says why.
+TEST_F(AggregatorTest, WithoutTheClassifierBuiltInTheSecondModelFailsToStartNamingTheOption) {
+  config_.confirm.enabled = true;
+  config_.confirm.classifier_enabled = true;
+  config_.confirm.classifier.model = (dir_ / "colour.onnx").string();
+  StatusOr<std::unique_ptr<Aggregator>> a = Aggregator::Start(config_);
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(absl::IsUnimplemented(a.status())) << a.status();
+  EXPECT_NE(a.status().message().find("VIGIL_WITH_CLASSIFIER=OFF"), std::string::npos) << a.status();
+}
+#endif  // VIGIL_HAVE_CLASSIFIER
+
+// snapshot.jpg?boxes=1: the event's boxes drawn on its stored picture (picture_boxes.h) with the classifier's media
+// modules built in; without them (VIGIL_WITH_CLASSIFIER=OFF) 501 naming the option. The picture as stored is served
+// either way.
+TEST_F(AggregatorTest, BoxesOnAStoredPictureAreDrawnOrRefusedNamingWhatTheBuildLacks) {
+#if VIGIL_HAVE_CLASSIFIER && VIGIL_HAVE_TURBOJPEG
+  const std::string jpeg = testing::Crop(40, 40, 40);
+#else
+  const std::string jpeg = "\xFF\xD8\xFF not decoded here";
+#endif
+  {
+    StatusOr<std::unique_ptr<Store>> st = Store::Open(config_.db_path);
+    ASSERT_TRUE(st.ok()) << st.status();
+    const std::string edge = "edge-1";
+    const transport::Snapshot frame{"door", 1, 0, -1, 0, 0, 160, 160, 40, 24, jpeg};
+    const std::vector<PendingSnapshot> pics = {{&edge, &frame}};
+    ASSERT_EQ(*(*st)->PutSnapshots(pics, 1), 1u);
+  }
+  auto agg = StartAggregator();
+  ASSERT_TRUE(agg);
+  RawEdge edge(agg->listen_port());
+  ASSERT_TRUE(edge.Hello("edge-1", 0, {"person"}, {{"door", 1}}));
+  Report r;
+  r.edge = "edge-1";
+  r.epoch = 1;
+  r.stream = "door";
+  r.run = 1;
+  r.seq_first = r.seq_last = 0;
+  r.capture_ns = 1'700'000'000'000'000'000;
+  r.kind = ReportKind::kEvent;
+  r.rule = "person";
+  r.detections = {{20, 20, 140, 140, 0.9f, 0}};
+  SendAndAwaitAcks(edge, {r});
+  json events = Get(agg->http_port(), "/api/events?stream=door")["events"];
+  ASSERT_EQ(events.size(), 1u) << events.dump();
+  const std::string url = "/api/events/" + std::to_string(events[0]["id"].get<int64_t>()) + "/snapshot.jpg?box=-1";
+  EXPECT_EQ(Get(agg->http_port(), url).get<std::string>(), jpeg);
+#if !VIGIL_HAVE_CLASSIFIER
+  json drawn = Get(agg->http_port(), url + "&boxes=1", 501);
+  EXPECT_EQ(drawn["error"],
+            "boxes=1: this vigil was built without VIGIL_WITH_CLASSIFIER (the aggregator links no vigil_video: it "
+            "cannot draw on a JPEG)");
+#elif VIGIL_HAVE_TURBOJPEG
+  const std::string drawn = Get(agg->http_port(), url + "&boxes=1").get<std::string>();
+  EXPECT_EQ(drawn.substr(0, 3), "\xFF\xD8\xFF");
+  EXPECT_NE(drawn, jpeg) << "the boxes are drawn on it";
+#else
+  json drawn = Get(agg->http_port(), url + "&boxes=1", 501);
+  EXPECT_EQ(drawn["error"], "boxes=1: this vigil was built without libturbojpeg (it cannot draw on a JPEG)");
+#endif
 }
 
 TEST_F(AggregatorTest, ManyEdgesAtOnce) {

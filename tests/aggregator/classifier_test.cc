@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 using testing::ColourModel;
 using testing::Crop;
 
+#if VIGIL_HAVE_CLASSIFIER
 class ClassifierTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -96,6 +97,19 @@ TEST_F(ClassifierTest, LabelsComeFromTheConfigOrAreNumberedAndABadModelIsNamed) 
   EXPECT_NE(missing.message().find("confirm.classifier"), std::string::npos) << missing;
   EXPECT_NE(missing.message().find("missing.onnx"), std::string::npos) << missing;
 }
+
+#else
+// Built with VIGIL_WITH_CLASSIFIER=OFF: the aggregator links no engine; loading a classifier fails and says why.
+TEST(ClassifierTest, WithoutTheClassifierBuiltInLoadFailsNamingTheOption) {
+  ClassifierConfig c;
+  c.model = "/nonexistent/cls.onnx";
+  const Status st = Classifier::Load(c).status();
+  EXPECT_TRUE(absl::IsUnimplemented(st)) << st;
+  EXPECT_EQ(st.message(),
+            "confirm.classifier: this vigil was built without the second model (VIGIL_WITH_CLASSIFIER=OFF: the "
+            "aggregator links no inference engine to run it)");
+}
+#endif  // VIGIL_HAVE_CLASSIFIER
 
 // SecondStage with a scripted classifier: a crop's bytes name its class and score ("helmet 0.90").
 struct Scripted {

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,44 @@ def test_a_link_dependency_not_in_the_table_fails(tree: Path, tmp_path: Path):
     assert r.returncode == 1
     assert "vigil_detect links vigil_video, which module 'detect''s row in docs/architecture.md does not list" \
         in r.stdout
+
+
+# The aggregator's row: `infer`, `detect`, `video` only with VIGIL_WITH_CLASSIFIER (docs/architecture.md).
+BASE_LINKS = ("vigil_common: \nvigil_infer: vigil_common\nvigil_detect: vigil_infer vigil_common\n"
+              "vigil_video: vigil_common\nvigil_metrics: vigil_common\nvigil_transport: vigil_common\n")
+
+
+def fake_build(tmp_path: Path, aggregator_links: str, classifier: str | None) -> Path:
+    build = Path(tempfile.mkdtemp(prefix="build-", dir=tmp_path))
+    (build / "module_links.txt").write_text(BASE_LINKS + f"vigil_aggregator: {aggregator_links}\n")
+    if classifier is not None:
+        (build / "CMakeCache.txt").write_text(f"VIGIL_WITH_CUDA:STRING=AUTO\nVIGIL_WITH_CLASSIFIER:STRING={classifier}\n")
+    return build
+
+
+def test_a_dependency_only_with_an_option_follows_the_option_in_the_build(tmp_path: Path):
+    with_model = "vigil_transport vigil_metrics vigil_infer vigil_detect vigil_video"
+    without = "vigil_transport vigil_metrics"
+    # ON: linked, as any declared dependency; OFF: not linked; the cache silent: either.
+    for links, option in ((with_model, "ON"), (without, "OFF"), (with_model, None), (without, None)):
+        r = run_check(REPO, "--build", str(fake_build(tmp_path, links, option)))
+        assert r.returncode == 0, (links, option, r.stdout)
+    r = run_check(REPO, "--build", str(fake_build(tmp_path, with_model, "OFF")))
+    assert r.returncode == 1
+    for d in ("infer", "detect", "video"):
+        assert (f"module 'aggregator' links '{d}' (directly or through another), which its row in "
+                f"docs/architecture.md allows only with VIGIL_WITH_CLASSIFIER, OFF in this build") in r.stdout, r.stdout
+    assert "3 violation(s)" in r.stdout
+    # Through another module counts too: the transport linking video would bring it in.
+    build = fake_build(tmp_path, without, "OFF")
+    (build / "module_links.txt").write_text(BASE_LINKS.replace("vigil_transport: vigil_common",
+                                                               "vigil_transport: vigil_common vigil_video")
+                                            + f"vigil_aggregator: {without}\n")
+    r = run_check(REPO, "--build", str(build))
+    assert "module 'aggregator' links 'video' (directly or through another)" in r.stdout, r.stdout
+    r = run_check(REPO, "--build", str(fake_build(tmp_path, without, "ON")))
+    assert r.returncode == 1
+    assert "module 'aggregator' declares 'infer' in docs/architecture.md but its target does not link it" in r.stdout
 
 
 def test_the_configured_build_matches_the_table():

@@ -27,6 +27,10 @@
 // Thread-safety: Classifier::Classify from one thread at a time; SecondStage: Add / TakeDecisions / size from any
 // thread, Step from one thread (its worker). Errors: Load names the file and what is wrong; a crop that cannot be
 // decoded or classified is skipped (counted) and the event decided on the rest.
+// Build: Classifier runs on vigil_infer / vigil_detect and decodes crops with vigil_video, linked into the aggregator
+// only with the CMake option VIGIL_WITH_CLASSIFIER (default ON; VIGIL_HAVE_CLASSIFIER=1). Without it Load (and so an
+// agg.yaml with confirm.classifier, or `vigil model classify`) fails with Unimplemented naming the option;
+// SecondStage is built either way.
 #pragma once
 
 #include <cstdint>
@@ -83,9 +87,14 @@ class Classifier {
   int height() const { return height_; }
 
  private:
+  // Deletes the engine where infer::Engine is complete (classifier.cc): a build without the classifier
+  // (classifier_unavailable.cc, which never loads one) needs nothing of vigil_infer.
+  struct EngineDeleter {
+    void operator()(infer::Engine* engine) const;
+  };
   Classifier() = default;
   ClassifierConfig config_;
-  std::unique_ptr<infer::Engine> engine_;
+  std::unique_ptr<infer::Engine, EngineDeleter> engine_;
   std::vector<std::string> labels_;
   int width_ = 0, height_ = 0;
 };
