@@ -124,10 +124,10 @@ struct Confirmation::Impl {
                           std::vector<EventDecision>& decisions,
                           std::vector<std::pair<EventDecision, size_t>>* handoff) {
     if (!second) return;
-    std::map<std::tuple<std::string, std::string, uint64_t, uint64_t>, size_t> in_batch;  // events not stored yet
+    std::map<FrameKey, size_t> in_batch;  // events not stored yet
     for (const PendingReport& p : reports) {
       const transport::Report& r = *p.report;
-      if (r.kind == transport::ReportKind::kEvent) in_batch[{r.edge, r.stream, r.run, r.seq_first}] = r.detections.size();
+      if (r.kind == transport::ReportKind::kEvent) in_batch[r.first_frame()] = r.detections.size();
     }
     for (PendingReport& p : reports) {
       if (p.verdict == nullptr || p.verdict->state != EventState::kConfirmed || p.verdict->track_ids.empty()) continue;
@@ -148,7 +148,7 @@ struct Confirmation::Impl {
         continue;
       }
       size_t boxes = 0;  // 0: no crops to wait for
-      if (auto it = in_batch.find({d.edge, d.stream, d.run, d.seq}); it != in_batch.end()) {
+      if (auto it = in_batch.find(d.key()); it != in_batch.end()) {
         boxes = it->second;
       } else {
         EventQuery q;

@@ -261,7 +261,7 @@ bool StreamIngest::FeedReplay(size_t index) {
       dets.push_back({d.x1, d.y1, d.x2, d.y2, d.score, d.class_id});
     }
     const FrameInfo info{m.seq, m.result->capture_ns, m.result->pts_ns, m.result->width, m.result->height};
-    if (republished == 0) options_.takeover->Republishing(FrameKey{options_.edge, s.config.id, s.run, m.seq});
+    if (republished == 0) options_.takeover->Republishing(m.key(options_.edge));
     if (options_.republish) options_.republish(index, info, dets, clock_->SteadyNs());
     ++republished;
   };

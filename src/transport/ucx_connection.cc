@@ -28,7 +28,7 @@ class UcxConnection final : public Connection {
     // Wait until the peer has everything we wrote (it acknowledged our FIN), unless it cannot read any
     // more anyway (it sent its own FIN, or failed), or we wrote nothing. (CondVar deadlines.)
     const bool wrote = c_->next_send_seq > 0;
-    const auto linger_until = Clock::now() + c_->options.linger;
+    const auto linger_until = Deadline::After(c_->options.linger);
     while (wrote && !c_->fin_acked && !c_->peer_fin && c_->failure.ok() && !c_->closed &&
            c_->cv.WaitUntil(lock, linger_until)) {
     }
@@ -36,7 +36,7 @@ class UcxConnection final : public Connection {
     lock.Unlock();
     worker_->Post([w = worker_.get(), c = c_, force] { w->BeginClose(c, force); });
     lock.Lock();
-    const auto close_until = Clock::now() + kCloseTimeout;
+    const auto close_until = Deadline::After(kCloseTimeout);
     while (!c_->closed && c_->cv.WaitUntil(lock, close_until)) {
     }
     // Past the timeout the worker still owns the state and releases it when UCX finishes (or when the
@@ -44,7 +44,7 @@ class UcxConnection final : public Connection {
   }
 
   Status Write(std::string_view bytes, milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     MutexLock lock(c_->mu);
     while (!bytes.empty()) {
       if (c_->shut) return absl::UnavailableError(StrCat(c_->peer, ": connection shut down"));
@@ -72,7 +72,7 @@ class UcxConnection final : public Connection {
         worker_->Post([w = worker_.get(), keep = c_, slot] { w->SendData(slot); });
         continue;
       }
-      if (Clock::now() >= deadline) {
+      if (deadline.passed()) {
         return absl::DeadlineExceededError(
             StrCat(c_->peer, ": send blocked for ", timeout.count(), " ms (the peer is not reading)"));
       }
@@ -82,7 +82,7 @@ class UcxConnection final : public Connection {
   }
 
   StatusOr<size_t> Read(char* buf, size_t max, milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     MutexLock lock(c_->mu);
     for (;;) {
       if (c_->shut) return absl::UnavailableError(StrCat(c_->peer, ": connection shut down"));
@@ -115,7 +115,7 @@ class UcxConnection final : public Connection {
         return absl::UnavailableError(StrCat(c_->peer, ": peer closed the connection"));
       }
       if (!c_->failure.ok()) return c_->failure;
-      if (Clock::now() >= deadline) {
+      if (deadline.passed()) {
         return absl::DeadlineExceededError(StrCat(c_->peer, ": nothing received for ", timeout.count(), " ms"));
       }
       c_->cv.WaitUntil(lock, deadline);
@@ -157,7 +157,7 @@ class UcxConnection final : public Connection {
       return absl::InvalidArgumentError(StrCat(c_->peer, ": ", rows.count, " rows at ", rows.device_rows));
     }
     if (rows.device >= 0) VIGIL_RETURN_IF_ERROR(device_memory::WaitReady(rows.ready_event));
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     auto m = std::make_shared<Worker::PendingRows>();
     m->conn = c_.get();
     m->rows = rows.device_rows;
@@ -174,7 +174,7 @@ class UcxConnection final : public Connection {
       const uint64_t unconsumed = c_->sent_bytes - c_->peer_consumed;
       // All at once (a message is not split); a message larger than the whole window goes when it is empty.
       if (unconsumed == 0 || (c_->peer_window > unconsumed && c_->peer_window - unconsumed >= wire)) break;
-      if (Clock::now() >= deadline) {
+      if (deadline.passed()) {
         return absl::DeadlineExceededError(
             StrCat(c_->peer, ": send blocked for ", timeout.count(), " ms (the peer is not reading)"));
       }
@@ -201,7 +201,7 @@ class UcxDialer final : public Dialer {
 
   StatusOr<std::unique_ptr<Connection>> Dial(milliseconds timeout) override {
     VIGIL_RETURN_IF_ERROR(ValidateOptions(options_));
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = Deadline::After(timeout);
     VIGIL_ASSIGN_OR_RETURN(AddrInfoPtr addrs, Resolve(host_, port_, false));
     StatusOr<std::shared_ptr<Worker>> started = Worker::Start(options_);
     if (!started.ok()) return Annotate(started.status(), StrCat("connect to ", target()));
@@ -227,7 +227,7 @@ class UcxDialer final : public Dialer {
                                       : std::string(conn->failure.message());
       lock.Unlock();
       worker->Post([w = worker.get(), conn] { w->BeginClose(conn, /*force=*/true); });
-      if (Clock::now() >= deadline) break;
+      if (deadline.passed()) break;
     }
     return absl::UnavailableError(StrCat("connect to ", target(), ": ", last_error));
   }

@@ -99,7 +99,7 @@ class UcxListener final : public Listener {
 
   StatusOr<std::unique_ptr<Connection>> Accept(milliseconds timeout) override {
     MutexLock lock(queue_->mu);
-    const auto deadline = Clock::now() + timeout;  // a CondVar deadline (as wait_for's)
+    const auto deadline = Deadline::After(timeout);  // a CondVar deadline (as wait_for's)
     while (queue_->ready.empty() && queue_->cv.WaitUntil(lock, deadline)) {
     }
     if (queue_->ready.empty()) return absl::DeadlineExceededError("no connection");

@@ -26,7 +26,7 @@ Worker::~Worker() {
   if (!thread_.joinable()) return;
   Post([this] {
     stopping_ = true;
-    stop_deadline_ = Clock::now() + kCloseTimeout;
+    stop_deadline_ = Deadline::After(kCloseTimeout);
     StopListening();
     for (auto& [ep, conn] : eps_) BeginClose(conn, /*force=*/true);
   });
@@ -177,7 +177,7 @@ void Worker::Loop() {
     while (ucp_worker_progress(worker_) != 0) RunDeferred();
     RunDeferred();
     Sweep();
-    if (stopping_ && (eps_.empty() || Clock::now() > stop_deadline_)) return;
+    if (stopping_ && (eps_.empty() || stop_deadline_.passed())) return;
     {
       MutexLock lock(mu_);
       if (!commands_.empty()) continue;

@@ -45,6 +45,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "vigil/common/deadline.h"
 #include "vigil/common/mutex.h"
 #include "vigil/common/status.h"
 #include "vigil/transport/connection.h"
@@ -54,7 +55,6 @@
 
 namespace vigil::transport::ucx {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 inline constexpr unsigned kDataAm = 1;
@@ -331,7 +331,7 @@ class Worker {
   std::vector<std::shared_ptr<ConnState>> closing_;                // closing, not yet released
   std::vector<std::function<void()>> deferred_;
   bool stopping_ = false;
-  Clock::time_point stop_deadline_;
+  Deadline stop_deadline_ = Deadline::Never();
   bool cuda_memory_ = false;  // the context takes UCS_MEMORY_TYPE_CUDA (and this build has CUDA)
   size_t max_am_header_ = 0;  // ucp_worker_query: the largest active-message header
   int current_device_ = -2;   // the CUDA device made current on the progress thread (-2: none yet)

@@ -519,3 +519,27 @@ TEST(ProtocolTest, ValidateHelloRules) {
 
 }  // namespace
 }  // namespace vigil::transport
+
+namespace vigil::transport {
+namespace {
+
+TEST(ProtocolTest, AReportNamesItsFirstFrameAsAFrameKey) {
+  Report r;
+  r.edge = "line-3";
+  r.stream = "cam-7";
+  r.run = 4;
+  r.seq_first = 120;
+  r.seq_last = 129;
+  const FrameKey k = r.first_frame();
+  EXPECT_EQ(k, (FrameKey{"line-3", "cam-7", 4, 120}));
+  EXPECT_EQ(k.ToString(), "line-3/cam-7/4/120");
+  Report next = r;
+  next.seq_first = 130;
+  EXPECT_LT(k, next.first_frame());
+  EXPECT_TRUE(k.SameRun(next.first_frame()));
+  next.run = 5;
+  EXPECT_FALSE(k.SameRun(next.first_frame()));
+}
+
+}  // namespace
+}  // namespace vigil::transport

@@ -64,6 +64,7 @@
 #include <string>
 #include <vector>
 
+#include "vigil/common/frame_key.h"
 #include "vigil/common/status.h"
 #include "vigil/transport/protocol.h"
 
@@ -146,6 +147,7 @@ struct EventDecision {
   std::vector<DetectionUpdate> detections;    // applied with the decision (before its push routes are matched)
   std::vector<int64_t> tracks;                // confirmed: the track that confirmed it (the aggregator's new_track)
   bool new_track = false;                     // the first event its confirming track confirmed (once_per_track)
+  FrameKey key() const { return {edge, stream, run, seq}; }  // the event's frame
 };
 
 // What the decisions given to one Apply did.
@@ -215,6 +217,7 @@ struct StoredEvent {
   EventState state = EventState::kConfirmed;
   std::string state_reason;
   int64_t decided_ns = 0;  // when it was stored confirmed / rejected or decided (wall ns); 0 while pending
+  FrameKey key() const { return {edge, stream, run, seq}; }  // the event's frame
 };
 
 // One snapshot of a PutSnapshots batch, with the edge id of the session that sent it.
@@ -232,6 +235,7 @@ struct StoredSnapshot {
   uint32_t out_width = 0, out_height = 0;        // the JPEG's size
   int64_t stored_ns = 0;
   std::string jpeg;  // empty when the query did not ask for the bytes
+  FrameKey key() const { return {edge, stream, run, seq}; }  // the event's frame it shows
 };
 
 struct SeqRange {

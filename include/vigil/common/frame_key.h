@@ -7,8 +7,11 @@
 // Frames order by (edge, stream, run, seq); within one stream that is the order the camera produced them.
 //
 // A FrameKey is a value: copy it freely. Thread-safety: as any value type (const use from any thread).
-// Errors: none. Where a struct of the protocol or the store carries these fields loose (a wire or row
-// layout), KeyOf-style helpers beside it build a FrameKey.
+// Errors: none. Where a struct of the protocol, the replication channel or the store carries these fields loose
+// (a wire or row layout that must not change), a helper beside it builds the FrameKey, and code that compares,
+// orders or looks frames up uses that: transport::Report::first_frame(), replication::MirroredFrame::key(edge)
+// and MirroredResult::key(edge) (the channel serves one edge), aggregator::StoredEvent / EventDecision /
+// StoredSnapshot::key().
 #pragma once
 
 #include <compare>

@@ -109,14 +109,6 @@ class CondVar {
     native.release();
     return woken;
   }
-  // As Wait, at most until a steady_clock time point (deprecated: transport/ucx.cc's until it takes a Deadline).
-  template <class Duration>
-  bool WaitUntil(MutexLock& lock, const std::chrono::time_point<std::chrono::steady_clock, Duration>& deadline) {
-    std::unique_lock<std::mutex> native(lock.mu_.mu_, std::adopt_lock);
-    const bool woken = cv_.wait_until(native, deadline) == std::cv_status::no_timeout;
-    native.release();
-    return woken;
-  }
   // As Wait, at most for `timeout`. false: the time passed. In a loop, fix a Deadline once instead (a spurious
   // wake-up would otherwise restart the full wait).
   template <class Rep, class Period>

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "vigil/common/clock.h"
+#include "vigil/common/frame_key.h"
 #include "vigil/common/status.h"
 #include "vigil/replication/pair.h"
 
@@ -111,6 +112,8 @@ struct MirroredResult {
   uint32_t width = 0, height = 0;      // the picture's size, pixels
   std::vector<MirroredDetection> detections;
   bool operator==(const MirroredResult&) const = default;
+  // The frame it is, on the pair's edge `edge`.
+  FrameKey key(const std::string& edge) const { return {edge, stream, run, seq}; }
 };
 
 // The most detections one mirrored result carries: MirrorResult refuses (counts) a larger one.
@@ -133,6 +136,8 @@ struct MirroredFrame {
   std::optional<MirroredResult> result;
   bool has_picture() const { return !jpeg.empty() || !bgr.empty() || gpu != nullptr; }
   size_t bytes() const { return jpeg.size() + bgr.size() + (gpu ? gpu->bytes : 0); }
+  // The frame it is, on the pair's edge `edge` (the channel carries no edge id: one pair serves one edge).
+  FrameKey key(const std::string& edge) const { return {edge, stream, run, seq}; }
 };
 
 // The largest mirrored picture the channel carries (bytes of JPEG): a larger one is refused by MirrorFrame.

@@ -116,6 +116,7 @@
 #include <variant>
 #include <vector>
 
+#include "vigil/common/frame_key.h"
 #include "vigil/common/status.h"
 
 namespace vigil::transport {
@@ -224,6 +225,8 @@ struct Report {
   std::string rule;                         // event: the rule that raised it; dropped/lost: the reason; progress: ""
   std::vector<ReportDetection> detections;  // events only
   bool operator==(const Report&) const = default;
+  // The frame seq_first names (an event's frame). `edge` as stamped by the link (the session's edge).
+  FrameKey first_frame() const { return {edge, stream, run, seq_first}; }
 };
 
 struct Ack {
