@@ -50,7 +50,8 @@ std::vector<Table> Describe() {
        .columns = {{.name = "stream_id", .references = "streams(id)"},
                    {.name = "run"},
                    {.name = "seq"},
-                   {.name = "kind", .type = T::kSmallInt},  // transport::ReportKind: 1 event, 2 progress, 3 dropped, 4 lost
+                   // transport::ReportKind: 1 event, 2 progress, 3 dropped, 4 lost
+                   {.name = "kind", .type = T::kSmallInt},
                    {.name = "epoch"},
                    {.name = "stored_ns"}},
        .primary_key = {"stream_id", "run", "seq"},
@@ -126,7 +127,8 @@ std::vector<Table> Describe() {
                    {.name = "stream", .type = T::kText, .since = 5},
                    {.name = "run", .since = 5},
                    {.name = "seq", .since = 5},
-                   {.name = "box", .type = T::kInt, .since = 5},  // -1: the whole frame; else the event's detection index
+                   // -1: the whole frame; else the event's detection index
+                   {.name = "box", .type = T::kInt, .since = 5},
                    {.name = "x", .since = 5},                     // x, y, width, height: the source region
                    {.name = "y", .since = 5},
                    {.name = "width", .since = 5},
@@ -181,7 +183,8 @@ std::string CreateTableSql(Dialect d, const Table& t) {
 }
 
 std::string CreateIndexSql(const Table& t, const Index& ix) {
-  std::string out = "CREATE INDEX " + std::string(ix.name) + " ON " + std::string(t.name) + "(" + Join(ix.columns) + ")";
+  std::string out =
+      "CREATE INDEX " + std::string(ix.name) + " ON " + std::string(t.name) + "(" + Join(ix.columns) + ")";
   if (!ix.where.empty()) out += " WHERE " + std::string(ix.where);
   return out + ";\n";
 }

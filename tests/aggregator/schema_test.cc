@@ -292,8 +292,7 @@ std::vector<std::string> Statements(const std::string& sql) {
   std::string flat;
   for (size_t i = 0; i < sql.size(); ++i) {
     if (sql.compare(i, 2, "--") == 0) {
-      while (i < sql.size() && sql[i] != '\n') ++i;
-      flat += ' ';
+      while (i + 1 < sql.size() && sql[i + 1] != '\n') ++i;  // to the end of the line: whitespace, as below
       continue;
     }
     const char c = sql[i];
@@ -339,7 +338,9 @@ TEST(SchemaTest, DescriptionIsWellFormed) {
         EXPECT_EQ(c.since, t.since) << c.name << ": a key column comes with its table";
         EXPECT_TRUE(t.primary_key.empty()) << c.name << ": two primary keys";
       }
-      if (c.since > t.since) EXPECT_FALSE(c.default_sql.empty()) << c.name << ": an added NOT NULL column needs a default";
+      if (c.since > t.since) {
+        EXPECT_FALSE(c.default_sql.empty()) << c.name << ": an added NOT NULL column needs a default";
+      }
     }
     auto known = [&](const std::vector<std::string_view>& cols, int at) {
       for (std::string_view c : cols) {
@@ -512,7 +513,9 @@ TEST_F(SchemaSqliteTest, OlderDatabasesOpenAndMigrate) {
     {
       Sqlite old(path);
       for (int v = 0; v < version; ++v) ASSERT_TRUE(old.Exec(kSqliteWritten[v]));
-      if (version >= 1) ASSERT_TRUE(old.Exec(OldRows(version)));
+      if (version >= 1) {
+        ASSERT_TRUE(old.Exec(OldRows(version)));
+      }
       ASSERT_TRUE(old.Exec("PRAGMA user_version=" + std::to_string(version)));
     }
     {
@@ -546,7 +549,8 @@ class SchemaPostgresTest : public ::testing::Test {
         "  is_nullable || ' ' || coalesce(column_default, '-') || ' ' || is_identity || ' ' ||"
         "  coalesce(identity_generation, '-') AS line"
         "  FROM information_schema.columns WHERE table_schema = current_schema() AND table_name <> 'vigil_schema'"
-        " UNION ALL SELECT 'constraint ' || c.conrelid::regclass::text || ' ' || c.conname || ' ' || c.contype || ' ' ||"
+        " UNION ALL SELECT 'constraint ' || c.conrelid::regclass::text || ' ' || c.conname || ' ' || c.contype::text ||"
+        "  ' ' ||"
         "  pg_get_constraintdef(c.oid) FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace"
         "  WHERE n.nspname = current_schema()"
         " UNION ALL SELECT 'index ' || indexname || ' ' || replace(indexdef, current_schema() || '.', '')"
