@@ -561,8 +561,8 @@ StatusOr<std::unique_ptr<StoreBackend>> OpenSqliteBackend(const std::string& pat
       Exec(w, options.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", "set synchronous"));
   VIGIL_RETURN_IF_ERROR(Exec(w, "PRAGMA foreign_keys=ON", "enable foreign keys"));
   for (int64_t v = *version; v < Store::kSchemaVersion; ++v) {
-    const std::string sql = StrCat("BEGIN IMMEDIATE;", schema::MigrationSql(schema::Dialect::kSqlite, static_cast<int>(v)),
-                                   "PRAGMA user_version=", v + 1, ";COMMIT;");
+    const std::string step = schema::MigrationSql(schema::Dialect::kSqlite, static_cast<int>(v));
+    const std::string sql = StrCat("BEGIN IMMEDIATE;", step, "PRAGMA user_version=", v + 1, ";COMMIT;");
     if (sqlite3_exec(w, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
       Status st = SqlError(w, StrCat("migrate schema ", v, " → ", v + 1));
       (void)Exec(w, "ROLLBACK", "rollback");
