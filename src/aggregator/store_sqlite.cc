@@ -1,4 +1,5 @@
 // The SQLite engine of aggregator::Store (store.h).
+#include "aggregator/schema.h"
 #include "aggregator/store_backend.h"
 #include "vigil/common/mutex.h"
 
@@ -24,140 +25,7 @@ constexpr const char* kDetectionsSql =
     "SELECT class_id, label, score, x1, y1, x2, y2, track_id, second_label, second_score FROM detections WHERE "
     "event_id = ?1 ORDER BY idx";
 
-// Schema migrations: kMigrations[i] takes user_version i to i + 1. Append, never edit.
-constexpr const char* kMigrations[] = {
-    R"sql(
-CREATE TABLE edges(
-  edge TEXT PRIMARY KEY,
-  epoch INTEGER NOT NULL,           -- from the edge's latest Hello
-  first_seen_ns INTEGER NOT NULL,
-  last_seen_ns INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE streams(
-  id INTEGER PRIMARY KEY,
-  edge TEXT NOT NULL,
-  stream TEXT NOT NULL,
-  epoch INTEGER NOT NULL,           -- newest report epoch: the fencing token
-  duplicates INTEGER NOT NULL DEFAULT 0,
-  stale_rejected INTEGER NOT NULL DEFAULT 0,
-  UNIQUE(edge, stream)
-);
-CREATE TABLE runs(
-  stream_id INTEGER NOT NULL REFERENCES streams(id),
-  run INTEGER NOT NULL,
-  frames INTEGER NOT NULL,
-  events INTEGER NOT NULL,
-  contiguous_through INTEGER NOT NULL,
-  first_stored_ns INTEGER NOT NULL,
-  last_stored_ns INTEGER NOT NULL,
-  PRIMARY KEY(stream_id, run)
-) WITHOUT ROWID;
-CREATE TABLE frames(
-  stream_id INTEGER NOT NULL REFERENCES streams(id),
-  run INTEGER NOT NULL,
-  seq INTEGER NOT NULL,
-  kind INTEGER NOT NULL,            -- 1 event, 2 progress (transport::ReportKind)
-  epoch INTEGER NOT NULL,
-  stored_ns INTEGER NOT NULL,
-  PRIMARY KEY(stream_id, run, seq)
-) WITHOUT ROWID;
-CREATE TABLE events(
-  id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: the since_seq cursor of /api/events
-  stream_id INTEGER NOT NULL REFERENCES streams(id),
-  run INTEGER NOT NULL,
-  seq INTEGER NOT NULL,
-  epoch INTEGER NOT NULL,
-  capture_ns INTEGER NOT NULL,
-  pts_ns INTEGER NOT NULL,
-  publish_ns INTEGER NOT NULL,
-  stored_ns INTEGER NOT NULL,
-  severity TEXT NOT NULL,
-  rule TEXT NOT NULL,
-  width INTEGER NOT NULL,
-  height INTEGER NOT NULL,
-  UNIQUE(stream_id, run, seq)
-);
-CREATE INDEX events_capture ON events(capture_ns);
-CREATE TABLE detections(
-  event_id INTEGER NOT NULL REFERENCES events(id),
-  idx INTEGER NOT NULL,
-  class_id INTEGER NOT NULL,
-  label TEXT NOT NULL,
-  score REAL NOT NULL,
-  x1 REAL NOT NULL, y1 REAL NOT NULL, x2 REAL NOT NULL, y2 REAL NOT NULL,  -- source pixels
-  PRIMARY KEY(event_id, idx)
-) WITHOUT ROWID;
-)sql",
-    // 2: epochs are granted by the aggregator (edges.epoch is the current granted epoch, set by
-    // Store::Admit); frames.kind also takes 3 (dropped) and 4 (lost), counted per run apart from
-    // runs.frames (which counts events and progress).
-    R"sql(
-ALTER TABLE runs ADD COLUMN dropped INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE runs ADD COLUMN lost INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE edges ADD COLUMN granted_ns INTEGER NOT NULL DEFAULT 0;  -- when edges.epoch was granted
-)sql",
-    // 3: the push outbox (aggregator/push.h): one row per (sink, stored event) its route takes, written in the
-    // event's transaction, deleted once delivered; given-up rows move to push_dead_letters.
-    R"sql(
-CREATE TABLE push_outbox(
-  id INTEGER PRIMARY KEY,
-  sink TEXT NOT NULL,
-  event_id INTEGER NOT NULL REFERENCES events(id),
-  attempts INTEGER NOT NULL DEFAULT 0,
-  next_ns INTEGER NOT NULL,         -- due (wall ns)
-  last_error TEXT NOT NULL DEFAULT '',
-  UNIQUE(sink, event_id)
-);
-CREATE INDEX push_outbox_due ON push_outbox(sink, next_ns, event_id);
-CREATE TABLE push_dead_letters(
-  id INTEGER PRIMARY KEY,
-  sink TEXT NOT NULL,
-  event_id INTEGER NOT NULL REFERENCES events(id),
-  attempts INTEGER NOT NULL,
-  last_error TEXT NOT NULL,
-  dead_ns INTEGER NOT NULL,
-  UNIQUE(sink, event_id)
-);
-)sql",
-    // 4: retention (Store::Prune) counts the events past its age still in an outbox (by stored time) and finds an
-    // event's outbox rows and dead letters by its id.
-    R"sql(
-CREATE INDEX events_stored ON events(stored_ns);
-CREATE INDEX push_outbox_event ON push_outbox(event_id);
-CREATE INDEX push_dead_letters_event ON push_dead_letters(event_id);
-)sql",
-    // 5: snapshots (an event's pictures), keyed like the frame they show, stored before or after their event.
-    R"sql(
-CREATE TABLE snapshots(
-  edge TEXT NOT NULL,
-  stream TEXT NOT NULL,
-  run INTEGER NOT NULL,
-  seq INTEGER NOT NULL,
-  box INTEGER NOT NULL,             -- -1: the whole frame; else the event's detection index
-  x INTEGER NOT NULL, y INTEGER NOT NULL, width INTEGER NOT NULL, height INTEGER NOT NULL,  -- source region
-  out_width INTEGER NOT NULL, out_height INTEGER NOT NULL,
-  stored_ns INTEGER NOT NULL,
-  jpeg BLOB NOT NULL,
-  PRIMARY KEY(edge, stream, run, seq, box)
-) WITHOUT ROWID;
-CREATE INDEX snapshots_latest ON snapshots(edge, stream, box, stored_ns);
-CREATE INDEX snapshots_stored ON snapshots(stored_ns);
-)sql",
-    // 6: event states (confirmation: store.h, Event states) and detections' track ids; events stored before read as
-    // confirmed. The partial index finds the pending events (few) at start.
-    R"sql(
-ALTER TABLE events ADD COLUMN state TEXT NOT NULL DEFAULT 'confirmed'
-  CHECK (state IN ('pending', 'confirmed', 'rejected'));
-ALTER TABLE events ADD COLUMN state_reason TEXT NOT NULL DEFAULT '';
-ALTER TABLE events ADD COLUMN decided_ns INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE detections ADD COLUMN track_id INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE detections ADD COLUMN second_label TEXT NOT NULL DEFAULT '';
-ALTER TABLE detections ADD COLUMN second_score REAL NOT NULL DEFAULT 0;
-CREATE INDEX events_pending ON events(stream_id, run, seq) WHERE state = 'pending';
-CREATE INDEX detections_track ON detections(track_id) WHERE track_id > 0;
-)sql",
-};
-static_assert(std::size(kMigrations) == Store::kSchemaVersion);
+// The schema and its migrations: schema.h (one description for both engines).
 
 struct DbCloser {
   void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
@@ -693,7 +561,8 @@ StatusOr<std::unique_ptr<StoreBackend>> OpenSqliteBackend(const std::string& pat
       Exec(w, options.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", "set synchronous"));
   VIGIL_RETURN_IF_ERROR(Exec(w, "PRAGMA foreign_keys=ON", "enable foreign keys"));
   for (int64_t v = *version; v < Store::kSchemaVersion; ++v) {
-    const std::string sql = StrCat("BEGIN IMMEDIATE;", kMigrations[v], "PRAGMA user_version=", v + 1, ";COMMIT;");
+    const std::string step = schema::MigrationSql(schema::Dialect::kSqlite, static_cast<int>(v));
+    const std::string sql = StrCat("BEGIN IMMEDIATE;", step, "PRAGMA user_version=", v + 1, ";COMMIT;");
     if (sqlite3_exec(w, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
       Status st = SqlError(w, StrCat("migrate schema ", v, " → ", v + 1));
       (void)Exec(w, "ROLLBACK", "rollback");
