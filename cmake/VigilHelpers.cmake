@@ -3,7 +3,14 @@
 # ON and not found -> configure error; AUTO -> on when found; OFF -> skipped.
 set(VIGIL_OPTIONAL_SUMMARY "")
 macro(vigil_optional_dependency name desc found_var probe)
-  set(_req "${VIGIL_WITH_${name}}")
+  # ON/OFF/AUTO in any spelling CMake reads as a boolean (off, FALSE, NO, 0; on, TRUE, YES, 1), as
+  # tools/check_borders.py reads the cache.
+  string(TOUPPER "${VIGIL_WITH_${name}}" _req)
+  if(_req MATCHES "^(OFF|FALSE|NO|N|0)$")
+    set(_req OFF)
+  elseif(_req MATCHES "^(ON|TRUE|YES|Y|1)$")
+    set(_req ON)
+  endif()
   set(VIGIL_HAVE_${name} OFF)
   if(_req STREQUAL "OFF")
     set(_why "disabled (VIGIL_WITH_${name}=OFF)")

@@ -9,10 +9,12 @@ scripts/deps.sh test
 scripts/build.sh
 # The borders between modules (docs/architecture.md's table) and the locks (clang -Wthread-safety), checked.
 python3 tools/check_borders.py --build "$build"
-# The aggregator without its second model (VIGIL_WITH_CLASSIFIER=OFF) links no infer/detect/video: configured only
-# (building it is a second tree, minutes without a warm ccache) and its link graph checked against the table.
-cmake -S . -B "$build-noclassifier" -G Ninja -DVIGIL_WITH_CLASSIFIER=OFF >/dev/null
+# The aggregator without its second model (VIGIL_WITH_CLASSIFIER=OFF) links no infer/detect/video: its link graph
+# checked against the table, and its tests built in a tree of their own (run below, with the database).
+cmake -S . -B "$build-noclassifier" -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-RelWithDebInfo} \
+  -DVIGIL_WITH_CLASSIFIER=OFF >/dev/null
 python3 tools/check_borders.py --build "$build-noclassifier"
+cmake --build "$build-noclassifier" -j "$(nproc)" --target vigil_aggregator_tests
 scripts/thread-safety.sh "$build"
 scripts/test-venv.sh "$build/venv"
 "$build/venv/bin/python" tools/testmodels/make_models.py --out "$build/testmodels"
@@ -23,5 +25,7 @@ VIGIL_TEST_POSTGRES=$(scripts/postgres.sh start "$pg_dir")
 export VIGIL_TEST_POSTGRES VIGIL_REQUIRE_POSTGRES=1
 trap 'scripts/postgres.sh stop "$pg_dir"; rm -rf "$pg_dir"' EXIT
 (cd "$build" && ctest --output-on-failure -j "$(nproc)" --timeout 2400)
+# The aggregator's tests without the second model: the refusals that name VIGIL_WITH_CLASSIFIER, and everything else.
+"$build-noclassifier/tests/vigil_aggregator_tests" --gtest_brief=1
 # The protocol decoders under libFuzzer for a minute: a clang build of the protocol code alone (build-fuzz/).
 scripts/fuzz.sh run 60

@@ -47,7 +47,9 @@ TIME_SEAM = {"src/common/clock.cc"}
 CHRONO_CLOCK = r"(?:std::)?(?:chrono::)?(?:steady_clock|system_clock|high_resolution_clock|utc_clock|file_clock)"
 CLOCK_ALIAS = re.compile(r"\busing\s+(\w+)\s*=\s*" + CHRONO_CLOCK + r"\s*;")
 TIME_READ = re.compile(r"\b" + CHRONO_CLOCK + r"::now\s*\(|\bclock_gettime\s*\(|\bgettimeofday\s*\(|"
-                       r"\btime\s*\(\s*(?:nullptr|NULL|0)\s*\)")
+                       r"\btime\s*\(\s*(?:nullptr|NULL|0)\s*\)|\babsl::Now\s*\(|\bgpr_now\s*\(")
+# A library's own clock where its API needs an absolute deadline on that clock: (file, the exact read allowed there).
+TIME_READ_ALLOWED = {("src/replication/channel.cc", "gpr_now(GPR_CLOCK_MONOTONIC)")}  # GrpcDeadline: gRPC's clock
 # CMake targets that are not named vigil_<module>.
 TARGET_MODULE = {"vigil": "cli", "vigil-engine": "cli"}
 # vigil_cuda holds the device code of several modules (infer/cuda, detect/cuda, transport/cuda,
@@ -100,9 +102,9 @@ def cmake_options(build: Path) -> dict[str, bool]:
         for line in cache.read_text(errors="replace").splitlines():
             m = re.match(r"^(VIGIL_WITH_[A-Z0-9_]+):[A-Z]+=(.*)$", line)
             value = m.group(2).strip().upper() if m else ""
-            if value in ("ON", "TRUE", "YES", "1"):
+            if value in ("ON", "TRUE", "YES", "Y", "1"):
                 options[m.group(1)] = True
-            elif value in ("OFF", "FALSE", "NO", "0"):
+            elif value in ("OFF", "FALSE", "NO", "N", "0"):
                 options[m.group(1)] = False
     return options
 
@@ -194,6 +196,9 @@ def check_time_reads(root: Path) -> list[str]:
             alias_read = re.compile(r"\b(?:" + "|".join(map(re.escape, aliases)) + r")::now\s*\(") if aliases else None
             for n, line in enumerate(text.splitlines(), 1):
                 code = line.split("//", 1)[0]
+                for f, read in TIME_READ_ALLOWED:
+                    if rel == f:
+                        code = code.replace(read, "")
                 if TIME_READ.search(code) or (alias_read and alias_read.search(code)):
                     problems.append(f"{rel}:{n}: reads real time outside the Clock seam ({line.strip()}); decide with "
                                     f"a Clock* (vigil/common/clock.h), bound a blocking wait with a vigil::Deadline "

@@ -944,6 +944,10 @@ StatusOr<std::unique_ptr<StoreBackend>> OpenPostgresBackend(const std::string& t
     }
     for (int64_t v = version; v < Store::kSchemaVersion; ++v) {
       const std::string sql = schema::MigrationSql(schema::Dialect::kPostgres, static_cast<int>(v));
+      if (sql.empty()) {  // the schema description lacks a step this vigil's version asks for: record nothing
+        return absl::InternalError(StrCat("postgresql ", shown, ": no schema step ", v, " → ", v + 1,
+                                          " in the schema description (aggregator/schema.cc)"));
+      }
       VIGIL_RETURN_IF_ERROR(w->Simple(sql.c_str(), StrCat("migrate schema ", v, " → ", v + 1).c_str()));
       VIGIL_RETURN_IF_ERROR(w->Simple(StrCat("UPDATE vigil_schema SET version = ", v + 1).c_str(), "set the version"));
     }
