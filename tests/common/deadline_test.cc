@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <thread>
@@ -80,17 +81,26 @@ TEST(CondVarDeadline, NeverIsWokenByANotification) {
   Mutex mu;
   CondVar cv;
   bool ready = false;
+  std::atomic<bool> waiting{false};
+  int waits = 0;
   std::thread notifier([&] {
+    while (!waiting.load()) std::this_thread::yield();
+    // The waiter holds `mu` from setting `waiting` until it sleeps in the wait: taking `mu` here means it sleeps.
     MutexLock lock(mu);
     ready = true;
     cv.NotifyAll();
   });
   {
     MutexLock lock(mu);
-    while (!ready) EXPECT_TRUE(cv.WaitUntil(lock, Deadline::Never()));
+    waiting = true;
+    while (!ready) {
+      EXPECT_TRUE(cv.WaitUntil(lock, Deadline::Never()));
+      ++waits;
+    }
   }
   notifier.join();
   EXPECT_TRUE(ready);
+  EXPECT_GE(waits, 1);  // it did wait (and a Never deadline returned only on the notification)
 }
 
 }  // namespace
